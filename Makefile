@@ -1,0 +1,31 @@
+# ablate — the two commands are `make demo` and `make test`; each sets itself up first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.ablate-installed
+
+.PHONY: setup test demo bench clean
+
+setup: $(STAMP)
+
+# Idempotent: the stamp is rebuilt only when pyproject.toml changes (or the venv is missing).
+# torch is pinned here, not in pyproject: 2.13.0 is the CPU build on this machine's disk,
+# while an unpinned torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+demo: setup
+	$(BIN)/python -m ablate.demo
+
+bench: setup
+	$(BIN)/python bench/fit.py
+
+clean:
+	rm -rf $(VENV) sweeps/*/ demo-out .pytest_cache

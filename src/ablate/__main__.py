@@ -1,0 +1,3 @@
+from ablate.cli import app
+
+app(prog_name="ablate")

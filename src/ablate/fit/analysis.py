@@ -1,0 +1,280 @@
+"""Fit one run or one arm (several runs) end to end: window, point fit, interval, identifiability, predictions.
+
+This is what `ablate fit`, `rank` and `extrapolate` call; `FitResult.to_json()` has the keys of the
+JSON contract in design.md §5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ablate.errors import UserError
+from ablate.fit.curves import Curve
+from ablate.fit.paper import fit_paper
+from ablate.fit.sigmoid import (
+    CMID_DECADES_ABOVE,
+    PointFit,
+    compute_to_reach,
+    fit_sigmoid,
+    gain_fraction,
+    sigmoid,
+)
+from ablate.fit.uncertainty import bootstrap_runs, bootstrap_single, percentile_ci
+
+METHODS = ("default", "paper")
+CI_CLOSED_TOL = 1e-3
+
+
+@dataclass
+class FitOptions:
+    method: str = "default"
+    """`default` (grid + least_squares + bootstrap) or `paper` (the ScaleRL appendix procedure)."""
+    fit_from: float | None = None
+    """Exclude points with compute below this (ScaleRL drops ~1.5k of 16k GPU-hours)."""
+    fit_until: float | None = None
+    """Fit only points with compute up to this (for extrapolation checks)."""
+    fit_r0: bool = False
+    """Free R0 instead of holding it at the measured pass rate at compute 0."""
+    r0: float | None = None
+    """R0 to use when the data has no point at compute 0 (else R0 is fitted)."""
+    loss: str = "linear"
+    """least_squares loss: `linear` or `huber` (robust to a few outlying evaluations)."""
+    n_boot: int = 1000
+    ci: float = 0.95
+    target: float = 16000.0
+    """Compute at which to predict the pass rate (`--to`)."""
+    target_r: float | None = None
+    """Report the compute needed to reach this pass rate (`--target-r`)."""
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Reject impossible options with one line naming the option and the fix."""
+        if self.method not in METHODS:
+            raise UserError(f"--method {self.method}: unknown; valid: {', '.join(METHODS)}")
+        if self.loss not in ("linear", "huber"):
+            raise UserError(f"--loss {self.loss}: unknown; valid: linear, huber")
+        if self.n_boot < 0:
+            raise UserError(f"--n-boot {self.n_boot}: must be >= 0")
+        if not 0.0 < self.ci < 1.0:
+            raise UserError(f"--ci {self.ci}: must be between 0 and 1 (e.g. 0.95)")
+        if self.target <= 0:
+            raise UserError(f"--to {self.target:g}: target compute must be > 0")
+        if self.fit_from is not None and self.fit_until is not None and self.fit_from >= self.fit_until:
+            raise UserError(f"--fit-from {self.fit_from:g} is not below --fit-until {self.fit_until:g}: the window is empty")
+        if self.target_r is not None and not 0.0 < self.target_r < 1.0:
+            raise UserError(f"--target-r {self.target_r}: a pass rate strictly between 0 and 1")
+        if self.r0 is not None and not 0.0 <= self.r0 <= 1.0:
+            raise UserError(f"--r0 {self.r0}: a pass rate in [0, 1]")
+
+    def window_text(self) -> str:
+        lo = "0" if self.fit_from is None else f"{self.fit_from:g}"
+        hi = "end" if self.fit_until is None else f"{self.fit_until:g}"
+        return f"[{lo}, {hi}]"
+
+
+@dataclass
+class FitResult:
+    run: str
+    group: str | None
+    method: str
+    n_points: int
+    n_runs: int
+    window: tuple[float, float]
+    fit: PointFit
+    draws: np.ndarray | None
+    """Bootstrap parameter draws [n_boot, 4] = (R0, A, B, C_mid), or None (paper method)."""
+    interval_method: str
+    A_ci: tuple[float, float] | None
+    B_ci: tuple[float, float] | None
+    C_mid_ci: tuple[float, float] | None
+    gain_fraction: float
+    identifiable: bool
+    status: str
+    target: float
+    pred_at_target: float
+    pred_ci: tuple[float, float] | None
+    target_r: float | None = None
+    compute_to_target: float | None = None
+    compute_to_target_ci: tuple[float, float] | None = None
+    notes: list[str] = field(default_factory=list)
+    curves: list[Curve] = field(default_factory=list, repr=False)
+
+    @property
+    def R0(self) -> float:
+        return self.fit.r0
+
+    @property
+    def A(self) -> float:
+        return self.fit.a
+
+    @property
+    def B(self) -> float:
+        return self.fit.b
+
+    @property
+    def C_mid(self) -> float:
+        return self.fit.c_mid
+
+    def predict(self, c) -> np.ndarray:
+        return self.fit.predict(c)
+
+    def predict_band(self, c, level: float = 0.95) -> tuple[np.ndarray, np.ndarray] | None:
+        """Pointwise percentile band of the prediction at compute values c ([m]) from the draws."""
+        if self.draws is None:
+            return None
+        d = self.draws
+        c = np.asarray(c, dtype=float)
+        preds = sigmoid(c[None, :], d[:, 0:1], d[:, 1:2], d[:, 2:3], d[:, 3:4])
+        q = (1.0 - level) / 2.0 * 100.0
+        lo, hi = np.nanpercentile(preds, [q, 100.0 - q], axis=0)
+        return lo, hi
+
+    def to_json(self) -> dict[str, Any]:
+        def r(v):
+            return None if v is None or not np.isfinite(v) else float(v)
+
+        def ci(v):
+            return None if v is None else [r(v[0]), r(v[1])]
+
+        return {
+            "run": self.run, "group": self.group, "method": self.method, "n_points": self.n_points,
+            "n_runs": self.n_runs, "window": [r(self.window[0]), r(self.window[1])],
+            "R0": r(self.R0), "A": r(self.A), "B": r(self.B), "C_mid": r(self.C_mid),
+            "A_ci": ci(self.A_ci), "B_ci": ci(self.B_ci), "C_mid_ci": ci(self.C_mid_ci),
+            "gain_fraction": r(self.gain_fraction), "identifiable": self.identifiable, "status": self.status,
+            "sse": r(self.fit.sse), "target": r(self.target), "pred_at_target": r(self.pred_at_target),
+            "pred_ci": ci(self.pred_ci), "target_r": r(self.target_r),
+            "compute_to_target": r(self.compute_to_target), "compute_to_target_ci": ci(self.compute_to_target_ci),
+            "interval_method": self.interval_method, "fit_r0": self.fit.fit_r0, "at_bound": self.fit.at_bound,
+            "notes": self.notes,
+        }
+
+
+def _window_points(curves: list[Curve], opts: FitOptions, name: str):
+    xs, ys, idx = [], [], []
+    lo = opts.fit_from if opts.fit_from is not None else 0.0
+    hi = opts.fit_until if opts.fit_until is not None else np.inf
+    for i, c in enumerate(curves):
+        keep = (c.x > 0) & (c.x >= lo) & (c.x <= hi)
+        xs.append(c.x[keep])
+        ys.append(c.y[keep])
+        idx.append(np.full(keep.sum(), i))
+    x, y, run_index = np.concatenate(xs), np.concatenate(ys), np.concatenate(idx)
+    if x.size == 0:
+        span = [float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()]
+        span_hi = [float(c.x.max()) for c in curves]
+        where = f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
+        raise UserError(f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until")
+    order = np.argsort(x, kind="stable")
+    return x[order], y[order], run_index[order], (float(lo), float(min(hi, x.max())))
+
+
+def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None, group: str | None = None) -> FitResult:
+    """Fit one run (one curve) or one arm (several curves pooled) and attach intervals and predictions."""
+    if opts.method not in METHODS:
+        raise UserError(f"unknown fit method '{opts.method}'; valid: {', '.join(METHODS)}")
+    name = name or curves[0].run
+    notes: list[str] = []
+    measured = [c.r0 for c in curves if c.r0 is not None]
+    if opts.fit_r0:
+        r0 = None
+    elif opts.r0 is not None:
+        r0 = float(opts.r0)
+    elif measured:
+        r0 = float(np.mean(measured))
+    else:
+        r0 = None
+        notes.append("no point at compute 0: R0 fitted (give --r0 to fix it)")
+    x, y, run_index, window = _window_points(curves, opts, name)
+    n_params = 3 if r0 is not None else 4
+    if x.size < n_params + 1:
+        raise UserError(
+            f"{name}: {x.size} point(s) in the fit window {opts.window_text()}, need at least {n_params + 1} "
+            f"for {n_params} parameters; widen the window or log evaluations more often"
+        )
+    rng = np.random.default_rng(opts.seed)
+    huber = 0.01 if opts.loss == "huber" else None
+    if opts.method == "paper":
+        if r0 is None:
+            raise UserError(f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0")
+        pf = fit_paper(x, y, r0=r0)
+        draws, interval_method = None, "none (the paper's procedure gives point estimates)"
+    else:
+        pf = fit_sigmoid(x, y, r0=r0, loss=opts.loss, f_scale=huber or 1.0)
+        if opts.n_boot > 0 and len(curves) > 1:
+            draws, interval_method = bootstrap_runs(x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, huber=huber)
+        elif opts.n_boot > 0:
+            draws, interval_method = bootstrap_single(x, y, pf, n_boot=opts.n_boot, rng=rng, huber=huber)
+        else:
+            draws, interval_method = None, "none (--n-boot 0)"
+
+    def ci(col):
+        return None if draws is None else percentile_ci(draws[:, col], opts.ci)
+
+    A_ci, B_ci, C_ci = ci(1), ci(2), ci(3)
+    f = gain_fraction(window[1], pf.b, pf.c_mid) if np.isfinite(pf.b) else float("nan")
+    reasons = []
+    if not f >= 0.5:
+        reasons.append(f"the window reached {f:.0%} of the gain (< 50%: it has not passed C_mid)")
+    if "A=1" in pf.at_bound or "A=R0" in pf.at_bound:
+        reasons.append("A is on its bound")
+    if A_ci is not None and (A_ci[1] >= 1.0 - CI_CLOSED_TOL or A_ci[0] <= pf.r0 + CI_CLOSED_TOL):
+        reasons.append("A's interval reaches its bound")
+    if C_ci is not None and np.log(C_ci[1]) >= np.log(x.max()) + CMID_DECADES_ABOVE * np.log(10) - 1e-3:
+        reasons.append("C_mid's interval does not close")
+    identifiable = pf.success and not reasons
+    notes += [f"A not identified: {r}" for r in reasons]
+    if not pf.success:
+        status = "failed"
+    elif not identifiable:
+        status = "not_identified"
+    elif pf.at_bound:
+        status = "at_bound"
+    else:
+        status = "converged"
+
+    pred = float(pf.predict(opts.target))
+    pred_ci = None
+    c_to = c_to_ci = None
+    if draws is not None:
+        pred_ci = percentile_ci(sigmoid(opts.target, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3]), opts.ci)
+    if opts.target_r is not None:
+        c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
+        if c_to is None:
+            notes.append(f"pass rate {opts.target_r:g} is never reached (outside R0..A)")
+        if draws is not None:
+            reach = np.array([compute_to_reach(opts.target_r, *d) or np.inf for d in draws])
+            if np.isfinite(reach).mean() >= 1.0 - (1.0 - opts.ci) / 2:
+                c_to_ci = percentile_ci(reach, opts.ci)
+    return FitResult(
+        run=name, group=group, method=opts.method, n_points=int(x.size), n_runs=len(curves), window=window,
+        fit=pf, draws=draws, interval_method=interval_method, A_ci=A_ci, B_ci=B_ci, C_mid_ci=C_ci,
+        gain_fraction=f, identifiable=identifiable, status=status, target=opts.target, pred_at_target=pred,
+        pred_ci=pred_ci, target_r=opts.target_r, compute_to_target=c_to, compute_to_target_ci=c_to_ci,
+        notes=notes, curves=curves,
+    )
+
+
+def fit_table(curves: list[Curve], opts: FitOptions, *, by_group: bool = False) -> list[FitResult]:
+    """One FitResult per run, or per group (its runs pooled, interval from resampling runs)."""
+    if not by_group:
+        return [fit_curves([c], opts, name=c.run, group=c.group) for c in curves]
+    groups: dict[str, list[Curve]] = {}
+    for c in curves:
+        groups.setdefault(c.group or c.run, []).append(c)
+    return [fit_curves(cs, opts, name=g, group=g) for g, cs in groups.items()]
+
+
+def compare_forms(result: FitResult, opts: FitOptions) -> dict[str, float]:
+    """Rolling-origin backtest MAE per functional form on the result's window (see fit/forms.py)."""
+    from ablate.fit.forms import backtest
+
+    x = np.concatenate([c.x for c in result.curves])
+    y = np.concatenate([c.y for c in result.curves])
+    keep = (x > 0) & (x >= result.window[0]) & (x <= result.window[1])
+    order = np.argsort(x[keep], kind="stable")
+    r0 = None if result.fit.fit_r0 else result.R0
+    return backtest(x[keep][order], y[keep][order], r0)

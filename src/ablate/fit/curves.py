@@ -1,0 +1,156 @@
+"""Training curves as data: load them from CSV/JSONL (or run directories) and reject bad input in one line.
+
+A `Curve` is one run's (compute, pass rate) points. Its R0 is the measured pass rate at compute 0 (the
+evaluation before the first step), which the fit holds fixed; points at compute 0 are not fitted (the
+model is in ln C).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ablate.errors import UserError
+
+
+@dataclass
+class Curve:
+    run: str
+    group: str | None
+    x: np.ndarray
+    """Compute of each point ([n], strictly increasing)."""
+    y: np.ndarray
+    """Pass rate of each point ([n], in [0, 1])."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Extra facts carried to reports (e.g. `truncation_warning`, `status`, `arm_id`)."""
+
+    @property
+    def r0(self) -> float | None:
+        """Measured pass rate at compute 0, or None when the curve has no such point."""
+        at0 = self.y[self.x == 0]
+        return float(at0.mean()) if at0.size else None
+
+
+def _fmt_lines(lines: list[int], limit: int = 8) -> str:
+    shown = ", ".join(str(n) for n in lines[:limit])
+    return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    """Rows with their 1-based line numbers in the file, and the column names seen."""
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory; give a CSV or JSONL file (or use `ablate rank` on a sweep)")
+    suffix = path.suffix.lower()
+    rows: list[tuple[int, dict[str, Any]]] = []
+    if suffix == ".csv":
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            columns = list(reader.fieldnames or [])
+            for row in reader:
+                rows.append((reader.line_num, row))
+    elif suffix in (".jsonl", ".ndjson"):
+        columns = []
+        with open(path) as f:
+            for i, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path} line {i}: not valid JSON ({e.msg}); fix or delete that line") from None
+                if not isinstance(rec, dict):
+                    raise UserError(f"{path} line {i}: expected a JSON object per line")
+                columns += [k for k in rec if k not in columns]
+                rows.append((i, rec))
+    else:
+        raise UserError(f"{path}: unsupported format '{suffix or '(none)'}'; use a .csv or .jsonl file")
+    if not rows:
+        raise UserError(f"{path}: no data rows")
+    return columns, rows
+
+
+def _number(path: Path, line: int, col: str, v: Any) -> float:
+    if isinstance(v, bool):
+        raise UserError(f"{path} line {line}: {v!r} in column '{col}' is not a number")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan", "null", "none")):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"{path} line {line}: {v!r} in column '{col}' is not a number") from None
+
+
+def load_curves(
+    path: Path | str,
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    run: str | None = "run",
+    group: str | None = None,
+) -> list[Curve]:
+    """Read curves from a CSV or JSONL file with one row per (run, evaluation).
+
+    `run` names the column that tells runs apart (if the file has no such column and it is the default,
+    the whole file is one run named after the file); `group` names the column of arms/seeds, optional.
+    Raises UserError with one line naming the culprit and the fix for any bad input.
+    """
+    path = Path(path)
+    columns, rows = _read_rows(path)
+    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
+        if col not in columns:
+            raise UserError(f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})")
+    if run is not None and run not in columns:
+        if run != "run":
+            raise UserError(f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)")
+        run = None  # the default run column is optional: one curve per file
+
+    xs = np.array([_number(path, ln, x, r.get(x)) for ln, r in rows])
+    ys = np.array([_number(path, ln, y, r.get(y)) for ln, r in rows])
+    lines = [ln for ln, _ in rows]
+    for name, vals in ((x, xs), (y, ys)):
+        bad = [ln for ln, v in zip(lines, vals) if not math.isfinite(v)]
+        if bad:
+            raise UserError(
+                f"{path}: missing, NaN or infinite values in '{name}' at line(s) {_fmt_lines(bad)}; fix or drop those rows"
+            )
+    bad = [ln for ln, v in zip(lines, ys) if not 0.0 <= v <= 1.0]
+    if bad:
+        hint = " (percentages? divide by 100)" if ys.max() <= 100 else ""
+        raise UserError(f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {_fmt_lines(bad)}{hint}")
+    bad = [ln for ln, v in zip(lines, xs) if v < 0]
+    if bad:
+        raise UserError(f"{path}: negative compute in '{x}' at line(s) {_fmt_lines(bad)}")
+
+    order: list[str] = []
+    members: dict[str, list[int]] = {}
+    groups: dict[str, str | None] = {}
+    for i, (ln, r) in enumerate(rows):
+        key = str(r.get(run)) if run is not None else path.stem
+        if key not in members:
+            order.append(key)
+            members[key] = []
+            groups[key] = str(r.get(group)) if group else None
+        members[key].append(i)
+    curves = []
+    for key in order:
+        idx = np.array(members[key])
+        cx, cy = xs[idx], ys[idx]
+        steps = np.nonzero(np.diff(cx) <= 0)[0]
+        if steps.size:
+            k = steps[0]
+            raise UserError(
+                f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
+                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
+            )
+        curves.append(Curve(run=key, group=groups[key], x=cx, y=cy))
+    return curves

@@ -1,0 +1,281 @@
+"""The ScaleRL compute-scaling sigmoid and its fit (Khatri et al. 2025, arXiv 2510.13786, §2 eq. 1).
+
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)  ==  R0 + (A - R0) * expit(B * (ln C - ln C_mid))
+
+A is the asymptotic pass rate (ceiling), B the efficiency exponent, C_mid the compute at half the gain and
+R0 the pass rate at C = 0 (measured and held fixed, as the paper does, unless `fit_r0`).
+
+Fitting does not depend on a starting point: for fixed (B, C_mid) the model is linear in A (and in R0 when
+it is free), so A is solved in closed form on a dense (ln B, ln C_mid) grid, and the best grid point is
+refined with `scipy.optimize.least_squares` (bounded, analytic Jacobian, optional Huber loss and weights).
+`fit_batch` refits many resampled curves at once with a vectorised projected Levenberg-Marquardt; the
+bootstrap in `uncertainty.py` uses it so that 1,000 refits cost about as much as one scipy call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+B_BOUNDS = (0.05, 20.0)
+# C_mid may lie outside the data (then A is not identified); allow it, within decades of the window.
+CMID_DECADES_BELOW, CMID_DECADES_ABOVE = 3.0, 3.0
+AT_BOUND_TOL = 1e-4
+
+
+def sigmoid(c, r0, a, b, c_mid):
+    """R(C) evaluated stably; `c` may be an array, C <= 0 gives R0."""
+    c = np.asarray(c, dtype=float)
+    with np.errstate(divide="ignore"):
+        z = b * (np.log(np.where(c > 0, c, np.nan)) - np.log(c_mid))
+    s = np.where(c > 0, expit(np.nan_to_num(z, nan=-np.inf)), 0.0)
+    return r0 + (a - r0) * s
+
+
+def compute_to_reach(r, r0, a, b, c_mid):
+    """Compute C at which R(C) = r, or None when r is not strictly between R0 and A (never reached)."""
+    lo, hi = min(r0, a), max(r0, a)
+    if not (lo < r < hi):
+        return None
+    return float(c_mid * ((a - r0) / (r - r0) - 1.0) ** (-1.0 / b))
+
+
+def gain_fraction(c_max, b, c_mid):
+    """Share of the gain A - R0 reached at c_max: f = expit(B ln(c_max / C_mid)). Below 0.5 the window has
+    not passed C_mid, and A trades off against C_mid (not identifiable)."""
+    return float(expit(b * (np.log(c_max) - np.log(c_mid))))
+
+
+@dataclass
+class PointFit:
+    """The best-fitting parameters of one curve on one window."""
+
+    r0: float
+    a: float
+    b: float
+    c_mid: float
+    sse: float
+    n_points: int
+    fit_r0: bool
+    at_bound: list[str]
+    """Names of parameters sitting on a bound (A at 1 or at R0, B or C_mid at their search limits)."""
+    success: bool = True
+
+    def predict(self, c):
+        return sigmoid(c, self.r0, self.a, self.b, self.c_mid)
+
+    @property
+    def params(self) -> np.ndarray:
+        return np.array([self.r0, self.a, self.b, np.log(self.c_mid)])
+
+
+def _bounds(x: np.ndarray):
+    lx = np.log(x)
+    m_lo = lx.min() - CMID_DECADES_BELOW * np.log(10)
+    m_hi = lx.max() + CMID_DECADES_ABOVE * np.log(10)
+    return m_lo, m_hi
+
+
+def _grid(x: np.ndarray, n_b: int = 40, n_m: int = 64):
+    m_lo, m_hi = _bounds(x)
+    logb = np.linspace(np.log(0.1), np.log(10.0), n_b)
+    m = np.linspace(m_lo, m_hi, n_m)
+    return np.exp(logb), m
+
+
+def _grid_start(x, y, w, r0, fit_r0):
+    """Best (R0, A, B, ln C_mid) over the grid, with A (and R0) in closed form for each (B, C_mid)."""
+    bs, ms = _grid(x)
+    lx = np.log(x)
+    s = expit(bs[:, None, None] * (lx[None, None, :] - ms[None, :, None]))  # [nb, nm, n]
+    if not fit_r0:
+        # y - r0 = (A - r0) s  =>  weighted least squares for g = A - r0, clipped to [0, 1 - r0]
+        yc = y - r0
+        g = (s * w * yc).sum(-1) / np.maximum((s * w * s).sum(-1), 1e-300)
+        g = np.clip(g, 0.0, 1.0 - r0)
+        sse = (w * (yc - g[..., None] * s) ** 2).sum(-1)
+        i, j = np.unravel_index(np.argmin(sse), sse.shape)
+        return np.array([r0, r0 + g[i, j], bs[i], ms[j]])
+    # y = R0 (1 - s) + A s: two-column weighted least squares per grid cell, then clip to the box.
+    u = 1.0 - s
+    suu, sus, sss = (w * u * u).sum(-1), (w * u * s).sum(-1), (w * s * s).sum(-1)
+    suy, ssy = (w * u * y).sum(-1), (w * s * y).sum(-1)
+    det = suu * sss - sus**2
+    ok = np.abs(det) > 1e-12
+    det = np.where(ok, det, 1.0)
+    r0s = np.clip(np.where(ok, (sss * suy - sus * ssy) / det, y.min()), 0.0, 1.0)
+    a_s = np.clip(np.where(ok, (suu * ssy - sus * suy) / det, y.max()), r0s, 1.0)
+    sse = (w * (y - r0s[..., None] * u - a_s[..., None] * s) ** 2).sum(-1)
+    i, j = np.unravel_index(np.argmin(sse), sse.shape)
+    return np.array([r0s[i, j], a_s[i, j], bs[i], ms[j]])
+
+
+def _residual_jac(p, lx, y, sw, r0_fixed):
+    """Weighted residuals and Jacobian for params p = [A, B, m] (+ R0 first when it is free)."""
+    if r0_fixed is None:
+        r0, a, b, m = p
+    else:
+        r0 = r0_fixed
+        a, b, m = p
+    s = expit(b * (lx - m))
+    ds = s * (1.0 - s)
+    res = sw * (r0 + (a - r0) * s - y)
+    cols = [s, (a - r0) * ds * (lx - m), -(a - r0) * ds * b]
+    if r0_fixed is None:
+        cols.insert(0, 1.0 - s)
+    return res, sw[:, None] * np.stack(cols, axis=1)
+
+
+def fit_sigmoid(
+    x,
+    y,
+    *,
+    r0: float | None = None,
+    weights=None,
+    loss: str = "linear",
+    f_scale: float = 0.01,
+) -> PointFit:
+    """Fit the sigmoid to points with x > 0. `r0=None` frees R0 (fit_r0); otherwise it is held fixed.
+
+    Shapes: x, y, weights: [n]. `loss` is passed to least_squares ("linear" or "huber", with `f_scale`
+    the residual size, in pass-rate units, where Huber turns linear).
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=float)
+    fit_r0 = r0 is None
+    lx = np.log(x)
+    m_lo, m_hi = _bounds(x)
+    start = _grid_start(x, y, w, 0.0 if fit_r0 else r0, fit_r0)
+    sw = np.sqrt(w)
+    if fit_r0:
+        p0 = start
+        lo = np.array([0.0, 0.0, B_BOUNDS[0], m_lo])
+        hi = np.array([1.0, 1.0, B_BOUNDS[1], m_hi])
+        r0_fixed = None
+    else:
+        p0 = start[1:]
+        lo = np.array([r0, B_BOUNDS[0], m_lo])
+        hi = np.array([1.0, B_BOUNDS[1], m_hi])
+        r0_fixed = r0
+    p0 = np.clip(p0, lo + 1e-12, hi - 1e-12)
+    sol = least_squares(
+        lambda p: _residual_jac(p, lx, y, sw, r0_fixed)[0],
+        p0,
+        jac=lambda p: _residual_jac(p, lx, y, sw, r0_fixed)[1],
+        bounds=(lo, hi),
+        loss=loss,
+        f_scale=f_scale,
+        method="trf",
+        x_scale="jac",
+    )
+    p = sol.x
+    if fit_r0:
+        r0_hat, a, b, m = p
+        # A >= R0 is a constraint the box can't express; the closed-form start respects it and the
+        # optimum rarely crosses it, but enforce it rather than report an inverted curve.
+        a = max(a, r0_hat)
+    else:
+        r0_hat = r0
+        a, b, m = p
+    pf = PointFit(
+        r0=float(r0_hat), a=float(a), b=float(b), c_mid=float(np.exp(m)), sse=0.0,
+        n_points=len(x), fit_r0=fit_r0, at_bound=[], success=bool(sol.success),
+    )
+    pf.sse = float((w * (pf.predict(x) - y) ** 2).sum())
+    pf.at_bound = _at_bound(pf, m_lo, m_hi)
+    return pf
+
+
+def _at_bound(pf: PointFit, m_lo: float, m_hi: float) -> list[str]:
+    out = []
+    if pf.a >= 1.0 - AT_BOUND_TOL:
+        out.append("A=1")
+    if pf.a <= pf.r0 + AT_BOUND_TOL:
+        out.append("A=R0")
+    if pf.b <= B_BOUNDS[0] * (1 + 1e-3) or pf.b >= B_BOUNDS[1] * (1 - 1e-3):
+        out.append("B")
+    m = np.log(pf.c_mid)
+    if m <= m_lo + 1e-3 or m >= m_hi - 1e-3:
+        out.append("C_mid")
+    return out
+
+
+def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None, iters: int = 40) -> np.ndarray:
+    """Refit K curves that share x (e.g. bootstrap resamples) from one start, all at once.
+
+    x: [n]; Y: [K, n] or [n] (shared); weights: [n] or [K, n] (a run bootstrap is a reweighting).
+    Returns params [K, 4] = (R0, A, B, C_mid). A projected Levenberg-Marquardt on
+    (A, B, ln C_mid) (+ R0 when `start.fit_r0`), vectorised over K, same bounds as `fit_sigmoid`; with
+    `huber`, iteratively reweighted (the Huber loss's IRLS form).
+    """
+    x = np.asarray(x, dtype=float)
+    w0 = np.ones(x.shape) if weights is None else np.asarray(weights, dtype=float)
+    K = max(np.atleast_2d(Y).shape[0], np.atleast_2d(w0).shape[0])
+    n = x.size
+    Y = np.broadcast_to(np.asarray(Y, dtype=float), (K, n))
+    w0 = np.broadcast_to(w0, (K, n))
+    lx = np.log(x)
+    m_lo, m_hi = _bounds(x)
+    free_r0 = start.fit_r0
+    p = np.tile(start.params if free_r0 else start.params[1:], (K, 1))
+    if free_r0:
+        lo = np.array([0.0, 0.0, B_BOUNDS[0], m_lo])
+        hi = np.array([1.0, 1.0, B_BOUNDS[1], m_hi])
+    else:
+        lo = np.array([start.r0, B_BOUNDS[0], m_lo])
+        hi = np.array([1.0, B_BOUNDS[1], m_hi])
+    lam = np.full(K, 1e-3)
+
+    def unpack(p):
+        if free_r0:
+            return p[:, 0:1], p[:, 1:2], p[:, 2:3], p[:, 3:4]
+        return np.full((K, 1), start.r0), p[:, 0:1], p[:, 1:2], p[:, 2:3]
+
+    def resid(p, w):
+        r0, a, b, m = unpack(p)
+        s = expit(b * (lx - m))
+        return (r0 + (a - r0) * s - Y), s, w
+
+    def weights_for(r):
+        if huber is None:
+            return np.broadcast_to(w0, r.shape)
+        return w0 * np.minimum(1.0, huber / np.maximum(np.abs(r), 1e-12))
+
+    r, s, _ = resid(p, None)
+    w = weights_for(r)
+    sse = (w * r * r).sum(1)
+    eye = np.eye(p.shape[1])
+    for _ in range(iters):
+        r0, a, b, m = unpack(p)
+        ds = s * (1.0 - s)
+        cols = [s, (a - r0) * ds * (lx - m), -(a - r0) * ds * b]
+        if free_r0:
+            cols.insert(0, 1.0 - s)
+        J = np.stack(cols, axis=2)  # [K, n, P]
+        JwT = (J * w[:, :, None]).transpose(0, 2, 1)  # [K, P, n]
+        H = JwT @ J
+        g = JwT @ r[:, :, None]
+        D = H * eye
+        step = -np.linalg.solve(H + lam[:, None, None] * (D + 1e-12 * eye), g)[:, :, 0]
+        p_new = np.clip(p + step, lo, hi)
+        r_new, s_new, _ = resid(p_new, None)
+        sse_new = (w * r_new * r_new).sum(1)
+        better = sse_new < sse
+        gain = np.where(better, (sse - sse_new) / np.maximum(sse, 1e-300), 0.0)
+        p = np.where(better[:, None], p_new, p)
+        r = np.where(better[:, None], r_new, r)
+        s = np.where(better[:, None], s_new, s)
+        lam = np.where(better, lam / 3.0, lam * 4.0)
+        if huber is not None:
+            w = weights_for(r)
+        sse = np.where(better, sse_new, (w * r * r).sum(1))
+        # converged: no curve improved its SSE by more than 1e-9 relative (or all are stuck at large damping)
+        if gain.max() < 1e-9 and (better.any() or lam.min() > 1e6):
+            break
+    r0, a, b, m = unpack(p)
+    a = np.maximum(a, r0)
+    return np.concatenate([r0, a, b, np.exp(m)], axis=1)

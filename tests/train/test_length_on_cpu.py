@@ -1,0 +1,66 @@
+"""Length penalty at its edges, forced interruption and truncation flags; expected values worked out by hand."""
+
+import random
+
+import pytest
+import torch
+
+from ablate.errors import UserError
+from ablate.train.length import (
+    TRUNCATION_WARN,
+    draw_think_budget,
+    interrupt,
+    length_penalty,
+    truncated,
+    truncation_rate,
+)
+
+
+def test_length_penalty_edges_and_midpoint():
+    # l_max 100, l_cache 20: free up to 80 tokens, linear to -1 at 100, -1 beyond
+    lengths = torch.tensor([50, 80, 85, 90, 95, 100, 130])
+    pen = length_penalty(lengths, torch.ones(7, dtype=torch.bool), l_max=100, l_cache=20)
+    assert pen.tolist() == pytest.approx([0.0, 0.0, -0.25, -0.5, -0.75, -1.0, -1.0])
+
+
+def test_length_penalty_only_for_correct_answers():
+    pen = length_penalty(torch.tensor([95.0, 95.0, 130.0]), torch.tensor([True, False, False]), l_max=100, l_cache=20)
+    assert pen.tolist() == pytest.approx([-0.75, 0.0, 0.0])
+
+
+def test_length_penalty_rejects_a_cache_outside_the_budget():
+    with pytest.raises(UserError, match="l_cache"):
+        length_penalty(torch.tensor([1]), torch.tensor([True]), l_max=10, l_cache=20)
+    with pytest.raises(UserError, match="l_cache"):
+        length_penalty(torch.tensor([1]), torch.tensor([True]), l_max=10, l_cache=0)
+
+
+def test_interrupt_appends_the_phrase_after_the_budget():
+    tokens = [5, 6, 7, 8, 9]
+    assert interrupt(tokens, [1, 2]) == [5, 6, 7, 8, 9, 1, 2]
+    assert interrupt(tokens, [1, 2], budget=3) == [5, 6, 7, 1, 2]  # overshoot past the budget is cut
+    assert interrupt([5, 1, 2], [1, 2]) == [5, 1, 2]  # already interrupted: not twice
+    assert tokens == [5, 6, 7, 8, 9]  # input untouched
+    with pytest.raises(UserError, match="phrase"):
+        interrupt(tokens, [])
+
+
+def test_think_budget_is_uniform_on_the_closed_window():
+    for rng in (random.Random(0), torch.Generator().manual_seed(0)):
+        draws = [draw_think_budget(rng, 3, 5) for _ in range(300)]
+        assert set(draws) == {3, 4, 5}
+        assert all(type(d) is int for d in draws)
+    assert draw_think_budget(random.Random(7), 10, 20) == draw_think_budget(random.Random(7), 10, 20)
+    assert draw_think_budget(random.Random(0), 4, 4) == 4
+    with pytest.raises(UserError, match="lo <= hi"):
+        draw_think_budget(random.Random(0), 6, 5)
+
+
+def test_truncation_flags_and_rate():
+    lengths = torch.tensor([3, 5, 5, 6])
+    assert truncated(lengths, 5).tolist() == [False, True, True, True]
+    finished = torch.tensor([True, True, False, False])  # row 1 ended with EOS exactly at max_len
+    flags = truncated(lengths, 5, finished)
+    assert flags.tolist() == [False, False, True, True]
+    assert truncation_rate(flags) == 0.5 and truncation_rate(flags) > TRUNCATION_WARN
+    assert truncation_rate(torch.zeros(0, dtype=torch.bool)) == 0.0
