@@ -165,3 +165,98 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+VERDICT_STYLE = {"ceiling_up": "bold green", "ceiling_down": "bold red", "efficiency_up": "green",
+                 "efficiency_down": "red", "no_effect": "dim", "not_identified": "yellow", "baseline": "bold"}
+
+
+def rank_table(ranking) -> Table:
+    """One row per arm, best first: seeds, R0, A, B, C_mid, R at target (± half-interval), verdict."""
+    from ablate.fit.compare import VERDICT_TEXT
+
+    t = Table(title=f"arms ranked by predicted pass rate at {ranking.x} = {ranking.target:g}", header_style="bold")
+    for col, kw in [("#", {"justify": "right"}), ("arm", {}), ("seeds", {"justify": "right"}),
+                    ("R0", {"justify": "right"}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
+                    ("C_mid", {"justify": "right"}), (f"R@{ranking.target:g}", {"justify": "right"}),
+                    ("verdict", {}), ("why", {"style": "dim"})]:
+        t.add_column(col, **kw)
+    for i, a in enumerate(ranking.arms, start=1):
+        f = a.fit
+        flags = []
+        if a.partial:
+            flags.append("[yellow]partial[/]")
+        if a.truncation_warning:
+            flags.append("[red]truncation >10%[/]")
+        arm = a.arm + ("  " + " ".join(flags) if flags else "")
+        verdict = VERDICT_TEXT[a.verdict]
+        t.add_row(str(i), arm, str(a.seeds), _fmt(f.R0), fmt_pm(f.A, f.A_ci), fmt_pm(f.B, f.B_ci, 2),
+                  fmt_pm(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci),
+                  f"[{VERDICT_STYLE.get(a.verdict, 'white')}]{verdict}[/]", a.detail)
+    return t
+
+
+def plot_efficiency(ranking, path: Path | str) -> Path | None:
+    """The paper's efficiency view: log F(R) = log((R - R0) / (A - R)) against log C, with one A shared by
+    the arms that share the baseline's ceiling (verdicts efficiency/no effect; those that move the ceiling
+    or are not identified don't belong on it), so each arm is a line of slope B (intercept -B log C_mid)."""
+    from ablate.fit.analysis import window_points
+    from ablate.fit.compare import fit_shared_a
+
+    plt = _plt()
+    path = Path(path)
+    parts, names = [], []
+    same_ceiling = {"baseline", "efficiency_up", "efficiency_down", "no_effect", None}
+    for a in ranking.arms:
+        if a.verdict not in same_ceiling or not a.fit.identifiable:
+            continue
+        x, y, _, _ = window_points(a.fit.curves, ranking.opts, a.arm)
+        parts.append((x, y, a.fit.R0))
+        names.append(a.arm)
+    if not parts:
+        return None  # no identified arm shares a ceiling: there is no efficiency view to draw
+    a_s, params = fit_shared_a(parts)
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, ((x, y, r0), (b, c_mid), name) in enumerate(zip(parts, params, names)):
+        color = "black" if name == ranking.baseline else colors[i % len(colors)]
+        ok = (y > r0) & (y < a_s)
+        ax.scatter(x[ok], (y[ok] - r0) / (a_s - y[ok]), s=8, color=color, alpha=0.5)
+        xs = np.geomspace(x.min(), max(x.max(), ranking.target), 100)
+        ax.plot(xs, (xs / c_mid) ** b, color=color, lw=2.4 if name == ranking.baseline else 1.5,
+                label=f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"compute ({ranking.x})")
+    ax.set_ylabel("F(R) = (R - R0) / (A - R)")
+    ax.set_title(f"efficiency with A shared = {a_s:.3f} (slope = B)")
+    ax.grid(alpha=0.25, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def extrapolation_table(ex) -> Table:
+    f = ex.fit
+    t = Table(title=f"{ex.subject}: fitted on {f.window[0]:g}..{f.window[1]:g}, projected to {f.target:g}",
+              header_style="bold", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    t.add_row("fit", f"A {fmt_pm(f.A, f.A_ci)}   B {fmt_pm(f.B, f.B_ci, 2)}   C_mid {fmt_pm(f.C_mid, f.C_mid_ci)}   "
+                     f"R0 {_fmt(f.R0)}   ({f.n_points} points, {f.n_runs} run(s))")
+    t.add_row("identifiable", f"{'yes' if f.identifiable else '[red]no[/]'} — status {f.status}, "
+                              f"gain reached f = {f.gain_fraction:.2f}")
+    ci = f"  [{f.pred_ci[0]:.3f}, {f.pred_ci[1]:.3f}]" if f.pred_ci else ""
+    t.add_row(f"R at {f.target:g}", f"[bold]{f.pred_at_target:.3f}[/]{ci}")
+    if f.target_r is not None:
+        c = f.compute_to_target
+        cci = f"  [{_fmt(f.compute_to_target_ci[0])}, {_fmt(f.compute_to_target_ci[1])}]" if f.compute_to_target_ci else ""
+        t.add_row(f"compute to R = {f.target_r:g}", (_fmt(c) + cci) if c is not None else "never (above the ceiling A)")
+    if ex.heldout:
+        last = ex.heldout[-1]
+        t.add_row("held-out check", f"{len(ex.heldout)} points past {f.window[1]:g}: MAE {ex.heldout_mae:.4f}; "
+                                    f"at {last['x']:g} observed {last['y']:.3f}, predicted {last['pred']:.3f}")
+    return t

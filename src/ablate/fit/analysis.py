@@ -153,7 +153,7 @@ class FitResult:
         }
 
 
-def _window_points(curves: list[Curve], opts: FitOptions, name: str):
+def window_points(curves: list[Curve], opts: FitOptions, name: str):
     xs, ys, idx = [], [], []
     lo = opts.fit_from if opts.fit_from is not None else 0.0
     hi = opts.fit_until if opts.fit_until is not None else np.inf
@@ -172,6 +172,12 @@ def _window_points(curves: list[Curve], opts: FitOptions, name: str):
     return x[order], y[order], run_index[order], (float(lo), float(min(hi, x.max())))
 
 
+def measured_run_r0(curves: list[Curve], opts: FitOptions) -> list[float] | None:
+    """Each run's measured R0 when the fixed R0 is their mean (so a run bootstrap resamples it too)."""
+    r0s = [c.r0 for c in curves]
+    return None if opts.fit_r0 or opts.r0 is not None or None in r0s else r0s
+
+
 def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None, group: str | None = None) -> FitResult:
     """Fit one run (one curve) or one arm (several curves pooled) and attach intervals and predictions."""
     if opts.method not in METHODS:
@@ -188,7 +194,7 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     else:
         r0 = None
         notes.append("no point at compute 0: R0 fitted (give --r0 to fix it)")
-    x, y, run_index, window = _window_points(curves, opts, name)
+    x, y, run_index, window = window_points(curves, opts, name)
     n_params = 3 if r0 is not None else 4
     if x.size < n_params + 1:
         raise UserError(
@@ -205,7 +211,8 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     else:
         pf = fit_sigmoid(x, y, r0=r0, loss=opts.loss, f_scale=huber or 1.0)
         if opts.n_boot > 0 and len(curves) > 1:
-            draws, interval_method = bootstrap_runs(x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, huber=huber)
+            draws, interval_method = bootstrap_runs(x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, huber=huber,
+                                                    run_r0=measured_run_r0(curves, opts))
         elif opts.n_boot > 0:
             draws, interval_method = bootstrap_single(x, y, pf, n_boot=opts.n_boot, rng=rng, huber=huber)
         else:

@@ -154,3 +154,100 @@ def load_curves(
             )
         curves.append(Curve(run=key, group=groups[key], x=cx, y=cy))
     return curves
+
+
+AXES = ("gpu_hours", "flops", "samples", "step")
+TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
+
+
+def curve_from_run_dir(rd: Path, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> tuple[Curve | None, dict[str, Any]]:
+    """One run directory's curve with its meta, or (None, meta with the reason it can't be fitted)."""
+    from ablate import store
+
+    info = store.read_json(rd / "run.json") if (rd / "run.json").exists() else {}
+    label = info.get("label") or rd.name
+    arm = ",".join(p for p in label.split(",") if not p.startswith("seed=")) or "base"
+    status = info.get("status", "unknown")
+    meta: dict[str, Any] = {"run_id": info.get("run_id", rd.name), "arm_id": info.get("arm_id"), "label": label,
+                            "arm": arm, "status": status, "baseline": bool(info.get("baseline", False)),
+                            "partial": status in ("pending", "running", "preempted")}
+    if status in ("failed", "diverged"):
+        reason = info.get("error") or info.get("reason") or status
+        if isinstance(reason, dict):
+            reason = reason.get("cause") or reason.get("class") or status
+        return None, {**meta, "reason": f"{status}: {str(reason).splitlines()[0][:120]}"}
+    recs = [r for r in store.read_jsonl(rd / "metrics.jsonl") if y in r and (x in r or r.get("step") == 0)]
+    if not recs:
+        return None, {**meta, "reason": f"no metrics yet ({rd / 'metrics.jsonl'})"}
+    xs = np.array([0.0 if r.get("step") == 0 else float(r[x]) for r in recs])
+    ys = np.array([float(r[y]) for r in recs])
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    order = np.argsort(xs[ok], kind="stable")
+    xs, ys = xs[ok][order], ys[ok][order]
+    keep = np.concatenate([[True], np.diff(xs) > 0])  # a resumed run never logs a step twice; be safe
+    trunc = [r["truncation_rate"] for r in recs if r.get("truncation_rate") is not None]
+    meta["truncation_warning"] = bool(info.get("truncation_warning")) or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
+    return Curve(run=label, group=arm, x=xs[keep], y=ys[keep], meta=meta), meta
+
+
+def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Read every run of a sweep directory (`<sweep>/runs/<run_id>/{run.json, metrics.jsonl}`).
+
+    Returns the curves of runs that have metrics, each with meta (run_id, arm_id, label, arm, status,
+    baseline, truncation_warning, partial), and a list of the runs that can't be fitted with the reason
+    (failed, diverged, no metrics yet). The evaluation at step 0 is the run's R0 point: its compute is 0
+    by definition, whatever the clock said.
+    """
+    sweep_dir = Path(sweep_dir)
+    if x not in AXES:
+        raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(AXES)}")
+    runs_dir = sweep_dir / "runs"
+    if not sweep_dir.is_dir():
+        raise UserError(f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)")
+    run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    if not run_dirs:
+        raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
+    curves: list[Curve] = []
+    skipped: list[dict[str, Any]] = []
+    for rd in run_dirs:
+        curve, why = curve_from_run_dir(rd, x=x, y=y)
+        if curve is None:
+            skipped.append(why)
+        else:
+            curves.append(curve)
+    if not curves:
+        reasons = "; ".join(f"{s['label']}: {s['reason']}" for s in skipped[:3])
+        raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
+    return curves, skipped
+
+
+def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_rate", run: str | None = "run",
+                group: str | None = None) -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Curves from any mix of sweep directories, single run directories and CSV/JSONL files.
+
+    A file's runs form arms by its `group` column (else each run is its own arm). With several inputs, arm
+    names are prefixed by their input's name so that they stay apart.
+    """
+    if not paths:
+        raise UserError("give a sweep directory (sweeps/NAME), a run directory or a CSV/JSONL file")
+    curves: list[Curve] = []
+    skipped: list[dict[str, Any]] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir() and (p / "runs").is_dir():
+            cs, sk = curves_from_sweep(p, x=x, y=y)
+        elif p.is_dir() and ((p / "metrics.jsonl").exists() or (p / "run.json").exists()):
+            c, why = curve_from_run_dir(p, x=x, y=y)
+            if c is None:
+                raise UserError(f"{p}: {why['reason']}")
+            cs, sk = [c], []
+        elif p.is_dir():
+            raise UserError(f"{p}: neither a sweep directory (no runs/) nor a run directory (no metrics.jsonl)")
+        else:
+            cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
+        if len(paths) > 1:
+            for c in cs:
+                c.group = f"{p.name}:{c.group or c.run}"
+        curves += cs
+        skipped += sk
+    return curves, skipped

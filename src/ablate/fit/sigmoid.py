@@ -204,13 +204,16 @@ def _at_bound(pf: PointFit, m_lo: float, m_hi: float) -> list[str]:
     return out
 
 
-def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None, iters: int = 40) -> np.ndarray:
+def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None, iters: int = 40,
+              fix_a: float | None = None, r0=None) -> np.ndarray:
     """Refit K curves that share x (e.g. bootstrap resamples) from one start, all at once.
 
     x: [n]; Y: [K, n] or [n] (shared); weights: [n] or [K, n] (a run bootstrap is a reweighting).
     Returns params [K, 4] = (R0, A, B, C_mid). A projected Levenberg-Marquardt on
     (A, B, ln C_mid) (+ R0 when `start.fit_r0`), vectorised over K, same bounds as `fit_sigmoid`; with
-    `huber`, iteratively reweighted (the Huber loss's IRLS form).
+    `huber`, iteratively reweighted (the Huber loss's IRLS form). `fix_a` holds A at that value (the
+    shared-ceiling refits of `rank`'s efficiency comparison). `r0` ([K]) gives each curve its own fixed
+    R0 (a bootstrap resamples the R0 measurement too); default: `start.r0` for all.
     """
     x = np.asarray(x, dtype=float)
     w0 = np.ones(x.shape) if weights is None else np.asarray(weights, dtype=float)
@@ -221,61 +224,79 @@ def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None
     lx = np.log(x)
     m_lo, m_hi = _bounds(x)
     free_r0 = start.fit_r0
+    r0_k = np.full((K, 1), start.r0) if r0 is None else np.asarray(r0, dtype=float).reshape(K, 1)
     p = np.tile(start.params if free_r0 else start.params[1:], (K, 1))
     if free_r0:
-        lo = np.array([0.0, 0.0, B_BOUNDS[0], m_lo])
-        hi = np.array([1.0, 1.0, B_BOUNDS[1], m_hi])
+        lo = np.tile([0.0, 0.0, B_BOUNDS[0], m_lo], (K, 1))
+        hi = np.tile([1.0, 1.0, B_BOUNDS[1], m_hi], (K, 1))
     else:
-        lo = np.array([start.r0, B_BOUNDS[0], m_lo])
-        hi = np.array([1.0, B_BOUNDS[1], m_hi])
+        lo = np.tile([0.0, B_BOUNDS[0], m_lo], (K, 1))
+        lo[:, 0:1] = r0_k
+        hi = np.tile([1.0, B_BOUNDS[1], m_hi], (K, 1))
+    p = np.clip(p, lo, hi)
+    ia = 1 if free_r0 else 0  # column of A in p
+    frozen = np.zeros(p.shape[1])
+    if fix_a is not None:
+        p[:, ia] = lo[:, ia] = hi[:, ia] = fix_a
+        frozen[ia] = 1.0
     lam = np.full(K, 1e-3)
 
-    def unpack(p):
+    def unpack(p, idx):
         if free_r0:
             return p[:, 0:1], p[:, 1:2], p[:, 2:3], p[:, 3:4]
-        return np.full((K, 1), start.r0), p[:, 0:1], p[:, 1:2], p[:, 2:3]
+        return r0_k[idx], p[:, 0:1], p[:, 1:2], p[:, 2:3]
 
-    def resid(p, w):
-        r0, a, b, m = unpack(p)
+    def resid(p, idx):
+        r0, a, b, m = unpack(p, idx)
         s = expit(b * (lx - m))
-        return (r0 + (a - r0) * s - Y), s, w
+        return r0 + (a - r0) * s - Y[idx], s
 
-    def weights_for(r):
+    def weights_for(r, idx):
         if huber is None:
-            return np.broadcast_to(w0, r.shape)
-        return w0 * np.minimum(1.0, huber / np.maximum(np.abs(r), 1e-12))
+            return w0[idx]
+        return w0[idx] * np.minimum(1.0, huber / np.maximum(np.abs(r), 1e-12))
 
-    r, s, _ = resid(p, None)
-    w = weights_for(r)
+    everyone = np.arange(K)
+    r, s = resid(p, everyone)
+    w = np.array(weights_for(r, everyone))
     sse = (w * r * r).sum(1)
     eye = np.eye(p.shape[1])
+    act = everyone  # curves still iterating: each stops on its own, so one slow resample costs only itself
     for _ in range(iters):
-        r0, a, b, m = unpack(p)
-        ds = s * (1.0 - s)
-        cols = [s, (a - r0) * ds * (lx - m), -(a - r0) * ds * b]
+        pa, ra, sa, wa = p[act], r[act], s[act], w[act]
+        r0, a, b, m = unpack(pa, act)
+        ds = sa * (1.0 - sa)
+        cols = [sa, (a - r0) * ds * (lx - m), -(a - r0) * ds * b]
         if free_r0:
-            cols.insert(0, 1.0 - s)
-        J = np.stack(cols, axis=2)  # [K, n, P]
-        JwT = (J * w[:, :, None]).transpose(0, 2, 1)  # [K, P, n]
-        H = JwT @ J
-        g = JwT @ r[:, :, None]
-        D = H * eye
-        step = -np.linalg.solve(H + lam[:, None, None] * (D + 1e-12 * eye), g)[:, :, 0]
-        p_new = np.clip(p + step, lo, hi)
-        r_new, s_new, _ = resid(p_new, None)
-        sse_new = (w * r_new * r_new).sum(1)
-        better = sse_new < sse
-        gain = np.where(better, (sse - sse_new) / np.maximum(sse, 1e-300), 0.0)
-        p = np.where(better[:, None], p_new, p)
-        r = np.where(better[:, None], r_new, r)
-        s = np.where(better[:, None], s_new, s)
-        lam = np.where(better, lam / 3.0, lam * 4.0)
+            cols.insert(0, 1.0 - sa)
+        # normal equations H = J^T W J, g = J^T W r from the columns directly (P <= 4: a few row sums are
+        # much cheaper than stacking J and a batched matmul); a frozen parameter's column is zero
+        cols = [c * (1.0 - f) for c, f in zip(cols, frozen)]
+        P = len(cols)
+        wcols = [wa * c for c in cols]
+        H = np.empty((act.size, P, P))
+        for i in range(P):
+            for j in range(i, P):
+                H[:, i, j] = H[:, j, i] = (wcols[i] * cols[j]).sum(1)
+        g = np.stack([(wc * ra).sum(1) for wc in wcols], axis=1)[:, :, None]
+        D = H * eye + frozen * eye
+        step = -np.linalg.solve(H + lam[act, None, None] * (D + 1e-12 * eye), g)[:, :, 0]
+        p_new = np.clip(pa + step, lo[act], hi[act])
+        r_new, s_new = resid(p_new, act)
+        sse_new = (wa * r_new * r_new).sum(1)
+        better = sse_new < sse[act]
+        gain = np.where(better, (sse[act] - sse_new) / np.maximum(sse[act], 1e-300), 0.0)
+        upd = act[better]
+        p[upd], r[upd], s[upd], sse[upd] = p_new[better], r_new[better], s_new[better], sse_new[better]
+        lam[act] = np.where(better, lam[act] / 3.0, lam[act] * 4.0)
         if huber is not None:
-            w = weights_for(r)
-        sse = np.where(better, sse_new, (w * r * r).sum(1))
-        # converged: no curve improved its SSE by more than 1e-9 relative (or all are stuck at large damping)
-        if gain.max() < 1e-9 and (better.any() or lam.min() > 1e6):
+            w[act] = weights_for(r[act], act)
+            sse[act] = (w[act] * r[act] ** 2).sum(1)
+        # a curve is done when a successful step gained < 1e-10 relative SSE, or damping ran away (stuck)
+        done = (better & (gain < 1e-10)) | (lam[act] > 1e8)
+        act = act[~done]
+        if act.size == 0:
             break
-    r0, a, b, m = unpack(p)
+    r0, a, b, m = unpack(p, everyone)
     a = np.maximum(a, r0)
     return np.concatenate([r0, a, b, np.exp(m)], axis=1)

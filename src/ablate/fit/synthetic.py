@@ -9,6 +9,8 @@ real runs.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.stats import beta as beta_dist
 
@@ -21,6 +23,17 @@ PAPER_CURVES = {
     "scalerl-8b-32k-gen": dict(c_mid=11272.0, b=1.89, a=0.645),
     "scalerl-scout": dict(c_mid=4242.0, b=1.65, a=0.710),
 }
+
+
+_TABLE_MEANS = np.linspace(1e-3, 1 - 1e-3, 400)
+
+
+@functools.lru_cache(maxsize=4)
+def _prompt_table(n_prompts: int, concentration: float) -> np.ndarray:
+    """Per-prompt pass probabilities [len(_TABLE_MEANS), n_prompts]: Beta quantiles for each mean pass rate."""
+    q = (np.arange(n_prompts) + 0.5) / n_prompts
+    m = _TABLE_MEANS[:, None]
+    return beta_dist.ppf(q[None, :], m * concentration, (1 - m) * concentration)
 
 
 def synthetic_curve(
@@ -47,11 +60,13 @@ def synthetic_curve(
     drift = np.zeros_like(x)
     for i in range(1, x.size):
         drift[i] = drift_phi * drift[i - 1] + rng.normal(0.0, drift_sd * np.sqrt(1 - drift_phi**2))
-    quantiles = (np.arange(n_prompts) + 0.5) / n_prompts  # the same prompts at every evaluation
-    y = np.empty_like(x)
-    for i, m in enumerate(np.clip(mean + drift, 1e-3, 1 - 1e-3)):
-        p = beta_dist.ppf(quantiles, m * concentration, (1 - m) * concentration)
-        y[i] = rng.binomial(k, p).mean() / k
+    table = _prompt_table(n_prompts, concentration)  # the same prompts at every evaluation
+    m = np.clip(mean + drift, 1e-3, 1 - 1e-3)
+    pos = np.interp(m, _TABLE_MEANS, np.arange(_TABLE_MEANS.size))
+    lo = np.floor(pos).astype(int).clip(max=_TABLE_MEANS.size - 2)
+    frac = (pos - lo)[:, None]
+    p = (1 - frac) * table[lo] + frac * table[lo + 1]  # [points, prompts] per-prompt pass probabilities
+    y = rng.binomial(k, np.clip(p, 0.0, 1.0)).mean(axis=1) / k
     return Curve(run=run, group=group, x=x, y=y)
 
 
@@ -61,9 +76,38 @@ def paper_curves(seed: int = 0, **kw) -> list[Curve]:
 
 
 def write_csv(curves: list[Curve], path, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
-    """Write curves as a long CSV: run, group, x, y."""
-    with open(path, "w") as f:
-        f.write(f"run,group,{x},{y}\n")
+    """Write curves as a long CSV: run, group, x, y (labels like `loss=dapo,seed=0` are quoted)."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "group", x, y])
         for c in curves:
             for xi, yi in zip(c.x, c.y):
-                f.write(f"{c.run},{c.group or c.run},{xi:.6g},{yi:.6g}\n")
+                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"])
+
+
+def write_sweep(root, name: str, arms: dict[str, list[Curve]], *, baseline: str | None = None,
+                x: str = "gpu_hours", status: str = "done") -> "Path":
+    """Write curves as a sweep directory (`<root>/<name>/runs/<id>/{run.json, metrics.jsonl}`), one run per
+    curve, labelled `<arm>,seed=<i>`: what `ablate rank` reads from a real sweep."""
+    import hashlib
+    from pathlib import Path
+
+    from ablate import store
+
+    sweep = Path(root) / name
+    for arm, curves in arms.items():
+        arm_id = hashlib.sha256(arm.encode()).hexdigest()[:12]
+        for seed, c in enumerate(curves):
+            label = f"{arm},seed={seed}"
+            run_id = hashlib.sha256(label.encode()).hexdigest()[:12]
+            rd = store.run_dir(root, name, run_id)
+            rd.mkdir(parents=True, exist_ok=True)
+            store.write_json(rd / "run.json", {"run_id": run_id, "arm_id": arm_id, "label": label,
+                                               "overrides": arm.split(","), "status": status,
+                                               "baseline": arm == baseline})
+            recs = [{"step": i * 10, x: float(xi), "val_pass_rate": float(yi), "samples": i * 1280,
+                     "flops": float(xi) * 1e15, "truncation_rate": 0.0} for i, (xi, yi) in enumerate(zip(c.x, c.y))]
+            store.write_jsonl(rd / "metrics.jsonl", recs)
+    return sweep

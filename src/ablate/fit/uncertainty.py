@@ -17,8 +17,16 @@ import numpy as np
 from ablate.fit.sigmoid import PointFit, fit_batch
 
 
-def block_length(n: int) -> int:
-    return max(1, min(n, math.ceil(n ** (1.0 / 3.0))))
+def block_length(resid: np.ndarray) -> int:
+    """Block length for residuals with lag-1 autocorrelation rho: the AR(1) rule of Politis & White
+    (2004), L = (2 rho / (1 - rho^2))^(2/3) n^(1/3), and never below n^(1/3)."""
+    n = resid.size
+    e = resid - resid.mean()
+    denom = float((e * e).sum())
+    rho = float((e[1:] * e[:-1]).sum() / denom) if denom > 0 and n > 2 else 0.0
+    rho = min(max(rho, 0.0), 0.95)
+    L = max((2 * rho / (1 - rho**2)) ** (2.0 / 3.0), 1.0) * n ** (1.0 / 3.0)
+    return max(1, min(n // 2 or 1, math.ceil(L)))
 
 
 def block_bootstrap_residuals(resid: np.ndarray, n_boot: int, rng: np.random.Generator, block: int) -> np.ndarray:
@@ -31,25 +39,47 @@ def block_bootstrap_residuals(resid: np.ndarray, n_boot: int, rng: np.random.Gen
     return e[idx]
 
 
-def bootstrap_single(x, y, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None) -> tuple[np.ndarray, str]:
-    """Parameter draws [n_boot, 4] (R0, A, B, C_mid) for one curve, and a description of the method."""
-    L = block_length(len(x))
+def bootstrap_single(x, y, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None,
+                     fix_a: float | None = None) -> tuple[np.ndarray, str]:
+    """Parameter draws [n_boot, 4] (R0, A, B, C_mid) for one curve, and a description of the method.
+
+    A fixed R0 is itself one noisy evaluation: each resample perturbs it by a resampled residual, or the
+    interval would ignore that R0 error shifts A and the predictions.
+    """
     yhat = fit.predict(x)
-    Y = yhat[None, :] + block_bootstrap_residuals(y - yhat, n_boot, rng, L)
-    return fit_batch(x, Y, fit, weights=weights, huber=huber), f"block bootstrap of residuals (block {L}, {n_boot} resamples)"
+    resid = y - yhat
+    L = block_length(resid)
+    Y = yhat[None, :] + block_bootstrap_residuals(resid, n_boot, rng, L)
+    r0 = None if fit.fit_r0 else fit.r0 + rng.choice(resid - resid.mean(), size=n_boot)
+    return fit_batch(x, Y, fit, weights=weights, huber=huber, fix_a=fix_a, r0=r0), f"block bootstrap of residuals (block {L}, {n_boot} resamples)"
 
 
-def bootstrap_runs(x, y, run_index, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None) -> tuple[np.ndarray, str]:
-    """Parameter draws for an arm of several runs: resample runs with replacement (as point weights).
+def bootstrap_runs(x, y, run_index, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None,
+                   fix_a: float | None = None, run_r0=None) -> tuple[np.ndarray, str]:
+    """Parameter draws for an arm of several runs: resample runs with replacement (as point weights) and,
+    within each run, its residuals in blocks — with only 2-3 seeds, resampling runs alone would give an
+    interval from 3-10 distinct resamples.
 
-    run_index: [n] which run each pooled point belongs to (0..R-1).
+    x, y, run_index: [n] pooled points and the run (0..R-1) each belongs to; run_r0: [R] each run's
+    measured R0 (a resample's R0 is the mean over its resampled runs).
     """
     R = int(run_index.max()) + 1
     counts = rng.multinomial(R, np.full(R, 1.0 / R), size=n_boot)  # [n_boot, R]
     W = counts[:, run_index].astype(float)
     if weights is not None:
         W = W * np.asarray(weights, dtype=float)[None, :]
-    return fit_batch(x, y, fit, weights=W, huber=huber), f"run bootstrap ({R} runs, {n_boot} resamples)"
+    yhat = fit.predict(x)
+    Y = np.empty((n_boot, x.size))
+    L = 1
+    for r in range(R):
+        idx = np.nonzero(run_index == r)[0]  # this run's points, in compute order
+        L = block_length(y[idx] - yhat[idx])
+        Y[:, idx] = yhat[idx] + block_bootstrap_residuals(y[idx] - yhat[idx], n_boot, rng, L)
+    r0 = None
+    if not fit.fit_r0 and run_r0 is not None:
+        r0 = counts @ np.asarray(run_r0, dtype=float) / R
+    draws = fit_batch(x, Y, fit, weights=W, huber=huber, fix_a=fix_a, r0=r0)
+    return draws, f"run bootstrap x block bootstrap of residuals ({R} runs, block {L}, {n_boot} resamples)"
 
 
 def percentile_ci(draws: np.ndarray, level: float) -> tuple[float, float] | None:

@@ -1,0 +1,437 @@
+"""The run-config schema: one typed dataclass per design choice, and the one `validate()` that runs before anything does.
+
+A resolved run config (what `sweep.compose_run` returns and `config.yaml` in a run directory holds) is a nested
+dict with exactly the sections of `RunConfig` below. Each design-choice section has a `name` whose value is at
+once the recipe option file (`recipes/<group>/<name>.yaml`), the schema value and the trainer's registry key
+(design.md §3). Field metadata carries the validation rules (`choices`, `ge`/`gt`/`le`/`lt`) and `hash=False` for
+resource-only fields that must not change a run's id; `validate` reads both, so a field added here is checked
+and hashed without touching the code below.
+
+`validate(data)` collects *every* problem (unknown key with the closest valid name, wrong type, value out of
+range, impossible combination naming both keys and the fix) as one line each, and raises `ConfigErrors` (a
+`UserError`) with all of them; on success it returns the config completed with the schema's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from omegaconf import OmegaConf
+
+from ablate.errors import UserError
+
+
+def _f(default: Any = None, doc: str = "", *, factory: Any = None, **rules: Any) -> Any:
+    """A dataclass field whose metadata holds its doc line and validation rules (choices, ge, gt, le, lt, hash)."""
+    meta = {"doc": doc, **rules}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# ---- one section per design choice (ScaleRL, arXiv 2510.13786 §3) ----
+
+
+@dataclass
+class LossConfig:
+    """The policy loss. Only the clip parameters of the chosen loss are set (the others stay null)."""
+
+    name: str = _f("cispo", "policy loss = registry key in ablate.train.losses", choices=("grpo", "dapo", "gspo", "cispo"))
+    eps: Optional[float] = _f(None, "grpo: symmetric PPO clip, ratio kept in [1-eps, 1+eps]", gt=0.0, lt=1.0)
+    eps_low: Optional[float] = _f(None, "dapo/gspo: lower clip, ratio >= 1-eps_low", gt=0.0, lt=1.0)
+    eps_high: Optional[float] = _f(None, "dapo/gspo: upper clip, ratio <= 1+eps_high", gt=0.0)
+    eps_max: Optional[float] = _f(None, "cispo: absolute cap on the IS weight (floor 0); ScaleRL uses 5", gt=0.0)
+
+
+@dataclass
+class AggregationConfig:
+    """How per-token losses are averaged into the step loss (ScaleRL §3: prompt-level averaging)."""
+
+    name: str = _f("prompt", "sample | prompt | token", choices=("sample", "prompt", "token"))
+
+
+@dataclass
+class NormalizationConfig:
+    """How centred advantages r - mean(group) are scaled (ScaleRL §3: batch-level)."""
+
+    name: str = _f("batch", "prompt (group std) | batch (std over the batch) | none", choices=("prompt", "batch", "none"))
+
+
+@dataclass
+class PrecisionConfig:
+    """Numerics of the LM head (ScaleRL §3 / MiniMax-M1: FP32 logits fix the trainer-generator mismatch)."""
+
+    name: str = _f("fp32_head", "bf16 | fp32_head", choices=("bf16", "fp32_head"))
+
+
+@dataclass
+class FilteringConfig:
+    """Data filters (ScaleRL §3: zero-variance filtering and no-positive-resampling)."""
+
+    zero_variance: bool = _f(True, "drop prompt groups whose rewards are all equal from the loss and its denominator")
+    zero_variance_tol: float = _f(1e-6, "a group whose highest and lowest rewards are at most this far apart counts as zero variance", ge=0.0)
+    no_positive_resampling: bool = _f(True, "remove a prompt for good once its historical pass rate >= pass_threshold")
+    pass_threshold: float = _f(0.9, "pass rate at which no-positive-resampling retires a prompt (ScaleRL: 0.9)", gt=0.0, le=1.0)
+
+
+@dataclass
+class LengthConfig:
+    """Length control: forced interruption (ScaleRL), DAPO's overlong penalty, or none."""
+
+    name: str = _f("interrupt", "none | interrupt | penalty", choices=("none", "interrupt", "penalty"))
+    max_new_tokens: int = _f(8, "hard cap on generated tokens per completion (L_max of generation)", ge=1)
+    think_budget_min: Optional[int] = _f(None, "interrupt: thinking budget drawn uniformly in [min, max]", ge=1)
+    think_budget_max: Optional[int] = _f(None, "interrupt: upper end of the budget window (< max_new_tokens)", ge=1)
+    phrase: Optional[str] = _f(None, "interrupt: end-of-thinking text appended at the budget; null = the task's own marker")
+    l_max: Optional[int] = _f(None, "penalty: length at which the penalty reaches -1 (DAPO's L_max)", ge=1)
+    l_cache: Optional[int] = _f(None, "penalty: width of the soft zone below l_max (DAPO's L_cache)", ge=1)
+
+
+@dataclass
+class OffPolicyConfig:
+    """Off-policy scheme (ScaleRL §3: PipelineRL-8 beats PPO-off-policy-k)."""
+
+    name: str = _f("pipeline", "ppo (k mini-batches per generation round) | pipeline (trainer <= k steps ahead)", choices=("ppo", "pipeline"))
+    k: int = _f(8, "ppo: optimizer steps per generation round; pipeline: max steps the trainer runs ahead", ge=1)
+
+
+@dataclass
+class BatchConfig:
+    """Prompts x generations per optimizer step (ScaleRL: 48 x 16 on GPU; the CPU default is smaller)."""
+
+    prompts: int = _f(16, "prompts per optimizer step", ge=1)
+    generations: int = _f(8, "completions per prompt (group size; group advantages need >= 2)", ge=2)
+
+
+@dataclass
+class ModelConfig:
+    """The policy. `tiny` is built locally on CPU; `hf` loads a Hugging Face causal LM from a local folder."""
+
+    name: str = _f("tiny", "tiny | hf", choices=("tiny", "hf"))
+    path: Optional[str] = _f(None, "hf: local Hugging Face model folder (no hub downloads)")
+    n_layers: Optional[int] = _f(None, "tiny: transformer layers", ge=1)
+    hidden: Optional[int] = _f(None, "tiny: hidden size", ge=1)
+    n_heads: Optional[int] = _f(None, "tiny: attention heads", ge=1)
+    mlp: Optional[int] = _f(None, "tiny: MLP width", ge=1)
+
+
+@dataclass
+class TaskConfig:
+    """The verifiable task. `synthetic_math` is generated locally; `jsonl` reads a math set from a file."""
+
+    name: str = _f("synthetic_math", "synthetic_math | jsonl", choices=("synthetic_math", "jsonl"))
+    path: Optional[str] = _f(None, "jsonl: path of the JSONL file (one problem per line)")
+    reward: str = _f("binary", "binary (1/0) | signed (+1/-1)", choices=("binary", "signed"))
+    digits: Optional[int] = _f(None, "synthetic_math: digits per operand", ge=1)
+    train_size: Optional[int] = _f(None, "synthetic_math: training problems (null = 20000); the pool no-positive-resampling draws from", ge=1)
+    data_seed: int = _f(1234, "seed of the task's data split (not the run's seed: every run of a sweep sees the same splits)", ge=0)
+    val_path: Optional[str] = _f(None, "jsonl: a separate validation file (null = the first train.val_size rows after a fixed shuffle)")
+
+
+@dataclass
+class RolloutConfig:
+    """The generation backend: torch on CPU, vLLM on GPU."""
+
+    name: str = _f("torch", "torch | vllm", choices=("torch", "vllm"))
+    temperature: float = _f(1.0, "sampling temperature for training rollouts and evaluation", gt=0.0)
+
+
+@dataclass
+class OptimConfig:
+    """AdamW."""
+
+    lr: float = _f(3e-4, "learning rate", gt=0.0)
+    betas: List[float] = _f(doc="AdamW betas", factory=lambda: [0.9, 0.99])
+    weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
+    grad_clip: float = _f(1.0, "max gradient norm", gt=0.0)
+    lr_warmup_steps: int = _f(0, "linear learning-rate warm-up over the first RL steps (Adam's first, bias-corrected steps are full-size)", ge=0)
+    micro_batch: Optional[int] = _f(None, "completions per backward pass (null = whole step); never changes the gradient", ge=1, hash=False)
+
+
+@dataclass
+class WarmupConfig:
+    """Supervised warm-up of the tiny model so that R0 is well above 0 before RL starts."""
+
+    max_steps: int = _f(2000, "upper bound on warm-up steps", ge=0)
+    lr: float = _f(1e-3, "warm-up learning rate", gt=0.0)
+    batch: int = _f(64, "warm-up batch size", ge=1)
+    target_pass_rate: float = _f(0.3, "stop warm-up once the validation pass rate reaches this", ge=0.0, le=1.0)
+    check_every: int = _f(25, "evaluate the stop criterion every this many steps", ge=1)
+
+
+@dataclass
+class TrainConfig:
+    """The RL loop's length and evaluation cadence."""
+
+    max_steps: int = _f(600, "optimizer steps of RL", ge=1)
+    eval_every: int = _f(20, "evaluate (and append a metrics line) every this many steps", ge=1)
+    eval_k: int = _f(4, "completions per validation prompt (mean@k)", ge=1)
+    val_size: int = _f(200, "held-out validation prompts", ge=1)
+    checkpoint_every: int = _f(100, "save a checkpoint every this many steps", ge=1)
+    warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
+
+
+@dataclass
+class LauncherConfig:
+    """Where runs execute. Excluded from run ids: the same run on another executor is the same run."""
+
+    name: str = _f("local", "local | slurm | debug | auto (slurm when sbatch exists)", choices=("local", "slurm", "debug", "auto"))
+    max_parallel: Optional[int] = _f(None, "runs at once (null = number of cores)", ge=1)
+    threads: int = _f(1, "torch threads per run", ge=1)
+    timeout_min: int = _f(60, "wall-clock limit per job in minutes", ge=1)
+    profile: str = _f("local", "cluster profile: slurm/<profile>.yaml")
+    max_requeues: int = _f(3, "requeues after preemption/timeout before a run counts as failed", ge=0)
+
+
+@dataclass
+class RunConfig:
+    """One fully resolved run."""
+
+    seed: int = _f(0, "RNG seed of the run (its own sweep axis)", ge=0)
+    loss: LossConfig = _f(factory=LossConfig)
+    aggregation: AggregationConfig = _f(factory=AggregationConfig)
+    normalization: NormalizationConfig = _f(factory=NormalizationConfig)
+    precision: PrecisionConfig = _f(factory=PrecisionConfig)
+    filtering: FilteringConfig = _f(factory=FilteringConfig)
+    length: LengthConfig = _f(factory=LengthConfig)
+    offpolicy: OffPolicyConfig = _f(factory=OffPolicyConfig)
+    batch: BatchConfig = _f(factory=BatchConfig)
+    model: ModelConfig = _f(factory=ModelConfig)
+    task: TaskConfig = _f(factory=TaskConfig)
+    rollout: RolloutConfig = _f(factory=RolloutConfig)
+    optim: OptimConfig = _f(factory=OptimConfig)
+    train: TrainConfig = _f(factory=TrainConfig)
+    launcher: LauncherConfig = _f(factory=LauncherConfig, hash=False)
+
+
+# Which clip/length parameters belong to which option: a parameter of another option must stay null, and the
+# option's own ones must be set (PipelineRL-style: name the key and the option, never ignore it silently).
+OPTION_PARAMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "loss": {"grpo": ("eps",), "dapo": ("eps_low", "eps_high"), "gspo": ("eps_low", "eps_high"), "cispo": ("eps_max",)},
+    "length": {"none": (), "interrupt": ("think_budget_min", "think_budget_max"), "penalty": ("l_max", "l_cache")},
+}
+OPTIONAL_OPTION_PARAMS: dict[str, dict[str, tuple[str, ...]]] = {"length": {"interrupt": ("phrase",)}}
+
+
+class ConfigErrors(UserError):
+    """All problems of a config (or of every run of a sweep), one line each in `errors`."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        # The CLI prints `error: <message>`; prefixing the other lines keeps the output one error per line.
+        super().__init__("\nerror: ".join(self.errors))
+
+
+# ---- schema introspection ----
+
+
+def sections() -> dict[str, type]:
+    """Top-level section name -> dataclass (the config groups and plain sections of a recipe)."""
+    hints = typing.get_type_hints(RunConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def choices(section: str) -> tuple[str, ...]:
+    """The valid `name` values of a design-choice section (= its recipe option files = registry keys)."""
+    cls = sections()[section]
+    for f in dataclasses.fields(cls):
+        if f.name == "name":
+            return tuple(f.metadata.get("choices", ()))
+    return ()
+
+
+def all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of the schema, e.g. `loss.eps_max`, `train.warmup.lr` (for did-you-mean suggestions)."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        out.append(key)
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.extend(all_keys(hints[f.name], key + "."))
+    return out
+
+
+def unhashed_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+    """Dotted keys marked `hash=False`: launcher and resource-only fields, left out of run and arm ids."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        if f.metadata.get("hash", True) is False:
+            out.append(key)
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out.extend(unhashed_keys(hints[f.name], key + "."))
+    return out
+
+
+def closest(name: str, candidates: list[str] | tuple[str, ...]) -> str:
+    """` (did you mean 'x'?)` for the closest candidate, or '' when none is close."""
+    hit = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {hit[0]!r}?)" if hit else ""
+
+
+# ---- validation ----
+
+
+def validate(data: Any) -> dict[str, Any]:
+    """Check a resolved config against the schema; return it completed with defaults, as plain containers.
+
+    Raises ConfigErrors listing every problem (unknown keys, wrong types, out-of-range values, impossible
+    combinations), one line each, each naming the key(s) and the fix.
+    """
+    if OmegaConf.is_config(data):
+        data = OmegaConf.to_container(data, resolve=True)
+    errors: list[str] = []
+    if not isinstance(data, dict):
+        raise ConfigErrors([f"a run config must be a mapping of sections, got {type(data).__name__}"])
+    cfg = _check_section(RunConfig, data, "", errors)
+    try:
+        errors.extend(_check_combinations(cfg))
+    except (KeyError, TypeError):  # a field the combinations read has the wrong type: already reported above
+        pass
+    if errors:
+        raise ConfigErrors(errors)
+    return cfg
+
+
+def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict[str, Any]:
+    """Type- and range-check one dataclass section; append problems to `errors`; return the completed section."""
+    where = prefix.rstrip(".") or "the config"
+    if not isinstance(data, dict):
+        errors.append(f"{where}: expected a mapping of {cls.__name__} fields, got {data!r}")
+        return {}
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            errors.append(f"{prefix}{key}: unknown key{closest(str(key), list(fields))}; valid keys in {where}: {', '.join(fields)}")
+    out: dict[str, Any] = {}
+    for name, f in fields.items():
+        key = prefix + name
+        if dataclasses.is_dataclass(hints[name]):
+            out[name] = _check_section(hints[name], data.get(name, {}), key + ".", errors)
+            continue
+        if name not in data:
+            out[name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            continue
+        try:
+            value = _coerce(data[name], hints[name])
+        except TypeError:
+            errors.append(f"{key}: expected {_type_name(hints[name])}, got {data[name]!r}")
+            continue
+        out[name] = value
+        problem = _check_rules(value, f.metadata)
+        if problem:
+            errors.append(f"{key}: {problem}")
+    return out
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """`value` as type `tp` (int, float, str, bool, Optional[...], List[...]); TypeError when it is not one.
+
+    Strict on purpose (no "5" -> 5): Hydra overrides and YAML already give typed values, so a string where a
+    number belongs is a mistake to report. The one widening is int -> float, so that eps_max=5 means 5.0.
+    """
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is not type(None):
+                try:
+                    return _coerce(value, a)
+                except TypeError:
+                    pass
+        raise TypeError
+    if typing.get_origin(tp) in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        return [_coerce(v, args[0]) if args else v for v in value]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise TypeError
+
+
+def _type_name(tp: Any) -> str:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is typing.Union and type(None) in args:
+        return " or ".join(_type_name(a) for a in args if a is not type(None)) + " or null"
+    if typing.get_origin(tp) in (list, List):
+        return f"a list of {_type_name(args[0])}" if args else "a list"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_rules(value: Any, meta: Any) -> str | None:
+    """The first broken rule of a field's metadata (choices, ge, gt, le, lt) as a message, or None."""
+    if value is None:
+        return None
+    allowed = meta.get("choices")
+    if allowed and value not in allowed:
+        return f"{value!r} is not an option{closest(str(value), allowed)}; options: {', '.join(allowed)}"
+    for rule, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                           ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+        if rule in meta and isinstance(value, (int, float)) and not ok(value, meta[rule]):
+            return f"must be {word} {meta[rule]}, got {value!r}"
+    return None
+
+
+def _check_combinations(cfg: dict[str, Any]) -> list[str]:
+    """Impossible combinations across keys; each message names both keys and a fix."""
+    errs: list[str] = []
+    for section, table in OPTION_PARAMS.items():
+        name = cfg[section]["name"]
+        own = table[name] + OPTIONAL_OPTION_PARAMS.get(section, {}).get(name, ())
+        for param in sorted({p for ps in table.values() for p in ps} | set(own)):
+            value = cfg[section].get(param)
+            if param in table[name] and value is None:
+                errs.append(f"{section}.{param}: required by {section}={name}; set it (see recipes/{section}/{name}.yaml)")
+            elif param not in own and value is not None:
+                users = [o for o, ps in table.items() if param in ps]
+                errs.append(f"{section}.{param}: not a parameter of {section}={name} (it belongs to {section}={'|'.join(users)}); "
+                            f"drop it or pick {section}={users[0]}")
+    loss, length = cfg["loss"], cfg["length"]
+    if loss["name"] == "gspo" and cfg["aggregation"]["name"] == "token":
+        errs.append("loss=gspo with aggregation=token: GSPO's importance ratio is per sequence, so pooling tokens "
+                    "re-weights sequences by length; use aggregation=sample or aggregation=prompt")
+    if length["name"] == "penalty" and None not in (length["l_max"], length["l_cache"]):
+        if length["l_cache"] > length["l_max"]:
+            errs.append(f"length.l_cache ({length['l_cache']}) > length.l_max ({length['l_max']}): the soft zone "
+                        "cannot be wider than the limit; set length.l_cache <= length.l_max")
+        if length["l_max"] > length["max_new_tokens"]:
+            errs.append(f"length.l_max ({length['l_max']}) > length.max_new_tokens ({length['max_new_tokens']}): "
+                        "completions are cut before the penalty reaches -1; set length.l_max <= length.max_new_tokens")
+    if length["name"] == "interrupt" and None not in (length["think_budget_min"], length["think_budget_max"]):
+        if length["think_budget_min"] > length["think_budget_max"]:
+            errs.append(f"length.think_budget_min ({length['think_budget_min']}) > length.think_budget_max "
+                        f"({length['think_budget_max']}): the budget window is empty; swap them")
+        if length["think_budget_max"] >= length["max_new_tokens"]:
+            errs.append(f"length.think_budget_max ({length['think_budget_max']}) >= length.max_new_tokens "
+                        f"({length['max_new_tokens']}): no room left for the answer after the phrase; "
+                        "lower the budget or raise length.max_new_tokens")
+    if cfg["model"]["name"] == "hf" and not cfg["model"]["path"]:
+        errs.append("model=hf needs model.path: set model.path=/local/hf/model/folder (nothing is downloaded)")
+    if cfg["task"]["name"] == "jsonl" and not cfg["task"]["path"]:
+        errs.append("task=jsonl needs task.path: set task.path=/path/to/problems.jsonl")
+    if cfg["model"]["name"] == "tiny" and None in (cfg["model"][k] for k in ("n_layers", "hidden", "n_heads", "mlp")):
+        errs.append("model=tiny needs model.n_layers, model.hidden, model.n_heads and model.mlp (see recipes/model/tiny.yaml)")
+    elif cfg["model"]["name"] == "tiny" and cfg["model"]["hidden"] % cfg["model"]["n_heads"]:
+        errs.append(f"model.hidden ({cfg['model']['hidden']}) is not divisible by model.n_heads ({cfg['model']['n_heads']}); "
+                    "pick sizes with hidden % n_heads == 0")
+    if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
+        errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
+    return errs

@@ -1,0 +1,42 @@
+"""`extrapolate`: fit up to `--fit-until`, predict the pass rate at `--to` with an interval, the compute to
+reach `--target-r`, and — where the run has points past the window — the error on them (ScaleRL §2's check:
+fit to 8k GPU-hours, compare at 16k)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ablate.fit.analysis import FitOptions, FitResult, fit_curves
+from ablate.fit.curves import Curve
+
+
+@dataclass
+class Extrapolation:
+    subject: str
+    fit: FitResult
+    heldout: list[dict[str, float]]
+    heldout_mae: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.fit
+        return {"subject": self.subject, "fit_until": f.window[1], "to": f.target, "pred": f.pred_at_target,
+                "pred_ci": None if f.pred_ci is None else list(f.pred_ci), "target_r": f.target_r,
+                "compute_to_target": f.compute_to_target,
+                "compute_to_target_ci": None if f.compute_to_target_ci is None else list(f.compute_to_target_ci),
+                "heldout": self.heldout, "heldout_mae": self.heldout_mae, "fit": f.to_json()}
+
+
+def extrapolate(curves: list[Curve], opts: FitOptions, *, subject: str) -> Extrapolation:
+    """Fit the subject's curves (its seeds pooled) on the window and score the points after it."""
+    fit = fit_curves(curves, opts, name=subject, group=subject)
+    heldout = []
+    if opts.fit_until is not None:
+        for c in curves:
+            later = c.x > opts.fit_until
+            for xi, yi, pi in zip(c.x[later], c.y[later], fit.predict(c.x[later])):
+                heldout.append({"x": float(xi), "y": float(yi), "pred": float(pi)})
+    mae = float(np.mean([abs(h["y"] - h["pred"]) for h in heldout])) if heldout else None
+    return Extrapolation(subject=subject, fit=fit, heldout=heldout, heldout_mae=mae)

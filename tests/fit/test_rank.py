@@ -1,0 +1,158 @@
+"""`ablate rank` / `extrapolate` on synthetic sweep directories written from known curves."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.fit.analysis import FitOptions
+from ablate.fit.compare import SCALERL_MARGIN, rank
+from ablate.fit.curves import curves_from_sweep
+from ablate.fit.synthetic import synthetic_curve, write_csv, write_sweep
+
+runner = CliRunner()
+BASE = dict(a=0.61, b=1.92, c_mid=2542)
+
+
+def arms_with(seeds, **variants):
+    arms = {"loss=cispo": [synthetic_curve(**BASE, seed=s) for s in range(seeds)]}
+    for i, (label, change) in enumerate(variants.items()):
+        arms[label] = [synthetic_curve(**{**BASE, **change}, seed=100 * (i + 1) + s) for s in range(seeds)]
+    return arms
+
+
+VARIANTS = {
+    "loss=higher": {"a": 0.66},  # ceiling +0.05
+    "loss=steeper": {"b": 3.0},  # same A, larger B
+    "loss=same": {},  # within noise
+    "loss=slow": {"c_mid": 40000},  # window ends long before C_mid
+}
+
+
+@pytest.fixture(scope="module")
+def single_seed_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweeps")
+    return write_sweep(root, "loss", arms_with(1, **VARIANTS), baseline="loss=cispo")
+
+
+def verdicts(ranking):
+    return {a.arm: a.verdict for a in ranking.arms}
+
+
+def test_verdicts_single_seed(single_seed_sweep):
+    curves, skipped = curves_from_sweep(single_seed_sweep)
+    ranking = rank(curves, FitOptions(n_boot=300))
+    assert ranking.baseline == "loss=cispo" and not skipped
+    assert verdicts(ranking) == {"loss=cispo": "baseline", "loss=higher": "ceiling_up", "loss=steeper": "efficiency_up",
+                                 "loss=same": "no_effect", "loss=slow": "not_identified"}
+    assert {a.margin for a in ranking.arms if a.margin is not None} == {SCALERL_MARGIN}
+    # ordered by predicted pass rate at 16k: the higher ceiling first, the slow arm last
+    assert ranking.arms[0].arm == "loss=higher" and ranking.arms[-1].arm == "loss=slow"
+
+
+def test_multi_seed_arms_use_the_seed_spread(tmp_path):
+    # +0.012 on A: inside ScaleRL's single-seed +-0.02, but 3 seeds each with tiny spread resolve it
+    arms = arms_with(3, **{"loss=bit_higher": {"a": 0.622}})
+    curves, _ = curves_from_sweep(write_sweep(tmp_path, "s", arms, baseline="loss=cispo"))
+    ranking = rank(curves, FitOptions(n_boot=300))
+    arm = next(a for a in ranking.arms if a.arm == "loss=bit_higher")
+    assert ranking.margin_source.startswith("seed spread")
+    assert arm.margin < 0.012 < SCALERL_MARGIN
+    assert arm.verdict == "ceiling_up"
+    assert arm.fit.interval_method.startswith("run bootstrap") and arm.seeds == 3
+    single = rank([c for c in curves if c.run.endswith("seed=0")], FitOptions(n_boot=300))
+    assert verdicts(single)["loss=bit_higher"] != "ceiling_up"  # one seed each: within +-0.02
+
+
+def test_csv_input_ranks_like_the_sweep(single_seed_sweep, tmp_path):
+    curves, _ = curves_from_sweep(single_seed_sweep)
+    csv = tmp_path / "curves.csv"
+    write_csv(curves, csv)
+    res = runner.invoke(app, ["rank", str(csv), "--group", "group", "--baseline", "loss=cispo", "--json", "--n-boot", "300"])
+    assert res.exit_code == 0, res.output
+    from_csv = json.loads(res.stdout)
+    res = runner.invoke(app, ["rank", str(single_seed_sweep), "--json", "--n-boot", "300"])
+    from_sweep = json.loads(res.stdout)
+    assert [(a["arm"], a["verdict"]) for a in from_csv["arms"]] == [(a["arm"], a["verdict"]) for a in from_sweep["arms"]]
+    for a, b in zip(from_csv["arms"], from_sweep["arms"]):
+        assert a["A"] == pytest.approx(b["A"], abs=1e-4)
+    assert {"baseline", "margin", "target", "x", "arms"} <= set(from_sweep)
+    assert {"arm", "arm_id", "seeds", "A", "A_ci", "pred_at_target", "verdict"} <= set(from_sweep["arms"][0])
+
+
+def test_partial_failed_and_truncated_runs(tmp_path):
+    from ablate import store
+
+    sweep = write_sweep(tmp_path, "s", arms_with(1, **{"loss=same": {}}), baseline="loss=cispo")
+    runs = sorted((sweep / "runs").iterdir())
+    info = store.read_json(runs[0] / "run.json")
+    store.write_json(runs[0] / "run.json", {**info, "status": "running"})
+    recs = store.read_jsonl(runs[0] / "metrics.jsonl")
+    recs[5]["truncation_rate"] = 0.2
+    store.write_jsonl(runs[0] / "metrics.jsonl", recs)
+    failed = sweep / "runs" / "deadbeef0000"
+    failed.mkdir()
+    store.write_json(failed / "run.json", {"run_id": "deadbeef0000", "label": "loss=dapo,seed=0", "status": "failed",
+                                           "error": {"cause": "oom", "class": "OutOfMemoryError"}})
+    res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    assert "partial" in res.output and "truncation >10%" in res.output
+    assert "not fitted loss=dapo,seed=0: failed: oom" in res.output
+
+
+@pytest.mark.parametrize("setup, args, expected", [
+    ("empty", [], "the sweep has no runs yet"),
+    ("sweep", ["--baseline", "loss=nope"], "--baseline 'loss=nope': no such arm; arms are: "),
+    ("nometrics", [], "no run has metrics to fit (loss=x,seed=0: no metrics yet"),
+    ("missing", [], "no such file"),
+])
+def test_bad_inputs(tmp_path, single_seed_sweep, setup, args, expected):
+    from ablate import store
+
+    if setup == "empty":
+        path = tmp_path / "empty"
+        (path / "runs").mkdir(parents=True)
+    elif setup == "nometrics":
+        path = tmp_path / "nm"
+        rd = path / "runs" / "abc"
+        rd.mkdir(parents=True)
+        store.write_json(rd / "run.json", {"run_id": "abc", "label": "loss=x,seed=0", "status": "pending"})
+    elif setup == "missing":
+        path = tmp_path / "nothing.csv"
+    else:
+        path = single_seed_sweep
+    res = runner.invoke(app, ["rank", str(path), *args])
+    assert res.exit_code == 2, res.output
+    assert expected in res.stderr and res.stderr.startswith("error: ")
+
+
+def test_rank_plots(single_seed_sweep, tmp_path):
+    png = tmp_path / "rank.png"
+    res = runner.invoke(app, ["rank", str(single_seed_sweep), "--plot", str(png), "--n-boot", "100"])
+    assert res.exit_code == 0, res.output
+    assert png.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "rank-efficiency.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_extrapolate_winner_with_heldout_check(single_seed_sweep, tmp_path):
+    png = tmp_path / "ex.png"
+    res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--fit-until", "8000", "--target-r", "0.6",
+                              "--json", "--plot", str(png), "--n-boot", "300"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["subject"] == "loss=higher"  # the rank winner
+    assert out["fit_until"] == 8000 and out["to"] == 16000
+    truth = 0.3 + (0.66 - 0.3) / (1 + (2542 / 16000) ** 1.92)
+    assert abs(out["pred"] - truth) < 0.01
+    assert out["pred_ci"][0] < out["pred"] < out["pred_ci"][1]
+    assert len(out["heldout"]) == 50 and out["heldout_mae"] < 0.01
+    assert 2542 < out["compute_to_target"] < 16000
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_extrapolate_named_arm_and_table(single_seed_sweep):
+    res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=slow", "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    assert "identifiable" in res.output and "no" in res.output and "R at 16000" in res.output
+    res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=zzz"])
+    assert res.exit_code == 2 and "no such arm" in res.stderr

@@ -1,0 +1,109 @@
+"""`ablate sweep --dry-run` and `ablate show` through typer's CliRunner: the plan, the resolved config, the errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.sweep import RECIPES_DIR, load_sweep
+
+runner = CliRunner()
+LOSS = str(RECIPES_DIR / "loss.yaml")
+LOO = str(RECIPES_DIR / "loo.yaml")
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    """Run every command in an empty folder, so that 'launches nothing' can be checked as 'wrote nothing'."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    return tmp_path
+
+
+def _ids(text: str) -> list[str]:
+    return re.findall(r"\b[0-9a-f]{12}\b", text)
+
+
+def test_dry_run_lists_four_arms_times_the_seeds(in_tmp):
+    res = runner.invoke(app, ["sweep", LOSS, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    sw = load_sweep(LOSS)
+    assert len(sw.runs) == 4 * len(sw.seeds)
+    for r in sw.runs:
+        line = next(ln for ln in res.output.splitlines() if r.label in ln)
+        assert r.run_id in line and r.arm_id in line
+    assert "4 arms x 1 seeds = 4 runs" in res.output
+    assert "baseline: loss=cispo" in res.output
+    assert list(in_tmp.iterdir()) == []  # nothing launched, nothing written
+
+
+def test_dry_run_with_overrides_from_the_issue(in_tmp):
+    res = runner.invoke(app, ["sweep", LOSS, "seed=0,1,2", "loss.eps_max=4", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "4 arms x 3 seeds = 12 runs" in res.output
+    assert len(set(_ids(res.output))) == 12 + 4  # 12 run ids, 4 arm ids
+    assert "loss.eps_max=4 applies to loss=cispo only" in " ".join(res.output.split())
+    assert list(in_tmp.iterdir()) == []
+
+
+def test_loo_dry_run_lists_scalerl_plus_one_arm_per_component():
+    res = runner.invoke(app, ["sweep", LOO, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    for arm in ("scalerl", "loss=dapo", "precision=bf16", "aggregation=sample", "normalization=prompt",
+                "filtering.zero_variance=false", "filtering.no_positive_resampling=false", "length=penalty"):
+        assert f"{arm},seed=0" in res.output, arm
+    assert "8 arms x 1 seeds = 8 runs" in res.output
+
+
+@pytest.mark.parametrize("args,messages", [
+    (["loss.eps_mx=4"], ["error: loss.eps_mx: unknown key (did you mean 'loss.eps_max'?)"]),
+    (["loss=cispoo"], ["no such option (did you mean 'cispo'?)"]),
+    (["batch.prompts=abc"], ["error: batch.prompts: expected int, got 'abc'"]),
+    (["offpolicy.k=0", "batch.generations=1"], ["error: offpolicy.k: must be >= 1, got 0",
+                                                "error: batch.generations: must be >= 2, got 1"]),
+    (["aggregation=token"], ["error: arm loss=gspo: loss=gspo with aggregation=token"]),
+    (["model=hf"], ["error: model=hf needs model.path"]),
+])
+@pytest.mark.parametrize("dry", [True, False])
+def test_bad_input_is_one_line_per_error_and_launches_nothing(in_tmp, args, messages, dry):
+    res = runner.invoke(app, ["sweep", LOSS, *args] + (["--dry-run"] if dry else []))
+    assert res.exit_code == 2
+    err_lines = res.stderr.strip().splitlines()
+    assert len(err_lines) == len(messages) and all(ln.startswith("error: ") for ln in err_lines)
+    for m in messages:
+        assert any(m in ln for ln in err_lines), (m, res.stderr)
+    assert res.stdout == ""  # no plan printed
+    assert list(in_tmp.iterdir()) == []  # nothing submitted
+
+
+def test_show_prints_the_resolved_config():
+    res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml"), "loss=dapo", "aggregation=token"])
+    assert res.exit_code == 0, res.output
+    head, _, body = res.output.partition("\n")
+    cfg = yaml.safe_load(body)
+    assert cfg["loss"] == {"name": "dapo", "eps": None, "eps_low": 0.2, "eps_high": 0.28, "eps_max": None}
+    assert cfg["aggregation"]["name"] == "token" and cfg["seed"] == 0
+    assert re.fullmatch(r"# run_id: [0-9a-f]{12}  arm_id: [0-9a-f]{12}", head)
+
+
+def test_show_one_run_of_a_sweep_matches_the_plan():
+    res = runner.invoke(app, ["show", LOSS, "loss=gspo"])
+    assert res.exit_code == 0, res.output
+    gspo = next(r for r in load_sweep(LOSS).runs if r.arm_label == "loss=gspo")
+    assert f"run_id: {gspo.run_id}" in res.output
+    assert yaml.safe_load(res.output.partition("\n")[2]) == gspo.config
+
+
+def test_show_errors():
+    res = runner.invoke(app, ["show", LOSS])
+    assert res.exit_code == 2 and "expands to 4 runs" in res.stderr
+    res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml"), "loss=dapo", "loss.eps_max=4"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == ("error: loss.eps_max: not a parameter of loss=dapo (its parameters: eps_low, "
+                                  "eps_high); use it with loss=cispo")
+    res = runner.invoke(app, ["show", "no/such.yaml"])
+    assert res.exit_code == 2 and "no such file" in res.stderr

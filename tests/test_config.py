@@ -1,0 +1,188 @@
+"""The recipe tree and the schema: every option composes and validates; every class of bad config is caught.
+
+Composition goes through Hydra's compose API on the shipped recipes/ folder (sweep.compose_run).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from omegaconf import OmegaConf
+
+from ablate import config as schema
+from ablate.config import ConfigErrors, validate
+from ablate.errors import UserError
+from ablate.sweep import RECIPES_DIR, compose_run
+
+BASE = RECIPES_DIR / "base.yaml"
+GROUPS = ["loss", "aggregation", "normalization", "precision", "length", "offpolicy", "model", "task", "rollout", "launcher"]
+# options that need a path to be valid (config.validate says so when it is missing)
+NEEDS = {("model", "hf"): ["model.path=/models/m"], ("task", "jsonl"): ["task.path=/data/p.jsonl"]}
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return compose_run(BASE)
+
+
+def test_group_folders_are_the_schema_choices():
+    # option file name = schema value = registry key: the folder lists exactly the schema's choices
+    for group in GROUPS:
+        files = sorted(p.stem for p in (RECIPES_DIR / group).glob("*.yaml"))
+        assert files == sorted(schema.choices(group)), group
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in schema.choices(g)])
+def test_every_option_composes_and_validates(group, option):
+    extra = NEEDS.get((group, option), [])
+    cfg = compose_run(BASE, [f"{group}={option}"] + extra)
+    assert cfg[group]["name"] == option
+    # the option file's own keys arrive as written (YAML -> schema types), except those the test set
+    raw = OmegaConf.to_container(OmegaConf.load(RECIPES_DIR / group / f"{option}.yaml"))
+    for key, value in raw.items():
+        if not any(o.startswith(f"{group}.{key}=") for o in extra):
+            assert cfg[group][key] == value, (group, option, key)
+
+
+def test_base_is_the_scalerl_recipe(base):
+    # ScaleRL (arXiv 2510.13786 §4): CISPO cap 5, prompt averaging, batch normalisation, FP32 head,
+    # zero-variance filtering, no-positive-resampling at 0.9, forced interruption, PipelineRL-8
+    assert base["loss"] == {"name": "cispo", "eps": None, "eps_low": None, "eps_high": None, "eps_max": 5.0}
+    assert base["aggregation"]["name"] == "prompt"
+    assert base["normalization"]["name"] == "batch"
+    assert base["precision"]["name"] == "fp32_head"
+    assert base["filtering"]["zero_variance"] and base["filtering"]["no_positive_resampling"]
+    assert base["filtering"]["pass_threshold"] == 0.9
+    assert base["length"]["name"] == "interrupt"
+    assert base["offpolicy"] == {"name": "pipeline", "k": 8}
+    assert base["model"]["name"] == "tiny" and base["task"]["name"] == "synthetic_math"
+    assert base["launcher"]["name"] == "local"
+
+
+def test_loss_clip_parameters_match_the_issue():
+    assert compose_run(BASE, ["loss=grpo"])["loss"]["eps"] == 0.2
+    dapo = compose_run(BASE, ["loss=dapo"])["loss"]
+    assert (dapo["eps_low"], dapo["eps_high"]) == (0.2, 0.28)
+    gspo = compose_run(BASE, ["loss=gspo"])["loss"]
+    assert (gspo["eps_low"], gspo["eps_high"]) == (3e-3, 4e-3)
+
+
+def test_every_design_choice_in_base_is_commented():
+    # each design choice in base.yaml says what it is / where it comes from, on its own line
+    # (the optim/train sections below belong to the training owner and are not checked here)
+    text = BASE.read_text().split("\noptim:")[0]
+    for line in text.splitlines():
+        body = line.split("#")[0].strip()
+        if body and not body.endswith(":") and body != "defaults:":
+            assert "#" in line, f"uncommented: {line!r}"
+
+
+def test_validate_fills_defaults_and_widens_ints(base):
+    d = copy.deepcopy(base)
+    del d["train"]["warmup"]
+    d["loss"]["eps_max"] = 5  # an int where a float belongs
+    out = validate(d)
+    assert out["loss"]["eps_max"] == 5.0 and isinstance(out["loss"]["eps_max"], float)
+    assert out["train"]["warmup"]["check_every"] == schema.WarmupConfig().check_every
+
+
+def _errors(cfg: dict) -> list[str]:
+    with pytest.raises(ConfigErrors) as e:
+        validate(cfg)
+    return e.value.errors
+
+
+def test_unknown_key_names_the_closest(base):
+    d = copy.deepcopy(base)
+    d["loss"]["eps_mx"] = 4.0
+    d["batchh"] = {}
+    errs = _errors(d)
+    assert any(e.startswith("loss.eps_mx: unknown key") and "'eps_max'" in e for e in errs)
+    assert any(e.startswith("batchh: unknown key") and "'batch'" in e for e in errs)
+
+
+def test_wrong_type_and_out_of_range_are_all_reported(base):
+    d = copy.deepcopy(base)
+    d["batch"]["prompts"] = "many"
+    d["offpolicy"]["k"] = 0
+    d["batch"]["generations"] = 1
+    d["filtering"]["pass_threshold"] = 1.5
+    d["filtering"]["zero_variance"] = "yes"
+    errs = _errors(d)
+    assert "batch.prompts: expected int, got 'many'" in errs
+    assert "offpolicy.k: must be >= 1, got 0" in errs
+    assert "batch.generations: must be >= 2, got 1" in errs
+    assert "filtering.pass_threshold: must be <= 1.0, got 1.5" in errs
+    assert "filtering.zero_variance: expected bool, got 'yes'" in errs
+    assert all("\n" not in e for e in errs)
+
+
+def test_unknown_option_value(base):
+    d = copy.deepcopy(base)
+    d["aggregation"]["name"] = "tokn"
+    (err,) = _errors(d)
+    assert err.startswith("aggregation.name: 'tokn' is not an option") and "'token'" in err
+
+
+@pytest.mark.parametrize("overrides,keys", [
+    (["loss=gspo", "aggregation=token"], ["loss=gspo", "aggregation=token", "aggregation=sample"]),
+    (["length=penalty", "length.l_cache=9"], ["length.l_cache", "length.l_max"]),
+    (["length=penalty", "length.l_max=20"], ["length.l_max", "length.max_new_tokens"]),
+    (["length.think_budget_min=7", "length.think_budget_max=6"], ["think_budget_min", "think_budget_max"]),
+    (["length.think_budget_max=8"], ["length.think_budget_max", "length.max_new_tokens"]),
+    (["model=hf"], ["model=hf", "model.path"]),
+    (["task=jsonl"], ["task=jsonl", "task.path"]),
+    (["model.hidden=130"], ["model.hidden", "model.n_heads"]),
+])
+def test_impossible_combinations_name_both_keys(overrides, keys):
+    with pytest.raises(ConfigErrors) as e:
+        compose_run(BASE, overrides)
+    (err,) = e.value.errors
+    for k in keys:
+        assert k in err, (k, err)
+
+
+def test_parameter_of_another_option_is_an_error(base):
+    d = copy.deepcopy(base)
+    d["loss"]["name"] = "dapo"
+    d["loss"]["eps_low"], d["loss"]["eps_high"] = 0.2, 0.28  # eps_max (cispo's) stays set
+    (err,) = _errors(d)
+    assert err.startswith("loss.eps_max: not a parameter of loss=dapo") and "loss=cispo" in err
+    d["loss"]["eps_max"] = None
+    d["loss"]["eps_high"] = None
+    (err,) = _errors(d)
+    assert err.startswith("loss.eps_high: required by loss=dapo")
+
+
+def test_compose_errors_are_one_line_user_errors():
+    cases = {
+        ("loss=cispoo",): ["loss=cispoo", "'cispo'", "options: cispo, dapo, grpo, gspo"],
+        ("los=dapo",): ["los: unknown key", "'loss'"],
+        ("loss.eps_mx=4",): ["loss.eps_mx: unknown key", "'loss.eps_max'"],
+        ("loss=dapo", "loss.eps_max=4"): ["loss.eps_max: not a parameter of loss=dapo", "eps_low, eps_high", "loss=cispo"],
+        ("batch.prompts=abc",): ["batch.prompts: expected int, got 'abc'"],
+        ("seed=0,1",): ["seed=0,1: a sweep value"],
+        ("a==",): ["cannot parse override 'a=='"],
+    }
+    for overrides, parts in cases.items():
+        with pytest.raises(UserError) as e:
+            compose_run(BASE, list(overrides))
+        msg = str(e.value)
+        assert "\n" not in msg, msg
+        for p in parts:
+            assert p in msg, (overrides, p, msg)
+
+
+def test_schema_choices_are_the_trainer_registry_keys():
+    # recipe option = schema value = registry key (design.md §3), checked against the trainer's registries
+    from ablate.train import advantages, losses
+
+    assert losses.LOSSES.names() == sorted(schema.choices("loss"))
+    assert losses.AGGREGATIONS.names() == sorted(schema.choices("aggregation"))
+    assert advantages.NORMALIZATIONS.names() == sorted(schema.choices("normalization"))
+    for name in schema.choices("loss"):
+        # each loss option file sets exactly the parameters its function takes, with its defaults
+        assert set(losses.loss_params(name)) == set(schema.OPTION_PARAMS["loss"][name]), name
+        cfg = compose_run(BASE, [f"loss={name}"])["loss"]
+        assert {k: cfg[k] for k in losses.loss_params(name)} == losses.loss_params(name), name

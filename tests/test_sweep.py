@@ -1,0 +1,288 @@
+"""Sweep expansion and run ids: every shipped sweep expands into valid runs; ids are canonical; bad sweeps fail whole."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ablate import config as schema
+from ablate.config import ConfigErrors, validate
+from ablate.errors import UserError
+from ablate.sweep import RECIPES_DIR, arm_id, canonical, compose_run, load_sweep, plan_rows, run_id
+
+SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
+EXPECTED_SWEEPS = {"loss", "aggregation", "normalization", "precision", "filtering", "length", "offpolicy", "batch",
+                   "loo", "prevalent"}
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict:
+    return {p.stem: load_sweep(p) for p in SWEEPS}
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return compose_run(RECIPES_DIR / "base.yaml")
+
+
+def test_all_sweep_files_are_shipped():
+    assert EXPECTED_SWEEPS <= {p.stem for p in SWEEPS}
+
+
+def test_every_run_of_every_sweep_validates(loaded):
+    for name, sw in loaded.items():
+        assert sw.runs, name
+        assert sw.baseline is not None and sw.baseline in sw.arms, name  # each names its baseline arm
+        assert sw.seeds, name
+        assert len(sw.runs) == len(sw.arms) * len(sw.seeds), name
+        for r in sw.runs:
+            assert validate(r.config) == r.config, (name, r.label)
+            assert r.run_id == run_id(r.config) and r.arm_id == arm_id(r.config)
+            assert r.sweep == name and r.label.endswith(f",seed={r.config['seed']}")
+            assert r.baseline == (r.arm_label == sw.baseline)
+            # the overrides reproduce the config (what `ablate show`/`train` will recompose)
+        assert len({r.run_id for r in sw.runs}) == len(sw.runs), name
+        assert len({r.arm_id for r in sw.runs}) == len(sw.arms), name
+
+
+def test_overrides_reproduce_the_config(loaded):
+    # what `ablate show` / `ablate train` recompose from a RunSpec; prevalent has the longest override lists
+    for r in loaded["prevalent"].runs:
+        assert compose_run(RECIPES_DIR / "base.yaml", list(r.overrides)) == r.config, r.label
+
+
+def test_loss_sweep_is_four_losses_with_cispo_as_baseline(loaded):
+    sw = loaded["loss"]
+    assert sw.arms == ["loss=grpo", "loss=dapo", "loss=gspo", "loss=cispo"]
+    assert sw.baseline == "loss=cispo"
+    assert [r.config["loss"]["name"] for r in sw.runs[:: len(sw.seeds)]] == ["grpo", "dapo", "gspo", "cispo"]
+
+
+def test_loo_is_scalerl_plus_one_arm_per_component(loaded, base):
+    sw = loaded["loo"]
+    assert sw.baseline == "scalerl" and sw.arms[0] == "scalerl"
+    by_arm = {r.arm_label: r for r in sw.runs if r.config["seed"] == sw.seeds[0]}
+    assert by_arm["scalerl"].arm_id == arm_id(base)
+    expected = {"loss=dapo": ("loss", "name", "dapo"), "precision=bf16": ("precision", "name", "bf16"),
+                "aggregation=sample": ("aggregation", "name", "sample"),
+                "normalization=prompt": ("normalization", "name", "prompt"),
+                "filtering.zero_variance=false": ("filtering", "zero_variance", False),
+                "filtering.no_positive_resampling=false": ("filtering", "no_positive_resampling", False),
+                "length=penalty": ("length", "name", "penalty")}
+    assert set(by_arm) == {"scalerl", *expected}
+    for arm, (section, key, value) in expected.items():
+        cfg = by_arm[arm].config
+        assert cfg[section][key] == value, arm
+        # exactly one section left ScaleRL
+        changed = [s for s in cfg if s != "seed" and cfg[s] != base[s]]
+        assert changed == [section], (arm, changed)
+        assert sw.diffs[by_arm[arm].run_id] == [arm.split(",")[0]]
+
+
+def test_prevalent_recipes(loaded):
+    sw = loaded["prevalent"]
+    arms = {r.arm_label: r.config for r in sw.runs}
+    assert set(arms) == {"deepseek", "qwen25_dapo", "magistral", "minimax_m1", "scalerl"}
+    assert arms["deepseek"]["loss"]["name"] == "grpo" and arms["deepseek"]["aggregation"]["name"] == "sample"
+    assert arms["qwen25_dapo"]["loss"]["name"] == "dapo" and arms["qwen25_dapo"]["length"]["name"] == "penalty"
+    assert arms["minimax_m1"]["loss"]["name"] == "cispo" and arms["minimax_m1"]["precision"]["name"] == "fp32_head"
+    assert sw.baseline == "scalerl"
+
+
+def test_offpolicy_arms(loaded):
+    got = [(r.config["offpolicy"]["name"], r.config["offpolicy"]["k"]) for r in loaded["offpolicy"].runs]
+    assert got == [("ppo", 1), ("ppo", 8), ("pipeline", 1), ("pipeline", 4), ("pipeline", 8)]
+
+
+# ---- command-line overrides ----
+
+
+def test_seed_override_replaces_seeds_and_constant_applies_where_it_exists():
+    sw = load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,1,2", "loss.eps_max=4"])
+    assert sw.seeds == [0, 1, 2] and len(sw.runs) == 12
+    assert [r.label for r in sw.runs[:3]] == ["loss=grpo,seed=0", "loss=grpo,seed=1", "loss=grpo,seed=2"]
+    for r in sw.runs:
+        expect = 4.0 if r.config["loss"]["name"] == "cispo" else None
+        assert r.config["loss"]["eps_max"] == expect
+    assert any("loss.eps_max=4 applies to loss=cispo only" in n for n in sw.notes)
+    # seeds share an arm id, differ in run id
+    cispo = [r for r in sw.runs if r.arm_label == "loss=cispo"]
+    assert len({r.arm_id for r in cispo}) == 1 and len({r.run_id for r in cispo}) == 3
+
+
+def test_sweep_values_replace_or_add_grid_axes():
+    sw = load_sweep(RECIPES_DIR / "loss.yaml", ["loss=grpo,dapo", "optim.lr=choice(1e-4,3e-4)"])
+    assert sw.arms == ["loss=grpo,optim.lr=0.0001", "loss=grpo,optim.lr=0.0003",
+                       "loss=dapo,optim.lr=0.0001", "loss=dapo,optim.lr=0.0003"]
+    assert sw.baseline is None and any("baseline" in n for n in sw.notes)
+    sw = load_sweep(RECIPES_DIR / "batch.yaml", ["batch.prompts=range(4,13,4)", "seed=range(2)"])
+    assert [r.config["batch"]["prompts"] for r in sw.runs] == [4, 4, 8, 8, 12, 12]
+    sw = load_sweep(RECIPES_DIR / "loss.yaml", ["loss=dapo"])  # a single value narrows the axis
+    assert [r.label for r in sw.runs] == ["loss=dapo,seed=0"]
+
+
+
+def test_sweep_file_elsewhere_names_its_base_by_path(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text(f"base: {RECIPES_DIR / 'base.yaml'}\nseeds: [3]\ngrid: {{precision: [bf16]}}\n")
+    sw = load_sweep(f)
+    assert sw.name == "mine" and [r.label for r in sw.runs] == ["precision=bf16,seed=3"]
+    assert sw.runs[0].config == compose_run(RECIPES_DIR / "base.yaml", ["precision=bf16", "seed=3"])
+
+
+def test_runs_cross_the_grid(tmp_recipes):
+    f = tmp_recipes / "two.yaml"
+    f.write_text("seeds: [0]\nbaseline: scalerl\nruns: [{label: scalerl, overrides: []}, [loss=dapo]]\n")
+    assert load_sweep(f).arms == ["scalerl", "loss=dapo"]
+    sw = load_sweep(f, ["batch.prompts=8,16"])
+    assert sw.arms == ["scalerl,batch.prompts=8", "scalerl,batch.prompts=16",
+                       "loss=dapo,batch.prompts=8", "loss=dapo,batch.prompts=16"]
+    assert [(r.config["loss"]["name"], r.config["batch"]["prompts"]) for r in sw.runs] == [
+        ("cispo", 8), ("cispo", 16), ("dapo", 8), ("dapo", 16)]
+
+
+def test_constant_that_no_arm_has_is_an_error():
+    with pytest.raises(ConfigErrors) as e:
+        load_sweep(RECIPES_DIR / "loss.yaml", ["loss=grpo,dapo", "loss.eps_max=4"])
+    (err,) = e.value.errors
+    assert err.startswith("loss.eps_max=4: loss.eps_max is a parameter of no arm") and "loss=grpo, loss=dapo" in err
+
+
+# ---- ids ----
+
+
+def _shuffled(d):
+    if isinstance(d, dict):
+        items = list(d.items())
+        random.Random(len(items)).shuffle(items)
+        return {k: _shuffled(v) for k, v in items}
+    return d
+
+
+def test_ids_ignore_key_order_and_number_formatting(base):
+    assert list(_shuffled(base)) != list(base)
+    assert run_id(_shuffled(base)) == run_id(base) and arm_id(_shuffled(base)) == arm_id(base)
+    ids = {run_id(compose_run(RECIPES_DIR / "base.yaml", [f"loss.eps_max={v}"])) for v in ("5", "5.0", "5.00", "5e0")}
+    assert ids == {run_id(base)}
+    a = compose_run(RECIPES_DIR / "base.yaml", ["optim.lr=1e-3"])
+    b = compose_run(RECIPES_DIR / "base.yaml", ["optim.lr=0.001"])
+    assert run_id(a) == run_id(b) != run_id(base)
+    raw = copy.deepcopy(base)
+    raw["loss"]["eps_max"] = 5  # an int in a float field, before validation
+    assert run_id(raw) == run_id(base)
+
+
+def _leaves(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield prefix + k, v
+
+
+def _set(d, dotted, value):
+    *path, last = dotted.split(".")
+    for p in path:
+        d = d[p]
+    d[last] = value
+
+
+def _other(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return value + [0.5]
+    return "set"  # None
+
+
+def test_ids_differ_when_any_semantic_field_differs(base):
+    unhashed = set(schema.unhashed_keys())
+    for key, value in _leaves(base):
+        changed = copy.deepcopy(base)
+        _set(changed, key, _other(value))
+        if key.split(".")[0] in unhashed or key in unhashed:  # launcher, optim.micro_batch
+            assert run_id(changed) == run_id(base) and arm_id(changed) == arm_id(base), key
+        elif key == "seed":
+            assert run_id(changed) != run_id(base) and arm_id(changed) == arm_id(base)
+        else:
+            assert run_id(changed) != run_id(base) and arm_id(changed) != arm_id(base), key
+    assert "launcher" in unhashed and "optim.micro_batch" in unhashed
+
+
+def test_ids_are_the_same_in_another_process(base):
+    # another interpreter with another hash seed stands in for another machine
+    code = ("from ablate.sweep import RECIPES_DIR, compose_run, run_id, arm_id; "
+            "c = compose_run(RECIPES_DIR / 'base.yaml', ['loss=dapo']); print(run_id(c), arm_id(c))")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    c = compose_run(RECIPES_DIR / "base.yaml", ["loss=dapo"])
+    assert out == [run_id(c), arm_id(c)]
+    assert len(out[0]) == 12 and json.loads(canonical(c))["loss"]["eps_high"] == 0.28
+
+
+# ---- bad sweep files: each class gets its message, nothing is returned ----
+
+
+@pytest.fixture
+def tmp_recipes(tmp_path) -> Path:
+    """A copy of the recipe tree (base + groups) to write broken sweep files beside."""
+    dst = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, dst, ignore=lambda d, names: [n for n in names if d == str(RECIPES_DIR)
+                                                                and n.endswith(".yaml") and n != "base.yaml"])
+    return dst
+
+
+@pytest.mark.parametrize("body,parts", [
+    ("base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n", ["unknown sweep key 'baselin'", "'baseline'"]),
+    ("base: nope\ngrid: {loss: [grpo]}\n", ["base recipe 'nope' not found"]),
+    ("grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n", ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"]),
+    ("grid: {seed: [0, 1]}\n", ["grid axis 'seed'", "seeds: [...]"]),
+    ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be non-negative integers"]),
+    ("runs: [loss=dapo]\n", ["runs[0] must be a list of overrides"]),
+    ("runs: [[loss=dapo], [loss=dapo]]\n", ["two arms are labelled 'loss=dapo'"]),
+    ("runs: [[loss=dapo], {label: dapo2, overrides: [loss=dapo]}]\n", ["resolve to the same config"]),
+    ("runs: [[loss=dapo]]\ngrid: {loss: [grpo]}\n", ["loss: set by both the run list and a grid axis"]),
+    ("overrides: ['loss=grpo,dapo']\n", ["is a sweep; put it under `grid`"]),
+    ("runs: [['loss=grpo,dapo']]\n", ["is a sweep; an explicit run takes single values"]),
+    ("grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token]\n", ["arm loss=gspo: loss=gspo with aggregation=token"]),
+    ("grid: {loss: [grpo, dapo]}\noverrides: [batch.generations=1]\n", ["batch.generations: must be >= 2, got 1"]),
+    ("grid: {loss: [grpo, dapoo]}\n", ["arm loss=dapoo: loss=dapoo: no such option", "'dapo'"]),
+])
+def test_bad_sweep_files(tmp_recipes, body, parts):
+    f = tmp_recipes / "bad.yaml"
+    f.write_text(body)
+    with pytest.raises(UserError) as e:
+        load_sweep(f)
+    msg = str(e.value)
+    for p in parts:
+        assert p in msg, (p, msg)
+
+
+def test_all_errors_of_all_runs_are_collected(tmp_recipes):
+    f = tmp_recipes / "bad.yaml"
+    f.write_text("grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token, offpolicy.k=0, batch.prompts=x]\n")
+    with pytest.raises(ConfigErrors) as e:
+        load_sweep(f)
+    errs = e.value.errors
+    assert "offpolicy.k: must be >= 1, got 0" in errs  # shared by every arm: printed once
+    assert "batch.prompts: expected int, got 'x'" in errs
+    assert any(m.startswith("arm loss=gspo: loss=gspo with aggregation=token") for m in errs)
+    assert len(errs) == 3 and str(e.value).count("\nerror: ") == 2
+
+
+def test_plan_rows(loaded):
+    rows = plan_rows(loaded["loss"])
+    assert [r["label"] for r in rows] == ["loss=grpo,seed=0", "loss=dapo,seed=0", "loss=gspo,seed=0", "loss=cispo,seed=0 *"]
+    assert [r["overrides"] for r in rows] == ["loss=grpo", "loss=dapo", "loss=gspo", "(base)"]
