@@ -243,6 +243,9 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     else:
         status = "converged"
 
+    if opts.target > 100 * x.max():
+        notes.append(f"--to {opts.target:g} is {opts.target / x.max():,.0f}x the largest compute fitted ({x.max():g}): "
+                     "a long extrapolation; pass --to in the units of the data")
     pred = float(pf.predict(opts.target))
     pred_ci = None
     c_to = c_to_ci = None
