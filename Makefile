@@ -13,19 +13,23 @@ setup: $(STAMP)
 # while an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The local SLURM cluster (slurm/up: Debian packages, daemons, smoke job) is up for the integration tests
+# and taken down after, pass or fail; ABLATE_SLURM=1 makes the SLURM tests fail loudly if it is not there.
 test: setup
-	$(BIN)/python -m pytest -q
+	bash slurm/up
+	ABLATE_SLURM=1 $(BIN)/python -m pytest -q --ignore=tests/vllm; rc=$$?; bash slurm/down; exit $$rc
 
 demo: setup
 	$(BIN)/python -m ablate.demo
 
 bench: setup
 	$(BIN)/python bench/fit.py
+	$(BIN)/python bench/rank.py
+	$(BIN)/python bench/launch.py
 
 clean:
 	rm -rf $(VENV) sweeps/*/ demo-out .pytest_cache

@@ -157,6 +157,9 @@ def rank(
     if any(a.verdict == "not_identified" for a in ranking.arms):
         console.print("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured; "
                       f"those arms are ranked on their predicted pass rate at {to:g} only.")
+    far = [n for a in ranking.arms for n in a.fit.notes if n.startswith("--to")]
+    if far:
+        console.print(f"  [yellow]note[/]: {far[0]}")
     for s in skipped:
         console.print(f"  [red]not fitted[/] {s['label']}: {s['reason']}")
     if plot is not None:
@@ -265,6 +268,8 @@ def sweep(
         return
     from ablate.launch import launch_sweep
 
+    for note in getattr(plan, "notes", []):
+        typer.echo(f"note: {note}")
     launch_sweep(plan, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
                  retry_failed=retry_failed, force=force, follow=follow, job=job, echo=typer.echo)
     if not follow:

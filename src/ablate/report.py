@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ablate.fit.analysis import FitResult
+if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
+    from ablate.fit.analysis import FitResult
 
 def console(stderr: bool = False) -> Console:
     """A console that keeps tables whole when output goes to a file or a pipe (rich assumes 80 columns)."""

@@ -1,0 +1,270 @@
+"""Launching through the local and debug executors: completion, throttling, idempotent re-runs,
+failure triage, --retry-failed / --force, and a launcher killed mid-submission."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ablate import store
+from ablate.errors import UserError
+from ablate.launch import launch_sweep, load_profile, resolve_executor
+from ablate.ledger import Ledger, proc_alive
+from ablate.status import sweep_status, wait_for
+from jobs import TOY_JOB, assert_complete, executions, toy_sweep
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def ids(sweep):
+    return [r.run_id for r in sweep.runs]
+
+
+def wait_runners(root, name, timeout=30):
+    """Wait until every local runner of the sweep has exited (they end when their queue is empty)."""
+    deadline = time.monotonic() + timeout
+    runners = {(e["runner"]["pid"], e["runner"]["start"]) for e in Ledger(root / name).events() if e.get("runner")}
+    while any(proc_alive(p, s) for p, s in runners):
+        assert time.monotonic() < deadline, "a local runner did not exit"
+        time.sleep(0.1)
+
+
+def test_local_sweep_runs_throttled_and_rerun_submits_nothing(tmp_path):
+    sw = toy_sweep(toy={"steps": 3, "sleep": 0.15})
+    t0 = time.monotonic()
+    plan = launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
+    assert time.monotonic() - t0 < 2, "ablate sweep must return at once, not wait for the runs"
+    assert plan.submit == ids(sw) and plan.new == ids(sw)
+    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    for rid in ids(sw):
+        rdir = store.run_dir(tmp_path, "toy", rid)
+        assert_complete(rdir, 3)
+        [ex] = executions(rdir)
+        assert ex["threads"] == 1 and ex["omp"] == "1"  # the run got its torch thread count
+        rj = store.read_json(rdir / "run.json")
+        assert rj["run_id"] == rid and rj["arm_id"] and rj["overrides"] and rj["job_id"] and rj["job_logs"]["stderr"]
+    # Never more than max_parallel runs at once, read from the ledger's started/finished times.
+    events = Ledger(tmp_path / "toy").events()
+    spans = {e["run_id"]: [e["t"]] for e in events if e["event"] == "started"}
+    for e in events:
+        if e["event"] == "finished":
+            spans[e["run_id"]].append(e["t"])
+    assert max(sum(s <= a[0] < f for s, f in spans.values()) for a in spans.values()) <= 2
+    wait_runners(tmp_path, "toy")
+    n_lines = len(Ledger(tmp_path / "toy").events())
+    again = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
+    assert again.submit == [] and len(again.done) == 4
+    assert again.summary() == "toy: 4 done, 0 running, 0 failed, 0 new -> nothing to submit"
+    assert len(Ledger(tmp_path / "toy").events()) == n_lines
+
+
+def test_piped_launch_returns_while_runs_go_on(tmp_path):
+    """`ablate sweep ... | cat` must not wait for the jobs (submitit's controllers keep stdio open)."""
+    hold = tmp_path / "hold"
+    hold.touch()  # the runs block at step 2 until it is removed: a launcher that waited would never return
+    code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
+            "from ablate.launch import launch_sweep;"
+            "launch_sweep(toy_sweep(seeds=(0,), toy={'steps': 3, 'hold': sys.argv[3]}), root=Path(sys.argv[1]),"
+            " executor='local', job=TOY_JOB)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)], capture_output=True,
+                         text=True, timeout=30, env={**os.environ, "PYTHONPATH": SRC})
+    assert out.returncode == 0, out.stderr
+    assert "2 new -> submitting 2 via local" in out.stdout
+    assert not any(s.ended for s in sweep_status(tmp_path, "toy"))
+    hold.unlink()
+    sts = wait_for(tmp_path, "toy", ["toy-a0", "toy-b0"], timeout=60)
+    assert all(s.state == "done" for s in sts.values())
+    wait_runners(tmp_path, "toy")
+
+
+def test_failure_triage_retry_failed_and_force(tmp_path):
+    sw = toy_sweep(toy={"steps": 3}, per_run={"arm=b,seed=1": {"fail_at": 2}})
+    launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
+    sts = wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    bad = sts["toy-b1"]
+    assert (bad.state, bad.cause) == ("failed", "exception")
+    assert "ValueError: toy failure at step 2" in bad.error and "Traceback" in bad.error
+    assert "toy failure at step 2" in Path(bad.log).read_text()  # the log path points at the real log
+    rj = store.read_json(store.run_dir(tmp_path, "toy", "toy-b1") / "run.json")
+    assert rj["status"] == "failed" and rj["cause"] == "exception" and rj["error"]["class"] == "ValueError"
+    assert rj["error"]["traceback"][-1] == "ValueError: toy failure at step 2" and rj["log"] == bad.log
+    wait_runners(tmp_path, "toy")
+    plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
+    assert plan.submit == [] and plan.failed == ["toy-b1"] and len(plan.done) == 3
+    plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, retry_failed=True, echo=None)
+    assert plan.submit == ["toy-b1"]
+    wait_for(tmp_path, "toy", ["toy-b1"], timeout=60)
+    assert len(executions(store.run_dir(tmp_path, "toy", "toy-b1"))) == 2
+    assert len(executions(store.run_dir(tmp_path, "toy", "toy-a0"))) == 1
+    wait_runners(tmp_path, "toy")
+    # --force re-runs everything from scratch; the old directories are archived, not overwritten.
+    plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, force=True, echo=None)
+    assert plan.submit == ids(sw)
+    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    assert_complete(store.run_dir(tmp_path, "toy", "toy-a0"), 3)
+    assert len(executions(store.run_dir(tmp_path, "toy", "toy-a0"))) == 1
+    archived = sorted(p.name.split(".")[0] for p in (tmp_path / "toy" / "archive").iterdir())
+    assert archived == ids(sw)
+    wait_runners(tmp_path, "toy")
+
+
+def test_killed_run_is_failed_killed_and_running_run_is_never_resubmitted(tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()
+    sw = toy_sweep(seeds=(0,), arms=("a",), toy={"steps": 3, "hold": str(hold)})
+    launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
+    wait_for(tmp_path, "toy", ["toy-a0"], states=("running",), timeout=30)
+    plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, force=True, echo=None)
+    assert plan.submit == [] and plan.running == ["toy-a0"]  # not even --force submits a live run twice
+    rec = Ledger(tmp_path / "toy").fold()["toy-a0"]
+    os.kill(rec.pid, signal.SIGKILL)  # the OOM killer, say
+    st = wait_for(tmp_path, "toy", ["toy-a0"], timeout=30)["toy-a0"]
+    assert (st.state, st.cause) == ("failed", "killed") and "without" in st.error
+    wait_runners(tmp_path, "toy")
+
+
+def test_debug_executor_runs_in_process(tmp_path):
+    sw = toy_sweep(toy={"steps": 2})
+    plan = launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
+    assert plan.submit == ids(sw)
+    for rid in ids(sw):  # done by the time launch_sweep returns, in this very process
+        assert_complete(store.run_dir(tmp_path, "toy", rid), 2)
+        assert [e["pid"] for e in executions(store.run_dir(tmp_path, "toy", rid))] == [os.getpid()]
+    assert all(s.state == "done" and s.job_id.startswith("DEBUG_") for s in sweep_status(tmp_path, "toy"))
+    with open(tmp_path / "toy" / "ledger.jsonl", "ab") as f:
+        f.write(b'{"event": "submitting", "run_id": "toy-a0", "bat')  # a launcher died mid-append
+    assert launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None).submit == []
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    res = CliRunner().invoke(app, ["status", "toy", "--root", str(tmp_path), "--watch", "--interval", "0.1"])
+    assert res.exit_code == 0 and "toy: 4 runs: 4 done" in res.output  # --watch ends once every run has
+
+
+@pytest.mark.parametrize("point", ["after_submitting", "after_spawn"])
+def test_launcher_killed_mid_submission_loses_and_duplicates_nothing(tmp_path, point):
+    code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
+            "from ablate.launch import launch_sweep;"
+            "launch_sweep(toy_sweep(toy={'steps': 2, 'sleep': 0.2}), root=Path(sys.argv[1]), executor='local',"
+            " max_parallel=2, job=TOY_JOB)")
+    env = {**os.environ, "PYTHONPATH": SRC, "ABLATE_CRASHPOINT": point}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), TESTS], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    if point == "after_spawn":
+        time.sleep(1.0)  # let the orphaned runner claim a run or two before the re-run
+    sw = toy_sweep(toy={"steps": 2, "sleep": 0.2})
+    plan = launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
+    assert plan.submit, "the killed launcher's runs must be submitted again"
+    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    wait_runners(tmp_path, "toy")
+    for rid in ids(sw):
+        rdir = store.run_dir(tmp_path, "toy", rid)
+        assert_complete(rdir, 2)
+        assert len(executions(rdir)) == 1, f"{rid} ran {len(executions(rdir))} times"
+    assert launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None).submit == []
+
+
+def test_two_launchers_at_once_submit_each_run_once(tmp_path):
+    code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
+            "from ablate.launch import launch_sweep;"
+            "launch_sweep(toy_sweep(toy={'steps': 2}), root=Path(sys.argv[1]), executor='local', job=TOY_JOB)")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), TESTS], stdout=subprocess.PIPE, text=True,
+                              env=env) for _ in range(2)]
+    outs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outs == sorted(["toy: 0 done, 4 running, 0 failed, 0 new -> nothing to submit",
+                           "toy: 0 done, 0 running, 0 failed, 4 new -> submitting 4 via local"])
+    sw = toy_sweep(toy={"steps": 2})
+    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    wait_runners(tmp_path, "toy")
+    subs = [e["run_id"] for e in Ledger(tmp_path / "toy").events() if e["event"] == "submitting"]
+    assert sorted(subs) == sorted(ids(sw))
+    assert all(len(executions(store.run_dir(tmp_path, "toy", r))) == 1 for r in ids(sw))
+
+
+def test_executor_and_profile_errors(tmp_path):
+    with pytest.raises(UserError, match="unknown executor 'sge'"):
+        resolve_executor("sge")
+    assert resolve_executor("local") == "local"
+    bad = tmp_path / "p.yaml"
+    bad.write_text("partition: gpu\ncpus_per_tsk: 4\n")
+    with pytest.raises(UserError, match="did you mean 'cpus_per_task'"):
+        load_profile(str(bad))
+    assert load_profile("local")["partition"] == "debug"
+    assert load_profile("example-cluster")["mem"] == "120G"
+    with pytest.raises(UserError, match="profile 'nope' not found"):
+        load_profile("nope")
+
+
+def test_local_timeout_checkpoints_and_requeues(tmp_path):
+    """At the time limit the local controller sends USR2: checkpoint, requeue, resume, gap-free metrics."""
+    sw = toy_sweep(arms=("t",), seeds=(0,), toy={"steps": 10, "sleep": 1.0},
+                   launcher={"timeout_min": 0.15})  # 9 s limit, USR2 at 8 s: ~7 steps, then the other ~3
+    launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
+    st = wait_for(tmp_path, "toy", ["toy-t0"], timeout=90)["toy-t0"]
+    # Usually one requeue; a loaded machine may need a second (each attempt gets a fresh 9 s).
+    assert st.state == "done" and st.requeues >= 1 and st.attempts == st.requeues + 1
+    rdir = store.run_dir(tmp_path, "toy", "toy-t0")
+    assert_complete(rdir, 10)
+    assert len(executions(rdir)) == st.attempts
+    pre = [e for e in Ledger(tmp_path / "toy").events() if e["event"] == "preempted"]
+    assert [(e["reason"], e["requeue"]) for e in pre] == [("timeout", True)] * st.requeues
+    wait_runners(tmp_path, "toy")
+
+
+def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "loss.yaml")
+    args = ["sweep", recipe, "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "loss: 0 done, 0 running, 0 failed, 4 new -> submitting 4 via debug" in res.output
+    res = CliRunner().invoke(app, args[:-4] + ["--job", TOY_JOB])  # default executor: the recipe's launcher
+    assert res.exit_code == 0 and "loss: 4 done, 0 running, 0 failed, 0 new -> nothing to submit" in res.output
+    res = CliRunner().invoke(app, ["status", "loss", "--root", str(tmp_path), "--json"])
+    data = __import__("json").loads(res.output)
+    assert data["summary"]["done"] == 4
+    assert sorted(r["label"] for r in data["runs"]) == sorted(f"loss={x},seed=0" for x in ("cispo", "dapo", "grpo", "gspo"))
+    # --force re-runs all four through the local executor; --follow waits for them with a progress bar.
+    res = CliRunner().invoke(app, args[:-4] + ["-e", "local", "--max-parallel", "2", "--force", "--follow",
+                                               "--job", TOY_JOB])
+    assert res.exit_code == 0 and "4 done, 0 running, 0 failed, 0 new -> submitting 4 via local" in res.output
+    assert "4/4" in res.output
+    assert all(s.state == "done" and s.executor == "local" for s in sweep_status(tmp_path, "loss"))
+    res = CliRunner().invoke(app, ["sweep", recipe, "--root", str(tmp_path), "-e", "pbs"])
+    assert res.exit_code == 2 and "unknown executor 'pbs'" in res.output
+
+
+def test_auto_picks_local_without_a_slurm_controller(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol at all
+    assert resolve_executor("auto") == "local"
+    fake = tmp_path / "scontrol"  # installed client, controller down: `scontrol ping` says DOWN
+    fake.write_text("#!/bin/sh\necho 'Slurmctld(primary) at localhost is DOWN'\nexit 1\n")
+    fake.chmod(0o755)
+    assert resolve_executor("auto") == "local"
+
+
+def test_profile_becomes_sbatch_flags(tmp_path):
+    """The example real-cluster profile, rendered into the sbatch script submitit would submit."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    params = load_profile("example-cluster")
+    text = _make_sbatch_string(command="python -m submitit.core._submit X", folder=tmp_path / "%j", map_count=40,
+                               **params)
+    for flag in ("--partition=gpu", "--account=my-project", "--qos=normal", "--constraint=h100",
+                 "--gpus-per-node=1", "--cpus-per-task=16", "--mem=120G", "--time=1440", "--array=0-39%32",
+                 "--signal=USR2@120"):
+        assert f"#SBATCH {flag}\n" in text, flag
+    assert "module load cuda/12.4\nsource ~/venvs/ablate/bin/activate\n" in text
