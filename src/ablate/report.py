@@ -206,7 +206,7 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
 
     plt = _plt()
     path = Path(path)
-    parts, names = [], []
+    parts, names, starts = [], [], []
     same_ceiling = {"baseline", "efficiency_up", "efficiency_down", "no_effect", None}
     for a in ranking.arms:
         if a.verdict not in same_ceiling or not a.fit.identifiable:
@@ -214,9 +214,10 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
         x, y, _, _ = window_points(a.fit.curves, ranking.opts, a.arm)
         parts.append((x, y, a.fit.R0))
         names.append(a.arm)
+        starts.append(a.fit.fit)
     if not parts:
         return None  # no identified arm shares a ceiling: there is no efficiency view to draw
-    a_s, params = fit_shared_a(parts)
+    a_s, params = fit_shared_a(parts, starts)
     fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, ((x, y, r0), (b, c_mid), name) in enumerate(zip(parts, params, names)):

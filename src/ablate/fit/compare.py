@@ -104,11 +104,14 @@ def seed_margin(arms: list[ArmResult], a: ArmResult, b: ArmResult) -> tuple[floa
     return float(Z95 * sd * np.sqrt(1.0 / a.seeds + 1.0 / b.seeds)), f"seed spread (pooled sd {sd:.4f})"
 
 
-def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]]) -> tuple[float, list[tuple[float, float]]]:
-    """One A for all parts, own (B, C_mid) each; parts: [(x [n_i], y [n_i], R0_i)]. Returns (A, [(B, C_mid)])."""
+def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
+                 starts: list[PointFit] | None = None) -> tuple[float, list[tuple[float, float]]]:
+    """One A for all parts, own (B, C_mid) each; parts: [(x [n_i], y [n_i], R0_i)]; `starts`: each part's own
+    fit (refitted when not given). Returns (A, [(B, C_mid)])."""
     lo_a = max(r0 for _, _, r0 in parts)
     p0, lo, hi = [], [lo_a], [1.0]
-    starts = [fit_curves([Curve("p", None, x, y)], FitOptions(n_boot=0, r0=r0)).fit for x, y, r0 in parts]
+    if starts is None:
+        starts = [fit_curves([Curve("p", None, x, y)], FitOptions(n_boot=0, r0=r0)).fit for x, y, r0 in parts]
     a0 = float(np.clip(np.mean([s.a for s in starts]), lo_a, 1.0))
     p0.append(a0)
     for (x, _, _), s in zip(parts, starts):
@@ -158,7 +161,7 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, rng) -
     for res in (arm, base):
         x, y, _, _ = window_points(res.curves, opts, res.run)
         parts.append((x, y, res.R0))
-    a_s, ((b_a, c_a), (b_b, c_b)) = fit_shared_a(parts)
+    a_s, ((b_a, c_a), (b_b, c_b)) = fit_shared_a(parts, [arm.fit, base.fit])
     target = opts.target
     r_t = float(sigmoid(target, base.R0, a_s, b_b, c_b))
     c_arm = compute_to_reach(r_t, arm.R0, a_s, b_a, c_a)
@@ -194,28 +197,56 @@ def _seed_A(c: Curve, opts: FitOptions) -> float:
     return f.A if f.identifiable else float("nan")
 
 
+def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult:
+    label, cs, opts = item
+    fit = fit_curves(cs, opts, name=label, group=label)
+    seed_A = [_seed_A(c, opts) for c in cs] if len(cs) > 1 else [fit.A]
+    return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs), seed_A=seed_A,
+                     partial=any(c.meta.get("partial") for c in cs),
+                     truncation_warning=any(c.meta.get("truncation_warning") for c in cs))
+
+
+def _efficiency(item: tuple[int, FitResult, FitResult, FitOptions]) -> dict[str, Any]:
+    i, arm, base, opts = item
+    return compare_efficiency(arm, base, opts, np.random.default_rng([opts.seed, i]))  # same draws in any order
+
+
+def _pmap(fn, items: list, jobs: int) -> list:
+    """map over processes (fork: the fit stack is already imported) when there is enough work to share."""
+    if jobs <= 1 or len(items) < 2 * jobs:
+        return [fn(it) for it in items]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(fn, items, chunksize=max(1, len(items) // (4 * jobs))))
+
+
+def default_jobs() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: float | None = None,
-         x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None) -> Ranking:
-    """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first."""
+         x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None, jobs: int | None = None) -> Ranking:
+    """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first.
+
+    Arms are independent fits: with many arms they run on `jobs` processes (default: the cores)."""
+    jobs = default_jobs() if jobs is None else jobs
     groups = group_arms(curves)
     if baseline is None:
         flagged = {c.group or c.run for c in curves if c.meta.get("baseline")}
         baseline = flagged.pop() if len(flagged) == 1 else None
     elif baseline not in groups:
         raise UserError(f"--baseline {baseline!r}: no such arm; arms are: {', '.join(groups)}")
-    arms: list[ArmResult] = []
-    for label, cs in groups.items():
-        fit = fit_curves(cs, opts, name=label, group=label)
-        seed_A = [_seed_A(c, opts) for c in cs] if len(cs) > 1 else [fit.A]
-        arms.append(ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs), seed_A=seed_A,
-                              partial=any(c.meta.get("partial") for c in cs),
-                              truncation_warning=any(c.meta.get("truncation_warning") for c in cs)))
+    arms = _pmap(_fit_arm, [(label, cs, opts) for label, cs in groups.items()], jobs)
     margin_source = "none (no baseline)"
     if baseline is not None:
-        rng = np.random.default_rng(opts.seed + 1)
         base = next(a for a in arms if a.arm == baseline)
         base.verdict, base.detail = "baseline", "the reference arm"
-        for a in arms:
+        to_compare = []
+        for i, a in enumerate(arms):
             if a is base:
                 continue
             if margin is not None:
@@ -231,20 +262,21 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
                 a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a.margin:.3f}"
             else:
-                a.shared = compare_efficiency(a.fit, base.fit, opts, rng)
-                ci = a.shared["compute_ratio_ci"]
-                ratio = a.shared["compute_ratio"]
-                floor = a.shared["log_margin"]
-                beyond = floor is not None and abs(np.log(ratio)) > floor
-                if ci is not None and ci[1] < 1.0 and beyond:
-                    a.verdict = "efficiency_up"
-                elif ci is not None and ci[0] > 1.0 and beyond:
-                    a.verdict = "efficiency_down"
-                else:
-                    a.verdict = "no_effect"
-                a.detail = (f"A shared {a.shared['A_shared']:.3f}: {ratio:.2f}x compute to baseline's R@{opts.target:g}"
-                            + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (interval open)")
-                            + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
+                to_compare.append((i, a))
+        shared = _pmap(_efficiency, [(i, a.fit, base.fit, opts) for i, a in to_compare], jobs)
+        for (_, a), sh in zip(to_compare, shared):
+            a.shared = sh
+            ci, ratio, floor = sh["compute_ratio_ci"], sh["compute_ratio"], sh["log_margin"]
+            beyond = floor is not None and abs(np.log(ratio)) > floor
+            if ci is not None and ci[1] < 1.0 and beyond:
+                a.verdict = "efficiency_up"
+            elif ci is not None and ci[0] > 1.0 and beyond:
+                a.verdict = "efficiency_down"
+            else:
+                a.verdict = "no_effect"
+            a.detail = (f"A shared {sh['A_shared']:.3f}: {ratio:.2f}x compute to baseline's R@{opts.target:g}"
+                        + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (interval open)")
+                        + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
     arms.sort(key=lambda a: (round(a.fit.pred_at_target, 3), round(a.fit.A, 3), a.fit.B), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=margin_source, target=opts.target, x=x, opts=opts,
                    not_fitted=not_fitted or [])

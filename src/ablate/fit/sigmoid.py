@@ -241,7 +241,7 @@ def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None
         frozen[ia] = 1.0
     lam = np.full(K, 1e-3)
 
-    def unpack(p, idx):
+    def unpack(p, idx):  # idx: a slice or index array over the K curves
         if free_r0:
             return p[:, 0:1], p[:, 1:2], p[:, 2:3], p[:, 3:4]
         return r0_k[idx], p[:, 0:1], p[:, 1:2], p[:, 2:3]
@@ -263,29 +263,34 @@ def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None
     eye = np.eye(p.shape[1])
     act = everyone  # curves still iterating: each stops on its own, so one slow resample costs only itself
     for _ in range(iters):
-        pa, ra, sa, wa = p[act], r[act], s[act], w[act]
-        r0, a, b, m = unpack(pa, act)
-        ds = sa * (1.0 - sa)
-        cols = [sa, (a - r0) * ds * (lx - m), -(a - r0) * ds * b]
+        full = act.size == K  # slices are views; fancy indexing copies [K, n] arrays
+        sel = slice(None) if full else act
+        pa, ra, sa, wa = p[sel], r[sel], s[sel], w[sel]
+        r0, a, b, m = unpack(pa, sel)
+        gds = (a - r0) * (sa * (1.0 - sa))
+        cols = [sa, gds * (lx - m), gds * -b]
         if free_r0:
             cols.insert(0, 1.0 - sa)
         # normal equations H = J^T W J, g = J^T W r from the columns directly (P <= 4: a few row sums are
-        # much cheaper than stacking J and a batched matmul); a frozen parameter's column is zero
-        cols = [c * (1.0 - f) for c, f in zip(cols, frozen)]
+        # much cheaper than stacking J and a batched matmul); a frozen parameter's column is left out
+        live = [i for i in range(len(cols)) if not frozen[i]]
         P = len(cols)
-        wcols = [wa * c for c in cols]
-        H = np.empty((act.size, P, P))
-        for i in range(P):
-            for j in range(i, P):
-                H[:, i, j] = H[:, j, i] = (wcols[i] * cols[j]).sum(1)
-        g = np.stack([(wc * ra).sum(1) for wc in wcols], axis=1)[:, :, None]
+        wcols = {i: wa * cols[i] for i in live}
+        H = np.zeros((pa.shape[0], P, P))
+        g = np.zeros((pa.shape[0], P, 1))
+        for i in live:
+            g[:, i, 0] = np.einsum("kn,kn->k", wcols[i], ra)
+            for j in live:
+                if j >= i:
+                    H[:, i, j] = H[:, j, i] = np.einsum("kn,kn->k", wcols[i], cols[j])
         D = H * eye + frozen * eye
-        step = -np.linalg.solve(H + lam[act, None, None] * (D + 1e-12 * eye), g)[:, :, 0]
-        p_new = np.clip(pa + step, lo[act], hi[act])
-        r_new, s_new = resid(p_new, act)
-        sse_new = (wa * r_new * r_new).sum(1)
-        better = sse_new < sse[act]
-        gain = np.where(better, (sse[act] - sse_new) / np.maximum(sse[act], 1e-300), 0.0)
+        step = -np.linalg.solve(H + lam[sel, None, None] * (D + 1e-12 * eye), g)[:, :, 0]
+        p_new = np.clip(pa + step, lo[sel], hi[sel])
+        r_new, s_new = resid(p_new, sel)
+        sse_new = np.einsum("kn,kn->k", wa * r_new, r_new)
+        sse_a = sse[sel]
+        better = sse_new < sse_a
+        gain = np.where(better, (sse_a - sse_new) / np.maximum(sse_a, 1e-300), 0.0)
         upd = act[better]
         p[upd], r[upd], s[upd], sse[upd] = p_new[better], r_new[better], s_new[better], sse_new[better]
         lam[act] = np.where(better, lam[act] / 3.0, lam[act] * 4.0)
