@@ -127,6 +127,7 @@ class TaskConfig:
     path: Optional[str] = _f(None, "jsonl: path of the JSONL file (one problem per line)")
     reward: str = _f("binary", "binary (1/0) | signed (+1/-1)", choices=("binary", "signed"))
     digits: Optional[int] = _f(None, "synthetic_math: digits per operand", ge=1)
+    digits_min: Optional[int] = _f(None, "synthetic_math: shortest operand (null = digits); shorter ones are zero-padded: mixed difficulty", ge=1)
     train_size: Optional[int] = _f(None, "synthetic_math: training problems (null = 20000); the pool no-positive-resampling draws from", ge=1)
     data_seed: int = _f(1234, "seed of the task's data split (not the run's seed: every run of a sweep sees the same splits)", ge=0)
     val_path: Optional[str] = _f(None, "jsonl: a separate validation file (null = the first train.val_size rows after a fixed shuffle)")
@@ -138,6 +139,13 @@ class RolloutConfig:
 
     name: str = _f("torch", "torch | vllm", choices=("torch", "vllm"))
     temperature: float = _f(1.0, "sampling temperature for training rollouts and evaluation", gt=0.0)
+    # vLLM engine settings (rollout=vllm only; train/rollout_vllm.py). The LM head always follows `precision`.
+    dtype: str = _f("auto", "vllm: engine body dtype (auto = the policy's, float32 here; bfloat16 on GPUs)",
+                    choices=("auto", "float32", "bfloat16", "float16"))
+    kv_cache_mb: int = _f(256, "vllm: KV-cache cap in MiB (uncapped vLLM takes ~90% of memory)", ge=1, hash=False)
+    gpu_memory_utilization: float = _f(0.3, "vllm on GPU: share of GPU memory the engine may take", gt=0.0, le=1.0, hash=False)
+    enforce_eager: bool = _f(True, "vllm: no CUDA graphs/compilation (fast start); false for long GPU runs", hash=False)
+    max_model_len: Optional[int] = _f(None, "vllm: prompt + completion cap (null = the model's max positions)", ge=1, hash=False)
 
 
 @dataclass

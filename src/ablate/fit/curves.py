@@ -225,7 +225,8 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
                 group: str | None = None) -> tuple[list[Curve], list[dict[str, Any]]]:
     """Curves from any mix of sweep directories, single run directories and CSV/JSONL files.
 
-    A file's runs form arms by its `group` column (else each run is its own arm). With several inputs, arm
+    A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
+    (else each run is its own arm). With several inputs, arm
     names are prefixed by their input's name so that they stay apart.
     """
     if not paths:
@@ -234,6 +235,8 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
     skipped: list[dict[str, Any]] = []
     for p in paths:
         p = Path(p)
+        if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
+            p = Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
         if p.is_dir() and (p / "runs").is_dir():
             cs, sk = curves_from_sweep(p, x=x, y=y)
         elif p.is_dir() and ((p / "metrics.jsonl").exists() or (p / "run.json").exists()):

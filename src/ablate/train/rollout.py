@@ -1,0 +1,230 @@
+"""Rollout backends (registry `rollout`): generate completions and keep the generating policy's log-probs.
+
+The interface every backend implements (the vLLM backend, a later issue, slots in beside `torch`):
+
+    backend.generate(prompts: list[str], n: int, spec: SampleSpec, generator) -> Rollouts   # n completions per prompt
+    backend.load_weights(state_dict, version)      # weight sync after an optimizer step (PipelineRL)
+    backend.version                                # the policy version that generates now
+
+`TorchSampler` is the CPU/GPU torch backend: batched, a static KV cache allocated once per call, temperature
+sampling, stop at EOS, a hard max length, and forced interruption: a row whose thinking reaches its budget
+gets the end-of-thinking phrase forced in and then answers (ScaleRL §3.2, "forced length interruption").
+Forced tokens are part of the context but not the policy's actions: their `mask` is 0, so no loss sees them.
+
+Speed: prompts come with a group size n (G prompts x n completions each); each prompt is prefilled ONCE and
+its K/V shared by its n completions. For Llama/Qwen2-family models the decoder step is `policy.decoder_forward`
+on the model's own parameters (no HF cache objects, masks or output dataclasses per token: that per-token
+overhead dominates a tiny model); `test_rollout_on_cpu.py` checks it against the model's HF forward. Other
+architectures use the HF forward with a DynamicCache.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ablate.registry import Registry
+from ablate.train.policy import Policy, decoder_forward, head_logits
+
+
+@dataclass
+class SampleSpec:
+    max_new_tokens: int
+    temperature: float = 1.0
+    think_budget: Tensor | None = None
+    """[N] long: thinking tokens allowed per completion before the phrase is forced in; None = no interruption."""
+    phrase_ids: tuple[int, ...] = ()
+    """The end-of-thinking phrase as token ids (forced at the budget; sampling it ends the thinking)."""
+
+
+@dataclass
+class Rollouts:
+    """G prompts x n completions; completion rows are grouped by prompt (rows g*n .. g*n+n-1 belong to prompt g)."""
+
+    prompt_ids: Tensor  # [G, P] long, left-padded
+    prompt_mask: Tensor  # [G, P] long
+    group: Tensor  # [N] long: the prompt row of each completion
+    tokens: Tensor  # [N, T] long, pad after EOS
+    present: Tensor  # [N, T] bool: token exists (sampled or forced; EOS included)
+    mask: Tensor  # [N, T] bool: a sampled token (the policy's action): present and not forced
+    logp: Tensor  # [N, T] float32: log-prob of the token under the generating policy (0 where mask is 0)
+    truncated: Tensor  # [N] bool: hit max_new_tokens without EOS
+    interrupted: Tensor  # [N] bool: the phrase was forced in
+    entropy: Tensor | None = None  # [N] mean per-token entropy of the sampling distribution over the row's sampled tokens
+    texts: list[str] = field(default_factory=list)  # completions, special tokens removed
+    version: int = 0  # policy version that generated them
+
+    @property
+    def lengths(self) -> Tensor:
+        """[N] completion lengths in tokens (EOS and forced tokens included)."""
+        return self.present.sum(1)
+
+
+class RolloutBackend(Protocol):
+    version: int
+
+    def generate(
+        self, prompts: list[str], n: int, spec: SampleSpec, generator: torch.Generator | None = None
+    ) -> Rollouts: ...
+
+    def load_weights(self, state_dict: dict[str, Tensor], version: int) -> None: ...
+
+
+BACKENDS: Registry[Any] = Registry("rollout")
+
+
+@BACKENDS.register("torch")
+class TorchSampler:
+    """KV-cached batched sampler over a `Policy` (its own model object: give it a copy for PipelineRL)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.version = 0
+
+    def load_weights(self, state_dict: dict[str, Tensor], version: int) -> None:
+        with torch.no_grad():
+            self.policy.model.load_state_dict(state_dict, strict=True)
+        self.version = version
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[str], n: int, spec: SampleSpec, generator: torch.Generator | None = None
+    ) -> Rollouts:
+        """n completions for each of the G prompts: N = G*n rows, grouped by prompt."""
+        ids, pmask = self.policy.encode_prompts(prompts)
+        return self.generate_ids(ids, pmask, n, spec, generator)
+
+    @torch.no_grad()
+    def generate_ids(
+        self, ids: Tensor, pmask: Tensor, n: int, spec: SampleSpec, generator: torch.Generator | None = None
+    ) -> Rollouts:
+        """As `generate`, from prompt token ids [G, P] and mask [G, P] (left-padded)."""
+        pol, model = self.policy, self.policy.model
+        dev = next(model.parameters()).device
+        ids, pmask = ids.to(dev), pmask.to(dev)
+        G, P = ids.shape
+        N, T = G * n, int(spec.max_new_tokens)
+        group = torch.arange(G, device=dev).repeat_interleave(n)
+        was_training = model.training
+        model.eval()
+        dec = _FastDecoder(pol, ids, pmask, group, T) if pol.fast else _HFDecoder(pol, ids, pmask, group)
+
+        tokens = torch.full((N, T), pol.pad_id, dtype=torch.long, device=dev)
+        present = torch.zeros((N, T), dtype=torch.bool, device=dev)
+        forced = torch.zeros((N, T), dtype=torch.bool, device=dev)
+        logp = torch.zeros((N, T), dtype=torch.float32, device=dev)
+        ent = torch.zeros((N, T), dtype=torch.float32, device=dev)
+        done = torch.zeros(N, dtype=torch.bool, device=dev)
+        interrupted = torch.zeros(N, dtype=torch.bool, device=dev)
+        phrase = torch.tensor(spec.phrase_ids, dtype=torch.long, device=dev)
+        L = len(spec.phrase_ids)
+        interrupt = spec.think_budget is not None and L > 0
+        if interrupt:
+            budget = spec.think_budget.to(dev)
+            in_think = torch.ones(N, dtype=torch.bool, device=dev)
+            n_think = torch.zeros(N, dtype=torch.long, device=dev)
+            fpos = torch.zeros(N, dtype=torch.long, device=dev)  # phrase tokens forced so far
+        temp = float(spec.temperature)
+        eos, pad = pol.eos_id, pol.pad_id
+
+        h = dec.h_last  # [N, H]
+        for t in range(T):
+            lg = head_logits(model, h, pol.head_dtype).float()
+            if not bool(torch.isfinite(lg).all()):  # a blown-up policy: the loop marks the run diverged
+                raise FloatingPointError("non-finite logits in the sampler")
+            lp = torch.log_softmax(lg / temp if temp != 1.0 else lg, -1)  # [N, V]
+            probs = lp.exp()
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            ent[:, t] = -(probs * lp).sum(-1)
+            tok_lp = lp.gather(1, nxt[:, None]).squeeze(1)
+            live = ~done
+            if interrupt:
+                force = in_think & (n_think >= budget) & live
+                if bool(force.any()):
+                    nxt = torch.where(force, phrase[fpos.clamp(max=L - 1)], nxt)
+                    fpos = fpos + force.long()
+                    interrupted |= force
+                    forced[:, t] = force
+            nxt = torch.where(live, nxt, torch.full_like(nxt, pad))
+            tokens[:, t] = nxt
+            present[:, t] = live
+            logp[:, t] = torch.where(live & ~forced[:, t], tok_lp, torch.zeros_like(tok_lp))
+            if interrupt:
+                n_think += (live & ~forced[:, t] & in_think).long()
+                ended = (tokens[:, t + 1 - L : t + 1] == phrase).all(1) if t + 1 >= L else torch.zeros_like(done)
+                in_think &= ~(ended | (fpos >= L))
+            done |= nxt == eos
+            if t == T - 1 or bool(done.all()):
+                break
+            h = dec.step(nxt, t)
+        if was_training:
+            model.train()
+        Tu = int(present.sum(1).max()) if N else 0  # drop all-pad columns (every row finished early)
+        tokens, present, forced, logp = tokens[:, :Tu], present[:, :Tu], forced[:, :Tu], logp[:, :Tu]
+        mask = present & ~forced
+        row_ent = (ent[:, :Tu] * mask).sum(1) / mask.sum(1).clamp(min=1)
+        texts = pol.tokenizer.batch_decode(torch.where(present, tokens, pad).tolist(), skip_special_tokens=True)
+        return Rollouts(ids, pmask, group, tokens, present, mask, logp, ~done, interrupted, row_ent, texts, self.version)
+
+
+class _FastDecoder:
+    """Llama-layout decoding with `decoder_forward`: each prompt prefilled once per group, then a static KV cache."""
+
+    def __init__(self, pol: Policy, ids: Tensor, pmask: Tensor, group: Tensor, max_new: int) -> None:
+        self.model = pol.model
+        h, kv = pol.prefix(ids, pmask)
+        P = ids.shape[1]
+        self.P = P
+        self.h_last = h[group]
+        self.cache = []
+        for k, v in kv:
+            kc = k.new_empty(group.shape[0], k.shape[1], P + max_new, k.shape[3])
+            vc = torch.empty_like(kc)
+            kc[:, :, :P] = k[group]
+            vc[:, :, :P] = v[group]
+            self.cache.append((kc, vc))
+        self.pos0 = pmask.long().sum(1)[group]  # [N] position of the first completion token
+        self.keymask = None
+        if not bool(pmask.all()):
+            self.keymask = torch.ones(group.shape[0], 1, 1, P + max_new, dtype=torch.bool, device=ids.device)
+            self.keymask[:, 0, 0, :P] = pmask.bool()[group]
+
+    def step(self, tok: Tensor, t: int) -> Tensor:
+        """Feed completion token t [N]; returns the hidden state that predicts token t+1 [N, H]."""
+        mask = None if self.keymask is None else self.keymask[..., : self.P + t + 1]
+        x = self.model.model.embed_tokens(tok[:, None])
+        h, _ = decoder_forward(self.model, x, (self.pos0 + t)[:, None], self.cache, mask, causal=False, cache_pos=self.P + t)
+        return h[:, -1]
+
+
+class _HFDecoder:
+    """Fallback for any HF causal LM: its own forward with a DynamicCache (prompts repeated per completion)."""
+
+    def __init__(self, pol: Policy, ids: Tensor, pmask: Tensor, group: Tensor) -> None:
+        self.model = pol.model
+        self.mask = pmask[group]
+        self.cache = None
+        self.h_last = self._run(ids[group])
+
+    def _run(self, ids: Tensor) -> Tensor:
+        pos = (self.mask.cumsum(1) - 1).clamp(min=0)[:, -ids.shape[1] :]
+        # transformers >= 5.2x calls the cache argument `cache` (and warns on `past_key_values`); older ones don't
+        key = "cache" if "cache" in inspect.signature(self.model.base_model.forward).parameters else "past_key_values"
+        out = self.model.base_model(
+            input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **{key: self.cache}
+        )
+        self.cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
+        return out.last_hidden_state[:, -1]
+
+    def step(self, tok: Tensor, t: int) -> Tensor:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
+        return self._run(tok[:, None])
+
+
+# The vLLM backend registers itself as `vllm` here; it imports vllm only when its engine starts (rollout_vllm.py).
+import ablate.train.rollout_vllm  # noqa: E402,F401

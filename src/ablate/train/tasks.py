@@ -1,0 +1,257 @@
+"""Verifiable tasks (registry `task`): problems with a held-out validation split, and reward checkers.
+
+A task is built from the resolved config's `task` section and gives:
+- `train` / `val`: lists of `Problem(prompt, answer, target)`. `target` is the full supervised completion
+  (thinking + end-of-thinking phrase + answer) used by the warm-up; RL never sees it.
+- `check(completion, answer) -> bool`: the checker, a plain deterministic callable on text.
+- `reward(correct) -> float`: +1/0 (`binary`) or +1/-1 (`signed`), as the recipe's `task.reward` says.
+- `alphabet`: every character the task can produce (the tiny model's character tokenizer is built from it).
+
+Both splits depend on the task config only (never on the run seed), so every run of a sweep trains on the
+same prompts and is evaluated on the same held-out set; the run seed only orders the training prompts.
+
+`synthetic_math`: `ddd+ddd=` addition. The completion first writes the carries, least significant column
+first (the "thinking"; e.g. 347+285 -> carries of the units and tens columns -> "11"), then the end-of-thinking
+phrase, then the sum: `11>632` then EOS, at most 2*digits+2 tokens (8 for 3 digits, base.yaml's max_new_tokens). Writing the carries first is the scratchpad that makes the answer tractable for a 2-layer model, and it
+gives forced interruption (design.md §4) something to cut: an interrupted model must answer without them.
+
+`jsonl`: one `{"prompt": str, "answer": str}` object per line (optional `thinking`: a worked solution the
+warm-up may imitate); the checker normalises numbers (`1,000` = `1000.0` = `1e3`), `\\boxed{}`, `$`, spaces.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable
+
+from ablate.errors import UserError
+from ablate.registry import Registry
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    """The text the policy continues (no special tokens)."""
+    answer: str
+    """The reference final answer the checker compares against."""
+    target: str = ""
+    """A full supervised completion (thinking + phrase + answer) for the warm-up; '' if none."""
+
+
+@dataclass
+class Task:
+    name: str
+    train: list[Problem]
+    val: list[Problem]
+    check: Callable[[str, str], bool]
+    """check(completion_text, answer) -> correct; completion_text excludes special tokens."""
+    reward_kind: str
+    alphabet: str
+    phrase: str
+
+    def reward(self, correct: bool) -> float:
+        """The scalar reward of a verdict: binary 1/0 or signed +1/-1 (task.reward)."""
+        return REWARDS.get(self.reward_kind)(correct)
+
+
+REWARDS: Registry[Callable[[bool], float]] = Registry("reward")
+REWARDS.add("binary", lambda ok: 1.0 if ok else 0.0)
+REWARDS.add("signed", lambda ok: 1.0 if ok else -1.0)
+
+TASKS: Registry[Callable[..., Task]] = Registry("task")
+
+
+def build_task(task_cfg: dict[str, Any], phrase: str) -> Task:
+    """The task of a resolved config's `task` section; `phrase` is the end-of-thinking phrase (length.phrase)."""
+    REWARDS.get(task_cfg.get("reward", "binary"))  # fail early, with the valid names
+    return TASKS.get(task_cfg["name"])(task_cfg, phrase)
+
+
+# ---- answer extraction and normalisation (shared by every task) ----
+
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
+
+
+def final_answer(completion: str, phrase: str) -> str:
+    """The final-answer part of a completion: the text after the last end-of-thinking phrase, if any.
+
+    >>> final_answer("110>632", ">")
+    '632'
+    """
+    if phrase and phrase in completion:
+        completion = completion.rsplit(phrase, 1)[1]
+    return completion.strip()
+
+
+def normalize_answer(text: str) -> str:
+    """A canonical form for comparing answers: boxed content, no `$`/spaces/thousands commas; numbers as fractions.
+
+    >>> normalize_answer(" $1,000.50$ ") == normalize_answer("2001/2")
+    True
+    """
+    m = _BOXED.findall(text)
+    if m:
+        text = m[-1]
+    text = text.replace("$", "").replace(" ", "").strip().rstrip(".")
+    num = text.replace(",", "")
+    try:
+        return str(Fraction(num))
+    except (ValueError, ZeroDivisionError):
+        pass
+    try:
+        return str(Fraction(float(num))) if re.fullmatch(r"-?[\d.]+[eE][-+]?\d+", num) else text.lower()
+    except (ValueError, OverflowError):
+        return text.lower()
+
+
+def make_checker(phrase: str, lenient_number: bool) -> Callable[[str, str], bool]:
+    """A checker: the final answer (after `phrase`) equals the reference after normalisation.
+
+    lenient_number: if the final answer has no exact match, accept its last number (free-form answers of real
+    models); the synthetic task is strict (the answer part must be exactly the number).
+    """
+
+    def check(completion: str, answer: str) -> bool:
+        got = final_answer(completion, phrase)
+        if got == answer.strip():  # the common case, without parsing numbers
+            return True
+        if not lenient_number and got.isdigit() and answer.strip().isdigit():
+            return False  # strict: two different digit strings (a leading zero is wrong too)
+        ref = normalize_answer(answer)
+        if normalize_answer(got) == ref:
+            return True
+        if lenient_number:
+            nums = _NUMBER.findall(got)
+            return bool(nums) and normalize_answer(nums[-1]) == ref
+        return False
+
+    return check
+
+
+# ---- synthetic_math ----
+
+
+def addition_problem(a: int, b: int, digits: int, phrase: str) -> Problem:
+    """`a+b=` with operands zero-padded to `digits`; target = carries of the low columns (LSB first) + phrase + sum.
+
+    >>> addition_problem(347, 285, 3, ">")
+    Problem(prompt='347+285=', answer='632', target='11>632')
+    """
+    carries, c = [], 0
+    for i in range(digits - 1):  # the top column's carry is the sum's leading 1: no need to think it
+        s = (a // 10**i) % 10 + (b // 10**i) % 10 + c
+        c = s // 10
+        carries.append(str(c))
+    return Problem(f"{a:0{digits}d}+{b:0{digits}d}=", str(a + b), "".join(carries) + phrase + str(a + b))
+
+
+@TASKS.register("synthetic_math")
+def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
+    """Fixed-width addition; `digits`, `digits_min`, `train_size`, `val_size`, `data_seed` (the split's seed, not the run's)."""
+    digits = int(cfg.get("digits") or 3)
+    lo = int(cfg.get("digits_min") or digits)
+    n_train, n_val = int(cfg.get("train_size") or 20000), int(cfg.get("val_size") or 200)
+    if digits < 1 or n_train < 1 or n_val < 1 or not 1 <= lo <= digits:
+        raise UserError(f"task: need 1 <= digits_min <= digits and train_size, val_size >= 1 "
+                        f"(got digits_min={lo}, digits={digits}, train_size={n_train}, val_size={n_val})")
+    space = 10 ** (2 * digits)
+    if n_train + n_val > space:
+        raise UserError(f"task: train_size + val_size = {n_train + n_val} is too many for {digits}-digit addition")
+    rng = random.Random(int(cfg.get("data_seed", 1234)))
+    if lo == digits:
+        pairs = rng.sample(range(space), n_train + n_val)  # distinct, so the splits are disjoint
+        ab = [(p // 10**digits, p % 10**digits) for p in pairs]
+    else:
+        # mixed difficulty: each operand's length uniform in digits_min..digits (zero-padded to a fixed width),
+        # so short sums the tiny model masters mix with long ones it may not: a ceiling below 1 (tiny-rl-notes.md)
+        seen: set[tuple[int, int]] = set()
+        ab = []
+        while len(ab) < n_train + n_val:
+            a = rng.randrange(10 ** (rng.randint(lo, digits)))
+            b = rng.randrange(10 ** (rng.randint(lo, digits)))
+            if (a, b) not in seen:
+                seen.add((a, b))
+                ab.append((a, b))
+    probs = [addition_problem(a, b, digits, phrase) for a, b in ab]
+    return Task(
+        name="synthetic_math",
+        train=probs[n_val:],
+        val=probs[:n_val],
+        check=make_checker(phrase, lenient_number=False),
+        reward_kind=cfg.get("reward", "binary"),
+        alphabet="0123456789+=" + phrase,
+        phrase=phrase,
+    )
+
+
+# ---- jsonl ----
+
+
+def load_jsonl_problems(path: Path | str, phrase: str) -> list[Problem]:
+    """Rows `{"prompt": str, "answer": str|number[, "thinking": str]}`; a bad row is a UserError naming the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"task.path: no such file {str(path)!r}; give a JSONL file of {{\"prompt\", \"answer\"}} rows")
+    probs = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{where}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{where}: expected a JSON object with 'prompt' and 'answer', got {type(row).__name__}")
+            missing = [k for k in ("prompt", "answer") if k not in row]
+            if missing:
+                raise UserError(f"{where}: missing key {missing[0]!r}; each row needs 'prompt' and 'answer'")
+            prompt, answer = row["prompt"], row["answer"]
+            if not isinstance(prompt, str) or not prompt:
+                raise UserError(f"{where}: 'prompt' must be a non-empty string")
+            if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
+                raise UserError(f"{where}: 'answer' must be a non-empty string or number")
+            thinking = row.get("thinking", "")
+            if not isinstance(thinking, str):
+                raise UserError(f"{where}: 'thinking' must be a string")
+            probs.append(Problem(prompt, str(answer), thinking + phrase + str(answer)))
+    if not probs:
+        raise UserError(f"task.path: {str(path)!r} has no rows")
+    return probs
+
+
+@TASKS.register("jsonl")
+def jsonl_task(cfg: dict[str, Any], phrase: str) -> Task:
+    """A JSONL file (`path`); the validation split is `val_path` if given, else the first `val_size` rows after a
+    fixed shuffle (`data_seed`), so the split does not depend on the run seed."""
+    if not cfg.get("path"):
+        raise UserError("task.path is required for task=jsonl (a JSONL file of {\"prompt\", \"answer\"} rows)")
+    rows = load_jsonl_problems(cfg["path"], phrase)
+    if cfg.get("val_path"):
+        train, val = rows, load_jsonl_problems(cfg["val_path"], phrase)
+    else:
+        n_val = int(cfg.get("val_size", 200))
+        if not 0 < n_val < len(rows):
+            raise UserError(
+                f"task.val_size={n_val} must be between 1 and the number of rows - 1 ({len(rows) - 1}) in {cfg['path']}"
+            )
+        rows = rows[:]
+        random.Random(int(cfg.get("data_seed", 1234))).shuffle(rows)
+        train, val = rows[n_val:], rows[:n_val]
+    chars = sorted(set("".join(p.prompt + p.target for p in train + val)))
+    return Task(
+        name="jsonl",
+        train=train,
+        val=val,
+        check=make_checker(phrase, lenient_number=True),
+        reward_kind=cfg.get("reward", "binary"),
+        alphabet="".join(chars),
+        phrase=phrase,
+    )

@@ -1,0 +1,222 @@
+"""The run: run directory contract, learning signal, resume after SIGTERM, PipelineRL's lag bound, bad data, divergence.
+
+Every test composes its config from recipes/base.yaml (the real path `ablate train` takes) with a small model,
+2-digit addition and a few steps, and a private warm-up cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ablate import store
+from ablate.errors import UserError
+from ablate.sweep import compose_run
+from ablate.train import run
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "base.yaml"
+TASK = ["task.digits=1", "task.train_size=80"]  # one-digit sums: the small model warms up to R0 ~ 0.2 in ~100 steps
+SMALL = TASK + [
+    "model.hidden=32", "model.n_layers=1", "model.n_heads=2", "model.mlp=64",
+    "batch.prompts=4", "batch.generations=4",
+    "length.max_new_tokens=4", "length.think_budget_min=1", "length.think_budget_max=2",
+    "train.max_steps=6", "train.eval_every=2", "train.eval_k=2", "train.val_size=16", "train.checkpoint_every=3",
+    "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2",
+    "train.warmup.check_every=10",
+    "offpolicy=ppo", "offpolicy.k=1",
+]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+    torch.set_num_threads(1)
+
+
+def _cfg(*extra: str) -> dict:
+    small = SMALL if not any(e.startswith("task=") for e in extra) else SMALL[len(TASK):]
+    return compose_run(RECIPE, small + list(extra))
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [r["step"] for r in store.read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def test_a_short_run_writes_a_valid_run_directory(tmp_path):
+    cfg = _cfg()
+    summary = run(cfg, tmp_path / "r")
+    d = tmp_path / "r"
+    assert summary["status"] == "done" and summary["step"] == 6
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.to_container(OmegaConf.load(d / "config.yaml")) == cfg
+    meta = store.read_json(d / "run.json")
+    assert meta["status"] == "done" and meta["step"] == 6 and meta["started_at"] <= meta["ended_at"]
+    assert Path(meta["logs"]["train"]).read_text().count("eval step") == 4
+    recs = store.read_jsonl(d / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [0, 2, 4, 6]
+    for r in recs:
+        assert set(store.REQUIRED_METRICS) <= set(r) and set(r) <= set(store.METRICS)
+        assert 0.0 <= r["val_pass_rate"] <= 1.0
+    assert [r["samples"] for r in recs] == [0, 32, 64, 96]  # 4 prompts x 4 generations per step
+    for key in ("gpu_hours", "flops", "wall_s"):
+        assert all(a[key] < b[key] for a, b in zip(recs, recs[1:])), key
+    assert {"train_reward", "truncation_rate", "entropy", "grad_norm", "zero_variance_frac", "lag"} <= set(recs[-1])
+    assert (d / "ckpt" / "last.pt").is_file()
+    # a rerun of a finished run changes nothing; a different config in the same directory is refused
+    assert run(cfg, d)["step"] == 6 and _steps(d) == [0, 2, 4, 6]
+    with pytest.raises(UserError, match="another config"):
+        run(_cfg("seed=5"), d)
+
+
+def test_the_loss_decreases_on_a_fixed_batch(tmp_path):
+    """Repeated steps on one batch: the clipped surrogate (grpo) decreases, and for every loss the policy moves
+    log-probability from the negative-advantage completions to the positive ones."""
+    from ablate.train.loop import _PPOFeeder, _Run
+
+    LOSSES = {"grpo": ["loss=grpo", "loss.eps=0.2"], "cispo": [], "gspo": ["loss=gspo", "loss.eps_low=3e-3", "loss.eps_high=4e-3"]}
+    for loss, extra in [*LOSSES.items(), ("grpo-slow", LOSSES["grpo"] + ["optim.lr=3e-4"])]:
+        r = _Run(_cfg("optim.lr=3e-3", "batch.prompts=8", "batch.generations=8", *extra), tmp_path / loss)
+        b = _PPOFeeder(r).next()
+        ro = b.ro
+        # reward: "same completion as the group's first one"; identical completions always get identical rewards
+        first = {int(g): ro.texts[i] for i, g in reversed(list(enumerate(ro.group.tolist())))}
+        b.rewards = torch.tensor([float(t == first[int(g)]) for t, g in zip(ro.texts, ro.group.tolist())])
+        pos, neg = b.rewards > 0, b.rewards == 0
+
+        def gap() -> float:
+            with torch.no_grad():
+                lg = r.policy.completion_logits(ro.prompt_ids, ro.prompt_mask, ro.group, ro.tokens).float()
+                lp = (torch.log_softmax(lg, -1).gather(2, ro.tokens[..., None]).squeeze(2) * ro.mask).sum(1)
+            return float(lp[pos].mean() - lp[neg].mean())
+
+        g0 = gap()
+        values = [r.train_step(b)["loss"] for _ in range(8)]
+        assert gap() > g0 + (0.5 if loss != "grpo-slow" else 0.05), loss
+        if loss == "grpo-slow":  # at a small lr the surrogate itself goes down monotonically-ish
+            assert values[-1] < values[0] - 0.01 and values[-1] <= min(values[:4]), values
+
+
+def test_different_losses_take_different_paths(tmp_path):
+    """Same seed, same data: after a few off-policy steps (PPO-off-policy-4) the weights differ by loss.
+
+    (While no clip binds, GRPO's and CISPO's gradients are the same, A*rho*grad log pi; a large lr and k=4 move
+    the ratios out of GRPO's [0.8, 1.2] so that the difference shows.)"""
+    clip = {}
+    finals = {}
+    for name, extra in {"cispo": [], "grpo": ["loss=grpo", "loss.eps=0.2"], "gspo": ["loss=gspo", "loss.eps_low=3e-3", "loss.eps_high=4e-3"]}.items():
+        cfg = _cfg("offpolicy.k=4", "train.max_steps=8", "train.eval_every=4", "optim.lr=1e-2", *extra)
+        run(cfg, tmp_path / name)
+        finals[name] = torch.load(tmp_path / name / "ckpt" / "last.pt", weights_only=False)["model"]
+        clip[name] = max(r.get("is_clip_frac", 0.0) for r in store.read_jsonl(tmp_path / name / "metrics.jsonl"))
+    assert clip["grpo"] > 0 and clip["gspo"] > 0, clip
+    for a, b in (("cispo", "grpo"), ("cispo", "gspo"), ("grpo", "gspo")):
+        diff = max((finals[a][k] - finals[b][k]).abs().max().item() for k in finals[a])
+        assert diff > 1e-6, (a, b)
+
+
+def test_sigterm_mid_run_then_rerun_resumes_without_gap_or_duplicate(tmp_path):
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL, "train.max_steps=16", "train.eval_every=2",
+           "train.checkpoint_every=3", "--out", str(out)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(_steps(out)) < 4:  # 4 eval lines: past the first checkpoint (step 3)
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    meta = store.read_json(out / "run.json")
+    assert meta["status"] == "preempted", meta
+    stopped = meta["step"]
+    assert 0 < stopped < 16
+    assert torch.load(out / "ckpt" / "last.pt", weights_only=False)["step"] == stopped
+    first = _steps(out)
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    meta = store.read_json(out / "run.json")
+    assert meta["status"] == "done" and meta["resumed_from"] == stopped
+    steps = _steps(out)
+    assert steps == list(range(0, 17, 2)), steps  # every line once, none missing
+    assert steps[: len(first)] == first
+    recs = store.read_jsonl(out / "metrics.jsonl")
+    assert all(a["samples"] < b["samples"] and a["wall_s"] < b["wall_s"] for a, b in zip(recs, recs[1:]))
+
+
+def test_a_killed_run_drops_metrics_written_after_its_last_checkpoint(tmp_path):
+    from ablate.train.loop import _Run
+
+    d = tmp_path / "r"
+    run(_cfg("train.checkpoint_every=4"), d)  # lines at 0, 2, 4, 6; checkpoints at 4 and 6
+    ck = torch.load(d / "ckpt" / "last.pt", weights_only=False)
+    ck["step"] = 4  # as if the process died after writing line 6 but before checkpoint 6
+    torch.save(ck, d / "ckpt" / "last.pt")
+    r = _Run(_cfg("train.checkpoint_every=4"), d)
+    assert r.load() and r.step == 4
+    assert _steps(d) == [0, 2, 4]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_pipeline_rl_never_exceeds_its_lag_bound(tmp_path, k):
+    summary = run(_cfg("offpolicy=pipeline", f"offpolicy.k={k}", "train.max_steps=10"), tmp_path / "r")
+    assert summary["status"] == "done" and summary["step"] == 10
+    assert 1 <= summary["max_lag"] <= k  # it does run ahead (generation overlaps training), never more than k
+    recs = store.read_jsonl(tmp_path / "r" / "metrics.jsonl")
+    assert all(0 <= r["lag"] <= k for r in recs if "lag" in r)
+    assert store.read_json(tmp_path / "r" / "run.json")["max_lag"] == summary["max_lag"]
+
+
+def test_ppo_off_policy_k_generates_k_batches_then_steps(tmp_path):
+    summary = run(_cfg("offpolicy.k=3", "train.max_steps=6"), tmp_path / "r")
+    assert summary["max_lag"] == 2  # the 3rd batch of a round is trained 2 steps after it was generated
+
+
+def test_jsonl_task_runs_end_to_end(tmp_path):
+    rows = [{"prompt": f"{a}*{b}=", "answer": str(a * b)} for a in range(1, 12) for b in range(1, 8)]
+    f = tmp_path / "mul.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = run(_cfg("task=jsonl", f"task.path={f}", "length.phrase='>'", "length.max_new_tokens=4",
+                       "length.think_budget_min=1", "length.think_budget_max=2", "train.warmup.max_steps=0"), tmp_path / "r")
+    assert summary["status"] == "done" and _steps(tmp_path / "r") == [0, 2, 4, 6]
+
+
+def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        run(_cfg("task=jsonl", f"task.path={tmp_path / 'missing.jsonl'}"), tmp_path / "a")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
+    r = subprocess.run([sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL[len(TASK):], "task=jsonl", f"task.path={bad}",
+                        "--out", str(tmp_path / "b")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert f"error: {bad}:2: missing key 'answer'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_blown_up_policy_is_marked_diverged(tmp_path):
+    summary = run(_cfg("optim.lr=1e4", "optim.grad_clip=1e9", "train.max_steps=20"), tmp_path / "r")
+    assert summary["status"] == "diverged" and summary["step"] < 20
+    meta = store.read_json(tmp_path / "r" / "run.json")
+    assert meta["status"] == "diverged" and meta["diverged_reason"] == summary["reason"]
+    assert any(w in summary["reason"] for w in ("non-finite", "collapsed"))
+
+
+@pytest.mark.slow
+def test_rl_raises_the_pass_rate(tmp_path):
+    """End to end: from the warmed-up small policy, 200 on-policy CISPO steps raise the held-out pass rate."""
+    summary = run(_cfg("optim.lr=1e-3", "batch.prompts=8", "batch.generations=8", "train.val_size=20", "train.eval_k=8",
+                       "train.max_steps=200", "train.eval_every=25", "train.checkpoint_every=1000"), tmp_path / "r")
+    assert summary["status"] == "done"
+    recs = store.read_jsonl(tmp_path / "r" / "metrics.jsonl")
+    r0 = recs[0]["val_pass_rate"]
+    late = sum(r["val_pass_rate"] for r in recs[-3:]) / 3
+    assert late >= r0 + 0.05, [r["val_pass_rate"] for r in recs]
+    assert recs[-1]["train_reward"] > recs[1]["train_reward"], [r.get("train_reward") for r in recs]
