@@ -1,47 +1,82 @@
-"""`make demo` (for now): the fitting core on realistic curves from the ScaleRL paper's Table 1.
+"""`make demo`: the whole pipeline on the embedded default, as a user would run it.
 
-Generates three 16k-GPU-hour curves with evaluation noise (mean@16 on 1,000 prompts) and a little policy
-drift, fits each on its first 8k GPU-hours, extrapolates to 16k, and checks the prediction against the
-held-out second half — the paper's "fit to 8k, check at 16k". Writes demo-out/curves.csv and
-demo-out/fit.png. (When the training pipeline lands, the demo becomes a real sweep.)
+1. `ablate sweep recipes/loss.yaml --follow`: the four policy losses (GRPO, DAPO, GSPO, CISPO), each a real
+   RL run of the tiny locally built policy on the synthetic math task, launched with submitit's local
+   executor (as many at once as the cores allow); waits with a progress bar. Re-running skips finished runs.
+2. `ablate rank sweeps/loss`: a sigmoid per arm, verdicts against the ScaleRL baseline (CISPO), table + figures.
+3. `ablate extrapolate sweeps/loss`: the winner fitted on the first half of its run, projected past its end,
+   and checked on the held-out second half.
+
+Compute axis: `samples` (completions generated). On a shared CPU `gpu_hours` (wall-clock device-hours) also
+measures the machine's load, while samples are the same on any machine; `--x gpu_hours` works the same way.
+`python -m ablate.demo --paper-curves` runs the fitting core alone on the ScaleRL paper's Table 1 curves.
 """
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
 from pathlib import Path
 
-import numpy as np
-
 from ablate import report
-from ablate.fit.analysis import FitOptions, fit_table
-from ablate.fit.curves import load_curves
-from ablate.fit.synthetic import PAPER_CURVES, paper_curves, write_csv
+
+OUT = Path("demo-out")
 
 
-def main(out: Path = Path("demo-out")) -> None:
+def ablate(*args: str) -> None:
+    """Run one `ablate` command as a user would type it, echoing it first; stop the demo if it fails."""
+    print(f"\n$ ablate {' '.join(args)}", flush=True)
+    rc = subprocess.call([sys.executable, "-m", "ablate", *args])
+    if rc != 0:
+        raise SystemExit(f"demo: `ablate {' '.join(args)}` exited with {rc}")
+
+
+def main() -> None:
+    from ablate import store
+    from ablate.sweep import load_sweep
+
+    OUT.mkdir(exist_ok=True)
+    ablate("sweep", "recipes/loss.yaml", "--follow")
+    sweep = load_sweep("recipes/loss.yaml")
+    # rank at twice the compute the runs used; extrapolate from the first half of the runs to that point
+    spent = max(max((r.get("samples", 0) for r in store.read_jsonl(store.run_dir("sweeps", sweep.name, s.run_id) / "metrics.jsonl")),
+                    default=0) for s in sweep.runs)
+    if spent == 0:
+        raise SystemExit("demo: the sweep wrote no metrics; see `ablate status loss` and the run logs")
+    to, half = str(2 * spent), str(spent // 2)
+    ablate("rank", f"sweeps/{sweep.name}", "--x", "samples", "--to", to, "--plot", str(OUT / "rank.png"))
+    ablate("extrapolate", f"sweeps/{sweep.name}", "--x", "samples", "--fit-until", half, "--to", to,
+           "--plot", str(OUT / "extrapolate.png"))
+    print(f"\nfigures in {OUT}/: rank.png (fits), rank-efficiency.png (shared-A efficiency), extrapolate.png")
+
+
+def paper_curves_demo(out: Path = OUT) -> None:
+    """The fitting core on the ScaleRL paper's Table 1 curves: fit to 8k GPU-hours, check at 16k."""
+    import numpy as np
+
+    from ablate.fit.analysis import FitOptions, fit_table
+    from ablate.fit.curves import load_curves
+    from ablate.fit.synthetic import PAPER_CURVES, paper_curves, write_csv
+
     out.mkdir(exist_ok=True)
     console = report.console()
     csv = out / "curves.csv"
     write_csv(paper_curves(seed=0, drift_sd=0.001), csv)
-    console.print(f"[bold]1. curves[/]: {csv} — ScaleRL Table 1 parameters, 100 evaluations each to 16k GPU-hours")
     opts = FitOptions(fit_until=8000, target=16000)
-    console.print(f"[bold]2. fit[/] on window {opts.window_text()} GPU-hours (same as `ablate fit {csv} --fit-until 8000`)")
+    console.print(f"curves: {csv} (ScaleRL Table 1 parameters); fit window {opts.window_text()} GPU-hours")
     results = fit_table(load_curves(csv), opts)
     console.print(report.fit_table(results, title="fits on the first 8k GPU-hours, predicted at 16k"))
     report.print_notes(console, results)
-    console.print("[bold]3. check[/]: prediction at 16k vs the held-out points (mean of the last 5) and the truth")
     for r in results:
-        c = r.curves[0]
-        observed = float(np.mean(c.y[-5:]))
         p = PAPER_CURVES[r.run]
         truth = 0.3 + (p["a"] - 0.3) / (1 + (p["c_mid"] / 16000) ** p["b"])
-        lo, hi = r.pred_ci
-        console.print(f"  {r.run:20s} predicted {r.pred_at_target:.3f} [{lo:.3f}, {hi:.3f}]  observed {observed:.3f}  "
-                      f"true {truth:.3f}  error {r.pred_at_target - observed:+.3f}  ({r.status}, f={r.gain_fraction:.2f})")
-    fig = report.plot_fits(results, out / "fit.png", heldout_from=8000,
-                           title="fit to 8k GPU-hours, extrapolated to 16k (diamonds: held out)")
-    console.print(f"[bold]4. figure[/]: {fig}")
+        observed = float(np.mean(r.curves[0].y[-5:]))
+        console.print(f"  {r.run:20s} predicted {r.pred_at_target:.3f}  observed {observed:.3f}  true {truth:.3f}")
+    console.print(f"figure: {report.plot_fits(results, out / 'fit.png', heldout_from=8000)}")
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--paper-curves", action="store_true", help="only the fitting demo on the paper's curves")
+    paper_curves_demo() if ap.parse_args().paper_curves else main()
