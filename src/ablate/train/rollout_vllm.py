@@ -194,8 +194,10 @@ class _Engine:
     def holds(self, model: Any) -> bool:
         return self.owner is not None and self.owner() is model and self.fingerprint == _fingerprint(model)
 
-    def sync(self, model: Any, version: int) -> float:
-        """Load `model`'s current weights into the engine (no restart); returns the seconds it took."""
+    def sync(self, model: Any, version: int, published: bool = True) -> float:
+        """Load `model`'s current weights into the engine (no restart); returns the seconds it took.
+
+        published: `version` names the weights (load_weights); False: a lazy sync of weights changed in place."""
         t0 = time.perf_counter()
         sd = {k: v.detach() for k, v in model.state_dict().items()}
         if self.in_process:
@@ -213,7 +215,10 @@ class _Engine:
         dt = time.perf_counter() - t0
         self.owner, self.fingerprint = weakref.ref(model), _fingerprint(model)
         self.sync_seconds.append(dt)
-        log.info("vllm weight sync to policy version %d: %.1f ms", version, dt * 1e3)
+        if published:
+            log.info("vllm weight sync to policy version %d: %.1f ms", version, dt * 1e3)
+        else:
+            log.info("vllm weight sync (weights changed in place or another sampler's were loaded): %.1f ms", dt * 1e3)
         return dt
 
     def close(self) -> None:
@@ -299,7 +304,7 @@ class VLLMSampler:
     def _ensure_synced(self) -> None:
         eng = self.engine
         if not eng.holds(self.policy.model):
-            eng.sync(self.policy.model, self.version)
+            eng.sync(self.policy.model, self.version, published=False)
 
     @torch.no_grad()
     def generate(
