@@ -83,7 +83,7 @@ def fit(
     results = fit_table(curves, opts, by_group=group is not None)
     forms = {r.run: compare_forms(r, opts) for r in results} if compare else None
     if plot is not None:
-        report.plot_fits(results, plot)
+        report.plot_fits(results, plot, xlabel=f"compute ({x})")
     if as_json:
         out = {"fits": [r.to_json() for r in results]}
         if forms is not None:
@@ -144,7 +144,7 @@ def rank(
     curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group)
     ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, x=x, not_fitted=skipped)
     if plot is not None:
-        report.plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline,
+        report.plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({x})",
                          title=f"arms fitted on {opts.window_text()} (baseline in black)")
         eff = report.plot_efficiency(ranking, plot.with_name(plot.stem + "-efficiency" + plot.suffix))
     if as_json:
@@ -207,7 +207,7 @@ def extrapolate(
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
     ex = project(arms[arm], opts, subject=arm)
     if plot is not None:
-        report.plot_fits([ex.fit], plot, heldout_from=fit_until,
+        report.plot_fits([ex.fit], plot, heldout_from=fit_until, xlabel=f"compute ({x})",
                          title=f"{arm}: fitted to {ex.fit.window[1]:g}, projected to {to:g}")
     if as_json:
         typer.echo(report.dump_json(ex.to_json()))

@@ -37,6 +37,8 @@ def main() -> None:
     from ablate.sweep import load_sweep
 
     OUT.mkdir(exist_ok=True)
+    for old in ("rank.png", "rank-efficiency.png", "extrapolate.png"):
+        (OUT / old).unlink(missing_ok=True)
     ablate("sweep", "recipes/loss.yaml", "--follow")
     sweep = load_sweep("recipes/loss.yaml")
     # rank at twice the compute the runs used; extrapolate from the first half of the runs to that point
@@ -48,7 +50,8 @@ def main() -> None:
     ablate("rank", f"sweeps/{sweep.name}", "--x", "samples", "--to", to, "--plot", str(OUT / "rank.png"))
     ablate("extrapolate", f"sweeps/{sweep.name}", "--x", "samples", "--fit-until", half, "--to", to,
            "--plot", str(OUT / "extrapolate.png"))
-    print(f"\nfigures in {OUT}/: rank.png (fits), rank-efficiency.png (shared-A efficiency), extrapolate.png")
+    figures = [f.name for f in (OUT / "rank.png", OUT / "rank-efficiency.png", OUT / "extrapolate.png") if f.exists()]
+    print(f"\nfigures in {OUT}/: {', '.join(figures)}")
 
 
 def paper_curves_demo(out: Path = OUT) -> None:

@@ -118,7 +118,7 @@ def _plt():
 
 
 def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str | None = None,
-              title: str | None = None, heldout_from: float | None = None) -> Path:
+              title: str | None = None, heldout_from: float | None = None, xlabel: str = "compute") -> Path:
     """Points, fitted curve (solid in the window, dashed beyond), the interval band up to the target,
     the fit window shaded, and points past `heldout_from` marked as held out. Log-compute x axis."""
     plt = _plt()
@@ -156,7 +156,7 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
         ax.axvspan(ax.get_xlim()[0], lo_all, color="grey", alpha=0.08, lw=0)
     ax.axvline(hi_all, color="grey", lw=0.8, ls="-.", alpha=0.6)
     ax.set_xscale("log")
-    ax.set_xlabel("compute")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("validation pass rate")
     ax.set_title(title or "ScaleRL sigmoid fits (dashed: extrapolation; band: interval; dotted: ceiling A)")
     ax.grid(alpha=0.25, which="both")
