@@ -95,6 +95,19 @@ def bench_status(root: Path) -> tuple[float, float]:
     return lib, cli
 
 
+def bench_expand_cli() -> float:
+    """`ablate sweep recipes/loss.yaml seed=range(25) --dry-run` end to end: the recipe composition and id
+    hashing that every `ablate sweep` (a no-op re-run too) does before the launcher, for 100 runs. The second
+    call is timed: composed recipes are cached on disk (keyed by the recipe files) after the first."""
+    cmd = [sys.executable, "-m", "ablate", "sweep", str(REPO / "recipes" / "loss.yaml"), "seed=range(25)", "--dry-run"]
+    subprocess.run(cmd, capture_output=True, check=True)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    took = time.perf_counter() - t0
+    assert out.returncode == 0 and "100 runs" in out.stdout, out.stdout + out.stderr
+    return took
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "launch.json")
@@ -104,6 +117,7 @@ def main() -> None:
         res = {"submit_100_local_s": bench_submit(root), "noop_rerun_100_s": bench_noop_rerun(root)}
         make_ledger(root)
         res["status_1000_s"], res["status_1000_cli_s"] = bench_status(root)
+        res["expand_100_cli_s"] = bench_expand_cli()
     targets = {"submit_100_local_s": 5.0, "noop_rerun_100_s": 2.0, "status_1000_s": 1.0}
     for k, v in res.items():
         t = targets.get(k)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import typing
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -264,7 +265,8 @@ def all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
     return out
 
 
-def unhashed_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+@functools.lru_cache(maxsize=None)  # the schema is fixed; get_type_hints is slow and ids are hashed per run
+def unhashed_keys(cls: type = RunConfig, prefix: str = "") -> tuple[str, ...]:
     """Dotted keys marked `hash=False`: launcher and resource-only fields, left out of run and arm ids."""
     out: list[str] = []
     hints = typing.get_type_hints(cls)
@@ -274,7 +276,7 @@ def unhashed_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
             out.append(key)
         elif dataclasses.is_dataclass(hints[f.name]):
             out.extend(unhashed_keys(hints[f.name], key + "."))
-    return out
+    return tuple(out)
 
 
 def closest(name: str, candidates: list[str] | tuple[str, ...]) -> str:

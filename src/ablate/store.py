@@ -44,6 +44,11 @@ REQUIRED_METRICS = ("step", "gpu_hours", "flops", "samples", "val_pass_rate")
 RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged")
 
 
+def cache_dir() -> Path:
+    """Machine-wide cache (warmed-up checkpoints, composed recipes): $ABLATE_CACHE or ~/.cache/ablate."""
+    return Path(os.environ.get("ABLATE_CACHE") or Path.home() / ".cache" / "ablate")
+
+
 def sweep_dir(root: Path | str, sweep: str) -> Path:
     return Path(root) / sweep
 

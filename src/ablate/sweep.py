@@ -40,6 +40,7 @@ from typing import Any, Iterator, Sequence
 from omegaconf import OmegaConf
 
 from ablate import config as schema
+from ablate import store
 from ablate.config import ConfigErrors, closest
 from ablate.errors import UserError
 from ablate.spec import RunSpec
@@ -93,7 +94,7 @@ def _canon(x: Any) -> Any:
 def canonical(config: dict[str, Any], *, seed: bool = True) -> str:
     """The canonical JSON text of a config that ids hash: launcher, `hash=False` fields (and the seed) left out."""
     cfg = copy.deepcopy(dict(config))
-    for dotted in schema.unhashed_keys() + ([] if seed else ["seed"]):
+    for dotted in [*schema.unhashed_keys(), *([] if seed else ["seed"])]:
         parts = dotted.split(".")
         node = cfg
         for p in parts[:-1]:
@@ -186,6 +187,15 @@ class _Composer:
         key = (self.fingerprint, name, tuple(overrides))
         if key in self._cache:
             return copy.deepcopy(self._cache[key])
+        # ... and on disk, so that re-running `ablate sweep` (a no-op when all is done) skips Hydra altogether
+        disk = store.cache_dir() / "compose" / (hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".json")
+        if disk.exists():
+            try:
+                cfg = json.loads(disk.read_text())
+                self._cache[key] = cfg
+                return copy.deepcopy(cfg)
+            except (OSError, json.JSONDecodeError):
+                pass  # a torn or unreadable entry: compose again and rewrite it
         try:
             cfg = OmegaConf.to_container(compose(config_name=name, overrides=list(overrides)), resolve=True)
         except MissingConfigException as e:
@@ -198,6 +208,10 @@ class _Composer:
         except Exception as e:  # HydraException, and plain TypeErrors Hydra raises on some bad values
             raise _ComposeError(f"cannot compose with {list(overrides)}: {type(e).__name__}: {e}".splitlines()[0]) from None
         self._cache[key] = cfg
+        try:
+            store.atomic_write_text(disk, json.dumps(cfg))
+        except OSError:
+            pass  # a read-only cache only costs speed
         return copy.deepcopy(cfg)
 
     def _explain_missing(self, text: str, name: str) -> str:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ablate import store
 from ablate.errors import UserError
 
 log = logging.getLogger("ablate.train")
@@ -220,7 +221,7 @@ def build_policy(cfg: dict[str, Any], task: Any) -> Policy:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ABLATE_CACHE") or Path.home() / ".cache" / "ablate")
+    return store.cache_dir()
 
 
 def warmup_key(cfg: dict[str, Any], task: Any) -> str:
