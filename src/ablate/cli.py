@@ -160,7 +160,7 @@ def rank(
     far = [n for a in ranking.arms for n in a.fit.notes if n.startswith("--to")]
     if far:
         console.print(f"  [yellow]note[/]: {far[0]}")
-    for s in skipped:
+    for s in ranking.not_fitted:
         console.print(f"  [red]not fitted[/] {s['label']}: {s['reason']}")
     if plot is not None:
         console.print(f"figures: {plot}" + (f", {eff}" if eff else " (no identified arm for the efficiency figure)"))
@@ -190,10 +190,10 @@ def extrapolate(
     Example: ablate extrapolate sweeps/loss --fit-until 8000 --to 16000 --target-r 0.6
     """
     from ablate import report
-    from ablate.fit.compare import group_arms
-    from ablate.fit.compare import rank as rank_arms
+    from ablate.fit.analysis import group_arms
     from ablate.fit.curves import load_inputs
     from ablate.fit.extrapolate import extrapolate as project
+    from ablate.fit.extrapolate import winner
 
     opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to,
                         target_r=target_r, seed=seed)
@@ -201,8 +201,8 @@ def extrapolate(
     arms = group_arms(curves)
     if arm is None and len(arms) == 1:
         arm = next(iter(arms))
-    elif arm is None:  # the winner: best predicted pass rate at the target on the same window
-        arm = rank_arms(curves, _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=0, target=to), x=x).arms[0].arm
+    elif arm is None:
+        arm = winner(curves, _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=0, target=to))
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
     ex = project(arms[arm], opts, subject=arm)

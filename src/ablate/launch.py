@@ -392,7 +392,10 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     max_requeues = int(lcfg.get("max_requeues", 3))
     timeout_min = lcfg.get("timeout_min") or DEFAULT_TIMEOUT_MIN
     asked_parallel = max_parallel or lcfg.get("max_parallel")
-    max_parallel = int(asked_parallel or (os.cpu_count() or 1))
+    if asked_parallel is not None and int(asked_parallel) < 1:
+        raise UserError(f"--max-parallel {asked_parallel}: must be at least 1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    max_parallel = int(asked_parallel or max(1, cores // threads))  # as many runs as the cores hold, threads each
     profile = profile or lcfg.get("profile") or "local"
     slurm_params = load_profile(profile) if kind == "slurm" else {}  # bad profiles fail before any write
     if asked_parallel and kind == "slurm":

@@ -96,16 +96,20 @@ def print_notes(console: Console, results: Iterable[FitResult]) -> None:
 
 
 def dump_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, allow_nan=False, default=_nan_to_none)
+    """JSON for scripts: numpy scalars and arrays as plain values, NaN and infinities as null (not valid JSON)."""
+    return json.dumps(_jsonable(obj), indent=2, allow_nan=False)
 
 
-def _nan_to_none(o):
-    if isinstance(o, (np.floating, np.integer)):
-        v = o.item()
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o).__name__)
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {k: _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o
 
 
 def _plt():

@@ -153,6 +153,30 @@ def test_extrapolate_winner_with_heldout_check(single_seed_sweep, tmp_path):
 def test_extrapolate_named_arm_and_table(single_seed_sweep):
     res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=slow", "--n-boot", "200"])
     assert res.exit_code == 0, res.output
-    assert "identifiable" in res.output and "no" in res.output and "R at 16000" in res.output
+    assert "identifiable" in res.output and "no — status not_identified" in res.output and "R at 16000" in res.output
+    res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=slow", "--n-boot", "200", "--json"])
+    assert json.loads(res.stdout)["fit"]["identifiable"] is False
     res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=zzz"])
     assert res.exit_code == 2 and "no such arm" in res.stderr
+
+
+def test_a_young_arm_is_listed_not_fatal(tmp_path):
+    from ablate import store
+
+    sweep = write_sweep(tmp_path, "s", arms_with(1, **{"loss=same": {}}), baseline="loss=cispo")
+    young = sorted((sweep / "runs").iterdir())[-1]
+    recs = store.read_jsonl(young / "metrics.jsonl")
+    store.write_jsonl(young / "metrics.jsonl", recs[:3])  # R0 and two evaluations: too few to fit
+    label = store.read_json(young / "run.json")["label"]
+    res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "100", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [a["arm"] for a in out["arms"]] != [] and label.split(",seed")[0] not in [a["arm"] for a in out["arms"]]
+    assert "need at least 4" in out["not_fitted"][0]["reason"]
+
+
+def test_json_has_no_nan_or_infinity():
+    from ablate.report import dump_json
+
+    text = dump_json({"ratio": float("inf"), "scores": {"power": float("nan")}})
+    assert json.loads(text) == {"ratio": None, "scores": {"power": None}}

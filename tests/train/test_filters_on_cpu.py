@@ -46,8 +46,10 @@ def test_zero_variance_groups_leave_numerator_and_denominator():
         rows = keep.nonzero().squeeze(1)
         w_without = losses.token_weights(mask[rows], gids[rows], mode)
         assert (per_token[rows] * w_without).sum().item() == pytest.approx(value), mode
-    # the bug this guards against: masking the tokens but keeping the denominator (12 tokens) shrinks the loss
-    assert (per_token * filtered).sum().item() / 12 != pytest.approx(expected["token"])
+    # the bug this guards against: weights computed on the unfiltered mask keep the dropped group's tokens in the
+    # denominator, which shrinks the loss of the kept tokens
+    w_unfiltered = losses.token_weights(mask, gids, "token")
+    assert (per_token * w_unfiltered * filtered).sum().item() != pytest.approx(expected["token"])
 
 
 # ------------------------------------------------------------------------------------------ prompt pool

@@ -268,14 +268,19 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     )
 
 
+def group_arms(curves: list[Curve]) -> dict[str, list[Curve]]:
+    """Curves by arm: `group` (a sweep's arm label, or a file's --group column), else each run alone."""
+    arms: dict[str, list[Curve]] = {}
+    for c in curves:
+        arms.setdefault(c.group or c.run, []).append(c)
+    return arms
+
+
 def fit_table(curves: list[Curve], opts: FitOptions, *, by_group: bool = False) -> list[FitResult]:
     """One FitResult per run, or per group (its runs pooled, interval from resampling runs)."""
     if not by_group:
         return [fit_curves([c], opts, name=c.run, group=c.group) for c in curves]
-    groups: dict[str, list[Curve]] = {}
-    for c in curves:
-        groups.setdefault(c.group or c.run, []).append(c)
-    return [fit_curves(cs, opts, name=g, group=g) for g, cs in groups.items()]
+    return [fit_curves(cs, opts, name=g, group=g) for g, cs in group_arms(curves).items()]
 
 
 def compare_forms(result: FitResult, opts: FitOptions) -> dict[str, float]:

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ablate.errors import UserError
-from ablate.fit.analysis import FitOptions, FitResult, fit_curves, measured_run_r0, window_points
+from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, measured_run_r0, window_points
 from ablate.fit.curves import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
 from ablate.fit.uncertainty import bootstrap_runs, bootstrap_single, percentile_ci
@@ -77,14 +77,6 @@ class Ranking:
                 "margin_source": self.margin_source, "target": self.target, "x": self.x,
                 "window": self.opts.window_text(), "arms": [a.to_json() for a in self.arms],
                 "not_fitted": self.not_fitted}
-
-
-def group_arms(curves: list[Curve]) -> dict[str, list[Curve]]:
-    """Curves by arm: `group` (a sweep's arm label, or a file's --group column), else each run alone."""
-    arms: dict[str, list[Curve]] = {}
-    for c in curves:
-        arms.setdefault(c.group or c.run, []).append(c)
-    return arms
 
 
 def seed_margin(arms: list[ArmResult], a: ArmResult, b: ArmResult) -> tuple[float, str]:
@@ -197,9 +189,13 @@ def _seed_A(c: Curve, opts: FitOptions) -> float:
     return f.A if f.identifiable else float("nan")
 
 
-def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult:
+def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str, Any]:
+    """The arm's fit, or (a young arm with too few points in the window) why it can't be fitted yet."""
     label, cs, opts = item
-    fit = fit_curves(cs, opts, name=label, group=label)
+    try:
+        fit = fit_curves(cs, opts, name=label, group=label)
+    except UserError as e:
+        return {"label": label, "arm": label, "reason": str(e)}
     seed_A = [_seed_A(c, opts) for c in cs] if len(cs) > 1 else [fit.A]
     return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs), seed_A=seed_A,
                      partial=any(c.meta.get("partial") for c in cs),
@@ -240,8 +236,15 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
         baseline = flagged.pop() if len(flagged) == 1 else None
     elif baseline not in groups:
         raise UserError(f"--baseline {baseline!r}: no such arm; arms are: {', '.join(groups)}")
-    arms = _pmap(_fit_arm, [(label, cs, opts) for label, cs in groups.items()], jobs)
-    margin_source = "none (no baseline)"
+    fitted = _pmap(_fit_arm, [(label, cs, opts) for label, cs in groups.items()], jobs)
+    arms = [a for a in fitted if isinstance(a, ArmResult)]
+    not_fitted = (not_fitted or []) + [a for a in fitted if not isinstance(a, ArmResult)]
+    if not arms:
+        raise UserError("no arm can be fitted yet: " + "; ".join(f"{a['label']}: {a['reason']}" for a in not_fitted[:3]))
+    if baseline is not None and baseline not in {a.arm for a in arms}:
+        why = next(a["reason"] for a in not_fitted if a.get("arm") == baseline)
+        raise UserError(f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick --baseline")
+    sources: set[str] = set()
     if baseline is not None:
         base = next(a for a in arms if a.arm == baseline)
         base.verdict, base.detail = "baseline", "the reference arm"
@@ -250,9 +253,10 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             if a is base:
                 continue
             if margin is not None:
-                a.margin, margin_source = float(margin), "--margin"
+                a.margin, source = float(margin), "--margin"
             else:
-                a.margin, margin_source = seed_margin(arms, a, base)
+                a.margin, source = seed_margin(arms, a, base)
+            sources.add(source)
             a.delta_A = a.fit.A - base.fit.A
             if not (a.fit.identifiable and base.fit.identifiable):
                 who = "this arm" if not a.fit.identifiable else "the baseline"
@@ -278,5 +282,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                         + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (interval open)")
                         + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
     arms.sort(key=lambda a: (round(a.fit.pred_at_target, 3), round(a.fit.A, 3), a.fit.B), reverse=True)
+    margin_source = ("none (no baseline)" if baseline is None else sources.pop() if len(sources) == 1
+                     else "per arm: " + "; ".join(sorted(sources)))
     return Ranking(arms=arms, baseline=baseline, margin_source=margin_source, target=opts.target, x=x, opts=opts,
-                   not_fitted=not_fitted or [])
+                   not_fitted=not_fitted)

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ablate.fit.analysis import FitOptions, FitResult, fit_curves
+from ablate.errors import UserError
+from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms
 from ablate.fit.curves import Curve
 
 
@@ -40,3 +41,18 @@ def extrapolate(curves: list[Curve], opts: FitOptions, *, subject: str) -> Extra
                 heldout.append({"x": float(xi), "y": float(yi), "pred": float(pi)})
     mae = float(np.mean([abs(h["y"] - h["pred"]) for h in heldout])) if heldout else None
     return Extrapolation(subject=subject, fit=fit, heldout=heldout, heldout_mae=mae)
+
+
+def winner(curves: list[Curve], opts: FitOptions) -> str:
+    """The arm `rank` puts first: the best predicted pass rate at the target (ties: A, then B), among the arms
+    that can be fitted on the window."""
+    fits = []
+    for label, cs in group_arms(curves).items():
+        try:
+            fits.append(fit_curves(cs, opts, name=label, group=label))
+        except UserError:
+            continue  # too few points yet
+    if not fits:
+        raise UserError("no arm has enough points in the fit window to pick a winner; pass --arm or widen the window")
+    best = max(fits, key=lambda f: (round(f.pred_at_target, 3), round(f.A, 3), f.B))
+    return best.run

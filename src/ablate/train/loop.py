@@ -117,7 +117,11 @@ def run(config: dict[str, Any], run_dir: Path | str, *, threads: int = 1) -> dic
         runner = _Run(config, run_dir)
         try:
             return runner.main()
-        except (UserError, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            raise
+        except UserError as e:  # bad input found once the run had started: say so in run.json, not "running"
+            runner.update_run_json(status="failed", error={"class": "UserError", "message": str(e), "traceback": []},
+                                   ended_at=time.time())
             raise
         except Exception as e:
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip().splitlines()[-15:]
@@ -134,22 +138,16 @@ def _write_config(config: dict[str, Any], run_dir: Path) -> None:
     """config.yaml, once: a run directory is never silently reused for another config (style.md §9)."""
     from omegaconf import OmegaConf
 
+    from ablate.sweep import canonical
+
     text = OmegaConf.to_yaml(OmegaConf.create(config))
     path = run_dir / "config.yaml"
     if path.exists():
         old = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        if _strip_launcher(old) != _strip_launcher(config):
+        # what run ids hash must match; launcher and resource-only fields (hash=False) may change on a retry
+        if canonical(old) != canonical(config):
             raise UserError(f"{run_dir} holds a run of another config; pick another --out or remove it")
-        return
     store.atomic_write_text(path, text)
-
-
-def _strip_launcher(cfg: dict[str, Any]) -> dict[str, Any]:
-    c = copy.deepcopy(dict(cfg))
-    c.pop("launcher", None)
-    if isinstance(c.get("optim"), dict):
-        c["optim"].pop("micro_batch", None)
-    return c
 
 
 def _attach_log(path: Path) -> logging.Handler:
@@ -227,6 +225,10 @@ class _Run:
             data = store.read_json(path)
         except (FileNotFoundError, ValueError):
             data = {}
+        if "run_id" not in data:  # a foreground `ablate train` has no launcher to write the ids (design §4)
+            from ablate.sweep import arm_id, run_id
+
+            data.update(run_id=run_id(self.cfg), arm_id=arm_id(self.cfg), overrides=data.get("overrides", []))
         data.update(fields)
         store.write_json(path, data)
 
