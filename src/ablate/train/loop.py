@@ -22,8 +22,10 @@ Restart safety: a checkpoint (ckpt/last.pt: model, optimizer, RNG, prompt pool, 
 accumulators since the last evaluation) is written every `checkpoint_every` steps, at the end, and at the next
 step boundary after SIGTERM/SIGUSR1/SIGUSR2 (then run.json says `preempted` and `run` returns). A restarted run
 loads it and rewrites metrics.jsonl back to the lines with step <= the checkpoint's step (atomically), so no
-line is lost or duplicated. Under submitit (SUBMITIT_EXECUTOR set) no signal handler is installed: submitit
-owns USR2/TERM (launch.py) and the run resumes from its last periodic checkpoint.
+line is lost or duplicated. Under submitit (SUBMITIT_EXECUTOR set) submitit owns the signals: its USR2 handler
+(preemption, time limit) records, requeues and exits (launch.RunJob.checkpoint). The run takes USR2 first, saves
+at the next step boundary, then hands the signal to submitit's handler, so the requeued job resumes from the
+step the signal arrived at, not from the last periodic checkpoint.
 
 Divergence: a non-finite loss, gradient norm or sampler logit, or a pass rate that collapses to <= 0.01 from an
 R0 above it on the validation split AND on the training completions since the last evaluation, stops the run with
@@ -216,6 +218,7 @@ class _Run:
         self.trunc_window: list[float] = []
         self.warnings: list[str] = []
         self.stop_signal: str | None = None
+        self.hand_over: dict = {}  # under submitit: its handler per signal, called after our checkpoint
 
     # ---- bookkeeping ----
 
@@ -427,11 +430,13 @@ class _Run:
         log.warning("received %s: checkpointing at the next step boundary", self.stop_signal)
 
     def _install_signals(self) -> dict:
-        if os.environ.get("SUBMITIT_EXECUTOR") or threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():
             return {}
-        old = {}
-        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
-            old[s] = signal.signal(s, self._on_signal)
+        under_submitit = bool(os.environ.get("SUBMITIT_EXECUTOR"))
+        # under submitit only USR2 (its checkpoint-and-requeue signal); TERM stays submitit's "bypass"
+        sigs = (signal.SIGUSR2,) if under_submitit else (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+        old = {s: signal.signal(s, self._on_signal) for s in sigs}
+        self.hand_over = {s: h for s, h in old.items() if callable(h)} if under_submitit else {}
         return old
 
     # ---- the loop ----
@@ -487,6 +492,10 @@ class _Run:
             for s, h in old.items():
                 signal.signal(s, h)
         self.compute.tick()
+        if status == "preempted" and self.hand_over:
+            sig = signal.Signals[self.stop_signal]
+            log.info("checkpointed at step %d; handing %s to submitit (record, requeue, exit)", self.step, sig.name)
+            self.hand_over[sig](sig, None)  # exits the process when the job is requeued
         last = store.read_jsonl(self.metrics_path)
         summary = {
             "status": status,
