@@ -123,6 +123,24 @@ def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
                 yield rec
 
 
+def jsonl_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a user's JSONL file; strict, unlike `iter_jsonl`: a line
+    that is not a JSON object is a UserError naming `path:line`."""
+    from ablate.errors import UserError
+
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); fix or delete that line") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+            yield lineno, row
+
+
 def read_jsonl(path: Path | str) -> list[dict[str, Any]]:
     return list(iter_jsonl(path))
 

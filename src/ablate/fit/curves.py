@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ablate import store
 from ablate.errors import UserError
 
 
@@ -58,18 +59,9 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]
                 rows.append((reader.line_num, row))
     elif suffix in (".jsonl", ".ndjson"):
         columns = []
-        with open(path) as f:
-            for i, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{path} line {i}: not valid JSON ({e.msg}); fix or delete that line") from None
-                if not isinstance(rec, dict):
-                    raise UserError(f"{path} line {i}: expected a JSON object per line")
-                columns += [k for k in rec if k not in columns]
-                rows.append((i, rec))
+        for i, rec in store.jsonl_rows(path):
+            columns += [k for k in rec if k not in columns]
+            rows.append((i, rec))
     else:
         raise UserError(f"{path}: unsupported format '{suffix or '(none)'}'; use a .csv or .jsonl file")
     if not rows:
@@ -162,8 +154,6 @@ TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signa
 
 def curve_from_run_dir(rd: Path, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> tuple[Curve | None, dict[str, Any]]:
     """One run directory's curve with its meta, or (None, meta with the reason it can't be fitted)."""
-    from ablate import store
-
     info = store.read_json(rd / "run.json") if (rd / "run.json").exists() else {}
     label = info.get("label") or rd.name
     arm = ",".join(p for p in label.split(",") if not p.startswith("seed=")) or "base"

@@ -21,7 +21,6 @@ warm-up may imitate); the checker normalises numbers (`1,000` = `1000.0` = `1e3`
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
+from ablate import store
 from ablate.errors import UserError
 from ablate.registry import Registry
 
@@ -199,29 +199,20 @@ def load_jsonl_problems(path: Path | str, phrase: str) -> list[Problem]:
     if not path.is_file():
         raise UserError(f"task.path: no such file {str(path)!r}; give a JSONL file of {{\"prompt\", \"answer\"}} rows")
     probs = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{where}: not valid JSON ({e.msg}); each line must be one JSON object") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{where}: expected a JSON object with 'prompt' and 'answer', got {type(row).__name__}")
-            missing = [k for k in ("prompt", "answer") if k not in row]
-            if missing:
-                raise UserError(f"{where}: missing key {missing[0]!r}; each row needs 'prompt' and 'answer'")
-            prompt, answer = row["prompt"], row["answer"]
-            if not isinstance(prompt, str) or not prompt:
-                raise UserError(f"{where}: 'prompt' must be a non-empty string")
-            if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
-                raise UserError(f"{where}: 'answer' must be a non-empty string or number")
-            thinking = row.get("thinking", "")
-            if not isinstance(thinking, str):
-                raise UserError(f"{where}: 'thinking' must be a string")
-            probs.append(Problem(prompt, str(answer), thinking + phrase + str(answer)))
+    for lineno, row in store.jsonl_rows(path):
+        where = f"{path}:{lineno}"
+        missing = [k for k in ("prompt", "answer") if k not in row]
+        if missing:
+            raise UserError(f"{where}: missing key {missing[0]!r}; each row needs 'prompt' and 'answer'")
+        prompt, answer = row["prompt"], row["answer"]
+        if not isinstance(prompt, str) or not prompt:
+            raise UserError(f"{where}: 'prompt' must be a non-empty string")
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
+            raise UserError(f"{where}: 'answer' must be a non-empty string or number")
+        thinking = row.get("thinking", "")
+        if not isinstance(thinking, str):
+            raise UserError(f"{where}: 'thinking' must be a string")
+        probs.append(Problem(prompt, str(answer), thinking + phrase + str(answer)))
     if not probs:
         raise UserError(f"task.path: {str(path)!r} has no rows")
     return probs
