@@ -36,7 +36,7 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -210,23 +210,8 @@ class Ledger:
         """Append events in one write() + one fsync (a batch of 100 costs one disk flush, not 100)."""
         if not records:
             return
-        now = time.time()
-        lines = "".join(
-            json.dumps({"t": round(now, 3), **r}, sort_keys=True, default=str) + "\n" for r in records
-        )
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size:
-                with open(self.path, "rb") as f:
-                    f.seek(size - 1)
-                    if f.read(1) != b"\n":  # a torn tail from a crash: start on a fresh line
-                        lines = "\n" + lines
-            os.write(fd, lines.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        now = round(time.time(), 3)
+        store.append_jsonl(self.path, *({"t": now, **r} for r in records))
 
 
 @dataclass
@@ -234,7 +219,6 @@ class RunFiles:
     """Helpers for `runs/<run_id>/run.json`, the per-run mirror of the ledger (design.md §4)."""
 
     run_dir: Path
-    fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def path(self) -> Path:
@@ -248,10 +232,7 @@ class RunFiles:
 
     def update(self, **fields: Any) -> dict[str, Any]:
         """Read-modify-write with an atomic replace; the file is never seen half-written."""
-        data = self.read()
-        data.update(fields)
-        store.write_json(self.path, data)
-        return data
+        return store.update_json(self.path, **fields)
 
 
 def hostname() -> str:

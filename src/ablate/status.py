@@ -17,8 +17,6 @@ from rich.text import Span, Text
 from ablate import store
 from ablate.ledger import Ledger, current_states
 
-# ScaleRL §4 (length control): more than 10% truncated completions is the instability warning sign.
-TRUNCATION_WARN = 0.10
 ENDED = ("done", "diverged", "failed", "preempted")
 
 
@@ -93,7 +91,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
             run_id=rid, label=r.label, state=state, cause=cause, job_id=r.job_id, executor=r.executor,
             step=m.get("step"), max_steps=r.max_steps, val_pass_rate=m.get("val_pass_rate"),
             gpu_hours=m.get("gpu_hours"), truncation_rate=trunc,
-            truncation_warning=trunc is not None and trunc > TRUNCATION_WARN,
+            truncation_warning=trunc is not None and trunc > store.TRUNCATION_WARN,
             attempts=r.attempts, requeues=r.requeues, error=error, log=r.log))
     return out
 

@@ -40,6 +40,7 @@ METRICS: dict[str, str] = {
     "wall_s": "wall-clock seconds since the run started (resumes included)",
 }
 REQUIRED_METRICS = ("step", "gpu_hours", "flops", "samples", "val_pass_rate")
+TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
 
 RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged")
 
@@ -81,8 +82,19 @@ def read_json(path: Path | str) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
-    """Append one record as one line with a single write() call, then fsync.
+def update_json(path: Path | str, **fields: Any) -> dict[str, Any]:
+    """Read-modify-write of a JSON object file (run.json) with an atomic replace; a missing or torn file is {}."""
+    try:
+        data = read_json(path)
+    except (FileNotFoundError, json.JSONDecodeError):
+        data = {}
+    data.update(fields)
+    write_json(path, data)
+    return data
+
+
+def append_jsonl(path: Path | str, *records: dict[str, Any]) -> None:
+    """Append records, one line each, with a single write() call, then fsync (a batch costs one flush).
 
     A line is written whole by O_APPEND, so concurrent appenders never interleave inside a line; if
     the writer dies mid-write, only the last line can be torn, and `read_jsonl` skips it. A torn tail
@@ -90,7 +102,7 @@ def append_jsonl(path: Path | str, record: dict[str, Any]) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True, default=_json_default, allow_nan=False) + "\n"
+    line = "".join(json.dumps(r, sort_keys=True, default=_json_default, allow_nan=False) + "\n" for r in records)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size

@@ -149,7 +149,6 @@ def load_curves(
 
 
 AXES = ("gpu_hours", "flops", "samples", "step")
-TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
 
 
 def curve_from_run_dir(rd: Path, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> tuple[Curve | None, dict[str, Any]]:
@@ -176,7 +175,7 @@ def curve_from_run_dir(rd: Path, *, x: str = "gpu_hours", y: str = "val_pass_rat
     xs, ys = xs[ok][order], ys[ok][order]
     keep = np.concatenate([[True], np.diff(xs) > 0])  # a resumed run never logs a step twice; be safe
     trunc = [r["truncation_rate"] for r in recs if r.get("truncation_rate") is not None]
-    meta["truncation_warning"] = bool(info.get("truncation_warning")) or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
+    meta["truncation_warning"] = bool(info.get("truncation_warning")) or (bool(trunc) and max(trunc) > store.TRUNCATION_WARN)
     return Curve(run=label, group=arm, x=xs[keep], y=ys[keep], meta=meta), meta
 
 

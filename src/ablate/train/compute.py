@@ -52,10 +52,6 @@ class Compute:
         """Tokens that went through forward + backward in an optimizer step."""
         self.flops += 6.0 * self.params * tokens
 
-    def add_forward(self, tokens: int) -> None:
-        """Tokens that went through a forward pass only (e.g. recomputing old log-probs)."""
-        self.flops += 2.0 * self.params * tokens
-
     def state_dict(self) -> dict:
         self.tick()
         d = asdict(self)

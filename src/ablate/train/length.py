@@ -18,9 +18,7 @@ import torch
 from torch import Tensor
 
 from ablate.errors import UserError
-
-TRUNCATION_WARN = 0.10
-"""Truncation rate above which ScaleRL reports training instability (logged as a warning by the loop/status)."""
+from ablate.store import TRUNCATION_WARN  # noqa: F401  (ScaleRL's instability threshold, defined with the metrics)
 
 
 def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -> Tensor:

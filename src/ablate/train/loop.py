@@ -172,8 +172,7 @@ class _Run:
         lcfg = cfg["length"]
         self.phrase = lcfg.get("phrase") or TASK_PHRASE.get(cfg["task"]["name"], "</think>")
         task_cfg = dict(cfg["task"])
-        task_cfg.setdefault("val_size", tr.get("val_size", 200))
-        if task_cfg.get("val_size") is None:
+        if task_cfg.get("val_size") is None:  # missing or null: the train section's
             task_cfg["val_size"] = tr.get("val_size", 200)
         self.task: Task = build_task(task_cfg, self.phrase)
         self.val = self.task.val[: int(tr.get("val_size", len(self.task.val)))]
@@ -224,16 +223,11 @@ class _Run:
 
     def update_run_json(self, **fields: Any) -> None:
         path = self.dir / "run.json"
-        try:
-            data = store.read_json(path)
-        except (FileNotFoundError, ValueError):
-            data = {}
-        if "run_id" not in data:  # a foreground `ablate train` has no launcher to write the ids (design §4)
+        if not path.exists():  # a foreground `ablate train` has no launcher to write the ids (design §4)
             from ablate.sweep import arm_id, run_id
 
-            data.update(run_id=run_id(self.cfg), arm_id=arm_id(self.cfg), overrides=data.get("overrides", []))
-        data.update(fields)
-        store.write_json(path, data)
+            fields = {"run_id": run_id(self.cfg), "arm_id": arm_id(self.cfg), "overrides": [], **fields}
+        store.update_json(path, **fields)
 
     def spec(self, N: int, gen: torch.Generator | None) -> SampleSpec:
         """Sampling settings for N completions; gen=None (evaluation) uses the top of the thinking-budget window."""
@@ -377,7 +371,7 @@ class _Run:
         """ScaleRL's instability signal: truncation rate > 10% over the recent steps -> warn in the log and run.json."""
         self.trunc_window = (self.trunc_window + [rate])[-10:]
         recent = sum(self.trunc_window) / len(self.trunc_window)
-        if len(self.trunc_window) >= 5 and recent > length.TRUNCATION_WARN:
+        if len(self.trunc_window) >= 5 and recent > store.TRUNCATION_WARN:
             msg = f"truncation rate {recent:.0%} over the last {len(self.trunc_window)} steps (> 10%) at step {self.step}"
             if not self.warnings or not self.warnings[-1].startswith("truncation"):
                 log.warning(msg)

@@ -78,9 +78,9 @@ class RolloutBackend(Protocol):
 BACKENDS: Registry[Any] = Registry("rollout")
 
 
-@BACKENDS.register("torch")
-class TorchSampler:
-    """KV-cached batched sampler over a `Policy` (its own model object: give it a copy for PipelineRL)."""
+class PolicySampler:
+    """What every backend shares: `policy` is the source of truth for the weights (`load_weights` copies into
+    `policy.model`), and prompts are encoded once, then handed to the backend's `generate_ids`."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -98,6 +98,16 @@ class TorchSampler:
         """n completions for each of the G prompts: N = G*n rows, grouped by prompt."""
         ids, pmask = self.policy.encode_prompts(prompts)
         return self.generate_ids(ids, pmask, n, spec, generator)
+
+    def generate_ids(
+        self, ids: Tensor, pmask: Tensor, n: int, spec: SampleSpec, generator: torch.Generator | None = None
+    ) -> Rollouts:
+        raise NotImplementedError
+
+
+@BACKENDS.register("torch")
+class TorchSampler(PolicySampler):
+    """KV-cached batched sampler over a `Policy` (its own model object: give it a copy for PipelineRL)."""
 
     @torch.no_grad()
     def generate_ids(

@@ -66,7 +66,7 @@ from torch import Tensor
 
 from ablate.errors import UserError
 from ablate.train.policy import Policy
-from ablate.train.rollout import BACKENDS, Rollouts, SampleSpec
+from ablate.train.rollout import BACKENDS, PolicySampler, Rollouts, SampleSpec
 
 log = logging.getLogger("ablate.train")
 
@@ -267,7 +267,7 @@ def shutdown_engines() -> None:
 
 
 @BACKENDS.register("vllm")
-class VLLMSampler:
+class VLLMSampler(PolicySampler):
     """Rollouts from a shared vLLM engine, synced to `policy`'s weights before every generation that needs it.
 
     `policy` is the source of truth, as for `TorchSampler`: `load_weights` copies into `policy.model` and the
@@ -275,8 +275,7 @@ class VLLMSampler:
     """
 
     def __init__(self, policy: Policy, **options: Any) -> None:
-        self.policy = policy
-        self.version = 0
+        super().__init__(policy)
         self.opts = EngineOptions(**options)
         engine_dtype(policy, self.opts.dtype)  # refuse bad settings before starting anything
         head_dtype_name(policy)
@@ -295,9 +294,7 @@ class VLLMSampler:
         return self.engine.sync_seconds
 
     def load_weights(self, state_dict: dict[str, Tensor], version: int) -> None:
-        with torch.no_grad():
-            self.policy.model.load_state_dict(state_dict, strict=True)
-        self.version = version
+        super().load_weights(state_dict, version)
         with self.engine.lock:
             self.engine.sync(self.policy.model, version)
 
@@ -305,14 +302,6 @@ class VLLMSampler:
         eng = self.engine
         if not eng.holds(self.policy.model):
             eng.sync(self.policy.model, self.version, published=False)
-
-    @torch.no_grad()
-    def generate(
-        self, prompts: list[str], n: int, spec: SampleSpec, generator: torch.Generator | None = None
-    ) -> Rollouts:
-        """n completions for each of the G prompts: N = G*n rows, grouped by prompt (as TorchSampler)."""
-        ids, pmask = self.policy.encode_prompts(prompts)
-        return self.generate_ids(ids, pmask, n, spec, generator)
 
     @torch.no_grad()
     def generate_ids(
