@@ -7,9 +7,8 @@
 # checks what can run on CUDA with the machine's own torch + transformers, with a model built locally (no hub):
 #   1. the torch sampler on CUDA: log-probs of the sampled tokens == the trainer's recompute (fp32, within 1e-4),
 #      EOS/max-length semantics, tokens/s at 256 completions;
-#   2. a short RL run (`ablate train`, tiny model, 30 steps) on that machine: status done, a valid metrics file.
-#      NOTE: train/loop.py places the policy on the CPU today (no device option), so step 2 exercises the run
-#      on the GPU machine but not CUDA kernels; step 1 is the CUDA check of the generation path.
+#   2. a short RL run (`ablate train ... train.device=cuda`, tiny model, 30 steps) on CUDA: policy, sampler and
+#      optimizer on the GPU (run.json says device cuda), status done, a valid metrics file.
 # Each step has its own timeout (60 + 150 + 240 s); the first failure stops the script (set -e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +68,7 @@ timeout 240 "$PY" -m ablate train recipes/base.yaml \
   batch.prompts=8 batch.generations=8 length.max_new_tokens=4 length.think_budget_min=1 length.think_budget_max=2 \
   train.warmup.max_steps=300 train.warmup.lr=3e-3 train.warmup.batch=32 train.warmup.target_pass_rate=0.2 \
   train.warmup.check_every=10 offpolicy=ppo offpolicy.k=1 optim.lr=5e-4 train.max_steps=30 train.eval_every=10 \
-  --out "$OUT/gpu-run"
+  train.device=cuda --out "$OUT/gpu-run"
 timeout 30 "$PY" - "$OUT/gpu-run" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -77,6 +76,7 @@ d = Path(sys.argv[1])
 meta = json.loads((d / "run.json").read_text())
 recs = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines() if l.strip()]
 assert meta["status"] == "done", meta
+assert meta["device"].startswith("cuda"), meta["device"]
 assert [r["step"] for r in recs] == [0, 10, 20, 30], recs
 assert all({"step", "gpu_hours", "flops", "samples", "val_pass_rate"} <= set(r) for r in recs)
 print("run:", meta["status"], [round(r["val_pass_rate"], 3) for r in recs], "gpu_hours", round(recs[-1]["gpu_hours"], 5))

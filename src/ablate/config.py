@@ -181,6 +181,8 @@ class TrainConfig:
     eval_k: int = _f(4, "completions per validation prompt (mean@k)", ge=1)
     val_size: int = _f(200, "held-out validation prompts", ge=1)
     checkpoint_every: int = _f(100, "save a checkpoint every this many steps", ge=1)
+    device: str = _f("auto", "where the policy trains and the torch sampler runs: cpu | cuda | auto (cuda when visible)",
+                     choices=("auto", "cpu", "cuda"), hash=False)
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
 
 

@@ -61,6 +61,7 @@ def test_a_short_run_writes_a_valid_run_directory(tmp_path):
     assert OmegaConf.to_container(OmegaConf.load(d / "config.yaml")) == cfg
     meta = store.read_json(d / "run.json")
     assert meta["status"] == "done" and meta["step"] == 6 and meta["started_at"] <= meta["ended_at"]
+    assert meta["device"] == ("cuda" if torch.cuda.is_available() else "cpu")  # train.device=auto
     assert Path(meta["logs"]["train"]).read_text().count("eval step") == 4
     recs = store.read_jsonl(d / "metrics.jsonl")
     assert [r["step"] for r in recs] == [0, 2, 4, 6]
@@ -199,6 +200,17 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
     assert r.returncode == 2
     assert f"error: {bad}:2: missing key 'answer'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_device_is_a_resource_choice_and_a_missing_accelerator_is_a_clear_error(tmp_path):
+    from ablate.sweep import run_id
+
+    assert run_id(_cfg("train.device=cpu")) == run_id(_cfg("train.device=auto"))  # where it runs is not what it is
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="train.device=cuda but no CUDA device"):
+            run(_cfg("train.device=cuda"), tmp_path / "r")
+    summary = run(_cfg("train.device=cpu", "train.max_steps=2"), tmp_path / "c")
+    assert summary["status"] == "done" and store.read_json(tmp_path / "c" / "run.json")["device"] == "cpu"
 
 
 def test_a_blown_up_policy_is_marked_diverged(tmp_path):

@@ -69,6 +69,17 @@ class Diverged(Exception):
     pass
 
 
+def resolve_device(name: str) -> torch.device:
+    """train.device: `auto` is CUDA when a device is visible, else the CPU; `cuda` without one is a UserError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("train.device=cuda but no CUDA device is visible to this process; use train.device=auto or cpu")
+    if name not in ("cpu", "cuda"):
+        raise UserError(f"train.device={name!r}: valid: auto, cpu, cuda")
+    return torch.device(name)
+
+
 @dataclass
 class Batch:
     ro: Rollouts
@@ -198,7 +209,9 @@ class _Run:
 
             self.backend_cls = functools.partial(self.backend_cls, **engine_options(cfg["rollout"]))
 
+        self.device = resolve_device(str(tr.get("device") or "auto"))
         self.policy: Policy = build_policy(cfg, self.task)
+        self.policy.model.to(self.device)  # sampler and trainer follow the parameters' device
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))
         ocfg = cfg["optim"]
         self.opt = torch.optim.AdamW(
@@ -211,7 +224,7 @@ class _Run:
         self.pool = filters.PromptPool(len(self.task.train), float(self.fcfg.get("pass_threshold", 0.9)))
         self.pool_lock = threading.Lock()
         self.gen = torch.Generator().manual_seed(self.seed)
-        self.compute = Compute(devices=device_count(), params=self.policy.n_params)
+        self.compute = Compute(devices=device_count() if self.device.type == "cuda" else 1, params=self.policy.n_params)
         self.acc = _Accum()
         self.step, self.r0 = 0, None
         self.trunc_window: list[float] = []
@@ -258,8 +271,9 @@ class _Run:
         """Rewards [N] and verdicts [N]: correct = finished with EOS and the checker accepts the final answer."""
         trunc = ro.truncated.tolist()
         g = ro.group.tolist()
-        correct = torch.tensor([(not tr) and self.task.check(t, answers[gi]) for t, tr, gi in zip(ro.texts, trunc, g)])
-        rewards = torch.tensor([self.task.reward(c) for c in correct.tolist()], dtype=torch.float32)
+        ok = [(not tr) and self.task.check(t, answers[gi]) for t, tr, gi in zip(ro.texts, trunc, g)]
+        correct = torch.tensor(ok, device=ro.tokens.device)
+        rewards = torch.tensor([self.task.reward(c) for c in ok], dtype=torch.float32, device=ro.tokens.device)
         lcfg = self.cfg["length"]
         if lcfg["name"] == "penalty":
             rewards = rewards + length.length_penalty(ro.lengths, correct, int(lcfg["l_max"]), int(lcfg["l_cache"])).float()
@@ -286,7 +300,7 @@ class _Run:
         }
         if self.fcfg.get("no_positive_resampling", True):
             with self.pool_lock:
-                self.pool.update(torch.tensor(b.prompt_ids)[group], b.correct)
+                self.pool.update(torch.tensor(b.prompt_ids)[group.cpu()], b.correct.cpu())
         m["pool_size"] = float(len(self.pool))
         rows = keep_m.nonzero().squeeze(1)
         if rows.numel() == 0:  # every group had equal rewards: nothing to learn from this batch
@@ -402,7 +416,7 @@ class _Run:
     def load(self) -> bool:
         if not self.ckpt.exists():
             return False
-        st = torch.load(self.ckpt, weights_only=False)
+        st = torch.load(self.ckpt, weights_only=False, map_location=self.device)
         self.policy.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["optim"])
         self.gen.set_state(st["rng"])
@@ -444,7 +458,7 @@ class _Run:
             info = {k: v for k, v in warmup_info(warmed_up_folder(self.cfg, self.task)).items() if k != "history"}
         self.update_run_json(status="running", started_at=time.time(), pid=os.getpid(), resumed_from=self.step if resumed else None,
                              logs={"train": str(self.dir / "logs" / "train.log")}, warmup=info,
-                             params=self.policy.n_params, max_steps=self.max_steps)
+                             params=self.policy.n_params, max_steps=self.max_steps, device=str(self.device))
         log.info("run %s: %d params, %s x %s per step, loss %s, offpolicy %s-%d, %d steps%s", self.dir.name,
                  self.policy.n_params, self.G, self.n, self.cfg["loss"]["name"], self.off, self.k, self.max_steps,
                  f" (resuming at {self.step})" if resumed else "")

@@ -117,6 +117,11 @@ class TorchSampler(PolicySampler):
         pol, model = self.policy, self.policy.model
         dev = next(model.parameters()).device
         ids, pmask = ids.to(dev), pmask.to(dev)
+        if generator is not None and generator.device != dev:
+            # the run's generators live on the CPU (checkpointed, device-independent); sampling on an accelerator
+            # draws from a device generator seeded by them, so a run stays reproducible from its seed
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            generator = torch.Generator(device=dev).manual_seed(seed)
         G, P = ids.shape
         N, T = G * n, int(spec.max_new_tokens)
         group = torch.arange(G, device=dev).repeat_interleave(n)
