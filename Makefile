@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench bench-train bench-curve clean
 
 include mk/vllm.mk
 
@@ -34,6 +34,15 @@ bench: setup
 	$(BIN)/python bench/fit.py
 	$(BIN)/python bench/rank.py
 	$(BIN)/python bench/launch.py
+
+# The RL run itself (minutes each): throughput against TRL (installs trl into .venv on first use), and the
+# default recipe's curve over three seeds, one core per run, with the sigmoid fitted to each.
+bench-train: setup
+	$(BIN)/python bench/train.py
+	$(BIN)/python bench/train.py task.unseen_frac=0
+
+bench-curve: setup
+	$(BIN)/python bench/curve.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) sweeps/*/ demo-out .pytest_cache

@@ -3,7 +3,7 @@
     .venv/bin/python bench/train.py [--steps 20] [--warmup-steps 3] [--threads 1] [--json out.json]
 
 Both sides: the warmed-up tiny Llama of recipes/base.yaml (the cached warm-up folder, so the same weights),
-3-digit addition, 16 prompts x 8 completions per step, the CISPO loss (eps_max 5), batch-std advantages,
+the base recipe's task (3-digit sums, 20% unseen subtractions) and batch (32 prompts x 8 completions per step), the CISPO loss (eps_max 5), batch-std advantages,
 at most `length.max_new_tokens` new tokens, temperature 1, one torch thread, on-policy (one update per batch:
 TRL's default num_iterations=1; ablate's offpolicy=ppo with k=1). Measured: completions/s and completion
 tokens/s over `--steps` steps after `--warmup-steps` untimed ones (the two are measured in turn, in one process),
@@ -13,7 +13,8 @@ ablate is also measured running its default scheme (PipelineRL-8, base.yaml) thr
 
 TRL is installed into the venv on first use (`pip install trl`; it leaves torch at the pinned CPU build).
 Not like-for-like in one respect, on purpose: ablate skips the backward pass of zero-variance groups (ScaleRL's
-zero-variance filtering); TRL trains on every completion. Both numbers are printed, with the ratio.
+zero-variance filtering); TRL trains on every completion. The unseen subtractions are always zero-variance, so
+`bench/train.py task.unseen_frac=0` (addition only, both sides) is the stricter comparison; record both.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "base.yaml"
 def test_time_limit_checkpoints_where_the_signal_arrives_and_resumes(tmp_path):
     # warm the tiny model up first (cached per machine), so the time limit falls inside RL steps
     train_run(compose_run(RECIPE, ["train.max_steps=1"]), tmp_path / "warm")
-    cfg = compose_run(RECIPE, ["offpolicy=ppo", "offpolicy.k=1", "train.max_steps=300", "train.eval_every=20",
+    cfg = compose_run(RECIPE, ["offpolicy=ppo", "offpolicy.k=1", "batch.prompts=16", "train.max_steps=300", "train.eval_every=20",
                                "train.checkpoint_every=100000"])
     cfg["launcher"]["timeout_min"] = 0.6  # a 36 s limit, USR2 4 s before it (the schema takes whole minutes)
     spec = RunSpec("live", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)

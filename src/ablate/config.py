@@ -130,6 +130,8 @@ class TaskConfig:
     digits: Optional[int] = _f(None, "synthetic_math: digits per operand", ge=1)
     digits_min: Optional[int] = _f(None, "synthetic_math: shortest operand (null = digits); shorter ones are zero-padded: mixed difficulty", ge=1)
     train_size: Optional[int] = _f(None, "synthetic_math: training problems (null = 20000); the pool no-positive-resampling draws from", ge=1)
+    unseen_frac: float = _f(0.0, "synthetic_math: share of subtraction problems, which the warm-up never teaches: out of the "
+                             "policy's reach, they cap the pass rate below 1", ge=0.0, lt=1.0)
     data_seed: int = _f(1234, "seed of the task's data split (not the run's seed: every run of a sweep sees the same splits)", ge=0)
     val_path: Optional[str] = _f(None, "jsonl: a separate validation file (null = the first train.val_size rows after a fixed shuffle)")
 

@@ -34,6 +34,24 @@ def test_synthetic_task_is_deterministic_with_disjoint_splits_and_a_strict_check
     assert set("".join(q.prompt + q.target for q in a.train)) <= set(a.alphabet)
 
 
+def test_unseen_share_is_subtraction_without_targets_in_both_splits():
+    cfg = {"name": "synthetic_math", "digits": 3, "digits_min": 1, "train_size": 4000, "val_size": 400, "unseen_frac": 0.25}
+    t = build_task(cfg, ">")
+    again = build_task(cfg, ">")
+    assert (t.train, t.val) == (again.train, again.val)  # the same problems in every run
+    for split in (t.train, t.val):
+        minus = [p for p in split if "-" in p.prompt]
+        assert 0.18 < len(minus) / len(split) < 0.30  # 0.25 less the x - 0 pairs, which stay additions
+        for p in minus:
+            a, b = (int(x) for x in p.prompt[:-1].split("-"))
+            assert a >= b > 0 and p.answer == str(a - b) and p.target == ""  # nothing for the warm-up to imitate
+            assert t.check(">" + p.answer, p.answer)
+        assert all(p.target for p in split if "+" in p.prompt)
+    assert "-" in t.alphabet and "-" not in build_task({**cfg, "unseen_frac": 0.0}, ">").alphabet
+    with pytest.raises(UserError, match="unseen_frac"):
+        build_task({**cfg, "unseen_frac": 1.0}, ">")
+
+
 def test_answer_normalisation():
     assert normalize_answer("$1,000$") == normalize_answer("1000.0") == normalize_answer("1e3")
     assert normalize_answer("\\boxed{3/4}") == normalize_answer("0.75")

@@ -172,12 +172,13 @@ def test_fp32_head_on_a_bf16_engine_is_a_real_fp32_head(pol):
 
 RUN = [
     "rollout=vllm", "rollout.kv_cache_mb=64",
-    "task.digits=1", "task.train_size=80", "train.val_size=20", "train.eval_k=8",
+    "task.digits=1", "task.train_size=80", "task.unseen_frac=0", "train.val_size=20", "train.eval_k=8",
     "model.hidden=64", "model.n_layers=1", "model.n_heads=2", "model.mlp=128",
     "batch.prompts=8", "batch.generations=8",
     "length.max_new_tokens=4", "length.think_budget_min=1", "length.think_budget_max=2",
     "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2",
     "train.warmup.check_every=10", "train.checkpoint_every=100", "optim.lr=5e-4",
+    "optim.lr_warmup_steps=0",
 ]
 
 

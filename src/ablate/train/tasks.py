@@ -15,6 +15,13 @@ first (the "thinking"; e.g. 347+285 -> carries of the units and tens columns -> 
 phrase, then the sum: `11>632` then EOS, at most 2*digits+2 tokens (8 for 3 digits, base.yaml's max_new_tokens). Writing the carries first is the scratchpad that makes the answer tractable for a 2-layer model, and it
 gives forced interruption (design.md §4) something to cut: an interrupted model must answer without them.
 
+`unseen_frac` (synthetic_math): that share of the problems are subtractions `ddd-ddd=` (a >= b), written the same
+way (borrows as thinking, then the difference) but with no supervised target, so the warm-up never teaches
+them. The warmed-up policy practically never samples a correct difference, so their groups carry no reward
+variance and RL cannot learn them: the pass rate has a ceiling near 1 - unseen_frac, as problems beyond a
+model's reach give ScaleRL's curves a ceiling A < 1. (Without them the tiny model can eventually solve every
+sum, and a run's curve is still climbing toward 1 when the CPU budget ends.)
+
 `jsonl`: one `{"prompt": str, "answer": str}` object per line (optional `thinking`: a worked solution the
 warm-up may imitate); the checker normalises numbers (`1,000` = `1000.0` = `1e3`), `\\boxed{}`, `$`, spaces.
 """
@@ -151,6 +158,15 @@ def addition_problem(a: int, b: int, digits: int, phrase: str) -> Problem:
     return Problem(f"{a:0{digits}d}+{b:0{digits}d}=", str(a + b), "".join(carries) + phrase + str(a + b))
 
 
+def subtraction_problem(a: int, b: int, digits: int) -> Problem:
+    """`a-b=` (a >= b) zero-padded to `digits`; no target: the warm-up never sees subtraction (`unseen_frac`).
+
+    >>> subtraction_problem(632, 285, 3)
+    Problem(prompt='632-285=', answer='347', target='')
+    """
+    return Problem(f"{a:0{digits}d}-{b:0{digits}d}=", str(a - b), "")
+
+
 @TASKS.register("synthetic_math")
 def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
     """Fixed-width addition; `digits`, `digits_min`, `train_size`, `val_size`, `data_seed` (the split's seed, not the run's)."""
@@ -178,14 +194,21 @@ def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
             if (a, b) not in seen:
                 seen.add((a, b))
                 ab.append((a, b))
-    probs = [addition_problem(a, b, digits, phrase) for a, b in ab]
+    unseen = float(cfg.get("unseen_frac") or 0.0)
+    if not 0.0 <= unseen < 1.0:
+        raise UserError(f"task.unseen_frac={unseen}: need 0 <= unseen_frac < 1 (the share of subtraction problems)")
+    # a fixed, seeded choice of which problems are subtractions (the same in every run of a sweep)
+    minus = random.Random(int(cfg.get("data_seed", 1234)) + 1).random
+    # (x - 0 is never a subtraction: an adding policy would solve it)
+    probs = [subtraction_problem(max(a, b), min(a, b), digits) if unseen and minus() < unseen and min(a, b) > 0
+             else addition_problem(a, b, digits, phrase) for a, b in ab]
     return Task(
         name="synthetic_math",
         train=probs[n_val:],
         val=probs[:n_val],
         check=make_checker(phrase, lenient_number=False),
         reward_kind=cfg.get("reward", "binary"),
-        alphabet="0123456789+=" + phrase,
+        alphabet="0123456789+=" + ("-" if unseen else "") + phrase,
         phrase=phrase,
     )
 
