@@ -7,8 +7,9 @@
 # checks what can run on CUDA with the machine's own torch + transformers, with a model built locally (no hub):
 #   1. the torch sampler on CUDA: log-probs of the sampled tokens == the trainer's recompute (fp32, within 1e-4),
 #      EOS/max-length semantics, tokens/s at 256 completions;
-#   2. a short RL run (`ablate train ... train.device=cuda`, tiny model, 30 steps) on CUDA: policy, sampler and
-#      optimizer on the GPU (run.json says device cuda), status done, a valid metrics file.
+#   2. a short RL run (`ablate train ... train.device=cuda`, tiny model, 30 steps, PipelineRL-2: on CUDA its
+#      generator runs in a thread) on the GPU: policy, sampler and optimizer on the device (run.json says cuda),
+#      status done, lag within the bound, a valid metrics file.
 # Each step has its own timeout (60 + 150 + 240 s); the first failure stops the script (set -e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,10 +65,10 @@ EOF
 echo "== 2. a short RL run on the GPU machine"
 rm -rf "$OUT/gpu-run"
 timeout 240 "$PY" -m ablate train recipes/base.yaml \
-  task.digits=1 task.train_size=80 train.val_size=20 train.eval_k=8 \
+  task.digits=1 task.train_size=80 task.unseen_frac=0 train.val_size=20 train.eval_k=8 \
   batch.prompts=8 batch.generations=8 length.max_new_tokens=4 length.think_budget_min=1 length.think_budget_max=2 \
   train.warmup.max_steps=300 train.warmup.lr=3e-3 train.warmup.batch=32 train.warmup.target_pass_rate=0.2 \
-  train.warmup.check_every=10 offpolicy=ppo offpolicy.k=1 optim.lr=5e-4 train.max_steps=30 train.eval_every=10 \
+  train.warmup.check_every=10 offpolicy=pipeline offpolicy.k=2 optim.lr=5e-4 optim.lr_warmup_steps=0 train.max_steps=30 train.eval_every=10 \
   train.device=cuda --out "$OUT/gpu-run"
 timeout 30 "$PY" - "$OUT/gpu-run" <<'EOF'
 import json, sys
@@ -77,6 +78,7 @@ meta = json.loads((d / "run.json").read_text())
 recs = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines() if l.strip()]
 assert meta["status"] == "done", meta
 assert meta["device"].startswith("cuda"), meta["device"]
+assert 1 <= meta["max_lag"] <= 2, meta["max_lag"]  # PipelineRL-2 with its generator thread on the GPU
 assert [r["step"] for r in recs] == [0, 10, 20, 30], recs
 assert all({"step", "gpu_hours", "flops", "samples", "val_pass_rate"} <= set(r) for r in recs)
 print("run:", meta["status"], [round(r["val_pass_rate"], 3) for r in recs], "gpu_hours", round(recs[-1]["gpu_hours"], 5))

@@ -55,7 +55,7 @@ def test_base_is_the_scalerl_recipe(base):
     assert base["filtering"]["zero_variance"] and base["filtering"]["no_positive_resampling"]
     assert base["filtering"]["pass_threshold"] == 0.9
     assert base["length"]["name"] == "interrupt"
-    assert base["offpolicy"] == {"name": "pipeline", "k": 8}
+    assert base["offpolicy"] == {"name": "pipeline", "k": 8, "generator": "auto"}
     assert base["model"]["name"] == "tiny" and base["task"]["name"] == "synthetic_math"
     assert base["launcher"]["name"] == "local"
 

@@ -98,6 +98,9 @@ class OffPolicyConfig:
 
     name: str = _f("pipeline", "ppo (k mini-batches per generation round) | pipeline (trainer <= k steps ahead)", choices=("ppo", "pipeline"))
     k: int = _f(8, "ppo: optimizer steps per generation round; pipeline: max steps the trainer runs ahead", ge=1)
+    generator: str = _f("auto", "pipeline: where generation runs: thread (concurrent with training) | inline (in turn with "
+                        "training, at the bound: lag = k) | auto (inline for the torch sampler on a CPU, else thread)",
+                        choices=("auto", "thread", "inline"), hash=False)
 
 
 @dataclass

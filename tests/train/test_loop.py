@@ -168,14 +168,29 @@ def test_a_killed_run_drops_metrics_written_after_its_last_checkpoint(tmp_path):
     assert _steps(d) == [0, 2, 4]
 
 
+@pytest.mark.parametrize("generator", ["thread", "inline"])
 @pytest.mark.parametrize("k", [1, 2])
-def test_pipeline_rl_never_exceeds_its_lag_bound(tmp_path, k):
-    summary = run(_cfg("offpolicy=pipeline", f"offpolicy.k={k}", "train.max_steps=10"), tmp_path / "r")
+def test_pipeline_rl_never_exceeds_its_lag_bound(tmp_path, k, generator):
+    summary = run(_cfg("offpolicy=pipeline", f"offpolicy.k={k}", f"offpolicy.generator={generator}", "train.max_steps=10"),
+                  tmp_path / "r")
     assert summary["status"] == "done" and summary["step"] == 10
     assert 1 <= summary["max_lag"] <= k  # it does run ahead (generation overlaps training), never more than k
+    if generator == "inline":
+        assert summary["max_lag"] == k  # in turn: every batch after the first k is exactly k steps stale
     recs = store.read_jsonl(tmp_path / "r" / "metrics.jsonl")
     assert all(0 <= r["lag"] <= k for r in recs if "lag" in r)
     assert store.read_json(tmp_path / "r" / "run.json")["max_lag"] == summary["max_lag"]
+
+
+def test_inline_pipeline_is_reproducible_and_auto_picks_it_for_the_torch_sampler_on_cpu(tmp_path):
+    cfg = _cfg("offpolicy=pipeline", "offpolicy.k=2", "train.max_steps=8")
+    assert cfg["offpolicy"]["generator"] == "auto"
+    run(cfg, tmp_path / "a")
+    run(_cfg("offpolicy=pipeline", "offpolicy.k=2", "offpolicy.generator=inline", "train.max_steps=8"), tmp_path / "b")
+    a, b = (store.read_jsonl(tmp_path / d / "metrics.jsonl") for d in "ab")
+    drop = ("wall_s", "gpu_hours")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [{k: v for k, v in r.items() if k not in drop} for r in b]
+    assert (tmp_path / "a" / "logs" / "train.log").read_text().count("inline") >= 1
 
 
 def test_ppo_off_policy_k_generates_k_batches_then_steps(tmp_path):

@@ -14,9 +14,11 @@ Off-policy schemes (ScaleRL §3):
   queue; the trainer publishes new weights after every step and the generator loads them before its next
   batch. The generator starts a batch only when the queue has room for it, and the queue holds at most k
   batches, so a batch made with version v is trained at version <= v + k: the trainer waits (on the queue)
-  rather than run more than k steps ahead. The trainer checks lag <= k on every batch. With one torch thread
-  per run, the two threads interleave rather than run in parallel (the GIL and the intra-op pool): this mode
-  is about ordering and staleness, and is not bit-reproducible (batch contents depend on timing).
+  rather than run more than k steps ahead. The trainer checks lag <= k on every batch. This thread mode
+  (`offpolicy.generator=thread`, the default with vLLM or on CUDA) is not bit-reproducible: batch contents
+  depend on timing. With the torch sampler on a CPU the two threads could only take turns on the run's core,
+  so `generator=auto` runs them in turn in one thread (`_InlinePipelineFeeder`): the steady state of a generator
+  faster than the trainer (every batch exactly k steps stale), deterministic, without thread switching.
 
 Restart safety: a checkpoint (ckpt/last.pt: model, optimizer, RNG, prompt pool, step, compute, the metric
 accumulators since the last evaluation) is written every `checkpoint_every` steps, at the end, and at the next
@@ -416,7 +418,9 @@ class _Run:
     def load(self) -> bool:
         if not self.ckpt.exists():
             return False
-        st = torch.load(self.ckpt, weights_only=False, map_location=self.device)
+        # on the CPU: the RNG state must stay a CPU tensor; load_state_dict copies weights and optimizer state onto
+        # the parameters' device
+        st = torch.load(self.ckpt, weights_only=False, map_location="cpu")
         self.policy.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["optim"])
         self.gen.set_state(st["rng"])
@@ -447,6 +451,15 @@ class _Run:
         self.hand_over = {s: h for s, h in old.items() if callable(h)} if under_submitit else {}
         return old
 
+    def make_feeder(self) -> "_PPOFeeder | _PipelineFeeder | _InlinePipelineFeeder":
+        if self.off == "ppo":
+            return _PPOFeeder(self)
+        mode = self.cfg["offpolicy"].get("generator") or "auto"
+        if mode == "auto":  # on one CPU the generator thread would only time-share the trainer's core
+            mode = "inline" if self.cfg["rollout"]["name"] == "torch" and self.device.type == "cpu" else "thread"
+        log.info("PipelineRL-%d: generator %s", self.k, mode)
+        return _InlinePipelineFeeder(self) if mode == "inline" else _PipelineFeeder(self)
+
     # ---- the loop ----
 
     def main(self) -> dict[str, Any]:
@@ -464,7 +477,7 @@ class _Run:
                  f" (resuming at {self.step})" if resumed else "")
         old = self._install_signals()
         self.compute.start()
-        feeder = _PipelineFeeder(self) if self.off == "pipeline" else _PPOFeeder(self)
+        feeder = self.make_feeder()
         status, reason = "done", None
         try:
             if not resumed:
@@ -556,6 +569,55 @@ class _PPOFeeder:
 
     def close(self) -> None:
         pass
+
+
+class _InlinePipelineFeeder:
+    """PipelineRL-k with generation and training taken in turn (`offpolicy.generator=inline`): the schedule a
+    generator thread reaches when it is faster than the trainer, without the thread. Before step v the trainer
+    takes the oldest of k queued batches (made at version v - k) and the generator makes the next one with the
+    current weights (version v), so every batch is trained exactly k steps after the weights that made it (the
+    first k steps use batches from version 0). Same staleness as the thread, but deterministic given the seed,
+    and on one core no time is lost to switching between two threads. A checkpoint drops the queue; the resumed
+    run refills it from its current weights."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        gen_policy = Policy(copy.deepcopy(run.policy.model), run.policy.tokenizer, run.policy.head_dtype)
+        self.sampler = run.backend_cls(gen_policy)
+        self.sampler.version = run.step
+        self.gen = torch.Generator().manual_seed(run.seed * 7919 + run.step + 1)
+        self.buf: list[Batch] = []
+        self.max_lag = 0
+        self.exhausted = False
+
+    def _make(self) -> None:
+        b = None if self.exhausted else self.run.make_batch(self.sampler, self.gen)
+        if b is None:
+            self.exhausted = True
+        else:
+            self.buf.append(b)
+
+    def next(self) -> Batch | None:
+        r = self.run
+        while not self.exhausted and len(self.buf) < r.k:  # the start (or a resume): k batches from these weights
+            self._make()
+        if not self.buf:
+            return None
+        b = self.buf.pop(0)
+        self._make()  # the generator keeps k batches in flight, made with the weights of this step
+        lag = r.step - b.version
+        if lag > r.k:
+            raise RuntimeError(f"PipelineRL lag {lag} exceeds k={r.k}")
+        self.max_lag = max(self.max_lag, lag)
+        return b
+
+    def after_step(self) -> None:
+        """The new weights (version = steps taken) reach the generator before its next batch."""
+        sd = {k: v.detach() for k, v in self.run.policy.model.state_dict().items()}
+        self.sampler.load_weights(sd, self.run.step)
+
+    def close(self) -> None:
+        self.buf.clear()
 
 
 class _PipelineFeeder:
