@@ -226,6 +226,7 @@ def test_device_is_a_resource_choice_and_a_missing_accelerator_is_a_clear_error(
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="train.device=cuda but no CUDA device"):
             run(_cfg("train.device=cuda"), tmp_path / "r")
+        assert not (tmp_path / "r").exists()  # refused before anything was written
     summary = run(_cfg("train.device=cpu", "train.max_steps=2"), tmp_path / "c")
     assert summary["status"] == "done" and store.read_json(tmp_path / "c" / "run.json")["device"] == "cpu"
 

@@ -123,6 +123,7 @@ def run(config: dict[str, Any], run_dir: Path | str, *, threads: int = 1) -> dic
     (done | preempted | diverged), `step`, `val_pass_rate`, `r0`, `reason`. Raises UserError on bad input and
     re-raises any crash after recording it in run.json (status failed, error)."""
     run_dir = Path(run_dir)
+    resolve_device(str(config.get("train", {}).get("device") or "auto"))  # refuse a missing GPU before writing anything
     torch.set_num_threads(int(threads))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
