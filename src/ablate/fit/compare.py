@@ -2,7 +2,7 @@
 
 ScaleRL §2 (Khatri et al. 2025): compare arms on the asymptote A first; an arm moves the **ceiling** when
 |A - A_baseline| exceeds the margin (from the seed spread when both arms have >= 2 seeds, else the paper's
-±0.02). Otherwise refit the two with one shared A and compare how fast each gets there — the compute each
+±0.02) and the two fits' own 95% intervals of A (combined in quadrature) tell the two apart. Otherwise refit the two with one shared A and compare how fast each gets there — the compute each
 needs to reach the pass rate the baseline reaches at the target: **efficiency** up or down when the
 bootstrap interval of that compute ratio excludes 1, else **no detectable effect**. When either window has
 not passed C_mid, A is not identified: the arm is marked so and compared on its predicted pass rate at the
@@ -94,6 +94,15 @@ def seed_margin(arms: list[ArmResult], a: ArmResult, b: ArmResult) -> tuple[floa
         return SCALERL_MARGIN, "ScaleRL ±0.02 (seed fits not identified)"
     sd = float(np.sqrt(num / den))
     return float(Z95 * sd * np.sqrt(1.0 / a.seeds + 1.0 / b.seeds)), f"seed spread (pooled sd {sd:.4f})"
+
+
+def fit_noise(a: FitResult, b: FitResult) -> float:
+    """Half-width of the 95% interval of A_a - A_b from the two fits' own intervals (0 when either has none):
+    a single-seed difference beyond ScaleRL's ±0.02 is a ceiling change only if the fits can tell it too."""
+    if a.A_ci is None or b.A_ci is None:
+        return 0.0
+    ha, hb = (max(0.0, (f.A_ci[1] - f.A_ci[0]) / 2) for f in (a, b))
+    return float(np.hypot(ha, hb))
 
 
 def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
@@ -262,9 +271,11 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 who = "this arm" if not a.fit.identifiable else "the baseline"
                 a.verdict = "not_identified"
                 a.detail = f"{who} has not passed C_mid; compared on R at {opts.target:g} only"
-            elif abs(a.delta_A) > a.margin:
+            elif abs(a.delta_A) > max(a.margin, fit_noise(a.fit, base.fit)):
                 a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
                 a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a.margin:.3f}"
+                if fit_noise(a.fit, base.fit) > 0:
+                    a.detail += f" and the fits' ±{fit_noise(a.fit, base.fit):.3f}"
             else:
                 to_compare.append((i, a))
         shared = _pmap(_efficiency, [(i, a.fit, base.fit, opts) for i, a in to_compare], jobs)
@@ -281,6 +292,8 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             a.detail = (f"A shared {sh['A_shared']:.3f}: {ratio:.2f}x compute to baseline's R@{opts.target:g}"
                         + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (interval open)")
                         + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
+            if abs(a.delta_A) > a.margin:  # past the margin, but not past the fits' own uncertainty
+                a.detail = (f"ΔA {a.delta_A:+.3f} within the fits' ±{fit_noise(a.fit, base.fit):.3f}; " + a.detail)
     arms.sort(key=lambda a: (round(a.fit.pred_at_target, 3), round(a.fit.A, 3), a.fit.B), reverse=True)
     margin_source = ("none (no baseline)" if baseline is None else sources.pop() if len(sources) == 1
                      else "per arm: " + "; ".join(sorted(sources)))
