@@ -296,3 +296,24 @@ def test_weight_sync_through_a_file_in_the_multiprocess_engine(tmp_path):
     assert res["in_process"] is False and res["syncs"] == 2
     assert res["changed"] and res["equal_torch"] and res["restored"], res
     assert res["logp_diff"] < 1e-4, res
+
+
+def test_a_finished_process_leaves_no_engine_folder(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.environ.setdefault('VLLM_ENABLE_V1_MULTIPROCESSING', '0')\n"
+        "import sys; sys.path.insert(0, %r)\n"
+        "from test_rollout_vllm import _policy, PROMPTS\n"
+        "from ablate.train.rollout import SampleSpec\n"
+        "from ablate.train.rollout_vllm import VLLMSampler\n"
+        "s = VLLMSampler(_policy(), kv_cache_mb=64)\n"
+        "s.generate(PROMPTS, 2, SampleSpec(max_new_tokens=4))\n"
+        "from ablate.train.rollout_vllm import _ENGINES\n"
+        "print('DIR', next(iter(_ENGINES.values())).dir)\n"
+    ) % str(Path(__file__).parent)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("DIR ")).split(" ", 1)[1])
+    assert folder.name.startswith("ablate-vllm-") and not folder.exists()

@@ -47,6 +47,7 @@ Resources are always capped: the KV cache (`kv_cache_mb`) and, on GPU, the memor
 
 from __future__ import annotations
 
+import atexit
 import gc
 import hashlib
 import json
@@ -148,6 +149,8 @@ class _Engine:
         vllm = vllm_import()
         head = head_dtype_name(policy)
         self.dir = Path(tempfile.mkdtemp(prefix="ablate-vllm-"))
+        # the engine lives as long as the process: its weight files (a model's size) go when the process ends
+        atexit.register(shutil.rmtree, self.dir, True)
         src = Path(str(getattr(policy.model, "name_or_path", "") or "."))
         reuse = (src / "config.json").is_file() and any((src / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
         self.model_dir = src if reuse else self.dir / "model"
