@@ -15,9 +15,8 @@ first (the "thinking"; e.g. 347+285 -> carries of the units and tens columns -> 
 phrase, then the sum: `11>632` then EOS, at most 2*digits+2 tokens (8 for 3 digits, base.yaml's max_new_tokens). Writing the carries first is the scratchpad that makes the answer tractable for a 2-layer model, and it
 gives forced interruption (design.md §4) something to cut: an interrupted model must answer without them.
 
-`unseen_frac` (synthetic_math): that share of the problems are subtractions `ddd-ddd=` (a >= b), written the same
-way (borrows as thinking, then the difference) but with no supervised target, so the warm-up never teaches
-them. The warmed-up policy practically never samples a correct difference, so their groups carry no reward
+`unseen_frac` (synthetic_math): that share of the problems are subtractions `ddd-ddd=` (a >= b > 0), checked like
+the sums (the difference after the phrase) but with no supervised target, so the warm-up never teaches them. The warmed-up policy practically never samples a correct difference, so their groups carry no reward
 variance and RL cannot learn them: the pass rate has a ceiling near 1 - unseen_frac, as problems beyond a
 model's reach give ScaleRL's curves a ceiling A < 1. (Without them the tiny model can eventually solve every
 sum, and a run's curve is still climbing toward 1 when the CPU budget ends.)
@@ -169,7 +168,8 @@ def subtraction_problem(a: int, b: int, digits: int) -> Problem:
 
 @TASKS.register("synthetic_math")
 def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
-    """Fixed-width addition; `digits`, `digits_min`, `train_size`, `val_size`, `data_seed` (the split's seed, not the run's)."""
+    """Fixed-width addition; `digits`, `digits_min`, `train_size`, `val_size`, `unseen_frac`, `data_seed` (the split's
+    seed, not the run's)."""
     digits = int(cfg.get("digits") or 3)
     lo = int(cfg.get("digits_min") or digits)
     n_train, n_val = int(cfg.get("train_size") or 20000), int(cfg.get("val_size") or 200)
