@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="recipe overrides for every seed (key=value)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
+    from ablate import store
     from ablate.fit.analysis import FitOptions, fit_curves
     from ablate.fit.curves import curve_from_run_dir
     from ablate.sweep import compose_run
@@ -80,7 +81,7 @@ def main() -> None:
     for seed in a.seeds:
         rd = a.out / f"seed{seed}"
         curve, meta = curve_from_run_dir(rd, x="samples")
-        recs = [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        recs = store.read_jsonl(rd / "metrics.jsonl")
         ys = [r["val_pass_rate"] for r in recs]
         res = fit_curves([curve], opts, name=f"seed{seed}")
         run_s = recs[-1]["wall_s"]

@@ -271,15 +271,13 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 who = "this arm" if not a.fit.identifiable else "the baseline"
                 a.verdict = "not_identified"
                 a.detail = f"{who} has not passed C_mid; compared on R at {opts.target:g} only"
-            elif abs(a.delta_A) > max(a.margin, fit_noise(a.fit, base.fit)):
+            elif abs(a.delta_A) > max(a.margin, noise := fit_noise(a.fit, base.fit)):
                 a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
-                a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a.margin:.3f}"
-                if fit_noise(a.fit, base.fit) > 0:
-                    a.detail += f" and the fits' ±{fit_noise(a.fit, base.fit):.3f}"
+                a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a.margin:.3f}" + (f" and the fits' ±{noise:.3f}" if noise > 0 else "")
             else:
-                to_compare.append((i, a))
-        shared = _pmap(_efficiency, [(i, a.fit, base.fit, opts) for i, a in to_compare], jobs)
-        for (_, a), sh in zip(to_compare, shared):
+                to_compare.append((i, a, noise))
+        shared = _pmap(_efficiency, [(i, a.fit, base.fit, opts) for i, a, _ in to_compare], jobs)
+        for (_, a, noise), sh in zip(to_compare, shared):
             a.shared = sh
             ci, ratio, floor = sh["compute_ratio_ci"], sh["compute_ratio"], sh["log_margin"]
             beyond = floor is not None and abs(np.log(ratio)) > floor
@@ -293,7 +291,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                         + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (interval open)")
                         + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
             if abs(a.delta_A) > a.margin:  # past the margin, but not past the fits' own uncertainty
-                a.detail = (f"ΔA {a.delta_A:+.3f} within the fits' ±{fit_noise(a.fit, base.fit):.3f}; " + a.detail)
+                a.detail = f"ΔA {a.delta_A:+.3f} within the fits' ±{noise:.3f}; " + a.detail
     arms.sort(key=lambda a: (round(a.fit.pred_at_target, 3), round(a.fit.A, 3), a.fit.B), reverse=True)
     margin_source = ("none (no baseline)" if baseline is None else sources.pop() if len(sources) == 1
                      else "per arm: " + "; ".join(sorted(sources)))

@@ -572,6 +572,13 @@ class _PPOFeeder:
         pass
 
 
+def _generator_side(run: _Run) -> tuple[Any, torch.Generator]:
+    """PipelineRL's generator: a sampler over its own copy of the weights (version = the run's step) and its own RNG."""
+    sampler = run.backend_cls(Policy(copy.deepcopy(run.policy.model), run.policy.tokenizer, run.policy.head_dtype))
+    sampler.version = run.step
+    return sampler, torch.Generator().manual_seed(run.seed * 7919 + run.step + 1)
+
+
 class _InlinePipelineFeeder:
     """PipelineRL-k with generation and training taken in turn (`offpolicy.generator=inline`): the schedule a
     generator thread reaches when it is faster than the trainer, without the thread. Before step v the trainer
@@ -583,10 +590,7 @@ class _InlinePipelineFeeder:
 
     def __init__(self, run: _Run) -> None:
         self.run = run
-        gen_policy = Policy(copy.deepcopy(run.policy.model), run.policy.tokenizer, run.policy.head_dtype)
-        self.sampler = run.backend_cls(gen_policy)
-        self.sampler.version = run.step
-        self.gen = torch.Generator().manual_seed(run.seed * 7919 + run.step + 1)
+        self.sampler, self.gen = _generator_side(run)
         self.buf: list[Batch] = []
         self.max_lag = 0
         self.exhausted = False
@@ -626,15 +630,12 @@ class _PipelineFeeder:
 
     def __init__(self, run: _Run) -> None:
         self.run = run
-        gen_policy = Policy(copy.deepcopy(run.policy.model), run.policy.tokenizer, run.policy.head_dtype)
-        self.sampler = run.backend_cls(gen_policy)
-        self.sampler.version = run.step
+        self.sampler, self.gen = _generator_side(run)
         self.q: queue.Queue = queue.Queue()
         self.room = threading.Semaphore(run.k)  # batches the generator may start before the trainer takes one
         self.lock = threading.Lock()
         self.latest: tuple[int, dict] | None = None
         self.stop = threading.Event()
-        self.gen = torch.Generator().manual_seed(run.seed * 7919 + run.step + 1)
         self.max_lag = 0
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name="pipeline-generator", daemon=True)
