@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 test: setup vllm-setup
 	bash slurm/up
 	ABLATE_SLURM=1 $(BIN)/python -m pytest -q --ignore=tests/vllm; rc=$$?; bash slurm/down; exit $$rc
-	$(VLLM_BIN)/python -m pytest tests/vllm -q
+	$(MAKE) test-vllm
 
 demo: setup
 	$(BIN)/python -m ablate.demo

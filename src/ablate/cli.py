@@ -268,7 +268,7 @@ def sweep(
         return
     from ablate.launch import launch_sweep
 
-    for note in getattr(plan, "notes", []):
+    for note in plan.notes:
         typer.echo(f"note: {note}")
     launch_sweep(plan, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
                  retry_failed=retry_failed, force=force, follow=follow, job=job, echo=typer.echo)

@@ -245,7 +245,7 @@ class RunJob(submitit.helpers.Checkpointable):
             if rec.state == "requeued":
                 events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
             events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
-                                      log=log, **{k: v for k, v in me().items()}))
+                                      log=log, **me()))
             ledger.append(*events)
         files = RunFiles(self._run_dir())
         # `job_logs`: submitit's stdout/stderr of this job (the job function keeps its own `logs`).
@@ -394,8 +394,7 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     asked_parallel = max_parallel or lcfg.get("max_parallel")
     if asked_parallel is not None and int(asked_parallel) < 1:
         raise UserError(f"--max-parallel {asked_parallel}: must be at least 1")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    max_parallel = int(asked_parallel or max(1, cores // threads))  # as many runs as the cores hold, threads each
+    max_parallel = int(asked_parallel or max(1, store.cpu_count() // threads))  # as many runs as the cores hold, threads each
     profile = profile or lcfg.get("profile") or "local"
     slurm_params = load_profile(profile) if kind == "slurm" else {}  # bad profiles fail before any write
     if asked_parallel and kind == "slurm":

@@ -15,9 +15,9 @@ from rich.table import Table
 from rich.text import Span, Text
 
 from ablate import store
-from ablate.ledger import Ledger, current_states
+from ablate.ledger import TERMINAL, Ledger, current_states
 
-ENDED = ("done", "diverged", "failed", "preempted")
+ENDED = TERMINAL  # states a run does not leave by itself
 
 
 @dataclass

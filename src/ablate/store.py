@@ -50,6 +50,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ABLATE_CACHE") or Path.home() / ".cache" / "ablate")
 
 
+def cpu_count() -> int:
+    """Cores this process may use (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def sweep_dir(root: Path | str, sweep: str) -> Path:
     return Path(root) / sweep
 

@@ -191,7 +191,7 @@ class _Composer:
         disk = store.cache_dir() / "compose" / (hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".json")
         if disk.exists():
             try:
-                cfg = json.loads(disk.read_text())
+                cfg = store.read_json(disk)
                 self._cache[key] = cfg
                 return copy.deepcopy(cfg)
             except (OSError, json.JSONDecodeError):

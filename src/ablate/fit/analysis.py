@@ -268,6 +268,12 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     )
 
 
+def rank_key(fit: FitResult) -> tuple[float, float, float]:
+    """How arms are ordered (best first with reverse=True): predicted R at the target, then A, then B; `rank` lists
+    and `extrapolate` picks its winner by it."""
+    return (round(fit.pred_at_target, 3), round(fit.A, 3), fit.B)
+
+
 def group_arms(curves: list[Curve]) -> dict[str, list[Curve]]:
     """Curves by arm: `group` (a sweep's arm label, or a file's --group column), else each run alone."""
     arms: dict[str, list[Curve]] = {}

@@ -18,7 +18,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ablate.errors import UserError
-from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, measured_run_r0, window_points
+from ablate import store
+from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, measured_run_r0, rank_key, window_points
 from ablate.fit.curves import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
 from ablate.fit.uncertainty import bootstrap_runs, bootstrap_single, percentile_ci
@@ -227,18 +228,12 @@ def _pmap(fn, items: list, jobs: int) -> list:
         return list(pool.map(fn, items, chunksize=max(1, len(items) // (4 * jobs))))
 
 
-def default_jobs() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: float | None = None,
          x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None, jobs: int | None = None) -> Ranking:
     """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first.
 
     Arms are independent fits: with many arms they run on `jobs` processes (default: the cores)."""
-    jobs = default_jobs() if jobs is None else jobs
+    jobs = store.cpu_count() if jobs is None else jobs
     groups = group_arms(curves)
     if baseline is None:
         flagged = {c.group or c.run for c in curves if c.meta.get("baseline")}
@@ -292,7 +287,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                         + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
             if abs(a.delta_A) > a.margin:  # past the margin, but not past the fits' own uncertainty
                 a.detail = f"ΔA {a.delta_A:+.3f} within the fits' ±{noise:.3f}; " + a.detail
-    arms.sort(key=lambda a: (round(a.fit.pred_at_target, 3), round(a.fit.A, 3), a.fit.B), reverse=True)
+    arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     margin_source = ("none (no baseline)" if baseline is None else sources.pop() if len(sources) == 1
                      else "per arm: " + "; ".join(sorted(sources)))
     return Ranking(arms=arms, baseline=baseline, margin_source=margin_source, target=opts.target, x=x, opts=opts,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ablate.errors import UserError
-from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms
+from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, rank_key
 from ablate.fit.curves import Curve
 
 
@@ -54,5 +54,5 @@ def winner(curves: list[Curve], opts: FitOptions) -> str:
             continue  # too few points yet
     if not fits:
         raise UserError("no arm has enough points in the fit window to pick a winner; pass --arm or widen the window")
-    best = max(fits, key=lambda f: (round(f.pred_at_target, 3), round(f.A, 3), f.B))
+    best = max(fits, key=rank_key)
     return best.run

@@ -42,11 +42,10 @@ class Compute:
     def gpu_hours(self) -> float:
         return self.wall_s * self.devices / 3600.0
 
-    def add_generation(self, prompt_tokens: int, new_tokens: int, completions: int, train: bool = True) -> None:
-        """A rollout batch: prompt tokens prefilled, tokens decoded, completions made (training ones count as samples)."""
+    def add_generation(self, prompt_tokens: int, new_tokens: int, completions: int) -> None:
+        """A training rollout batch: prompt tokens prefilled, tokens decoded, completions made (the samples)."""
         self.flops += 2.0 * self.params * (prompt_tokens + new_tokens)
-        if train:
-            self.samples += completions
+        self.samples += completions
 
     def add_training(self, tokens: int) -> None:
         """Tokens that went through forward + backward in an optimizer step."""

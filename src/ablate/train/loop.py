@@ -204,8 +204,6 @@ class _Run:
         if self.off not in ("ppo", "pipeline"):
             raise UserError(f"unknown offpolicy {self.off!r}; valid: pipeline, ppo")
         self.temperature = float(cfg["rollout"].get("temperature", 1.0))
-        if cfg["rollout"]["name"] == "vllm" and "vllm" not in BACKENDS:
-            import ablate.train.rollout_vllm  # noqa: F401  (registers the backend; vLLM itself loads lazily)
         self.backend_cls = BACKENDS.get(cfg["rollout"]["name"])
         if cfg["rollout"]["name"] == "vllm":  # the recipe's engine settings: dtype, KV-cache cap, GPU memory share
             from ablate.train.rollout_vllm import engine_options

@@ -220,10 +220,6 @@ def build_policy(cfg: dict[str, Any], task: Any) -> Policy:
 # ---- supervised warm-up, cached ----
 
 
-def cache_dir() -> Path:
-    return store.cache_dir()
-
-
 def warmup_key(cfg: dict[str, Any], task: Any) -> str:
     """Hash of everything the warmed-up weights depend on: model, task, warm-up settings, phrase, alphabet."""
     blob = {
@@ -244,7 +240,7 @@ def warmed_up_folder(cfg: dict[str, Any], task: Any) -> Path:
     from filelock import FileLock
 
     key = warmup_key(cfg, task)
-    root = cache_dir() / "warmup"
+    root = store.cache_dir() / "warmup"
     root.mkdir(parents=True, exist_ok=True)
     folder = root / key
     with FileLock(str(root / f"{key}.lock")):

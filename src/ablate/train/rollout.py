@@ -224,14 +224,14 @@ class _HFDecoder:
         self.model = pol.model
         self.mask = pmask[group]
         self.cache = None
+        # transformers >= 5.2x calls the cache argument `cache` (and warns on `past_key_values`); older ones don't
+        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.base_model.forward).parameters else "past_key_values"
         self.h_last = self._run(ids[group])
 
     def _run(self, ids: Tensor) -> Tensor:
         pos = (self.mask.cumsum(1) - 1).clamp(min=0)[:, -ids.shape[1] :]
-        # transformers >= 5.2x calls the cache argument `cache` (and warns on `past_key_values`); older ones don't
-        key = "cache" if "cache" in inspect.signature(self.model.base_model.forward).parameters else "past_key_values"
         out = self.model.base_model(
-            input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **{key: self.cache}
+            input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True, **{self.cache_kw: self.cache}
         )
         self.cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
         return out.last_hidden_state[:, -1]
