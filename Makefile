@@ -11,7 +11,7 @@ include mk/vllm.mk
 setup: $(STAMP)
 
 # Idempotent: the stamp is rebuilt only when pyproject.toml changes (or the venv is missing).
-# torch is pinned here, not in pyproject: 2.13.0 is the CPU build on this machine's disk,
+# torch is pinned here, not in pyproject: 2.13.0 is the CPU build the setup installs,
 # while an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

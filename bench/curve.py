@@ -35,7 +35,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from ablate import store
     from ablate.fit.analysis import FitOptions, fit_curves
-    from ablate.fit.curves import curve_from_run_dir
+    from ablate.curves import curve_from_run_dir
     from ablate.sweep import compose_run
     from ablate.train.loop import TASK_PHRASE
     from ablate.train.policy import warmed_up_folder, warmup_info

@@ -1,6 +1,6 @@
 """Benchmark: the default fit (grid + least_squares + a 1,000-resample block-bootstrap interval) against the
 ScaleRL paper's procedure (`--method paper`: A x C_mid grid with curve_fit for B), on the same curves, in
-the same run. Prints per-curve times and SSEs, and the speed ratio. Target: >= 20x faster at an SSE no
+the same run. Prints per-curve times and SSEs, and the speed ratio. Target: >= 100x faster at an SSE no
 worse than the paper's.
 
     .venv/bin/python bench/fit.py [--seeds 2]

@@ -1,4 +1,4 @@
-"""Benchmark the launch stage (design.md §6). Targets: submit a 100-run sweep (local) <= 5 s; a no-op
+"""Benchmark the launch stage. Targets: submit a 100-run sweep (local) <= 5 s; a no-op
 re-run of a finished 100-run sweep <= 2 s; `ablate status` on a 1,000-run ledger <= 1 s.
 
 Times are of the library calls (`launch_sweep`, `sweep_status` + rendering the table); the `ablate status`
@@ -23,8 +23,10 @@ from pathlib import Path
 from rich.console import Console
 
 from ablate import store
+from ablate.compose import compose_run
 from ablate.launch import launch_sweep
 from ablate.ledger import Ledger
+from ablate.rundir import RunDir
 from ablate.spec import RunSpec
 from ablate.status import status_table, sweep_status
 from ablate.sweep import Sweep
@@ -33,17 +35,18 @@ REPO = Path(__file__).resolve().parents[1]
 TOY_JOB = f"{REPO / 'tests' / 'jobs.py'}:toy_run"
 
 
-def sweep_of(name: str, n: int, steps: int = 1) -> Sweep:
+def sweep_of(root: Path, name: str, n: int, steps: int = 1) -> Sweep:
+    """n runs of the toy job (tests/jobs.py), `steps` steps each, no sleep; its knobs in <root>/<name>/toy.json."""
+    base = compose_run(REPO / "recipes" / "base.yaml", [f"train.max_steps={steps}"])
     runs = [RunSpec(name, f"arm={i // 2},seed={i % 2}", f"{name}{i:04d}", f"{name}-arm{i // 2}",
-                    (f"arm={i // 2}", f"seed={i % 2}"),
-                    {"seed": i % 2, "arm": i // 2, "toy": {"steps": steps, "sleep": 0}, "train": {"max_steps": steps},
-                     "launcher": {"name": "local", "threads": 1}})
+                    (f"arm={i // 2}", f"seed={i % 2}"), base.replace(seed=i % 2))
             for i in range(n)]
+    store.write_json(root / name / "toy.json", {r.run_id: {"steps": steps, "sleep": 0} for r in runs})
     return Sweep(name=name, path=Path(f"{name}.yaml"), baseline="arm=0", seeds=[0, 1], runs=runs)
 
 
 def bench_submit(root: Path) -> float:
-    sw = sweep_of("submit100", 100)
+    sw = sweep_of(root, "submit100", 100)
     t0 = time.perf_counter()
     plan = launch_sweep(sw, root=root, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
     took = time.perf_counter() - t0
@@ -54,7 +57,7 @@ def bench_submit(root: Path) -> float:
 
 
 def bench_noop_rerun(root: Path) -> float:
-    sw = sweep_of("done100", 100)
+    sw = sweep_of(root, "done100", 100)
     launch_sweep(sw, root=root, executor="debug", job=TOY_JOB, echo=None)  # 100 finished runs, in-process
     t0 = time.perf_counter()
     plan = launch_sweep(sw, root=root, executor="local", job=TOY_JOB, echo=None)
@@ -77,7 +80,7 @@ def make_ledger(root: Path, n: int = 1000, evals: int = 30) -> None:
         rows = "".join(json.dumps({"step": 10 * k, "gpu_hours": k / 10, "flops": 1e12 * k, "samples": 64 * k,
                                    "val_pass_rate": 0.2 + k / 100, "truncation_rate": 0.01 * (i % 20)}) + "\n"
                        for k in range(1, evals + 1))
-        store.atomic_write_text(store.run_dir(root, "status1000", rid) / "metrics.jsonl", rows)
+        store.atomic_write_text(RunDir.of(root, "status1000", rid).metrics_path, rows)
     led.append(*evs)
 
 

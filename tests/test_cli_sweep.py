@@ -95,7 +95,7 @@ def test_show_one_run_of_a_sweep_matches_the_plan():
     assert res.exit_code == 0, res.output
     gspo = next(r for r in load_sweep(LOSS).runs if r.arm_label == "loss=gspo")
     assert f"run_id: {gspo.run_id}" in res.output
-    assert yaml.safe_load(res.output.partition("\n")[2]) == gspo.config
+    assert yaml.safe_load(res.output.partition("\n")[2]) == gspo.config.to_dict()
 
 
 def test_show_errors():

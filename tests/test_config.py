@@ -6,6 +6,7 @@ Composition goes through Hydra's compose API on the shipped recipes/ folder (swe
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 from omegaconf import OmegaConf
@@ -13,7 +14,8 @@ from omegaconf import OmegaConf
 from ablate import config as schema
 from ablate.config import ConfigErrors, validate
 from ablate.errors import UserError
-from ablate.sweep import RECIPES_DIR, compose_run
+from ablate.compose import compose_run
+from ablate.sweep import RECIPES_DIR
 
 BASE = RECIPES_DIR / "base.yaml"
 GROUPS = ["loss", "aggregation", "normalization", "precision", "length", "offpolicy", "model", "task", "rollout", "launcher"]
@@ -23,7 +25,7 @@ NEEDS = {("model", "hf"): ["model.path=/models/m"], ("task", "jsonl"): ["task.pa
 
 @pytest.fixture(scope="module")
 def base() -> dict:
-    return compose_run(BASE)
+    return compose_run(BASE).to_dict()
 
 
 def test_group_folders_are_the_schema_choices():
@@ -36,7 +38,7 @@ def test_group_folders_are_the_schema_choices():
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in schema.choices(g)])
 def test_every_option_composes_and_validates(group, option):
     extra = NEEDS.get((group, option), [])
-    cfg = compose_run(BASE, [f"{group}={option}"] + extra)
+    cfg = compose_run(BASE, [f"{group}={option}"] + extra).to_dict()
     assert cfg[group]["name"] == option
     # the option file's own keys arrive as written (YAML -> schema types), except those the test set
     raw = OmegaConf.to_container(OmegaConf.load(RECIPES_DIR / group / f"{option}.yaml"))
@@ -61,11 +63,11 @@ def test_base_is_the_scalerl_recipe(base):
 
 
 def test_loss_clip_parameters_match_the_issue():
-    assert compose_run(BASE, ["loss=grpo"])["loss"]["eps"] == 0.2
-    dapo = compose_run(BASE, ["loss=dapo"])["loss"]
-    assert (dapo["eps_low"], dapo["eps_high"]) == (0.2, 0.28)
-    gspo = compose_run(BASE, ["loss=gspo"])["loss"]
-    assert (gspo["eps_low"], gspo["eps_high"]) == (3e-3, 4e-3)
+    assert compose_run(BASE, ["loss=grpo"]).loss.eps == 0.2
+    dapo = compose_run(BASE, ["loss=dapo"]).loss
+    assert (dapo.eps_low, dapo.eps_high) == (0.2, 0.28)
+    gspo = compose_run(BASE, ["loss=gspo"]).loss
+    assert (gspo.eps_low, gspo.eps_high) == (3e-3, 4e-3)
 
 
 def test_every_design_choice_in_base_is_commented():
@@ -83,8 +85,11 @@ def test_validate_fills_defaults_and_widens_ints(base):
     del d["train"]["warmup"]
     d["loss"]["eps_max"] = 5  # an int where a float belongs
     out = validate(d)
-    assert out["loss"]["eps_max"] == 5.0 and isinstance(out["loss"]["eps_max"], float)
-    assert out["train"]["warmup"]["check_every"] == schema.WarmupConfig().check_every
+    assert out.loss.eps_max == 5.0 and isinstance(out.loss.eps_max, float)
+    assert out.train.warmup == schema.WarmupConfig()
+    assert isinstance(out, schema.RunConfig) and out.to_dict()["optim"]["betas"] == [0.9, 0.99]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.seed = 3  # a validated run is frozen: nothing downstream can change what was validated
 
 
 def _errors(cfg: dict) -> list[str]:
@@ -175,7 +180,7 @@ def test_compose_errors_are_one_line_user_errors():
 
 
 def test_schema_choices_are_the_trainer_registry_keys():
-    # recipe option = schema value = registry key (design.md §3), checked against the trainer's registries
+    # recipe option = schema value = registry key, checked against the trainer's registries
     from ablate.train import advantages, losses
 
     assert losses.LOSSES.names() == sorted(schema.choices("loss"))
@@ -184,5 +189,5 @@ def test_schema_choices_are_the_trainer_registry_keys():
     for name in schema.choices("loss"):
         # each loss option file sets exactly the parameters its function takes, with its defaults
         assert set(losses.loss_params(name)) == set(schema.OPTION_PARAMS["loss"][name]), name
-        cfg = compose_run(BASE, [f"loss={name}"])["loss"]
+        cfg = compose_run(BASE, [f"loss={name}"]).to_dict()["loss"]
         assert {k: cfg[k] for k in losses.loss_params(name)} == losses.loss_params(name), name

@@ -1,5 +1,8 @@
-"""Launching through the local and debug executors: completion, throttling, idempotent re-runs,
-failure triage, --retry-failed / --force, and a launcher killed mid-submission."""
+"""Launching through the local and debug executors: completion, throttling, idempotent re-runs, failure triage,
+--retry-failed / --force, a launcher killed mid-submission, time limits. Every wait is on a state (a file, a ledger
+event, a signal), never on a clock: the tests pass on machines of any speed.
+
+The `timeout=` of `wait_for` and subprocess calls only bounds how long a broken build hangs before it fails."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from ablate.errors import UserError
 from ablate.launch import launch_sweep, load_profile, resolve_executor
 from ablate.ledger import Ledger, proc_alive
 from ablate.status import sweep_status, wait_for
-from jobs import TOY_JOB, assert_complete, executions, toy_sweep
+from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TESTS = str(Path(__file__).resolve().parent)
@@ -27,36 +29,42 @@ def ids(sweep):
     return [r.run_id for r in sweep.runs]
 
 
-def wait_runners(root, name, timeout=30):
+def wait_runners(root, name):
     """Wait until every local runner of the sweep has exited (they end when their queue is empty)."""
-    deadline = time.monotonic() + timeout
     runners = {(e["runner"]["pid"], e["runner"]["start"]) for e in Ledger(root / name).events() if e.get("runner")}
-    while any(proc_alive(p, s) for p, s in runners):
-        assert time.monotonic() < deadline, "a local runner did not exit"
-        time.sleep(0.1)
+    until(lambda: not any(proc_alive(p, s) for p, s in runners), "the sweep's local runners to exit")
+
+
+def max_concurrent(events) -> int:
+    """The most runs running at once, replayed from the ledger's event order (appends are ordered by its lock)."""
+    live, best = set(), 0
+    for e in events:
+        if e["event"] == "started":
+            live.add(e["run_id"])
+        elif e["event"] in ("finished", "failed", "preempted"):
+            live.discard(e["run_id"])
+        best = max(best, len(live))
+    return best
 
 
 def test_local_sweep_runs_throttled_and_rerun_submits_nothing(tmp_path):
-    sw = toy_sweep(toy={"steps": 3, "sleep": 0.15})
-    t0 = time.monotonic()
+    hold = tmp_path / "hold"
+    hold.touch()  # every run waits at step 2 while this exists: a launcher that waited for its runs would never return
+    sw = toy_sweep(tmp_path, toy={"steps": 3, "hold": str(hold)})
     plan = launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
-    assert time.monotonic() - t0 < 2, "ablate sweep must return at once, not wait for the runs"
     assert plan.submit == ids(sw) and plan.new == ids(sw)
-    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    assert not any(s.ended for s in sweep_status(tmp_path, "toy"))  # returned while its runs go on
+    until(lambda: sum(s.state == "running" for s in sweep_status(tmp_path, "toy")) == 2, "two runs running")
+    hold.unlink()
+    wait_for(tmp_path, "toy", ids(sw), timeout=GUARD)
     for rid in ids(sw):
-        rdir = store.run_dir(tmp_path, "toy", rid)
+        rdir = run_dir(tmp_path, "toy", rid)
         assert_complete(rdir, 3)
         [ex] = executions(rdir)
         assert ex["threads"] == 1 and ex["omp"] == "1"  # the run got its torch thread count
         rj = store.read_json(rdir / "run.json")
         assert rj["run_id"] == rid and rj["arm_id"] and rj["overrides"] and rj["job_id"] and rj["job_logs"]["stderr"]
-    # Never more than max_parallel runs at once, read from the ledger's started/finished times.
-    events = Ledger(tmp_path / "toy").events()
-    spans = {e["run_id"]: [e["t"]] for e in events if e["event"] == "started"}
-    for e in events:
-        if e["event"] == "finished":
-            spans[e["run_id"]].append(e["t"])
-    assert max(sum(s <= a[0] < f for s, f in spans.values()) for a in spans.values()) <= 2
+    assert max_concurrent(Ledger(tmp_path / "toy").events()) == 2  # never more than max_parallel at once
     wait_runners(tmp_path, "toy")
     n_lines = len(Ledger(tmp_path / "toy").events())
     again = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
@@ -65,34 +73,55 @@ def test_local_sweep_runs_throttled_and_rerun_submits_nothing(tmp_path):
     assert len(Ledger(tmp_path / "toy").events()) == n_lines
 
 
+def test_max_parallel_holds_per_sweep_not_per_runner(tmp_path):
+    """A job orphaned by a dead runner still takes a slot: a new runner under --max-parallel 1 waits for it."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    first = toy_sweep(tmp_path, arms=("a",), seeds=(0,), toy={"steps": 3, "hold": str(hold)})
+    launch_sweep(first, root=tmp_path, executor="local", max_parallel=1, job=TOY_JOB, echo=None)
+    wait_for(tmp_path, "toy", ["toy-a0"], states=("running",), timeout=GUARD)
+    runner = next(e["runner"] for e in Ledger(tmp_path / "toy").events() if e.get("runner"))
+    os.kill(runner["pid"], signal.SIGKILL)  # the runner dies; its job goes on (orphaned)
+    second = toy_sweep(tmp_path, arms=("a", "b"), seeds=(0,), toy={"steps": 3, "hold": str(hold)})
+    plan = launch_sweep(second, root=tmp_path, executor="local", max_parallel=1, job=TOY_JOB, echo=None)
+    assert plan.submit == ["toy-b0"] and plan.running == ["toy-a0"]
+    log = tmp_path / "toy" / "launch" / f"{plan.batch}.log"
+    until(lambda: log.exists() and "waiting: 1 of 1 slots" in log.read_text(), "the new runner to wait for a slot")
+    hold.unlink()
+    wait_for(tmp_path, "toy", ["toy-a0", "toy-b0"], timeout=GUARD)
+    assert max_concurrent(Ledger(tmp_path / "toy").events()) == 1
+    wait_runners(tmp_path, "toy")
+
+
 def test_piped_launch_returns_while_runs_go_on(tmp_path):
     """`ablate sweep ... | cat` must not wait for the jobs (submitit's controllers keep stdio open)."""
     hold = tmp_path / "hold"
     hold.touch()  # the runs block at step 2 until it is removed: a launcher that waited would never return
     code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
             "from ablate.launch import launch_sweep;"
-            "launch_sweep(toy_sweep(seeds=(0,), toy={'steps': 3, 'hold': sys.argv[3]}), root=Path(sys.argv[1]),"
-            " executor='local', job=TOY_JOB)")
+            "launch_sweep(toy_sweep(Path(sys.argv[1]), seeds=(0,), toy={'steps': 3, 'hold': sys.argv[3]}),"
+            " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)], capture_output=True,
-                         text=True, timeout=30, env={**os.environ, "PYTHONPATH": SRC})
+                         text=True, timeout=GUARD, env={**os.environ, "PYTHONPATH": SRC})
     assert out.returncode == 0, out.stderr
     assert "2 new -> submitting 2 via local" in out.stdout
     assert not any(s.ended for s in sweep_status(tmp_path, "toy"))
     hold.unlink()
-    sts = wait_for(tmp_path, "toy", ["toy-a0", "toy-b0"], timeout=60)
+    sts = wait_for(tmp_path, "toy", ["toy-a0", "toy-b0"], timeout=GUARD)
     assert all(s.state == "done" for s in sts.values())
     wait_runners(tmp_path, "toy")
 
 
 def test_failure_triage_retry_failed_and_force(tmp_path):
-    sw = toy_sweep(toy={"steps": 3}, per_run={"arm=b,seed=1": {"fail_at": 2}})
+    sw = toy_sweep(tmp_path, toy={"steps": 3}, per_run={"arm=b,seed=1": {"fail_at": 2}})
     launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
-    sts = wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    sts = wait_for(tmp_path, "toy", ids(sw), timeout=GUARD)
     bad = sts["toy-b1"]
     assert (bad.state, bad.cause) == ("failed", "exception")
     assert "ValueError: toy failure at step 2" in bad.error and "Traceback" in bad.error
-    assert "toy failure at step 2" in Path(bad.log).read_text()  # the log path points at the real log
-    rj = store.read_json(store.run_dir(tmp_path, "toy", "toy-b1") / "run.json")
+    # the job wrote the traceback to its log before the ledger said `failed`: the log path leads to it
+    assert "toy failure at step 2" in Path(bad.log).read_text()
+    rj = store.read_json(run_dir(tmp_path, "toy", "toy-b1") / "run.json")
     assert rj["status"] == "failed" and rj["cause"] == "exception" and rj["error"]["class"] == "ValueError"
     assert rj["error"]["traceback"][-1] == "ValueError: toy failure at step 2" and rj["log"] == bad.log
     wait_runners(tmp_path, "toy")
@@ -100,16 +129,16 @@ def test_failure_triage_retry_failed_and_force(tmp_path):
     assert plan.submit == [] and plan.failed == ["toy-b1"] and len(plan.done) == 3
     plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, retry_failed=True, echo=None)
     assert plan.submit == ["toy-b1"]
-    wait_for(tmp_path, "toy", ["toy-b1"], timeout=60)
-    assert len(executions(store.run_dir(tmp_path, "toy", "toy-b1"))) == 2
-    assert len(executions(store.run_dir(tmp_path, "toy", "toy-a0"))) == 1
+    wait_for(tmp_path, "toy", ["toy-b1"], timeout=GUARD)
+    assert len(executions(run_dir(tmp_path, "toy", "toy-b1"))) == 2
+    assert len(executions(run_dir(tmp_path, "toy", "toy-a0"))) == 1
     wait_runners(tmp_path, "toy")
     # --force re-runs everything from scratch; the old directories are archived, not overwritten.
     plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, force=True, echo=None)
     assert plan.submit == ids(sw)
-    wait_for(tmp_path, "toy", ids(sw), timeout=60)
-    assert_complete(store.run_dir(tmp_path, "toy", "toy-a0"), 3)
-    assert len(executions(store.run_dir(tmp_path, "toy", "toy-a0"))) == 1
+    wait_for(tmp_path, "toy", ids(sw), timeout=GUARD)
+    assert_complete(run_dir(tmp_path, "toy", "toy-a0"), 3)
+    assert len(executions(run_dir(tmp_path, "toy", "toy-a0"))) == 1
     archived = sorted(p.name.split(".")[0] for p in (tmp_path / "toy" / "archive").iterdir())
     assert archived == ids(sw)
     wait_runners(tmp_path, "toy")
@@ -118,25 +147,26 @@ def test_failure_triage_retry_failed_and_force(tmp_path):
 def test_killed_run_is_failed_killed_and_running_run_is_never_resubmitted(tmp_path):
     hold = tmp_path / "hold"
     hold.touch()
-    sw = toy_sweep(seeds=(0,), arms=("a",), toy={"steps": 3, "hold": str(hold)})
+    sw = toy_sweep(tmp_path, seeds=(0,), arms=("a",), toy={"steps": 3, "hold": str(hold)})
     launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
-    wait_for(tmp_path, "toy", ["toy-a0"], states=("running",), timeout=30)
+    wait_for(tmp_path, "toy", ["toy-a0"], states=("running",), timeout=GUARD)
     plan = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, force=True, echo=None)
     assert plan.submit == [] and plan.running == ["toy-a0"]  # not even --force submits a live run twice
     rec = Ledger(tmp_path / "toy").fold()["toy-a0"]
     os.kill(rec.pid, signal.SIGKILL)  # the OOM killer, say
-    st = wait_for(tmp_path, "toy", ["toy-a0"], timeout=30)["toy-a0"]
+    st = wait_for(tmp_path, "toy", ["toy-a0"], timeout=GUARD)["toy-a0"]
     assert (st.state, st.cause) == ("failed", "killed") and "without" in st.error
-    wait_runners(tmp_path, "toy")
+    wait_runners(tmp_path, "toy")  # the runner records the death in run.json before it exits
+    assert store.read_json(run_dir(tmp_path, "toy", "toy-a0") / "run.json")["status"] == "failed"  # not "running"
 
 
 def test_debug_executor_runs_in_process(tmp_path):
-    sw = toy_sweep(toy={"steps": 2})
+    sw = toy_sweep(tmp_path, toy={"steps": 2})
     plan = launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
     assert plan.submit == ids(sw)
     for rid in ids(sw):  # done by the time launch_sweep returns, in this very process
-        assert_complete(store.run_dir(tmp_path, "toy", rid), 2)
-        assert [e["pid"] for e in executions(store.run_dir(tmp_path, "toy", rid))] == [os.getpid()]
+        assert_complete(run_dir(tmp_path, "toy", rid), 2)
+        assert [e["pid"] for e in executions(run_dir(tmp_path, "toy", rid))] == [os.getpid()]
     assert all(s.state == "done" and s.job_id.startswith("DEBUG_") for s in sweep_status(tmp_path, "toy"))
     with open(tmp_path / "toy" / "ledger.jsonl", "ab") as f:
         f.write(b'{"event": "submitting", "run_id": "toy-a0", "bat')  # a launcher died mid-append
@@ -151,44 +181,50 @@ def test_debug_executor_runs_in_process(tmp_path):
 
 @pytest.mark.parametrize("point", ["after_submitting", "after_spawn"])
 def test_launcher_killed_mid_submission_loses_and_duplicates_nothing(tmp_path, point):
+    """Whatever the killed launcher's orphaned runner managed to start before the re-run, every run executes
+    exactly once and none is lost."""
     code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
             "from ablate.launch import launch_sweep;"
-            "launch_sweep(toy_sweep(toy={'steps': 2, 'sleep': 0.2}), root=Path(sys.argv[1]), executor='local',"
+            "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2}), root=Path(sys.argv[1]), executor='local',"
             " max_parallel=2, job=TOY_JOB)")
     env = {**os.environ, "PYTHONPATH": SRC, "ABLATE_CRASHPOINT": point}
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path), TESTS], capture_output=True, text=True, env=env,
-                         timeout=60)
+                         timeout=GUARD)
     assert out.returncode == -signal.SIGKILL, out.stderr
-    if point == "after_spawn":
-        time.sleep(1.0)  # let the orphaned runner claim a run or two before the re-run
-    sw = toy_sweep(toy={"steps": 2, "sleep": 0.2})
+    sw = toy_sweep(tmp_path, toy={"steps": 2})
     plan = launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
-    assert plan.submit, "the killed launcher's runs must be submitted again"
-    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    assert sorted(plan.submit + plan.running + plan.done) == sorted(ids(sw))  # each run accounted for
+    if point == "after_submitting":  # no runner was spawned: every run is submitted again
+        assert plan.submit == ids(sw)
+    wait_for(tmp_path, "toy", ids(sw), timeout=GUARD)
     wait_runners(tmp_path, "toy")
     for rid in ids(sw):
-        rdir = store.run_dir(tmp_path, "toy", rid)
+        rdir = run_dir(tmp_path, "toy", rid)
         assert_complete(rdir, 2)
         assert len(executions(rdir)) == 1, f"{rid} ran {len(executions(rdir))} times"
     assert launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None).submit == []
 
 
 def test_two_launchers_at_once_submit_each_run_once(tmp_path):
+    hold = tmp_path / "hold"
+    hold.touch()  # the runs cannot end while both launchers plan: the second sees all four live
     code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
             "from ablate.launch import launch_sweep;"
-            "launch_sweep(toy_sweep(toy={'steps': 2}), root=Path(sys.argv[1]), executor='local', job=TOY_JOB)")
+            "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2, 'hold': sys.argv[3], 'hold_at': 1}),"
+            " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)")
     env = {**os.environ, "PYTHONPATH": SRC}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), TESTS], stdout=subprocess.PIPE, text=True,
-                              env=env) for _ in range(2)]
-    outs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)], stdout=subprocess.PIPE,
+                              text=True, env=env) for _ in range(2)]
+    outs = sorted(p.communicate(timeout=GUARD)[0].strip() for p in procs)
     assert outs == sorted(["toy: 0 done, 4 running, 0 failed, 0 new -> nothing to submit",
                            "toy: 0 done, 0 running, 0 failed, 4 new -> submitting 4 via local"])
-    sw = toy_sweep(toy={"steps": 2})
-    wait_for(tmp_path, "toy", ids(sw), timeout=60)
+    hold.unlink()
+    sw = toy_sweep(tmp_path, toy={"steps": 2})
+    wait_for(tmp_path, "toy", ids(sw), timeout=GUARD)
     wait_runners(tmp_path, "toy")
     subs = [e["run_id"] for e in Ledger(tmp_path / "toy").events() if e["event"] == "submitting"]
     assert sorted(subs) == sorted(ids(sw))
-    assert all(len(executions(store.run_dir(tmp_path, "toy", r))) == 1 for r in ids(sw))
+    assert all(len(executions(run_dir(tmp_path, "toy", r))) == 1 for r in ids(sw))
 
 
 def test_executor_and_profile_errors(tmp_path):
@@ -205,15 +241,16 @@ def test_executor_and_profile_errors(tmp_path):
         load_profile("nope")
 
 
-def test_local_timeout_checkpoints_and_requeues(tmp_path):
-    """At the time limit the local controller sends USR2: checkpoint, requeue, resume, gap-free metrics."""
-    sw = toy_sweep(arms=("t",), seeds=(0,), toy={"steps": 10, "sleep": 1.0},
-                   launcher={"timeout_min": 0.15})  # 9 s limit, USR2 at 8 s: ~7 steps, then the other ~3
+def test_local_time_limit_checkpoints_and_requeues(tmp_path):
+    """At the time limit the local controller sends USR2: the run stops at a step boundary, the job is requeued and
+    the run resumes, with gap-free metrics. The first attempt waits at step 3 for that signal, so the limit is
+    reached on any machine, however fast; 10 s of the 15 s limit are left to checkpoint, however slow."""
+    sw = toy_sweep(tmp_path, arms=("t",), seeds=(0,), toy={"steps": 10, "hold_at": 3, "wait_for_stop": True},
+                   launcher={"timeout_min": 0.25, "signal_delay_s": 10})
     launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
-    st = wait_for(tmp_path, "toy", ["toy-t0"], timeout=90)["toy-t0"]
-    # Usually one requeue; a loaded machine may need a second (each attempt gets a fresh 9 s).
+    st = wait_for(tmp_path, "toy", ["toy-t0"], timeout=GUARD)["toy-t0"]
     assert st.state == "done" and st.requeues >= 1 and st.attempts == st.requeues + 1
-    rdir = store.run_dir(tmp_path, "toy", "toy-t0")
+    rdir = run_dir(tmp_path, "toy", "toy-t0")
     assert_complete(rdir, 10)
     assert len(executions(rdir)) == st.attempts
     pre = [e for e in Ledger(tmp_path / "toy").events() if e["event"] == "preempted"]

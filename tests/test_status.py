@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.ledger import Ledger, proc_start
+from ablate.rundir import RunDir
 from ablate.status import status_table, summary_line, sweep_status
 
 
@@ -46,10 +47,10 @@ def make_sweep(root):
     led.append(*evs)
     for rid, rows in {"r0": [(5, 0.0), (10, 0.02)], "r1": [(3, 0.25)]}.items():
         for step, trunc in rows:
-            store.append_jsonl(store.run_dir(root, "demo", rid) / "metrics.jsonl",
+            store.append_jsonl(RunDir.of(root, "demo", rid).metrics_path,
                                {"step": step, "gpu_hours": step / 100, "flops": 1, "samples": 1,
                                 "val_pass_rate": step / 20, "truncation_rate": trunc})
-    with open(store.run_dir(root, "demo", "r1") / "metrics.jsonl", "ab") as f:
+    with open(RunDir.of(root, "demo", "r1").metrics_path, "ab") as f:
         f.write(b'{"step": 4, "gpu_ho')  # a torn last line while the run writes
     return led
 

@@ -16,7 +16,9 @@ import pytest
 from ablate import config as schema
 from ablate.config import ConfigErrors, validate
 from ablate.errors import UserError
-from ablate.sweep import RECIPES_DIR, arm_id, canonical, compose_run, load_sweep, plan_rows, run_id
+from ablate.compose import compose_run
+from ablate.identity import arm_id, canonical, run_id
+from ablate.sweep import RECIPES_DIR, load_sweep, plan_rows
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
 EXPECTED_SWEEPS = {"loss", "aggregation", "normalization", "precision", "filtering", "length", "offpolicy", "batch",
@@ -30,7 +32,7 @@ def loaded() -> dict:
 
 @pytest.fixture(scope="module")
 def base() -> dict:
-    return compose_run(RECIPES_DIR / "base.yaml")
+    return compose_run(RECIPES_DIR / "base.yaml").to_dict()
 
 
 def test_all_sweep_files_are_shipped():
@@ -46,7 +48,7 @@ def test_every_run_of_every_sweep_validates(loaded):
         for r in sw.runs:
             assert validate(r.config) == r.config, (name, r.label)
             assert r.run_id == run_id(r.config) and r.arm_id == arm_id(r.config)
-            assert r.sweep == name and r.label.endswith(f",seed={r.config['seed']}")
+            assert r.sweep == name and r.label.endswith(f",seed={r.config.seed}")
             assert r.baseline == (r.arm_label == sw.baseline)
             # the overrides reproduce the config (what `ablate show`/`train` will recompose)
         assert len({r.run_id for r in sw.runs}) == len(sw.runs), name
@@ -63,13 +65,13 @@ def test_loss_sweep_is_four_losses_with_cispo_as_baseline(loaded):
     sw = loaded["loss"]
     assert sw.arms == ["loss=grpo", "loss=dapo", "loss=gspo", "loss=cispo"]
     assert sw.baseline == "loss=cispo"
-    assert [r.config["loss"]["name"] for r in sw.runs[:: len(sw.seeds)]] == ["grpo", "dapo", "gspo", "cispo"]
+    assert [r.config.loss.name for r in sw.runs[:: len(sw.seeds)]] == ["grpo", "dapo", "gspo", "cispo"]
 
 
 def test_loo_is_scalerl_plus_one_arm_per_component(loaded, base):
     sw = loaded["loo"]
     assert sw.baseline == "scalerl" and sw.arms[0] == "scalerl"
-    by_arm = {r.arm_label: r for r in sw.runs if r.config["seed"] == sw.seeds[0]}
+    by_arm = {r.arm_label: r for r in sw.runs if r.config.seed == sw.seeds[0]}
     assert by_arm["scalerl"].arm_id == arm_id(base)
     expected = {"loss=dapo": ("loss", "name", "dapo"), "precision=bf16": ("precision", "name", "bf16"),
                 "aggregation=sample": ("aggregation", "name", "sample"),
@@ -79,7 +81,7 @@ def test_loo_is_scalerl_plus_one_arm_per_component(loaded, base):
                 "length=penalty": ("length", "name", "penalty")}
     assert set(by_arm) == {"scalerl", *expected}
     for arm, (section, key, value) in expected.items():
-        cfg = by_arm[arm].config
+        cfg = by_arm[arm].config.to_dict()
         assert cfg[section][key] == value, arm
         # exactly one section left ScaleRL
         changed = [s for s in cfg if s != "seed" and cfg[s] != base[s]]
@@ -89,7 +91,7 @@ def test_loo_is_scalerl_plus_one_arm_per_component(loaded, base):
 
 def test_prevalent_recipes(loaded):
     sw = loaded["prevalent"]
-    arms = {r.arm_label: r.config for r in sw.runs}
+    arms = {r.arm_label: r.config.to_dict() for r in sw.runs}
     assert set(arms) == {"deepseek", "qwen25_dapo", "magistral", "minimax_m1", "scalerl"}
     assert arms["deepseek"]["loss"]["name"] == "grpo" and arms["deepseek"]["aggregation"]["name"] == "sample"
     assert arms["qwen25_dapo"]["loss"]["name"] == "dapo" and arms["qwen25_dapo"]["length"]["name"] == "penalty"
@@ -98,7 +100,7 @@ def test_prevalent_recipes(loaded):
 
 
 def test_offpolicy_arms(loaded):
-    got = [(r.config["offpolicy"]["name"], r.config["offpolicy"]["k"]) for r in loaded["offpolicy"].runs]
+    got = [(r.config.offpolicy.name, r.config.offpolicy.k) for r in loaded["offpolicy"].runs]
     assert got == [("ppo", 1), ("ppo", 8), ("pipeline", 1), ("pipeline", 4), ("pipeline", 8)]
 
 
@@ -110,8 +112,8 @@ def test_seed_override_replaces_seeds_and_constant_applies_where_it_exists():
     assert sw.seeds == [0, 1, 2] and len(sw.runs) == 12
     assert [r.label for r in sw.runs[:3]] == ["loss=grpo,seed=0", "loss=grpo,seed=1", "loss=grpo,seed=2"]
     for r in sw.runs:
-        expect = 4.0 if r.config["loss"]["name"] == "cispo" else None
-        assert r.config["loss"]["eps_max"] == expect
+        expect = 4.0 if r.config.loss.name == "cispo" else None
+        assert r.config.loss.eps_max == expect
     assert any("loss.eps_max=4 applies to loss=cispo only" in n for n in sw.notes)
     # seeds share an arm id, differ in run id
     cispo = [r for r in sw.runs if r.arm_label == "loss=cispo"]
@@ -124,7 +126,7 @@ def test_sweep_values_replace_or_add_grid_axes():
                        "loss=dapo,optim.lr=0.0001", "loss=dapo,optim.lr=0.0003"]
     assert sw.baseline is None and any("baseline" in n for n in sw.notes)
     sw = load_sweep(RECIPES_DIR / "batch.yaml", ["batch.prompts=range(4,13,4)", "seed=range(2)"])
-    assert [r.config["batch"]["prompts"] for r in sw.runs] == [4, 4, 8, 8, 12, 12]
+    assert [r.config.batch.prompts for r in sw.runs] == [4, 4, 8, 8, 12, 12]
     sw = load_sweep(RECIPES_DIR / "loss.yaml", ["loss=dapo"])  # a single value narrows the axis
     assert [r.label for r in sw.runs] == ["loss=dapo,seed=0"]
 
@@ -145,7 +147,7 @@ def test_runs_cross_the_grid(tmp_recipes):
     sw = load_sweep(f, ["batch.prompts=8,16"])
     assert sw.arms == ["scalerl,batch.prompts=8", "scalerl,batch.prompts=16",
                        "loss=dapo,batch.prompts=8", "loss=dapo,batch.prompts=16"]
-    assert [(r.config["loss"]["name"], r.config["batch"]["prompts"]) for r in sw.runs] == [
+    assert [(r.config.loss.name, r.config.batch.prompts) for r in sw.runs] == [
         ("cispo", 8), ("cispo", 16), ("dapo", 8), ("dapo", 16)]
 
 
@@ -223,7 +225,7 @@ def test_ids_differ_when_any_semantic_field_differs(base):
 
 def test_ids_are_the_same_in_another_process(base):
     # another interpreter with another hash seed stands in for another machine
-    code = ("from ablate.sweep import RECIPES_DIR, compose_run, run_id, arm_id; "
+    code = ("from ablate.sweep import RECIPES_DIR; from ablate.compose import compose_run; from ablate.identity import run_id, arm_id; "
             "c = compose_run(RECIPES_DIR / 'base.yaml', ['loss=dapo']); print(run_id(c), arm_id(c))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
@@ -249,7 +251,7 @@ def tmp_recipes(tmp_path) -> Path:
     ("base: nope\ngrid: {loss: [grpo]}\n", ["base recipe 'nope' not found"]),
     ("grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n", ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"]),
     ("grid: {seed: [0, 1]}\n", ["grid axis 'seed'", "seeds: [...]"]),
-    ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be non-negative integers"]),
+    ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be integers in [0, 4294967295]"]),
     ("runs: [loss=dapo]\n", ["runs[0] must be a list of overrides"]),
     ("runs: [[loss=dapo], [loss=dapo]]\n", ["two arms are labelled 'loss=dapo'"]),
     ("runs: [[loss=dapo], {label: dapo2, overrides: [loss=dapo]}]\n", ["resolve to the same config"]),

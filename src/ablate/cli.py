@@ -45,40 +45,73 @@ def main() -> None:
 # ---- commands (each: parse options, call the module, print) ----
 
 
+# Options of fit, rank and extrapolate, each declared once so that its flag, default and help agree everywhere.
+X_OPT = typer.Option("gpu_hours", "--x", help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step.")
+Y_OPT = typer.Option("val_pass_rate", "--y", help="Pass-rate column or metric (values in [0, 1]).")
+RUN_OPT = typer.Option("run", "--run", help="Column of curve files naming the run (optional: without it a file is one run).")
+GROUP_OPT = typer.Option(None, "--group", help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.")
+FIT_FROM_OPT = typer.Option(None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours).")
+FIT_UNTIL_OPT = typer.Option(None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation.")
+TO_OPT = typer.Option(16000.0, "--to", help="Compute at which to predict the pass rate (rank orders arms by it).")
+TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
+N_BOOT_OPT = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the fits' intervals (0: none).")
+CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (keys: docs/json.md).")
+PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...); rank also writes NAME-efficiency.EXT beside it.")
+SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
+
+
+def _fit_options(**kw):
+    from ablate.fit.analysis import FitOptions
+
+    opts = FitOptions(**kw)
+    opts.validate()
+    return opts
+
+
+def _figure(plot: Optional[Path]) -> Optional[Path]:
+    """The file the figure will be written to, checked before any fitting (see report.figure_path)."""
+    from ablate import report
+
+    return None if plot is None else report.figure_path(plot)
+
+
 @app.command()
 @user_errors
 def fit(
     file: Path = typer.Argument(..., help="CSV or JSONL with one row per (run, evaluation)."),
-    x: str = typer.Option("gpu_hours", "--x", help="Compute column."),
-    y: str = typer.Option("val_pass_rate", "--y", help="Pass-rate column (values in [0, 1])."),
-    run: str = typer.Option("run", "--run", help="Column naming the run (optional: without it the file is one run)."),
-    group: Optional[str] = typer.Option(None, "--group", help="Column naming the arm; runs of a group are fitted together and resampled for the interval."),
+    x: str = X_OPT,
+    y: str = Y_OPT,
+    run: str = RUN_OPT,
+    group: Optional[str] = GROUP_OPT,
     method: str = typer.Option("default", "--method", help="default (grid + least_squares + bootstrap) or paper (ScaleRL's grid + curve_fit)."),
-    fit_from: Optional[float] = typer.Option(None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours)."),
-    fit_until: Optional[float] = typer.Option(None, "--fit-until", help="Fit only points up to this compute (to check extrapolation)."),
+    fit_from: Optional[float] = FIT_FROM_OPT,
+    fit_until: Optional[float] = FIT_UNTIL_OPT,
     fit_r0: bool = typer.Option(False, "--fit-r0", help="Free R0 instead of fixing it at the pass rate measured at compute 0."),
     r0: Optional[float] = typer.Option(None, "--r0", help="R0 to hold fixed when the data has no point at compute 0."),
     loss: str = typer.Option("linear", "--loss", help="linear or huber (robust to outlying evaluations)."),
-    n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the intervals (0: none)."),
-    ci: float = typer.Option(0.95, "--ci", help="Interval level."),
-    to: float = typer.Option(16000.0, "--to", help="Compute at which to predict the pass rate."),
-    target_r: Optional[float] = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate."),
+    n_boot: int = N_BOOT_OPT,
+    ci: float = CI_OPT,
+    to: float = TO_OPT,
+    target_r: Optional[float] = TARGET_R_OPT,
     compare: bool = typer.Option(False, "--compare-forms", help="Also fit a power law and an exponential and backtest which extrapolates best."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (design.md §5) instead of the table."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a figure: points, fits, window, extrapolation band."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    as_json: bool = JSON_OPT,
+    plot: Optional[Path] = PLOT_OPT,
+    seed: int = SEED_OPT,
 ):
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to training curves.
 
+    The figure shows the points, the fits, the window and the extrapolation band.
     Example: ablate fit curves.csv --fit-until 8000 --to 16000 --plot fit.png
     """
     from ablate import report
-    from ablate.fit.analysis import FitOptions, compare_forms, fit_table
-    from ablate.fit.curves import load_curves
+    from ablate.curves import load_curves
+    from ablate.fit.analysis import compare_forms, fit_table
 
-    opts = FitOptions(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0, loss=loss,
-                      n_boot=n_boot, ci=ci, target=to, target_r=target_r, seed=seed)
-    opts.validate()
+    esc = report.esc
+    opts = _fit_options(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0, loss=loss,
+                        n_boot=n_boot, ci=ci, target=to, target_r=target_r, seed=seed)
+    plot = _figure(plot)
     curves = load_curves(file, x=x, y=y, run=run, group=group)
     results = fit_table(curves, opts, by_group=group is not None)
     forms = {r.run: compare_forms(r, opts) for r in results} if compare else None
@@ -91,79 +124,79 @@ def fit(
         typer.echo(report.dump_json(out))
         return
     console = report.console()
-    console.print(f"fit window {opts.window_text()} of '{x}' (points at compute 0 give R0); "
+    console.print(f"fit window {opts.window_text()} of '{esc(x)}' (points at compute 0 give R0); "
                   f"method {method}; interval: {results[0].interval_method}")
     console.print(report.fit_table(results))
     report.print_notes(console, results)
     if target_r is not None:
         for r in results:
-            console.print(f"  {r.run}: compute to reach {target_r:g}: "
+            console.print(f"  {esc(r.run)}: compute to reach {target_r:g}: "
                           f"{report.fmt_pm(r.compute_to_target, r.compute_to_target_ci)}")
     if forms is not None:
         console.print(report.forms_table(forms))
     if plot is not None:
-        console.print(f"figure: {plot}")
-
-
-def _fit_options(**kw):
-    from ablate.fit.analysis import FitOptions
-
-    opts = FitOptions(**kw)
-    opts.validate()
-    return opts
+        console.print(f"figure: {esc(str(plot))}")
 
 
 @app.command()
 @user_errors
 def rank(
     inputs: list[Path] = typer.Argument(..., help="Sweep directories (sweeps/NAME) and/or CSV/JSONL curve files."),
-    x: str = typer.Option("gpu_hours", "--x", help="Compute axis: gpu_hours, flops, samples or step (any column for files)."),
-    y: str = typer.Option("val_pass_rate", "--y", help="Pass-rate column."),
-    run: str = typer.Option("run", "--run", help="Run column of curve files."),
-    group: Optional[str] = typer.Option(None, "--group", help="Arm column of curve files (runs of an arm are its seeds)."),
+    x: str = X_OPT,
+    y: str = Y_OPT,
+    run: str = RUN_OPT,
+    group: Optional[str] = GROUP_OPT,
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Arm to compare against (default: the sweep file's baseline)."),
     margin: Optional[float] = typer.Option(None, "--margin", help="|ΔA| beyond which an arm moves the ceiling (default: from seed spread, else 0.02)."),
-    fit_from: Optional[float] = typer.Option(None, "--fit-from", help="Drop points below this compute."),
-    fit_until: Optional[float] = typer.Option(None, "--fit-until", help="Fit only points up to this compute."),
-    to: float = typer.Option(16000.0, "--to", help="Compute at which arms are ranked by predicted pass rate."),
-    n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the intervals."),
-    ci: float = typer.Option(0.95, "--ci", help="Interval level."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (design.md §5) instead of the table."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the fits figure here and the efficiency figure beside it (*-efficiency.png)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    fit_from: Optional[float] = FIT_FROM_OPT,
+    fit_until: Optional[float] = FIT_UNTIL_OPT,
+    to: float = TO_OPT,
+    n_boot: int = N_BOOT_OPT,
+    ci: float = CI_OPT,
+    as_json: bool = JSON_OPT,
+    plot: Optional[Path] = PLOT_OPT,
+    seed: int = SEED_OPT,
 ):
     """Rank arms by predicted pass rate at --to and say which choices move the ceiling A, which only efficiency.
 
+    The figures: every arm's fit (baseline in black), and one panel per arm compared on efficiency.
     Example: ablate rank sweeps/loss --plot rank.png
     """
-    from ablate import report
+    from ablate import report, store
+    from ablate.curves import load_inputs
+    from ablate.fit.compare import check_margin
     from ablate.fit.compare import rank as rank_arms
-    from ablate.fit.curves import load_inputs
 
+    esc = report.esc
     opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to, seed=seed)
+    check_margin(margin)
+    plot = _figure(plot)
+    eff_path = None if plot is None else _figure(plot.with_name(plot.stem + "-efficiency" + plot.suffix))
     curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group)
-    ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, x=x, not_fitted=skipped)
+    ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, x=x, not_fitted=skipped,
+                        jobs=store.cpu_count())
     if plot is not None:
         report.plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({x})",
                          title=f"arms fitted on {opts.window_text()} (baseline in black)")
-        eff = report.plot_efficiency(ranking, plot.with_name(plot.stem + "-efficiency" + plot.suffix))
+        eff = report.plot_efficiency(ranking, eff_path)
     if as_json:
         typer.echo(report.dump_json(ranking.to_json()))
         return
     console = report.console()
-    console.print(f"fit window {opts.window_text()} of '{x}'; baseline: {ranking.baseline or '— (give --baseline)'}; "
-                  f"margin on A: {ranking.margin_source}")
+    base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
+    console.print(f"fit window {opts.window_text()} of '{esc(x)}'; baseline: {base}; "
+                  f"margin on A: {esc(ranking.margin_source)}")
     console.print(report.rank_table(ranking))
     if any(a.verdict == "not_identified" for a in ranking.arms):
         console.print("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured; "
                       f"those arms are ranked on their predicted pass rate at {to:g} only.")
     far = [n for a in ranking.arms for n in a.fit.notes if n.startswith("--to")]
     if far:
-        console.print(f"  [yellow]note[/]: {far[0]}")
+        console.print(f"  [yellow]note[/]: {esc(far[0])}")
     for s in ranking.not_fitted:
-        console.print(f"  [red]not fitted[/] {s['label']}: {s['reason']}")
+        console.print(f"  [red]not fitted[/] {esc(s['label'])}: {esc(s['reason'])}")
     if plot is not None:
-        console.print(f"figures: {plot}" + (f", {eff}" if eff else " (no identified arm for the efficiency figure)"))
+        console.print(f"figures: {esc(str(plot))}" + (f", {esc(str(eff))}" if eff else " (no arm was compared on efficiency: no efficiency figure)"))
 
 
 @app.command()
@@ -171,34 +204,38 @@ def rank(
 def extrapolate(
     inputs: list[Path] = typer.Argument(..., help="A sweep directory (its rank winner), a run directory, or a CSV/JSONL file."),
     arm: Optional[str] = typer.Option(None, "--arm", help="Arm (or run) to project instead of the rank winner."),
-    x: str = typer.Option("gpu_hours", "--x", help="Compute axis."),
-    y: str = typer.Option("val_pass_rate", "--y", help="Pass-rate column."),
-    run: str = typer.Option("run", "--run", help="Run column of curve files."),
-    group: Optional[str] = typer.Option(None, "--group", help="Arm column of curve files."),
-    fit_from: Optional[float] = typer.Option(None, "--fit-from", help="Drop points below this compute."),
-    fit_until: Optional[float] = typer.Option(None, "--fit-until", help="Fit only up to this compute; later points check the prediction."),
-    to: float = typer.Option(16000.0, "--to", help="Compute to project to."),
-    target_r: Optional[float] = typer.Option(None, "--target-r", help="Report the compute needed to reach this pass rate."),
-    n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the interval."),
-    ci: float = typer.Option(0.95, "--ci", help="Interval level."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (design.md §5)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write observed points, fit, extrapolation band, held-out points."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    x: str = X_OPT,
+    y: str = Y_OPT,
+    run: str = RUN_OPT,
+    group: Optional[str] = GROUP_OPT,
+    fit_from: Optional[float] = FIT_FROM_OPT,
+    fit_until: Optional[float] = FIT_UNTIL_OPT,
+    to: float = TO_OPT,
+    target_r: Optional[float] = TARGET_R_OPT,
+    n_boot: int = N_BOOT_OPT,
+    ci: float = CI_OPT,
+    as_json: bool = JSON_OPT,
+    plot: Optional[Path] = PLOT_OPT,
+    seed: int = SEED_OPT,
 ):
     """Project a run (default: the winner of `rank`) to --to compute, with an interval and a held-out check.
 
+    The figure shows the observed points, the fit, the extrapolation band and the held-out points.
     Example: ablate extrapolate sweeps/loss --fit-until 8000 --to 16000 --target-r 0.6
     """
     from ablate import report
+    from ablate.curves import load_inputs
     from ablate.fit.analysis import group_arms
-    from ablate.fit.curves import load_inputs
     from ablate.fit.extrapolate import extrapolate as project
     from ablate.fit.extrapolate import winner
 
+    esc = report.esc
     opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to,
                         target_r=target_r, seed=seed)
+    plot = _figure(plot)
     curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group)
     arms = group_arms(curves)
+    by_rank = arm is None and len(arms) > 1
     if arm is None and len(arms) == 1:
         arm = next(iter(arms))
     elif arm is None:
@@ -213,11 +250,12 @@ def extrapolate(
         typer.echo(report.dump_json(ex.to_json()))
         return
     console = report.console()
-    console.print(f"subject: {arm}{' (rank winner)' if len(arms) > 1 else ''}; fit window {opts.window_text()} of '{x}'")
+    console.print(f"subject: {esc(arm)}{' (rank winner)' if by_rank else ''}; "
+                  f"fit window {opts.window_text()} of '{esc(x)}'")
     console.print(report.extrapolation_table(ex))
     report.print_notes(console, [ex.fit])
     if plot is not None:
-        console.print(f"figure: {plot}")
+        console.print(f"figure: {esc(str(plot))}")
 
 
 @app.command()
@@ -246,8 +284,8 @@ def sweep(
     overrides: Optional[list[str]] = typer.Argument(None, help="Hydra overrides for every run: key=value; a sweep value (a,b / range(..) / choice(..)) adds or replaces a grid axis; seed=0,1,2 replaces the seeds."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (label, run id, arm id, overrides vs base) and launch nothing."),
     executor: Optional[str] = typer.Option(None, "--executor", "-e", help="local | slurm | debug | auto (default: the recipe's launcher.name)."),
-    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="local: runs at once (default: launcher.max_parallel, else the cores)."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="slurm: resources from slurm/<profile>.yaml (default: launcher.profile)."),
+    max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="Runs of this sweep at once (default: launcher.max_parallel, else as many as the cores hold).", show_default=False),
+    profile: Optional[str] = typer.Option(None, "--profile", help="slurm: cluster resources from slurm/NAME.yaml or a YAML path (default: slurm/local.yaml). Only the command line names a profile, never a recipe."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also resubmit failed runs (they resume from their checkpoints)."),
     force: bool = typer.Option(False, "--force", help="Re-run every run not queued or running, from scratch (old run dirs are archived)."),
     follow: bool = typer.Option(False, "--follow", help="Wait with a progress bar until the submitted runs end."),
@@ -270,9 +308,13 @@ def sweep(
 
     for note in plan.notes:
         typer.echo(f"note: {note}")
-    launch_sweep(plan, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
-                 retry_failed=retry_failed, force=force, follow=follow, job=job, echo=typer.echo)
-    if not follow:
+    launched = launch_sweep(plan, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
+                            retry_failed=retry_failed, force=force, job=job, echo=typer.echo)
+    if follow and (launched.submit or launched.running):
+        from ablate.status import follow_runs
+
+        follow_runs(root, plan.name, launched.submit + launched.running)
+    elif not follow:
         typer.echo(f"follow with: ablate status {plan.name}" + (f" --root {root}" if root != Path("sweeps") else ""))
 
 
@@ -286,7 +328,8 @@ def show(
 
     Example: ablate show recipes/base.yaml loss=dapo aggregation=token
     """
-    from ablate.sweep import compose_run, config_yaml
+    from ablate.compose import compose_run
+    from ablate.sweep import config_yaml
 
     typer.echo(config_yaml(compose_run(recipe, overrides or [])), nl=False)
 
@@ -303,12 +346,18 @@ def train(
 
     Example: ablate train recipes/base.yaml loss=dapo train.max_steps=100 --out /tmp/run1
     """
-    from ablate.sweep import compose_run, run_id
+    from ablate.compose import compose_run
+    from ablate.identity import run_id
 
+    if not 1 <= threads <= 1024:
+        raise UserError(f"--threads {threads}: give a number of torch threads from 1 to 1024")
     config = compose_run(recipe, overrides or [])
     run_dir = out if out is not None else Path("sweeps") / "train" / "runs" / run_id(config)
-    typer.echo(f"run directory: {run_dir}")
+    from ablate.train import preflight
     from ablate.train import run as run_train
+
+    preflight(config, run_dir)
+    typer.echo(f"run directory: {run_dir}")
 
     summary = run_train(config, run_dir, threads=threads)
     typer.echo(f"{summary['status']}: step {summary['step']}, R0 {summary['r0']}, val_pass_rate {summary['val_pass_rate']}"

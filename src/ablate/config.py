@@ -1,15 +1,18 @@
-"""The run-config schema: one typed dataclass per design choice, and the one `validate()` that runs before anything does.
+"""The run-config schema: one frozen dataclass per design choice, and the one `validate()` that runs before anything does.
 
-A resolved run config (what `sweep.compose_run` returns and `config.yaml` in a run directory holds) is a nested
-dict with exactly the sections of `RunConfig` below. Each design-choice section has a `name` whose value is at
-once the recipe option file (`recipes/<group>/<name>.yaml`), the schema value and the trainer's registry key
-(design.md §3). Field metadata carries the validation rules (`choices`, `ge`/`gt`/`le`/`lt`) and `hash=False` for
-resource-only fields that must not change a run's id; `validate` reads both, so a field added here is checked
+`validate(data)` takes a resolved config (what Hydra composes from a recipe, or a run directory's config.yaml) and
+returns a `RunConfig`, the typed run that every later layer (launch, train) reads by attribute. It collects *every*
+problem (unknown key with the closest valid name, wrong type, value out of range, impossible combination naming both
+keys and the fix) as one line each and raises `ConfigErrors` (a `UserError`) with all of them.
+
+Defaults live here and only here: recipes/base.yaml states only what differs from them (its group choices), and no
+trainer or launcher code holds a default of its own. Each design-choice section has a `name` whose value is at
+once the recipe option file (`recipes/<group>/<name>.yaml`), the schema value and the trainer's registry key. The
+parameters of one option (`loss.eps_max` for cispo, ...) default to null here and are set by that option's file.
+
+Field metadata carries the validation rules (`choices`, `ge`/`gt`/`le`/`lt`) and `hash=False` for resource-only
+fields that must not change a run's id (ablate.identity); `validate` reads both, so a field added here is checked
 and hashed without touching the code below.
-
-`validate(data)` collects *every* problem (unknown key with the closest valid name, wrong type, value out of
-range, impossible combination naming both keys and the fix) as one line each, and raises `ConfigErrors` (a
-`UserError`) with all of them; on success it returns the config completed with the schema's defaults.
 """
 
 from __future__ import annotations
@@ -17,13 +20,23 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Optional, Tuple
 
 from omegaconf import OmegaConf
 
 from ablate.errors import UserError
+
+SEED_MAX = 2**32 - 1  # torch generators take 64-bit seeds; the trainer derives per-step seeds from the run seed
+INT_MAX = 2**62  # any integer field: far beyond any sane value, within every library's int64
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    """typing.get_type_hints, cached: the schema is fixed and every validation walks it."""
+    return typing.get_type_hints(cls)
 
 
 def _f(default: Any = None, doc: str = "", *, factory: Any = None, **rules: Any) -> Any:
@@ -37,7 +50,7 @@ def _f(default: Any = None, doc: str = "", *, factory: Any = None, **rules: Any)
 # ---- one section per design choice (ScaleRL, arXiv 2510.13786 §3) ----
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossConfig:
     """The policy loss. Only the clip parameters of the chosen loss are set (the others stay null)."""
 
@@ -48,28 +61,28 @@ class LossConfig:
     eps_max: Optional[float] = _f(None, "cispo: absolute cap on the IS weight (floor 0); ScaleRL uses 5", gt=0.0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class AggregationConfig:
     """How per-token losses are averaged into the step loss (ScaleRL §3: prompt-level averaging)."""
 
     name: str = _f("prompt", "sample | prompt | token", choices=("sample", "prompt", "token"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class NormalizationConfig:
     """How centred advantages r - mean(group) are scaled (ScaleRL §3: batch-level)."""
 
     name: str = _f("batch", "prompt (group std) | batch (std over the batch) | none", choices=("prompt", "batch", "none"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrecisionConfig:
     """Numerics of the LM head (ScaleRL §3 / MiniMax-M1: FP32 logits fix the trainer-generator mismatch)."""
 
     name: str = _f("fp32_head", "bf16 | fp32_head", choices=("bf16", "fp32_head"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class FilteringConfig:
     """Data filters (ScaleRL §3: zero-variance filtering and no-positive-resampling)."""
 
@@ -79,7 +92,7 @@ class FilteringConfig:
     pass_threshold: float = _f(0.9, "pass rate at which no-positive-resampling retires a prompt (ScaleRL: 0.9)", gt=0.0, le=1.0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LengthConfig:
     """Length control: forced interruption (ScaleRL), DAPO's overlong penalty, or none."""
 
@@ -92,7 +105,7 @@ class LengthConfig:
     l_cache: Optional[int] = _f(None, "penalty: width of the soft zone below l_max (DAPO's L_cache)", ge=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OffPolicyConfig:
     """Off-policy scheme (ScaleRL §3: PipelineRL-8 beats PPO-off-policy-k)."""
 
@@ -103,15 +116,16 @@ class OffPolicyConfig:
                         choices=("auto", "thread", "inline"), hash=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class BatchConfig:
-    """Prompts x generations per optimizer step (ScaleRL: 48 x 16 on GPU; the CPU default is smaller)."""
+    """Prompts x generations per optimizer step. ScaleRL §2: 48 prompts x 16 generations (768 completions) on GPU;
+    the CPU default is smaller: 32 x 8 (16 prompts learn no faster per sample and are twice as noisy)."""
 
-    prompts: int = _f(16, "prompts per optimizer step", ge=1)
+    prompts: int = _f(32, "prompts per optimizer step", ge=1)
     generations: int = _f(8, "completions per prompt (group size; group advantages need >= 2)", ge=2)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """The policy. `tiny` is built locally on CPU; `hf` loads a Hugging Face causal LM from a local folder."""
 
@@ -123,7 +137,7 @@ class ModelConfig:
     mlp: Optional[int] = _f(None, "tiny: MLP width", ge=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskConfig:
     """The verifiable task. `synthetic_math` is generated locally; `jsonl` reads a math set from a file."""
 
@@ -135,11 +149,12 @@ class TaskConfig:
     train_size: Optional[int] = _f(None, "synthetic_math: training problems (null = 20000); the pool no-positive-resampling draws from", ge=1)
     unseen_frac: float = _f(0.0, "synthetic_math: share of subtraction problems, which the warm-up never teaches: out of the "
                              "policy's reach, they cap the pass rate below 1", ge=0.0, lt=1.0)
-    data_seed: int = _f(1234, "seed of the task's data split (not the run's seed: every run of a sweep sees the same splits)", ge=0)
+    data_seed: int = _f(1234, "seed of the task's data split (not the run's seed: every run of a sweep sees the same splits)",
+                        ge=0, le=SEED_MAX)
     val_path: Optional[str] = _f(None, "jsonl: a separate validation file (null = the first train.val_size rows after a fixed shuffle)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutConfig:
     """The generation backend: torch on CPU, vLLM on GPU."""
 
@@ -154,34 +169,40 @@ class RolloutConfig:
     max_model_len: Optional[int] = _f(None, "vllm: prompt + completion cap (null = the model's max positions)", ge=1, hash=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
-    """AdamW."""
+    """AdamW. The CPU default's learning rate: 1e-4 rises and levels off on the embedded task under PipelineRL-8;
+    2e-4 swings under the 8-step staleness, and on-policy 5e-4 collapses within a few dozen steps."""
 
-    lr: float = _f(3e-4, "learning rate", gt=0.0)
-    betas: List[float] = _f(doc="AdamW betas", factory=lambda: [0.9, 0.99])
+    lr: float = _f(1e-4, "learning rate", gt=0.0)
+    betas: Tuple[float, ...] = _f((0.9, 0.99), "AdamW betas (two values in [0, 1))")
     weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
     grad_clip: float = _f(1.0, "max gradient norm", gt=0.0)
-    lr_warmup_steps: int = _f(0, "linear learning-rate warm-up over the first RL steps (Adam's first, bias-corrected steps are full-size)", ge=0)
-    micro_batch: Optional[int] = _f(None, "completions per backward pass (null = whole step); never changes the gradient", ge=1, hash=False)
+    lr_warmup_steps: int = _f(100, "linear learning-rate warm-up over the first RL steps (Adam's first, bias-corrected "
+                              "steps are full-size)", ge=0)
+    micro_batch: Optional[int] = _f(None, "completions per backward pass (null = whole step); never changes the gradient",
+                                    ge=1, hash=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class WarmupConfig:
-    """Supervised warm-up of the tiny model so that R0 is well above 0 before RL starts."""
+    """Supervised warm-up of the tiny model so that R0 is well above 0 before RL starts, as a real run starts from an
+    SFT model. The pass rate jumps sharply during warm-up, so it is checked often or R0 overshoots."""
 
     max_steps: int = _f(2000, "upper bound on warm-up steps", ge=0)
     lr: float = _f(1e-3, "warm-up learning rate", gt=0.0)
     batch: int = _f(64, "warm-up batch size", ge=1)
-    target_pass_rate: float = _f(0.3, "stop warm-up once the validation pass rate reaches this", ge=0.0, le=1.0)
-    check_every: int = _f(25, "evaluate the stop criterion every this many steps", ge=1)
+    target_pass_rate: float = _f(0.55, "stop once the pass rate on the problems the warm-up teaches reaches this (R0 on "
+                                 "the mixed validation split is lower when task.unseen_frac > 0)", ge=0.0, le=1.0)
+    check_every: int = _f(25, "check the stop criterion every this many steps", ge=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """The RL loop's length and evaluation cadence."""
+    """The RL loop's length and evaluation cadence. ScaleRL runs to 16k GPU-hours (§2); the CPU default is 1,000
+    steps, a few minutes on one core, and compute is counted in device-hours there too."""
 
-    max_steps: int = _f(600, "optimizer steps of RL", ge=1)
+    max_steps: int = _f(1000, "optimizer steps of RL", ge=1)
     eval_every: int = _f(20, "evaluate (and append a metrics line) every this many steps", ge=1)
     eval_k: int = _f(4, "completions per validation prompt (mean@k)", ge=1)
     val_size: int = _f(200, "held-out validation prompts", ge=1)
@@ -191,23 +212,27 @@ class TrainConfig:
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LauncherConfig:
     """Where runs execute. Excluded from run ids: the same run on another executor is the same run."""
 
-    name: str = _f("local", "local | slurm | debug | auto (slurm when sbatch exists)", choices=("local", "slurm", "debug", "auto"))
-    max_parallel: Optional[int] = _f(None, "runs at once (null = number of cores)", ge=1)
-    threads: int = _f(1, "torch threads per run", ge=1)
-    timeout_min: int = _f(60, "wall-clock limit per job in minutes", ge=1)
-    profile: str = _f("local", "cluster profile: slurm/<profile>.yaml")
-    max_requeues: int = _f(3, "requeues after preemption/timeout before a run counts as failed", ge=0)
+    name: str = _f("local", "local | slurm | debug | auto (slurm when a SLURM controller answers)",
+                   choices=("local", "slurm", "debug", "auto"))
+    max_parallel: Optional[int] = _f(None, "runs at once (null = as many as the cores hold, `threads` each)", ge=1)
+    threads: int = _f(1, "torch threads per run", ge=1, le=1024)
+    timeout_min: float = _f(60.0, "wall-clock limit per job in minutes (SLURM rounds up to whole minutes); the job is "
+                            "signalled before it, checkpoints and is requeued", gt=0.0, le=525600.0)
+    max_requeues: int = _f(3, "requeues after preemption/timeout before a run counts as preempted", ge=0, le=1000)
+    signal_delay_s: Optional[int] = _f(None, "local: seconds before the time limit that the checkpoint signal (USR2) "
+                                       "arrives (null = a tenth of the limit, at most 30 s); SLURM takes the profile's",
+                                       ge=1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
-    """One fully resolved run."""
+    """One fully resolved run: what `validate` returns and every later layer reads."""
 
-    seed: int = _f(0, "RNG seed of the run (its own sweep axis)", ge=0)
+    seed: int = _f(0, "RNG seed of the run (its own sweep axis)", ge=0, le=SEED_MAX)
     loss: LossConfig = _f(factory=LossConfig)
     aggregation: AggregationConfig = _f(factory=AggregationConfig)
     normalization: NormalizationConfig = _f(factory=NormalizationConfig)
@@ -222,6 +247,30 @@ class RunConfig:
     optim: OptimConfig = _f(factory=OptimConfig)
     train: TrainConfig = _f(factory=TrainConfig)
     launcher: LauncherConfig = _f(factory=LauncherConfig, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain containers (dicts, lists, scalars): what config.yaml holds and ids hash."""
+        return _plain(dataclasses.asdict(self))
+
+    def replace(self, **sections: Any) -> "RunConfig":
+        """A copy with some fields changed, e.g. `cfg.replace(seed=3)`; dotted keys as `cfg.replace(**{"train.max_steps": 5})`.
+        The result is validated like any other config."""
+        data = self.to_dict()
+        for dotted, value in sections.items():
+            *parents, last = dotted.split(".")
+            node = data
+            for p in parents:
+                node = node[p]
+            node[last] = value
+        return validate(data)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
 
 
 # Which clip/length parameters belong to which option: a parameter of another option must stay null, and the
@@ -247,7 +296,7 @@ class ConfigErrors(UserError):
 
 def sections() -> dict[str, type]:
     """Top-level section name -> dataclass (the config groups and plain sections of a recipe)."""
-    hints = typing.get_type_hints(RunConfig)
+    hints = _hints(RunConfig)
     return {f.name: hints[f.name] for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])}
 
 
@@ -263,7 +312,7 @@ def choices(section: str) -> tuple[str, ...]:
 def all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
     """Every dotted key of the schema, e.g. `loss.eps_max`, `train.warmup.lr` (for did-you-mean suggestions)."""
     out: list[str] = []
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for f in dataclasses.fields(cls):
         key = prefix + f.name
         out.append(key)
@@ -276,7 +325,7 @@ def all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
 def unhashed_keys(cls: type = RunConfig, prefix: str = "") -> tuple[str, ...]:
     """Dotted keys marked `hash=False`: launcher and resource-only fields, left out of run and arm ids."""
     out: list[str] = []
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for f in dataclasses.fields(cls):
         key = prefix + f.name
         if f.metadata.get("hash", True) is False:
@@ -295,12 +344,14 @@ def closest(name: str, candidates: list[str] | tuple[str, ...]) -> str:
 # ---- validation ----
 
 
-def validate(data: Any) -> dict[str, Any]:
-    """Check a resolved config against the schema; return it completed with defaults, as plain containers.
+def validate(data: Any) -> RunConfig:
+    """Check a resolved config against the schema and return it as a `RunConfig`, completed with the defaults.
 
-    Raises ConfigErrors listing every problem (unknown keys, wrong types, out-of-range values, impossible
-    combinations), one line each, each naming the key(s) and the fix.
+    `data`: plain containers or an OmegaConf config. Raises ConfigErrors listing every problem (unknown keys,
+    wrong types, out-of-range values, impossible combinations), one line each, each naming the key(s) and the fix.
     """
+    if isinstance(data, RunConfig):
+        return data
     if OmegaConf.is_config(data):
         data = OmegaConf.to_container(data, resolve=True)
     errors: list[str] = []
@@ -309,11 +360,18 @@ def validate(data: Any) -> dict[str, Any]:
     cfg = _check_section(RunConfig, data, "", errors)
     try:
         errors.extend(_check_combinations(cfg))
-    except (KeyError, TypeError):  # a field the combinations read has the wrong type: already reported above
+    except (KeyError, TypeError, AttributeError):  # a field the combinations read is invalid: already reported
         pass
     if errors:
         raise ConfigErrors(errors)
-    return cfg
+    return _build(RunConfig, cfg)
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """The dataclass instance of a checked section (nested sections built first)."""
+    hints = _hints(cls)
+    kw = {k: _build(hints[k], v) if dataclasses.is_dataclass(hints[k]) else v for k, v in data.items()}
+    return cls(**kw)
 
 
 def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict[str, Any]:
@@ -322,7 +380,7 @@ def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict
     if not isinstance(data, dict):
         errors.append(f"{where}: expected a mapping of {cls.__name__} fields, got {data!r}")
         return {}
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in fields:
@@ -339,7 +397,7 @@ def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict
         try:
             value = _coerce(data[name], hints[name])
         except TypeError:
-            errors.append(f"{key}: expected {_type_name(hints[name])}, got {data[name]!r}")
+            errors.append(f"{key}: expected {_type_name(hints[name])}, got {_short(data[name])}")
             continue
         out[name] = value
         problem = _check_rules(value, f.metadata)
@@ -348,8 +406,13 @@ def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict
     return out
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _coerce(value: Any, tp: Any) -> Any:
-    """`value` as type `tp` (int, float, str, bool, Optional[...], List[...]); TypeError when it is not one.
+    """`value` as type `tp` (int, float, str, bool, Optional[...], Tuple[x, ...]); TypeError when it is not one.
 
     Strict on purpose (no "5" -> 5): Hydra overrides and YAML already give typed values, so a string where a
     number belongs is a mistake to report. The one widening is int -> float, so that eps_max=5 means 5.0.
@@ -365,10 +428,10 @@ def _coerce(value: Any, tp: Any) -> Any:
                 except TypeError:
                     pass
         raise TypeError
-    if typing.get_origin(tp) in (list, List):
+    if typing.get_origin(tp) is tuple:
         if not isinstance(value, (list, tuple)):
             raise TypeError
-        return [_coerce(v, args[0]) if args else v for v in value]
+        return tuple(_coerce(v, args[0]) for v in value)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -377,7 +440,10 @@ def _coerce(value: Any, tp: Any) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer too large for a float
+                raise TypeError from None
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -388,22 +454,29 @@ def _type_name(tp: Any) -> str:
     args = typing.get_args(tp)
     if typing.get_origin(tp) is typing.Union and type(None) in args:
         return " or ".join(_type_name(a) for a in args if a is not type(None)) + " or null"
-    if typing.get_origin(tp) in (list, List):
+    if typing.get_origin(tp) is tuple:
         return f"a list of {_type_name(args[0])}" if args else "a list"
     return getattr(tp, "__name__", str(tp))
 
 
 def _check_rules(value: Any, meta: Any) -> str | None:
-    """The first broken rule of a field's metadata (choices, ge, gt, le, lt) as a message, or None."""
+    """The first broken rule of a field's metadata (choices, ge, gt, le, lt) as a message, or None. Every number
+    must be finite and every integer within INT_MAX, whatever the field's own rules."""
     if value is None:
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if isinstance(value, tuple):
+        return next((p for p in (_check_rules(v, {}) for v in value) if p), None)
     allowed = meta.get("choices")
     if allowed and value not in allowed:
         return f"{value!r} is not an option{closest(str(value), allowed)}; options: {', '.join(allowed)}"
     for rule, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
                            ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
         if rule in meta and isinstance(value, (int, float)) and not ok(value, meta[rule]):
-            return f"must be {word} {meta[rule]}, got {value!r}"
+            return f"must be {word} {meta[rule]}, got {_short(value)}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
+        return f"must be at most {INT_MAX:.2e} in size, got {_short(value)}"
     return None
 
 
@@ -452,3 +525,20 @@ def _check_combinations(cfg: dict[str, Any]) -> list[str]:
     if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
         errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
     return errs
+
+
+def defaults_tree(cls: type = RunConfig) -> dict[str, Any]:
+    """The schema's non-null defaults as nested plain containers. Hydra composes recipes on top of this tree, so
+    a recipe states only what differs from the schema and every schema key can be overridden. Null defaults (an
+    option's parameters) are left out: only the option's own file brings them, so `loss.eps_max=4` with loss=dapo
+    is a "not a parameter of loss=dapo" error, not a silently ignored value."""
+    hints = _hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out[f.name] = defaults_tree(hints[f.name])
+            continue
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if value is not None:
+            out[f.name] = _plain(value)
+    return out

@@ -33,7 +33,7 @@ def ablate(*args: str) -> None:
 
 
 def main() -> None:
-    from ablate import store
+    from ablate.rundir import RunDir
     from ablate.sweep import load_sweep
 
     OUT.mkdir(exist_ok=True)
@@ -42,8 +42,8 @@ def main() -> None:
     ablate("sweep", "recipes/loss.yaml", "--follow")
     sweep = load_sweep("recipes/loss.yaml")
     # rank at twice the compute the runs used; extrapolate from the first half of the runs to that point
-    spent = max(max((r.get("samples", 0) for r in store.read_jsonl(store.run_dir("sweeps", sweep.name, s.run_id) / "metrics.jsonl")),
-                    default=0) for s in sweep.runs)
+    spent = max(max((r.get("samples", 0) for r in RunDir.of("sweeps", sweep.name, s.run_id).metrics()), default=0)
+                for s in sweep.runs)
     if spent == 0:
         raise SystemExit("demo: the sweep wrote no metrics; see `ablate status loss` and the run logs")
     to, half = str(2 * spent), str(spent // 2)
@@ -58,9 +58,10 @@ def paper_curves_demo(out: Path = OUT) -> None:
     """The fitting core on the ScaleRL paper's Table 1 curves: fit to 8k GPU-hours, check at 16k."""
     import numpy as np
 
+    from ablate.curves import load_curves, write_csv
     from ablate.fit.analysis import FitOptions, fit_table
-    from ablate.fit.curves import load_curves
-    from ablate.fit.synthetic import PAPER_CURVES, paper_curves, write_csv
+    from ablate.fit.sigmoid import sigmoid
+    from ablate.fit.synthetic import PAPER_CURVES, paper_curves
 
     out.mkdir(exist_ok=True)
     console = report.console()
@@ -73,7 +74,7 @@ def paper_curves_demo(out: Path = OUT) -> None:
     report.print_notes(console, results)
     for r in results:
         p = PAPER_CURVES[r.run]
-        truth = 0.3 + (p["a"] - 0.3) / (1 + (p["c_mid"] / 16000) ** p["b"])
+        truth = float(sigmoid(16000, 0.3, p["a"], p["b"], p["c_mid"]))  # synthetic_curve's default R0 is 0.3
         observed = float(np.mean(r.curves[0].y[-5:]))
         console.print(f"  {r.run:20s} predicted {r.pred_at_target:.3f}  observed {observed:.3f}  true {truth:.3f}")
     console.print(f"figure: {report.plot_fits(results, out / 'fit.png', heldout_from=8000)}")

@@ -8,13 +8,17 @@
     LOSSES.get("grpo")    # the function
     LOSSES.get("gpro")    # UserError: unknown loss 'gpro'; valid: cispo, dapo, grpo, gspo (did you mean 'grpo'?)
 
-Registering a name twice is a programming error (ValueError), not a user error.
+    BACKENDS.add_lazy("vllm", "ablate.train.rollout_vllm:VLLMSampler")   # imported on first `get`
+
+Registering a name twice is a programming error (ValueError), not a user error. A lazy entry lets a module
+offer an option whose code it must not import (an optional dependency, or a module that imports this one).
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+import importlib
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from ablate.errors import UserError
 
@@ -45,12 +49,20 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} registry: {name!r} is already registered")
         self._items[name] = obj
 
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register `name` as "module:attribute", imported when `get(name)` is first called."""
+        self.add(name, _Lazy(target))  # type: ignore[arg-type]
+
     def get(self, name: str) -> T:
         """The object registered as `name`; a UserError listing the valid names (and the closest one) otherwise."""
         try:
-            return self._items[name]
+            obj = self._items[name]
         except (KeyError, TypeError):  # TypeError: an unhashable value from a config file
-            pass
+            obj = None
+        if isinstance(obj, _Lazy):
+            obj = self._items[name] = obj.load()
+        if obj is not None:
+            return obj
         msg = f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}"
         close = difflib.get_close_matches(str(name), self.names(), n=1)
         if close:
@@ -72,3 +84,12 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self.names())})"
+
+
+class _Lazy:
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def load(self) -> Any:
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)

@@ -1,6 +1,6 @@
-"""`ablate status`: every run of a sweep from the files alone (ledger + each run's metrics tail), plus
-at most one batched `sacct` call per refresh when SLURM runs are live. Read-only: it never writes, so
-it is safe from any shell while the sweep runs (design.md §6, §7)."""
+"""`ablate status`: every run of a sweep from the files alone (ledger + each run's metrics tail), plus at most one
+batched `sacct` call per refresh when SLURM runs are live. Read-only: it never writes, so it is safe from any shell
+while the sweep runs. Also the progress bar of `ablate sweep --follow` and `wait_for` (tests, benchmarks)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 from rich.text import Span, Text
 
-from ablate import store
-from ablate.ledger import TERMINAL, Ledger, current_states
+from ablate.launch.liveness import current_states
+from ablate.ledger import TERMINAL, Ledger
+from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir
 
 ENDED = TERMINAL  # states a run does not leave by itself
 
@@ -51,32 +52,12 @@ class RunStatus:
         return self.state in ENDED
 
 
-def last_metrics(path: Path, tail_bytes: int = 8192) -> dict[str, Any] | None:
-    """The last complete line of a metrics.jsonl, reading only the file's tail (1,000 runs in < 1 s)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail_bytes))
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue  # a torn last line
-        if isinstance(rec, dict):
-            return rec
-    return None
-
-
 def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
     """The status of every run in `root/name`'s ledger, in submission order."""
-    sweep_dir = store.sweep_dir(root, name)
-    if not (sweep_dir / "ledger.jsonl").exists():
+    sdir = sweep_dir(root, name)
+    if not (sdir / "ledger.jsonl").exists():
         raise_missing(root, name)
-    recs, verdicts = current_states(Ledger(sweep_dir))
+    recs, verdicts = current_states(Ledger(sdir))
     out = []
     for rid, r in recs.items():
         v = verdicts.get(rid)
@@ -85,15 +66,20 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
             state = "lost"  # its submitter died before handing it over; `ablate sweep` resubmits it
         elif state in ("submitting", "queued"):
             state = "pending"
-        m = last_metrics(store.run_dir(root, name, rid) / "metrics.jsonl") or {}
-        trunc = m.get("truncation_rate")
+        m = RunDir.of(root, name, rid).last_metrics() or {}
+        trunc = _number(m.get("truncation_rate"))
         out.append(RunStatus(
             run_id=rid, label=r.label, state=state, cause=cause, job_id=r.job_id, executor=r.executor,
-            step=m.get("step"), max_steps=r.max_steps, val_pass_rate=m.get("val_pass_rate"),
-            gpu_hours=m.get("gpu_hours"), truncation_rate=trunc,
-            truncation_warning=trunc is not None and trunc > store.TRUNCATION_WARN,
+            step=m["step"] if isinstance(m.get("step"), int) else None, max_steps=r.max_steps,
+            val_pass_rate=_number(m.get("val_pass_rate")), gpu_hours=_number(m.get("gpu_hours")), truncation_rate=trunc,
+            truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
             attempts=r.attempts, requeues=r.requeues, error=error, log=r.log))
     return out
+
+
+def _number(v: Any) -> float | None:
+    """A metric value as a float; None when the line has none (or something that is not a number)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def raise_missing(root: Path | str, name: str) -> None:

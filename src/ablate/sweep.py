@@ -1,14 +1,12 @@
-"""Recipes and sweeps: compose a recipe with Hydra's compose API, expand a sweep file into validated RunSpecs.
+"""Sweeps: expand a sweep file into validated RunSpecs; nothing is launched here.
 
-    compose_run(recipe, overrides)  -> dict     one resolved, validated run config (`ablate show`, `ablate train`)
-    load_sweep(sweep_file, overrides) -> Sweep  every run of a sweep, validated as a whole; nothing is launched
-    run_id(config) / arm_id(config) -> str      12-hex hash of the canonical config (arm: without the seed)
-    plan_table(sweep) -> rich Table             what `ablate sweep --dry-run` prints
+    load_sweep(sweep_file, overrides) -> Sweep   every run of a sweep, validated as a whole
+    plan_table(sweep) -> rich Table              what `ablate sweep --dry-run` prints
 
 A sweep file (see recipes/loss.yaml for the commented format) names a base recipe, grid axes, explicit runs
 (leave-one-out), seeds, constant overrides and a baseline arm. Arms = runs x grid product; runs = arms x seeds.
-Values use Hydra's override grammar and Hydra's own parser/`BasicSweeper` expand the sweep syntax
-(`a,b,c`, `range(...)`, `choice(...)`), so the command line works like `--multirun`:
+Values use Hydra's override grammar, expanded with Hydra's own parser (`a,b,c`, `range(...)`, `choice(...)`),
+so the command line works like `--multirun`:
 
     ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4
 
@@ -20,36 +18,29 @@ Values use Hydra's override grammar and Hydra's own parser/`BasicSweeper` expand
   plan says which; one that no arm has is an error. Overrides that an arm names itself (grid, runs) must apply.
 
 Every expanded config is validated (`config.validate`) before the sweep is returned; all problems of all runs
-are collected and raised as one `ConfigErrors`, one line each. Ids hash the canonical resolved config: sorted
-keys, numbers as floats (5 == 5.0, 1e-3 == 0.001), nulls dropped (so a new optional field keeps old ids), the
-launcher and `hash=False` fields left out; the arm id also leaves out the seed.
+are collected and raised as one `ConfigErrors`, one line each. Run and arm ids come from ablate.identity.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import itertools
-import json
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
-
-from omegaconf import OmegaConf
+from typing import Any, Sequence
 
 from ablate import config as schema
-from ablate import store
-from ablate.config import ConfigErrors, closest
+from ablate.compose import (ComposeError, Composer, hydra_context, load_yaml, normalised, override_key,
+                            parse_overrides, sweep_values, value_text)
+from ablate.config import ConfigErrors, RunConfig, closest
 from ablate.errors import UserError
+from ablate.identity import arm_id, canonical_value, check_name, run_id
 from ablate.spec import RunSpec
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 """The shipped recipes (a source checkout / editable install)."""
 
 SWEEP_KEYS = ("base", "baseline", "seeds", "grid", "runs", "overrides")
-ID_LEN = 12
 
 
 @dataclass
@@ -76,238 +67,26 @@ class Sweep:
         return list(dict.fromkeys(r.arm_label for r in self.runs))
 
 
-# ---- ids ----
+_PLAIN = re.compile(r"[\w./:+-]+")
 
 
-def _canon(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _canon(v) for k, v in x.items() if v is not None}
-    if isinstance(x, (list, tuple)):
-        return [_canon(v) for v in x]
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return x
-    if isinstance(x, (int, float)):
-        return float(x)  # 5 == 5.0 == 5.00 and 1e-3 == 0.001: json writes repr(float)
-    return str(x)
-
-
-def canonical(config: dict[str, Any], *, seed: bool = True) -> str:
-    """The canonical JSON text of a config that ids hash: launcher, `hash=False` fields (and the seed) left out."""
-    cfg = copy.deepcopy(dict(config))
-    for dotted in [*schema.unhashed_keys(), *([] if seed else ["seed"])]:
-        parts = dotted.split(".")
-        node = cfg
-        for p in parts[:-1]:
-            node = node.get(p) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(parts[-1], None)
-    return json.dumps(_canon(cfg), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def run_id(config: dict[str, Any]) -> str:
-    """Short sha256 of the canonical resolved config: the same config gives the same id on any machine."""
-    return hashlib.sha256(canonical(config).encode()).hexdigest()[:ID_LEN]
-
-
-def arm_id(config: dict[str, Any]) -> str:
-    """`run_id` without the seed: runs that share it are seeds of one arm."""
-    return hashlib.sha256(canonical(config, seed=False).encode()).hexdigest()[:ID_LEN]
-
-
-# ---- Hydra composition ----
-
-
-def _parser():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
-def _parse(overrides: Sequence[str], where: str) -> list[Any]:
-    """Hydra Override objects; a grammar error becomes a one-line UserError naming the override."""
-    from hydra.errors import HydraException
-
-    out = []
-    for o in overrides:
-        if not isinstance(o, str):
-            raise UserError(f"{where}: override {o!r} is not a 'key=value' string")
-        try:
-            out.extend(_parser().parse_overrides([o]))
-        except HydraException as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UserError(f"{where}: cannot parse override {o!r} ({first}); the grammar is Hydra's: key=value, "
-                            "key=a,b,c, key=range(1,4), key=choice(a,b)") from None
-    return out
-
-
-def _element_str(value: Any) -> str:
-    """One override value as Hydra text (lower-case booleans, so labels read like the YAML)."""
-    from hydra.core.override_parser.types import Override
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return Override._get_value_element_as_str(value)
-
-
-def _key(o: Any) -> str:
-    return o.get_key_element().lstrip("+~")
-
-
-def _groups(recipes_dir: Path) -> dict[str, list[str]]:
-    """Config groups of a recipes folder: group -> its option names (the YAML file stems)."""
-    return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in sorted(recipes_dir.iterdir()) if d.is_dir()}
-
-
-class _ComposeError(Exception):
-    def __init__(self, message: str, key: str | None = None, missing_key: bool = False) -> None:
-        super().__init__(message)
-        self.key, self.missing_key = key, missing_key
-
-
-class _Composer:
-    """Composes configs of one recipes folder inside one Hydra context (GlobalHydra is cleared around it)."""
-
-    # Hydra's compose takes ~0.1 s; sweeps share arms (every sweep composes the base), so results are cached
-    # per process, keyed by the recipe files' names, sizes and mtimes: an edited recipe is composed afresh.
-    _cache: dict[tuple, dict] = {}
-
-    def __init__(self, recipes_dir: Path) -> None:
-        self.dir = recipes_dir
-        self.groups = _groups(recipes_dir)
-        stats = sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in recipes_dir.rglob("*.yaml"))
-        self.fingerprint = hashlib.sha256(repr(stats).encode()).hexdigest()
-
-    def compose(self, name: str, overrides: Sequence[str]) -> dict[str, Any]:
-        """The raw composed config (not yet validated) as plain containers; _ComposeError explains a failure."""
-        from hydra import compose
-        from hydra.errors import ConfigCompositionException, MissingConfigException
-
-        key = (self.fingerprint, name, tuple(overrides))
-        if key in self._cache:
-            return copy.deepcopy(self._cache[key])
-        # ... and on disk, so that re-running `ablate sweep` (a no-op when all is done) skips Hydra altogether
-        disk = store.cache_dir() / "compose" / (hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".json")
-        if disk.exists():
-            try:
-                cfg = store.read_json(disk)
-                self._cache[key] = cfg
-                return copy.deepcopy(cfg)
-            except (OSError, json.JSONDecodeError):
-                pass  # a torn or unreadable entry: compose again and rewrite it
-        try:
-            cfg = OmegaConf.to_container(compose(config_name=name, overrides=list(overrides)), resolve=True)
-        except MissingConfigException as e:
-            raise _ComposeError(self._explain_missing(str(e), name)) from None
-        except ConfigCompositionException as e:
-            m = re.match(r"Could not override '([^']+)'", str(e))
-            if m:
-                raise _ComposeError(f"{m.group(1)}: unknown key", key=m.group(1), missing_key=True) from None
-            raise _ComposeError(" ".join(str(e).split("\n")[:1]) or type(e).__name__) from None
-        except Exception as e:  # HydraException, and plain TypeErrors Hydra raises on some bad values
-            raise _ComposeError(f"cannot compose with {list(overrides)}: {type(e).__name__}: {e}".splitlines()[0]) from None
-        self._cache[key] = cfg
-        try:
-            store.atomic_write_text(disk, json.dumps(cfg))
-        except OSError:
-            pass  # a read-only cache only costs speed
-        return copy.deepcopy(cfg)
-
-    def _explain_missing(self, text: str, name: str) -> str:
-        m = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
-        if m and m.group(1) in self.groups:
-            group, option = m.group(1), m.group(2)
-            opts = self.groups[group]
-            return f"{group}={option}: no such option{closest(option, opts)}; options: {', '.join(opts)} (recipes/{group}/)"
-        if m:
-            return f"{m.group(1)}: no such config group{closest(m.group(1), list(self.groups))}"
-        m = re.search(r"Could not find '([^']+)'", text)
-        if m:
-            recipes = sorted(p.stem for p in self.dir.glob("*.yaml"))
-            return f"recipe {m.group(1)!r} not found in {self.dir}{closest(m.group(1), recipes)}"
-        return text.splitlines()[0]
-
-    def explain_missing_key(self, name: str, overrides: Sequence[str], key: str) -> str:
-        """Why `key` cannot be overridden: not a parameter of the arm's option, or unknown (with a suggestion)."""
-        head, _, param = key.partition(".")
-        if param and key in schema.all_keys() and head in self.groups:
-            try:
-                cfg = self.compose(name, [o for o in overrides if _key(_parse([o], "override")[0]) != key])
-                option = cfg.get(head, {}).get("name", "?")
-            except _ComposeError:
-                option = "?"
-            having = [o for o in self.groups[head] if param in (OmegaConf.load(self.dir / head / f"{o}.yaml") or {})]
-            own = [k for k in (OmegaConf.load(self.dir / head / f"{option}.yaml") if option in self.groups[head] else {})
-                   if k != "name"]
-            fix = f"use it with {head}={'|'.join(having)}" if having else "drop it"
-            return (f"{key}: not a parameter of {head}={option} (its parameters: {', '.join(own) or 'none'}); {fix}")
-        return f"{key}: unknown key{closest(key, schema.all_keys())}"
-
-
-@contextmanager
-def _hydra(recipes_dir: Path) -> Iterator[_Composer]:
-    """A Hydra compose context on `recipes_dir`; the GlobalHydra singleton is cleared before and after."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(recipes_dir.resolve()), version_base=None):
-        yield _Composer(recipes_dir.resolve())
-
-
-# ---- one run ----
-
-
-def is_sweep_file(path: Path | str) -> bool:
-    """A sweep file has no Hydra `defaults:` list (a recipe such as base.yaml has one)."""
-    data = _load_yaml(Path(path))
-    return "defaults" not in data
-
-
-def compose_run(recipe_path: Path | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The resolved, validated config of one run, as plain containers.
-
-    `recipe_path` is a recipe (e.g. recipes/base.yaml) or a sweep file; a sweep file must narrow to exactly one
-    run with the overrides (e.g. `recipes/loss.yaml loss=dapo`). Raises UserError / ConfigErrors.
-    """
-    path = Path(recipe_path)
-    if is_sweep_file(path):
-        sweep = load_sweep(path, overrides)
-        if len(sweep.runs) != 1:
-            labels = ", ".join(r.label for r in sweep.runs[:6]) + (", ..." if len(sweep.runs) > 6 else "")
-            raise UserError(f"{path} expands to {len(sweep.runs)} runs ({labels}); pick one with overrides, "
-                            f"e.g. {sweep.runs[0].label.replace(',', ' ')}")
-        return sweep.runs[0].config
-    parsed = _parse(overrides, str(path))
-    sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
-    if sweeps:
-        raise UserError(f"{sweeps[0]}: a sweep value; one run takes one value per key (sweeps go to `ablate sweep`)")
-    with _hydra(path.parent) as hc:
-        try:
-            raw = hc.compose(path.stem, list(overrides))
-        except _ComposeError as e:
-            msg = hc.explain_missing_key(path.stem, overrides, e.key) if e.missing_key else str(e)
-            raise ConfigErrors([msg]) from None
-    return schema.validate(raw)
-
-
-# ---- sweeps ----
-
-
-def _load_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
-    try:
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception as e:  # yaml.YAMLError, omegaconf errors
-        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping at the top level")
-    return data
+def _yaml_value_text(v: Any) -> str:
+    """A value read from a sweep file's YAML as Hydra override text (strings quoted unless plain)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_yaml_value_text(x) for x in v) + "]"
+    if isinstance(v, str) and _PLAIN.fullmatch(v):
+        return v
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise UserError(f"grid value {v!r}: use a number, a string, a boolean, null or a list of those")
 
 
 def _grid_strings(grid: Any, where: str) -> list[str]:
@@ -320,7 +99,7 @@ def _grid_strings(grid: Any, where: str) -> list[str]:
             vals = vals if isinstance(vals, list) else [vals]
             if not vals:
                 raise UserError(f"{where}: grid axis {k!r} has no values")
-            out.append(f"{k}={','.join(_element_str(v) for v in vals)}")
+            out.append(f"{k}={','.join(_yaml_value_text(v) for v in vals)}")
         return out
     if isinstance(grid, list) and all(isinstance(g, str) for g in grid):
         return list(grid)
@@ -349,9 +128,10 @@ def _runs(runs: Any, where: str) -> list[tuple[str | None, list[str]]]:
 
 def _seeds(values: Any, where: str) -> list[int]:
     vals = values if isinstance(values, list) else [values]
-    bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, int) or v < 0]
+    bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= schema.SEED_MAX]
     if bad or not vals:
-        raise UserError(f"{where}: seeds must be non-negative integers, got {values!r}; e.g. seeds: [0, 1] or seed=0,1,2")
+        raise UserError(f"{where}: seeds must be integers in [0, {schema.SEED_MAX}], got {values!r}; "
+                        "e.g. seeds: [0, 1] or seed=0,1,2")
     if len(set(vals)) != len(vals):
         raise UserError(f"{where}: repeated seed in {values!r}")
     return list(vals)
@@ -365,7 +145,7 @@ def _differs(cfg: dict[str, Any], base: dict[str, Any], key: str) -> bool:
     for part in key.split("."):
         a = a.get(part) if isinstance(a, dict) else None
         b = b.get(part) if isinstance(b, dict) else None
-    return _canon(a) != _canon(b)
+    return canonical_value(a) != canonical_value(b)
 
 
 @dataclass
@@ -385,10 +165,13 @@ class _Spec:
 
 def _read_sweep(path: Path, overrides: Sequence[str]) -> _Spec:
     """Parse a sweep file (or a recipe, as a one-arm sweep) and fold the command-line overrides into it."""
-    data = _load_yaml(path)
+    data = load_yaml(path)
     where = str(path)
     if "defaults" in data:  # a recipe: one arm, its own seed
         data = {"base": path.stem, "seeds": [data.get("seed", 0)]}
+    elif not data:
+        raise UserError(f"{where}: an empty sweep file; name its base recipe and the axes to vary "
+                        "(e.g. `base: base` and `grid: {{loss: [grpo, dapo]}}`; see recipes/loss.yaml)")
     unknown = [k for k in data if k not in SWEEP_KEYS]
     if unknown:
         k = unknown[0]
@@ -403,25 +186,25 @@ def _read_sweep(path: Path, overrides: Sequence[str]) -> _Spec:
     if not isinstance(const_file, list):
         raise UserError(f"{where}: `overrides` must be a list of 'key=value' strings")
     const_file = [str(x) for x in const_file]
-    parsed = _parse(const_file, f"{where} overrides")
+    parsed = parse_overrides(const_file, f"{where} overrides")
     for o in parsed:
         if o.is_sweep_override():
             raise UserError(f"{where}: overrides: {o.input_line!r} is a sweep; put it under `grid`")
     runs = _runs(data.get("runs"), where) or [(None, [])]
     for _, ovs in runs:
-        for o in _parse(ovs, f"{where} runs"):
+        for o in parse_overrides(ovs, f"{where} runs"):
             if o.is_sweep_override():
                 raise UserError(f"{where}: runs: {o.input_line!r} is a sweep; an explicit run takes single values")
 
     # grid axes: the file's, then the command line's sweep values replace or extend them
     axes: dict[str, Any] = {}
-    for o in _parse(_grid_strings(data.get("grid"), where), f"{where} grid"):
-        if _key(o) == "seed":
+    for o in parse_overrides(_grid_strings(data.get("grid"), where), f"{where} grid"):
+        if override_key(o) == "seed":
             raise UserError(f"{where}: grid axis 'seed': seeds are their own axis; use `seeds: [...]`")
-        axes[_key(o)] = o
+        axes[override_key(o)] = o
     const_cli: list[tuple[str, str]] = []
-    for o in _parse(list(overrides), "command line"):
-        k = _key(o)
+    for o in parse_overrides(list(overrides), "command line"):
+        k = override_key(o)
         if o.is_sweep_override() and not o.is_discrete_sweep():
             raise UserError(f"{o.input_line}: only discrete sweeps (a,b / range / choice) expand to runs")
         if k == "seed":
@@ -432,16 +215,15 @@ def _read_sweep(path: Path, overrides: Sequence[str]) -> _Spec:
         else:
             const_cli.append((o.input_line, k))
     return _Spec(recipes_dir=base_path.parent, base=base_path.stem, seeds=seeds, baseline=data.get("baseline"),
-                 axes=axes, runs=runs, const_file=[(c, _key(o)) for c, o in zip(const_file, parsed)],
+                 axes=axes, runs=runs, const_file=[(c, override_key(o)) for c, o in zip(const_file, parsed)],
                  const_cli=const_cli, cli=bool(overrides))
 
 
-def _compose_arms(spec: _Spec, hc: _Composer) -> tuple[list[tuple[str, list[str], dict]], list[tuple[str, str]], list[str]]:
+def _compose_arms(spec: _Spec, hc: Composer) -> tuple[list[tuple[str, list[str], RunConfig]], list[tuple[str, str]], list[str]]:
     """Compose and validate every arm: ([(label, overrides, config)], [(arm, error)], notes)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    combos = BasicSweeper.split_arguments(list(spec.axes.values()), None)[0] if spec.axes else [[]]
-    combos = [[_norm_override(c) for c in combo] for combo in combos]
+    axes = [[f"{o.get_key_element()}={v}" for v in (sweep_values(o) if o.is_sweep_override() else [value_text(o)])]
+            for o in spec.axes.values()]
+    combos = [list(c) for c in itertools.product(*axes)]
     const_keys = {k: c for c, k in spec.const_file + spec.const_cli}
     arms: list[tuple[str, list[str], dict]] = []
     errors: list[tuple[str, str]] = []
@@ -449,7 +231,7 @@ def _compose_arms(spec: _Spec, hc: _Composer) -> tuple[list[tuple[str, list[str]
     applied: dict[str, list[str]] = {}
     for (label, run_ovs), combo in itertools.product(spec.runs, combos):
         arm = ",".join(([label] if label else list(run_ovs)) + combo) or "base"
-        clash = {_key(o) for o in _parse(run_ovs, "runs")} & {c.split("=", 1)[0] for c in combo}
+        clash = {override_key(o) for o in parse_overrides(run_ovs, "runs")} & {c.split("=", 1)[0] for c in combo}
         if clash:
             errors.append((arm, f"{sorted(clash)[0]}: set by both the run list and a grid axis; keep one"))
             continue
@@ -461,12 +243,12 @@ def _compose_arms(spec: _Spec, hc: _Composer) -> tuple[list[tuple[str, list[str]
             try:
                 raw = hc.compose(spec.base, ovs)
                 break
-            except _ComposeError as e:
-                if e.missing_key and e.key in const_keys and e.key not in drop and e.key in schema.all_keys():
+            except ComposeError as e:
+                if e.key and e.key in const_keys and e.key not in drop and e.key in schema.all_keys():
                     drop.add(e.key)  # a parameter this arm's option lacks: skip it for this arm, and say so
                     skipped.setdefault(e.key, []).append(arm)
                     continue
-                errors.append((arm, hc.explain_missing_key(spec.base, ovs, e.key) if e.missing_key else str(e)))
+                errors.append((arm, hc.explain_missing_key(spec.base, ovs, e.key) if e.key else str(e)))
                 raw = None
                 break
         if raw is None:
@@ -496,11 +278,12 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     """
     path = Path(path)
     where = str(path)
+    name = check_name(path.stem, f"{where}: sweep name", "results go to <root>/<sweep name>/; rename the file")
     spec = _read_sweep(path, overrides)
-    with _hydra(spec.recipes_dir) as hc:
+    with hydra_context(spec.recipes_dir) as hc:
         try:
             base_cfg = schema.validate(hc.compose(spec.base, []))
-        except _ComposeError as e:
+        except ComposeError as e:
             raise UserError(f"{where}: base recipe {spec.base!r}: {e}") from None
         except ConfigErrors as e:
             raise ConfigErrors([f"base recipe {spec.base!r}: {m}" for m in e.errors]) from None
@@ -532,23 +315,18 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
 
     runs: list[RunSpec] = []
     diffs: dict[str, list[str]] = {}
+    base_d = base_cfg.to_dict()
     for arm, ovs, cfg in arms:
-        diff = [o for o in ovs if _differs(cfg, base_cfg, _key(_parse([o], "override")[0]))]
+        cfg_d = cfg.to_dict()
+        diff = [o for o in ovs if _differs(cfg_d, base_d, override_key(parse_overrides([o], "override")[0]))]
         for s in spec.seeds:
-            c = copy.deepcopy(cfg)
-            c["seed"] = s
-            run = RunSpec(sweep=path.stem, label=f"{arm},seed={s}", run_id=run_id(c), arm_id=arm_id(c),
+            c = cfg.replace(seed=s)
+            run = RunSpec(sweep=name, label=f"{arm},seed={s}", run_id=run_id(c), arm_id=arm_id(c),
                           overrides=tuple(ovs) + (f"seed={s}",), config=c, baseline=arm == baseline)
             runs.append(run)
             diffs[run.run_id] = diff
-    return Sweep(name=path.stem, path=path, baseline=baseline, seeds=spec.seeds, runs=runs, base=spec.base,
+    return Sweep(name=name, path=path, baseline=baseline, seeds=spec.seeds, runs=runs, base=spec.base,
                  constants=[c for c, _ in spec.const_file + spec.const_cli], notes=notes, diffs=diffs)
-
-
-def _norm_override(line: str) -> str:
-    """`key=value` with the value re-printed canonically (True -> true), for labels."""
-    o = _parse([line], "grid")[0]
-    return f"{o.get_key_element()}={_element_str(o.value())}"
 
 
 def _collate(errors: list[tuple[str, str]], n_arms: int) -> list[str]:
@@ -577,27 +355,31 @@ def plan_rows(sweep: Sweep) -> list[dict[str, str]]:
 
 
 def plan_table(sweep: Sweep):
-    """The dry-run plan as a rich Table (title: sweep, arms x seeds; caption: baseline, constants, notes)."""
+    """The dry-run plan as a rich Table (title: sweep, arms x seeds; caption: baseline, constants, notes). Labels
+    and overrides are shown literally (`[x]` in a value is text, not rich markup)."""
     from rich.table import Table
+    from rich.text import Text
 
     n_arms = len(sweep.arms)
     caption = [f"* baseline: {sweep.baseline or 'none'}"]
     if sweep.constants:
         caption.append("every run: " + " ".join(sweep.constants))
     caption += [f"note: {n}" for n in sweep.notes]
-    table = Table(title=f"sweep {sweep.name}: {n_arms} arms x {len(sweep.seeds)} seeds = {len(sweep.runs)} runs "
-                        f"(base recipe: {sweep.base})",
-                  caption="\n".join(caption), caption_justify="left")
+    table = Table(title=Text(f"sweep {sweep.name}: {n_arms} arms x {len(sweep.seeds)} seeds = {len(sweep.runs)} runs "
+                             f"(base recipe: {sweep.base})"),
+                  caption=Text("\n".join(caption)), caption_justify="left")
     table.add_column("label", no_wrap=True)
     table.add_column("run id", no_wrap=True)
     table.add_column("arm id", no_wrap=True)
     table.add_column("overrides vs base", overflow="fold")
     for row in plan_rows(sweep):
-        table.add_row(row["label"], row["run_id"], row["arm_id"], row["overrides"])
+        table.add_row(*(Text(row[k]) for k in ("label", "run_id", "arm_id", "overrides")))
     return table
 
 
-def config_yaml(config: dict[str, Any]) -> str:
+def config_yaml(config: RunConfig) -> str:
     """A resolved config as YAML, headed by its ids (what `ablate show` prints)."""
+    from omegaconf import OmegaConf
+
     head = f"# run_id: {run_id(config)}  arm_id: {arm_id(config)}\n"
-    return head + OmegaConf.to_yaml(OmegaConf.create(config))
+    return head + OmegaConf.to_yaml(OmegaConf.create(config.to_dict()))

@@ -6,7 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve, write_csv
+from ablate.curves import write_csv
+from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 
 runner = CliRunner()
 

@@ -6,10 +6,11 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.curves import curves_from_sweep, write_csv
 from ablate.fit.analysis import FitOptions
 from ablate.fit.compare import SCALERL_MARGIN, rank
-from ablate.fit.curves import curves_from_sweep
-from ablate.fit.synthetic import synthetic_curve, write_csv, write_sweep
+from ablate.fit.synthetic import synthetic_curve
+from sweep_writer import write_sweep
 
 runner = CliRunner()
 BASE = dict(a=0.61, b=1.92, c_mid=2542)
@@ -94,11 +95,14 @@ def test_partial_failed_and_truncated_runs(tmp_path):
     failed = sweep / "runs" / "deadbeef0000"
     failed.mkdir()
     store.write_json(failed / "run.json", {"run_id": "deadbeef0000", "label": "loss=dapo,seed=0", "status": "failed",
-                                           "error": {"cause": "oom", "class": "OutOfMemoryError"}})
+                                           "cause": "killed",
+                                           "error": {"class": None, "message": "local job 12 ended without a result",
+                                                     "traceback": []}})
     res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "200"])
     assert res.exit_code == 0, res.output
     assert "partial" in res.output and "truncation >10%" in res.output
-    assert "not fitted loss=dapo,seed=0: failed: oom" in res.output
+    # the reason says what happened (RunInfo.why), not "failed: failed"
+    assert "not fitted loss=dapo,seed=0: failed (killed): local job 12 ended without a result" in res.output
 
 
 @pytest.mark.parametrize("setup, args, expected", [

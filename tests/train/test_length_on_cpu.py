@@ -1,16 +1,16 @@
 """Length penalty at its edges, forced interruption and truncation flags; expected values worked out by hand."""
 
-import random
-
 import pytest
 import torch
 
 from ablate.errors import UserError
+from ablate.rundir import TRUNCATION_WARN
 from ablate.train.length import (
-    TRUNCATION_WARN,
-    draw_think_budget,
+    draw_think_budgets,
+    ends_with_phrase,
     interrupt,
     length_penalty,
+    phrase_end,
     truncated,
     truncation_rate,
 )
@@ -46,14 +46,24 @@ def test_interrupt_appends_the_phrase_after_the_budget():
 
 
 def test_think_budget_is_uniform_on_the_closed_window():
-    for rng in (random.Random(0), torch.Generator().manual_seed(0)):
-        draws = [draw_think_budget(rng, 3, 5) for _ in range(300)]
-        assert set(draws) == {3, 4, 5}
-        assert all(type(d) is int for d in draws)
-    assert draw_think_budget(random.Random(7), 10, 20) == draw_think_budget(random.Random(7), 10, 20)
-    assert draw_think_budget(random.Random(0), 4, 4) == 4
+    draws = draw_think_budgets(torch.Generator().manual_seed(0), 3, 5, 600)
+    assert draws.dtype == torch.long and set(draws.tolist()) == {3, 4, 5}
+    counts = torch.bincount(draws)[3:].tolist()
+    assert min(counts) > 150  # each of the three values about a third of the time
+    again = draw_think_budgets(torch.Generator().manual_seed(0), 3, 5, 600)
+    assert torch.equal(draws, again)
+    assert draw_think_budgets(None, 4, 4, 3).tolist() == [4, 4, 4]
     with pytest.raises(UserError, match="lo <= hi"):
-        draw_think_budget(random.Random(0), 6, 5)
+        draw_think_budgets(None, 6, 5, 1)
+
+
+def test_the_model_ending_its_thinking_is_found_in_both_forms():
+    assert phrase_end([5, 6, 1, 2, 7], [1, 2]) == 4
+    assert phrase_end([5, 6, 1, 2, 7], [1, 2], start=3) is None  # must end at or after start + len - 1
+    assert phrase_end([5, 1], [1, 2]) is None
+    rows = torch.tensor([[5, 1, 2], [1, 2, 5], [0, 0, 1]])
+    assert ends_with_phrase(rows, torch.tensor([1, 2])).tolist() == [True, False, False]
+    assert ends_with_phrase(rows[:, :1], torch.tensor([1, 2])).tolist() == [False, False, False]
 
 
 def test_truncation_flags_and_rate():

@@ -7,21 +7,18 @@ import threading
 import pytest
 import torch
 
+from pathlib import Path
+
+from ablate.compose import compose_run
+from ablate.config import ModelConfig
 from ablate.errors import UserError
-from ablate.train.policy import (
-    Policy,
-    build_char_tokenizer,
-    build_policy,
-    build_tiny_model,
-    load_hf,
-    warmed_up_folder,
-    warmup_info,
-    warmup_key,
-)
+from ablate.train.policy import Policy, build_char_tokenizer, build_policy, build_tiny_model, load_hf
 from ablate.train.tasks import build_task
+from ablate.train.warmup import warmed_up_folder, warmup_info, warmup_key
 
 torch.set_num_threads(1)
-SMALL = {"name": "tiny", "n_layers": 2, "hidden": 32, "n_heads": 2, "mlp": 64}
+SMALL = ModelConfig(name="tiny", n_layers=2, hidden=32, n_heads=2, mlp=64)
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
 
 
 def _policy(head=torch.float32, model_cfg=SMALL, alphabet="0123456789+=>", seed=0) -> Policy:
@@ -46,9 +43,8 @@ def test_char_tokenizer_round_trip_and_specials(tmp_path):
 def test_missing_hf_folder_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="not a Hugging Face model folder"):
         load_hf(tmp_path)
-    cfg = {"precision": {"name": "fp32_head"}, "model": {"name": "hf", "path": None}}
-    with pytest.raises(UserError, match="model.path is required"):
-        build_policy(cfg, None)
+    with pytest.raises(UserError, match="model=hf needs model.path"):
+        compose_run(RECIPE, ["model=hf"])
 
 
 def _hf_logits(pol: Policy, pids, pmask, group, tokens):
@@ -90,21 +86,17 @@ def test_fp32_head_logits_are_float32_in_the_trainer_and_bf16_is_not():
 
 
 def _warm_cfg(**warmup):
-    return {
-        "seed": 0,
-        "model": dict(SMALL),
-        "task": {"name": "synthetic_math", "digits": 2, "train_size": 300, "val_size": 20, "reward": "binary"},
-        "precision": {"name": "fp32_head"},
-        "rollout": {"name": "torch", "temperature": 1.0},
-        "length": {"name": "none", "max_new_tokens": 6},
-        "train": {"warmup": {"max_steps": 20, "check_every": 10, "batch": 16, "target_pass_rate": 1.0, **warmup}},
-    }
+    over = {"max_steps": 20, "check_every": 10, "batch": 16, "target_pass_rate": 1.0, **warmup}
+    return compose_run(RECIPE, ["model.n_layers=2", "model.hidden=32", "model.n_heads=2", "model.mlp=64",
+                                "task.digits=2", "task.train_size=300", "task.digits_min=2", "task.unseen_frac=0",
+                                "train.val_size=20", "length=none", "length.max_new_tokens=6"]
+                       + [f"train.warmup.{k}={v}" for k, v in over.items()])
 
 
 def test_warmup_is_cached_by_config_hash_and_built_once_under_a_lock(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
     cfg = _warm_cfg()
-    task = build_task(cfg["task"], ">")
+    task = build_task(cfg.task, cfg.train.val_size, ">")
     folders = []
     threads = [threading.Thread(target=lambda: folders.append(warmed_up_folder(cfg, task))) for _ in range(2)]
     for t in threads:
@@ -119,7 +111,7 @@ def test_warmup_is_cached_by_config_hash_and_built_once_under_a_lock(tmp_path, m
     assert (folders[0] / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not rebuilt
     other = _warm_cfg(lr=5e-4)
     assert warmup_key(other, task) != warmup_key(cfg, task)
-    cfg_seed = {**cfg, "seed": 3}
+    cfg_seed = cfg.replace(seed=3)
     assert warmup_key(cfg_seed, task) == warmup_key(cfg, task)  # every seed of a sweep starts from the same weights
     pol = build_policy(cfg_seed, task)
     ref, _ = load_hf(folders[0])
@@ -129,6 +121,6 @@ def test_warmup_is_cached_by_config_hash_and_built_once_under_a_lock(tmp_path, m
 def test_warmup_stops_at_the_target_pass_rate(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
     cfg = _warm_cfg(target_pass_rate=0.0)  # reached by the first check: no training step at all
-    task = build_task(cfg["task"], ">")
+    task = build_task(cfg.task, cfg.train.val_size, ">")
     info = warmup_info(warmed_up_folder(cfg, task))
     assert info["steps"] == 0

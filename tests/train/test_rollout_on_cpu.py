@@ -6,11 +6,12 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from ablate.config import ModelConfig
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
 
 torch.set_num_threads(1)
-SMALL = {"n_layers": 2, "hidden": 32, "n_heads": 2, "mlp": 64}
+SMALL = ModelConfig(n_layers=2, hidden=32, n_heads=2, mlp=64)
 PROMPTS = ["123+456=", "999+001=", "500+500="]
 
 

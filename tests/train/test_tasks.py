@@ -6,8 +6,19 @@ import json
 
 import pytest
 
+from pathlib import Path
+
+from ablate.compose import compose_run
+from ablate.config import ConfigErrors, TaskConfig
 from ablate.errors import UserError
-from ablate.train.tasks import addition_problem, build_task, final_answer, normalize_answer
+from ablate.train.tasks import addition_problem, build_task as _build, final_answer, normalize_answer
+
+
+def build_task(cfg: dict, phrase: str):
+    """A task from a plain `task` section plus `val_size` (train.val_size in a run config)."""
+    cfg = dict(cfg)
+    val_size = cfg.pop("val_size", 200)
+    return _build(TaskConfig(**cfg), val_size, phrase)
 
 
 def test_addition_problem_writes_low_carries_then_the_sum():
@@ -48,8 +59,8 @@ def test_unseen_share_is_subtraction_without_targets_in_both_splits():
             assert t.check(">" + p.answer, p.answer)
         assert all(p.target for p in split if "+" in p.prompt)
     assert "-" in t.alphabet and "-" not in build_task({**cfg, "unseen_frac": 0.0}, ">").alphabet
-    with pytest.raises(UserError, match="unseen_frac"):
-        build_task({**cfg, "unseen_frac": 1.0}, ">")
+    with pytest.raises(ConfigErrors, match="task.unseen_frac: must be < 1.0"):
+        compose_run(Path(__file__).resolve().parents[2] / "recipes" / "base.yaml", ["task.unseen_frac=1.0"])
 
 
 def test_answer_normalisation():

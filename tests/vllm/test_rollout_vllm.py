@@ -19,15 +19,18 @@ import vllm  # noqa: F401  (a missing vLLM fails here, loudly)
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.sweep import compose_run
+from ablate.rundir import METRICS, REQUIRED_METRICS
+from ablate.compose import compose_run
+from ablate.config import ModelConfig
 from ablate.train import run
-from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, supervised_loss
+from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
+from ablate.train.warmup import supervised_loss
 from ablate.train.rollout_vllm import VLLM_VERSION, VLLMSampler, engine_options
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
-SIZE = {"n_layers": 2, "hidden": 64, "n_heads": 2, "mlp": 128}  # head size 32: vLLM's CPU attention needs 32, 64, 80, ...
+SIZE = ModelConfig(n_layers=2, hidden=64, n_heads=2, mlp=128)  # head size 32: vLLM's CPU attention needs 32, 64, 80, ...
 PROMPTS = ["123+456=", "999+001=", "500+500="]
 PADDED = ["1+2=", "345+67=", "8="]
 GREEDY_TORCH = 1e-4  # the torch sampler has no greedy mode: at T=1e-4 its softmax is one-hot
@@ -49,7 +52,7 @@ def sampler(pol) -> VLLMSampler:
 
 
 def _trainer_logp(pol: Policy, ro, temperature: float) -> torch.Tensor:
-    """[N, T] log-probs of the sampled tokens as the trainer recomputes them (loop.train_step, fp32)."""
+    """[N, T] log-probs of the sampled tokens as the trainer recomputes them (Learner.step, fp32)."""
     with torch.no_grad():
         lg = pol.completion_logits(ro.prompt_ids, ro.prompt_mask, ro.group, ro.tokens).float() / temperature
     return torch.log_softmax(lg, -1).gather(2, ro.tokens[..., None]).squeeze(2)
@@ -189,7 +192,7 @@ def _cache(tmp_path_factory, monkeypatch):
 
 def test_the_recipes_rollout_section_names_the_engine_settings():
     cfg = compose_run(ROOT / "recipes" / "base.yaml", ["rollout=vllm", "rollout.kv_cache_mb=64", "rollout.dtype=bfloat16"])
-    opts = engine_options(cfg["rollout"])
+    opts = engine_options(cfg.rollout)
     assert opts == {"dtype": "bfloat16", "kv_cache_mb": 64, "gpu_memory_utilization": 0.3, "enforce_eager": True,
                     "max_model_len": None}
     assert VLLMSampler(_policy(), **opts).opts.kv_cache_mb == 64
@@ -203,7 +206,7 @@ def test_a_short_rl_run_with_vllm_rollouts_learns(tmp_path):
     recs = store.read_jsonl(tmp_path / "r" / "metrics.jsonl")
     assert [r["step"] for r in recs] == list(range(0, 241, 20))
     for r in recs:
-        assert set(store.REQUIRED_METRICS) <= set(r) and set(r) <= set(store.METRICS)
+        assert set(REQUIRED_METRICS) <= set(r) and set(r) <= set(METRICS)
     # learning: the last five evaluations (20 held-out prompts x 16 samples each) average clearly above R0.
     # Measured on this config: R0 0.175 -> 0.29 over steps 160-240 (vLLM, seed 0; the torch sampler gives a
     # similar rise). An unchanged policy's evaluations scatter by ~0.02 (binomial, 320 samples), so the late
@@ -250,14 +253,16 @@ MULTIPROCESS = '''
 import json, os
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 import torch
-from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, supervised_loss
+from ablate.config import ModelConfig
+from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import SampleSpec, TorchSampler
 from ablate.train.rollout_vllm import VLLMSampler, shutdown_engines
+from ablate.train.warmup import supervised_loss
 
 if __name__ == "__main__":  # the multiprocess engine spawns its worker: a __main__ guard is required
     torch.set_num_threads(1)
     tok = build_char_tokenizer("0123456789+=>")
-    pol = Policy(build_tiny_model({"n_layers": 2, "hidden": 64, "n_heads": 2, "mlp": 128}, len(tok), 0), tok, torch.float32)
+    pol = Policy(build_tiny_model(ModelConfig(n_layers=2, hidden=64, n_heads=2, mlp=128), len(tok), 0), tok, torch.float32)
     s = VLLMSampler(pol, kv_cache_mb=64)
     P, spec = ["123+456=", "9+1=", "500+500="], SampleSpec(6, 0.0)
     before = s.generate(P, 1, spec)

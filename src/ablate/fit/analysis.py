@@ -1,18 +1,19 @@
 """Fit one run or one arm (several runs) end to end: window, point fit, interval, identifiability, predictions.
 
-This is what `ablate fit`, `rank` and `extrapolate` call; `FitResult.to_json()` has the keys of the
-JSON contract in design.md §5.
+This is what `ablate fit`, `rank` and `extrapolate` call; `FitResult.to_json()` gives the keys documented in
+docs/json.md.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ablate.errors import UserError
-from ablate.fit.curves import Curve
+from ablate.fit.curve import Curve
 from ablate.fit.paper import fit_paper
 from ablate.fit.sigmoid import (
     CMID_DECADES_ABOVE,
@@ -60,8 +61,13 @@ class FitOptions:
             raise UserError(f"--n-boot {self.n_boot}: must be >= 0")
         if not 0.0 < self.ci < 1.0:
             raise UserError(f"--ci {self.ci}: must be between 0 and 1 (e.g. 0.95)")
-        if self.target <= 0:
-            raise UserError(f"--to {self.target:g}: target compute must be > 0")
+        if not (math.isfinite(self.target) and self.target > 0):  # NaN would predict R0 for every arm
+            raise UserError(f"--to {self.target:g}: target compute must be a finite number > 0")
+        for flag, v in (("--fit-from", self.fit_from), ("--fit-until", self.fit_until)):
+            if v is not None and not math.isfinite(v):
+                raise UserError(f"{flag} {v:g}: must be a finite compute (leave it out for no limit)")
+        if self.seed < 0:
+            raise UserError(f"--seed {self.seed}: must be >= 0")
         if self.fit_from is not None and self.fit_until is not None and self.fit_from >= self.fit_until:
             raise UserError(f"--fit-from {self.fit_from:g} is not below --fit-until {self.fit_until:g}: the window is empty")
         if self.target_r is not None and not 0.0 < self.target_r < 1.0:
@@ -194,6 +200,8 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     else:
         r0 = None
         notes.append("no point at compute 0: R0 fitted (give --r0 to fix it)")
+    if r0 is not None and r0 >= 1.0:  # the box A in [R0, 1] would be empty
+        raise UserError(f"{name}: R0 = {r0:g}: the pass rate at compute 0 is already 1, so there is no gain to fit")
     x, y, run_index, window = window_points(curves, opts, name)
     n_params = 3 if r0 is not None else 4
     if x.size < n_params + 1:

@@ -11,6 +11,7 @@ target only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,9 +19,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ablate.errors import UserError
-from ablate import store
 from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, measured_run_r0, rank_key, window_points
-from ablate.fit.curves import Curve
+from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
 from ablate.fit.uncertainty import bootstrap_runs, bootstrap_single, percentile_ci
 
@@ -228,12 +228,19 @@ def _pmap(fn, items: list, jobs: int) -> list:
         return list(pool.map(fn, items, chunksize=max(1, len(items) // (4 * jobs))))
 
 
+def check_margin(margin: float | None) -> None:
+    """`--margin` is a distance on A: finite and >= 0 (NaN would silently make every arm `no_effect`)."""
+    if margin is not None and not (math.isfinite(margin) and margin >= 0.0):
+        raise UserError(f"--margin {margin}: a margin on A must be a finite number >= 0 (e.g. 0.02)")
+
+
 def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: float | None = None,
-         x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None, jobs: int | None = None) -> Ranking:
+         x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None, jobs: int = 1) -> Ranking:
     """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first.
 
-    Arms are independent fits: with many arms they run on `jobs` processes (default: the cores)."""
-    jobs = store.cpu_count() if jobs is None else jobs
+    Arms are independent fits: with many arms they run on `jobs` worker processes (the caller knows how many
+    cores it may use; 1: in this process)."""
+    check_margin(margin)
     groups = group_arms(curves)
     if baseline is None:
         flagged = {c.group or c.run for c in curves if c.meta.get("baseline")}

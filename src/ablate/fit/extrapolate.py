@@ -11,7 +11,7 @@ import numpy as np
 
 from ablate.errors import UserError
 from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, rank_key
-from ablate.fit.curves import Curve
+from ablate.fit.curve import Curve
 
 
 @dataclass

@@ -86,8 +86,38 @@ def _grid(x: np.ndarray, n_b: int = 40, n_m: int = 64):
     return np.exp(logb), m
 
 
+def batch_means(x, v, w=None, max_points: int = 1024):
+    """Consecutive points averaged in at most `max_points` batches of (nearly) equal count.
+
+    x, v, w: [n], x > 0 and sorted. Returns (x [m], v [m], w [m]): each batch's x at its geometric mean (the
+    model is in ln C), the weighted mean of v, and the batch's total weight (its count when `w` is None). With
+    n <= max_points the input comes back unchanged (w may then be None).
+    """
+    n = x.size
+    if n <= max_points:
+        return x, v, w
+    starts = np.linspace(0, n, max_points + 1).astype(np.int64)[:-1]  # n > max_points: strictly increasing
+    count = np.diff(np.append(starts, n))
+    w = np.ones(n) if w is None else np.asarray(w, dtype=float)
+    sw = np.add.reduceat(w, starts)
+    xb = np.exp(np.add.reduceat(np.log(x), starts) / count)
+    vb = np.add.reduceat(w * v, starts) / np.where(sw > 0, sw, 1.0)
+    return xb, vb, sw
+
+
+# The grid start scores every grid cell on every point: [n_B, n_Cmid, n] arrays. A longer curve is first reduced
+# to this many batch means (weighted by their count), which keeps those arrays near 20 MB whatever n is: the
+# start only has to land in the optimum's basin, and least_squares then refines it on every point.
+START_POINTS = 1024
+
+
 def _grid_start(x, y, w, r0, fit_r0):
-    """Best (R0, A, B, ln C_mid) over the grid, with A (and R0) in closed form for each (B, C_mid)."""
+    """Best (R0, A, B, ln C_mid) over the grid, with A (and R0) in closed form for each (B, C_mid).
+
+    x, y, w: [n] (any n: reduced to at most START_POINTS batch means first)."""
+    if x.size > START_POINTS:
+        order = np.argsort(x, kind="stable")
+        x, y, w = batch_means(x[order], y[order], w[order], START_POINTS)
     bs, ms = _grid(x)
     lx = np.log(x)
     s = expit(bs[:, None, None] * (lx[None, None, :] - ms[None, :, None]))  # [nb, nm, n]

@@ -1,5 +1,7 @@
 """Realistic synthetic training curves with known sigmoid parameters (for the demo, tests and benchmarks).
 
+Generation only: `ablate.curves.write_csv` writes curves as a file, and the tests write sweep directories.
+
 Noise model: the validation set is a fixed set of `n_prompts` prompts of varied difficulty (per-prompt
 pass probabilities at the quantiles of a Beta distribution whose mean is R(C)), each scored mean@k, so an
 evaluation's noise is the binomial noise of k samples per prompt (sd <= 0.004 for 1,000 x 16); on top,
@@ -14,7 +16,7 @@ import functools
 import numpy as np
 from scipy.stats import beta as beta_dist
 
-from ablate.fit.curves import Curve
+from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import sigmoid
 
 # ScaleRL paper, Table 1 (GPU-hours): (C_mid, B, A). R0 is not tabulated; ~0.3 matches its Figure 1.
@@ -73,41 +75,3 @@ def synthetic_curve(
 def paper_curves(seed: int = 0, **kw) -> list[Curve]:
     """The three curves of the paper's Table 1, with realistic evaluation noise."""
     return [synthetic_curve(**p, seed=seed + i, run=name, **kw) for i, (name, p) in enumerate(PAPER_CURVES.items())]
-
-
-def write_csv(curves: list[Curve], path, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
-    """Write curves as a long CSV: run, group, x, y (labels like `loss=dapo,seed=0` are quoted)."""
-    import csv
-
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "group", x, y])
-        for c in curves:
-            for xi, yi in zip(c.x, c.y):
-                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"])
-
-
-def write_sweep(root, name: str, arms: dict[str, list[Curve]], *, baseline: str | None = None,
-                x: str = "gpu_hours", status: str = "done") -> "Path":
-    """Write curves as a sweep directory (`<root>/<name>/runs/<id>/{run.json, metrics.jsonl}`), one run per
-    curve, labelled `<arm>,seed=<i>`: what `ablate rank` reads from a real sweep."""
-    import hashlib
-    from pathlib import Path
-
-    from ablate import store
-
-    sweep = Path(root) / name
-    for arm, curves in arms.items():
-        arm_id = hashlib.sha256(arm.encode()).hexdigest()[:12]
-        for seed, c in enumerate(curves):
-            label = f"{arm},seed={seed}"
-            run_id = hashlib.sha256(label.encode()).hexdigest()[:12]
-            rd = store.run_dir(root, name, run_id)
-            rd.mkdir(parents=True, exist_ok=True)
-            store.write_json(rd / "run.json", {"run_id": run_id, "arm_id": arm_id, "label": label,
-                                               "overrides": arm.split(","), "status": status,
-                                               "baseline": arm == baseline})
-            recs = [{"step": i * 10, x: float(xi), "val_pass_rate": float(yi), "samples": i * 1280,
-                     "flops": float(xi) * 1e15, "truncation_rate": 0.0} for i, (xi, yi) in enumerate(zip(c.x, c.y))]
-            store.write_jsonl(rd / "metrics.jsonl", recs)
-    return sweep

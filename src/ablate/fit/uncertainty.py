@@ -6,6 +6,11 @@ circular moving blocks of length L ~ n^(1/3) (Künsch 1989; Politis & Romano 199
 Several runs of one arm (seeds): resample whole runs with replacement — the spread ScaleRL reports
 across seeds — which is a reweighting of the pooled points, so all resamples are refitted in one
 vectorised call (`fit_batch`).
+
+The resamples are [n_boot, n] arrays. A curve of more than BOOT_POINTS points is resampled as batch means
+instead (consecutive points of a run averaged, refitted with the batch's count as its weight): the mean of a
+batch carries its points' noise, autocorrelation included, so the interval keeps its width while memory and time
+stay bounded for any n (1,000 resamples of 1.5 million points would need 12 GB per array).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import math
 
 import numpy as np
 
-from ablate.fit.sigmoid import PointFit, fit_batch
+from ablate.fit.sigmoid import PointFit, batch_means, fit_batch
+
+BOOT_POINTS = 2048
 
 
 def block_length(resid: np.ndarray) -> int:
@@ -46,12 +53,15 @@ def bootstrap_single(x, y, fit: PointFit, *, n_boot: int, rng, weights=None, hub
     A fixed R0 is itself one noisy evaluation: each resample perturbs it by a resampled residual, or the
     interval would ignore that R0 error shifts A and the predictions.
     """
-    yhat = fit.predict(x)
-    resid = y - yhat
-    L = block_length(resid)
-    Y = yhat[None, :] + block_bootstrap_residuals(resid, n_boot, rng, L)
-    r0 = None if fit.fit_r0 else fit.r0 + rng.choice(resid - resid.mean(), size=n_boot)
-    return fit_batch(x, Y, fit, weights=weights, huber=huber, fix_a=fix_a, r0=r0), f"block bootstrap of residuals (block {L}, {n_boot} resamples)"
+    resid = y - fit.predict(x)
+    xb, rb, wb = batch_means(x, resid, weights, BOOT_POINTS)  # x, resid, weights themselves when n <= BOOT_POINTS
+    L = block_length(rb)
+    Y = fit.predict(xb)[None, :] + block_bootstrap_residuals(rb, n_boot, rng, L)
+    r0 = None if fit.fit_r0 else fit.r0 + rng.choice(resid - resid.mean(), size=n_boot)  # one point's noise
+    how = f"block bootstrap of residuals (block {L}, {n_boot} resamples)"
+    if xb.size < x.size:
+        how = how[:-1] + f" of {xb.size} batch means)"
+    return fit_batch(xb, Y, fit, weights=wb, huber=huber, fix_a=fix_a, r0=r0), how
 
 
 def bootstrap_runs(x, y, run_index, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None,
@@ -65,6 +75,10 @@ def bootstrap_runs(x, y, run_index, fit: PointFit, *, n_boot: int, rng, weights=
     """
     R = int(run_index.max()) + 1
     counts = rng.multinomial(R, np.full(R, 1.0 / R), size=n_boot)  # [n_boot, R]
+    resid = y - fit.predict(x)
+    n = x.size
+    if n > BOOT_POINTS:
+        x, resid, weights, run_index = _run_batch_means(x, resid, weights, run_index, R)
     W = counts[:, run_index].astype(float)
     if weights is not None:
         W = W * np.asarray(weights, dtype=float)[None, :]
@@ -73,13 +87,26 @@ def bootstrap_runs(x, y, run_index, fit: PointFit, *, n_boot: int, rng, weights=
     L = 1
     for r in range(R):
         idx = np.nonzero(run_index == r)[0]  # this run's points, in compute order
-        L = block_length(y[idx] - yhat[idx])
-        Y[:, idx] = yhat[idx] + block_bootstrap_residuals(y[idx] - yhat[idx], n_boot, rng, L)
+        L = block_length(resid[idx])
+        Y[:, idx] = yhat[idx] + block_bootstrap_residuals(resid[idx], n_boot, rng, L)
     r0 = None
     if not fit.fit_r0 and run_r0 is not None:
         r0 = counts @ np.asarray(run_r0, dtype=float) / R
     draws = fit_batch(x, Y, fit, weights=W, huber=huber, fix_a=fix_a, r0=r0)
-    return draws, f"run bootstrap x block bootstrap of residuals ({R} runs, block {L}, {n_boot} resamples)"
+    batched = f", {x.size} batch means" if x.size < n else ""
+    return draws, f"run bootstrap x block bootstrap of residuals ({R} runs, block {L}, {n_boot} resamples{batched})"
+
+
+def _run_batch_means(x, resid, weights, run_index, R: int):
+    """Each run's points reduced to at most BOOT_POINTS / R batch means; returns (x, resid, weights, run_index),
+    each [m] with m <= BOOT_POINTS (+ R), runs one after the other."""
+    parts = []
+    for r in range(R):
+        idx = np.nonzero(run_index == r)[0]
+        w = None if weights is None else np.asarray(weights, dtype=float)[idx]
+        xb, rb, wb = batch_means(x[idx], resid[idx], w, max(1, BOOT_POINTS // R))
+        parts.append((xb, rb, np.ones(xb.size) if wb is None else wb, np.full(xb.size, r)))
+    return tuple(np.concatenate(col) for col in zip(*parts))
 
 
 def percentile_ci(draws: np.ndarray, level: float) -> tuple[float, float] | None:

@@ -1,11 +1,19 @@
-"""One RL run: losses, advantages, filters and length control (pure tensor functions), plus the loop around them.
+"""One RL run (loop.py), its pieces (step, evaluate, checkpoint, feeders, stopping, warmup) and the algorithm core:
+losses, advantages, filters and length control as pure tensor functions in name registries.
 
 Kept import-free on purpose: `import ablate.train` must not pull torch or a model in (the CLI imports lazily).
 """
 
 
-def run(config, run_dir, *, threads: int = 1):
+def run(config, run_dir, *, threads: int = 1, stop=None):
     """Execute one RL run (see `ablate.train.loop.run`); imported lazily so `import ablate.train` stays light."""
     from ablate.train.loop import run as _run
 
-    return _run(config, run_dir, threads=threads)
+    return _run(config, run_dir, threads=threads, stop=stop)
+
+
+def preflight(config, run_dir):
+    """Refuse what can be refused before a run writes anything (see `ablate.train.loop.preflight`)."""
+    from ablate.train.loop import preflight as _preflight
+
+    return _preflight(config, run_dir)

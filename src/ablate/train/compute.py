@@ -1,4 +1,4 @@
-"""Compute accounting of a run (design.md §4): cumulative device-hours, estimated FLOPs, samples.
+"""Compute accounting of a run: cumulative device-hours, estimated FLOPs, samples.
 
 The x-axis of every fit is compute, so it must survive restarts: `Compute` is part of the checkpoint and
 keeps counting from where the run stopped (the wall-clock of a killed, unsaved segment is lost, as it is on

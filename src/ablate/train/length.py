@@ -5,20 +5,18 @@
     truncation:   truncated_i = |y_i| >= L_max and no EOS; truncation rate > 10% is ScaleRL's instability warning
 
 The penalty is 0 up to L_max - L_cache tokens, falls linearly to -1 at L_max, and stays -1 beyond. It applies to
-correct completions only (design.md §4): a wrong answer already gets the lowest verifier reward, and penalising it
+correct completions only: a wrong answer already gets the lowest verifier reward, and penalising it
 further would only teach "fail shorter".
 """
 
 from __future__ import annotations
 
-import random
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from ablate.errors import UserError
-from ablate.store import TRUNCATION_WARN  # noqa: F401  (ScaleRL's instability threshold, defined with the metrics)
 
 
 def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -> Tensor:
@@ -35,14 +33,12 @@ def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -
     return torch.where(correct.to(torch.bool), pen, torch.zeros_like(pen))
 
 
-def draw_think_budget(rng: random.Random | torch.Generator, lo: int, hi: int) -> int:
-    """A thinking budget drawn uniformly from the integers lo..hi (both included), from a stdlib Random or a
-    torch Generator. Drawn per generation so the model cannot learn one fixed cut-off point."""
+def draw_think_budgets(generator: torch.Generator | None, lo: int, hi: int, n: int) -> Tensor:
+    """Thinking budgets [n] (long), each drawn uniformly from the integers lo..hi (both included). Drawn per
+    completion so the model cannot learn one fixed cut-off point."""
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
         raise UserError(f"thinking budget window needs integers 1 <= lo <= hi, got lo={lo!r}, hi={hi!r}")
-    if isinstance(rng, torch.Generator):
-        return int(torch.randint(lo, hi + 1, (1,), generator=rng))
-    return rng.randint(lo, hi)
+    return torch.randint(lo, hi + 1, (n,), generator=generator)
 
 
 def interrupt(tokens: Sequence[int], phrase_ids: Sequence[int], budget: int | None = None) -> list[int]:
@@ -51,6 +47,7 @@ def interrupt(tokens: Sequence[int], phrase_ids: Sequence[int], budget: int | No
     tokens: the completion so far (prompt excluded); phrase_ids: the tokenised end-of-thinking phrase; budget:
     if given, tokens beyond it are cut first (a backend may overshoot by a block). Returns tokens[:budget] + phrase.
     If the budget-cut tokens already end with the phrase, nothing is appended (never interrupt twice).
+    Both samplers take what to force from here.
     """
     if not phrase_ids:
         raise UserError("forced interruption needs a non-empty end-of-thinking phrase")
@@ -59,6 +56,25 @@ def interrupt(tokens: Sequence[int], phrase_ids: Sequence[int], budget: int | No
     if len(kept) >= len(phrase) and kept[-len(phrase) :] == phrase:
         return kept
     return kept + phrase
+
+
+def phrase_end(tokens: Sequence[int], phrase_ids: Sequence[int], start: int = 0) -> int | None:
+    """End index (exclusive) of the first occurrence of the phrase in `tokens` that ends at or after
+    start + len(phrase) - 1: where the model ended its thinking by itself. None when it has not."""
+    L = len(phrase_ids)
+    phrase = list(phrase_ids)
+    for e in range(max(start + L, L), len(tokens) + 1):
+        if list(tokens[e - L : e]) == phrase:
+            return e
+    return None
+
+
+def ends_with_phrase(tokens: Tensor, phrase_ids: Tensor) -> Tensor:
+    """bool [N]: row n of tokens [N, t] ends with the phrase [L] (the vectorised `phrase_end` of one new token)."""
+    L = phrase_ids.numel()
+    if tokens.shape[1] < L:
+        return torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    return (tokens[:, -L:] == phrase_ids).all(1)
 
 
 def truncated(lengths: Tensor, max_len: int, finished: Tensor | None = None) -> Tensor:

@@ -1,6 +1,6 @@
 """Policy losses (registry `loss`) and loss aggregation (registry `aggregation`), as pure functions over tensors.
 
-Per token, rho = pi_theta / pi_old, A = the completion's advantage, sg = stop-gradient (design.md §4):
+Per token, rho = pi_theta / pi_old, A = the completion's advantage, sg = stop-gradient:
     grpo  (Shao et al. 2024, arXiv 2402.03300; PPO clip, Schulman et al. 2017):  -min(rho*A, clip(rho, 1-eps, 1+eps)*A)
     dapo  (Yu et al. 2025, arXiv 2503.14476, "Clip-Higher"):        -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A)
     gspo  (Zheng et al. 2025, arXiv 2507.18071):  s = exp(mean_t log rho) per completion; -min(s*A, clip(s, 1-eps_low, 1+eps_high)*A)
@@ -13,7 +13,7 @@ RL-for-LLM trainers have shipped). Computing w once for the whole step and slici
 sum over micro-batches of (loss_mb * w_mb).sum() equal the full-batch loss, so the gradient is the same for any
 micro-batching or gradient accumulation.
 
-Interface (design.md §4, "The algorithm core's interface"):
+Interface (the algorithm core's, for tests and outside checks):
     get(name) -> fn(logp, old_logp, advantages, mask, **params) -> (per_token_loss [N, T], metrics: dict[str, float])
     token_weights(mask [N, T], group_ids [N], mode) -> weights [N, T]
 """
@@ -146,16 +146,22 @@ def _metrics(ratio: Tensor, m: Tensor, low: Tensor, high: Tensor) -> dict[str, f
     }
 
 
-def _ppo_clip(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, lo: float, hi: float):
-    m = mask.bool()
-    ratio = torch.exp(_log_ratio(logp, old_logp, m))
-    adv = advantages.detach().to(logp.dtype)[:, None]
+def _clipped(ratio: Tensor, advantages: Tensor, m: Tensor, lo: float, hi: float) -> tuple[Tensor, dict[str, float]]:
+    """The clipped surrogate of per-token ratios [N, T] (token-level for grpo/dapo, the sequence ratio repeated on
+    every token for gspo) and its clip statistics.
+
+    A clip "counts" only where it binds, i.e. where it zeroes the token's gradient: rho below lo with A < 0, or above
+    hi with A > 0 (the TRL/verl convention). Outside those cases min() picks the unclipped term."""
+    adv = advantages.detach().to(ratio.dtype)[:, None]
     loss = _clipped_surrogate(ratio, adv, lo, hi) * m
-    # A clip "counts" only where it binds, i.e. where it zeroes the token's gradient: rho below 1-eps with A < 0,
-    # or above 1+eps with A > 0 (the TRL/verl convention). Outside those cases min() picks the unclipped term.
     low = (ratio < lo) & (adv < 0)
     high = (ratio > hi) & (adv > 0)
     return loss, _metrics(ratio, m, low, high)
+
+
+def _ppo_clip(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, lo: float, hi: float):
+    m = mask.bool()
+    return _clipped(torch.exp(_log_ratio(logp, old_logp, m)), advantages, m, lo, hi)
 
 
 # ---------------------------------------------------------------------------------------------- losses
@@ -178,7 +184,7 @@ def dapo(
 ):
     """DAPO's decoupled clip, "Clip-Higher" (arXiv 2503.14476 §3.1): L = -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A).
 
-    DAPO's token-level averaging is not here: it is the `token` aggregation, a separate axis (design.md §3).
+    DAPO's token-level averaging is not here: it is the `token` aggregation, a separate axis.
     Shapes as for grpo.
     """
     eps_low = _number("dapo", "eps_low", eps_low, 0.0, 1.0)
@@ -207,12 +213,7 @@ def gspo(
     n_tok = m.sum(dim=1).clamp(min=1).to(lr.dtype)
     seq_lr = lr.sum(dim=1) / n_tok  # [N]: log s_i, mean over the completion's own tokens only
     ratio = torch.exp(seq_lr.detach()[:, None] + (lr - lr.detach()))  # value s_i, gradient s_i * d log pi_t
-    adv = advantages.detach().to(logp.dtype)[:, None]
-    lo, hi = 1.0 - eps_low, 1.0 + eps_high
-    loss = _clipped_surrogate(ratio, adv, lo, hi) * m
-    low = (ratio < lo) & (adv < 0)
-    high = (ratio > hi) & (adv > 0)
-    return loss, _metrics(ratio, m, low, high)
+    return _clipped(ratio, advantages, m, 1.0 - eps_low, 1.0 + eps_high)
 
 
 @register_loss("cispo")

@@ -1,10 +1,14 @@
 """Rollout backends (registry `rollout`): generate completions and keep the generating policy's log-probs.
 
-The interface every backend implements (the vLLM backend, a later issue, slots in beside `torch`):
+The interface every backend implements (`torch` here; `vllm` in rollout_vllm.py, registered lazily so that
+this module never imports it):
 
     backend.generate(prompts: list[str], n: int, spec: SampleSpec, generator) -> Rollouts   # n completions per prompt
     backend.load_weights(state_dict, version)      # weight sync after an optimizer step (PipelineRL)
     backend.version                                # the policy version that generates now
+
+Both backends build their `Rollouts` with `pack`, and take what interruption forces and what truncation means
+from length.py.
 
 `TorchSampler` is the CPU/GPU torch backend: batched, a static KV cache allocated once per call, temperature
 sampling, stop at EOS, a hard max length, and forced interruption: a row whose thinking reaches its budget
@@ -14,8 +18,8 @@ Forced tokens are part of the context but not the policy's actions: their `mask`
 Speed: prompts come with a group size n (G prompts x n completions each); each prompt is prefilled ONCE and
 its K/V shared by its n completions. For Llama/Qwen2-family models the decoder step is `policy.decoder_forward`
 on the model's own parameters (no HF cache objects, masks or output dataclasses per token: that per-token
-overhead dominates a tiny model); `test_rollout_on_cpu.py` checks it against the model's HF forward. Other
-architectures use the HF forward with a DynamicCache.
+overhead dominates a tiny model); tests/train/test_rollout_on_cpu.py checks it against the model's HF forward.
+Other architectures use the HF forward with a DynamicCache.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ablate.registry import Registry
-from ablate.train.policy import Policy, decoder_forward, head_logits
+from ablate.train import length
+from ablate.train.decoder import decoder_forward
+from ablate.train.policy import Policy, head_logits
 
 
 @dataclass
@@ -76,6 +82,26 @@ class RolloutBackend(Protocol):
 
 
 BACKENDS: Registry[Any] = Registry("rollout")
+BACKENDS.add_lazy("vllm", "ablate.train.rollout_vllm:VLLMSampler")
+
+
+def make_sampler(name: str, policy: Policy, **options: Any) -> "PolicySampler":
+    """A sampler of backend `name` (torch | vllm) over `policy`; `options` go to the backend (vLLM engine settings)."""
+    return BACKENDS.get(name)(policy, **options)
+
+
+def pack(policy: Policy, ids: Tensor, pmask: Tensor, group: Tensor, tokens: Tensor, present: Tensor, forced: Tensor,
+         logp: Tensor, finished: Tensor, max_new_tokens: int, version: int, entropy: Tensor | None = None) -> Rollouts:
+    """`Rollouts` from what a backend sampled. tokens, present, forced, logp: [N, T]; finished: [N] bool (ended with
+    EOS); entropy: [N] or None (then the Monte Carlo estimate mean(-log p) over the sampled tokens).
+    Forced tokens are context, not actions: mask and log-prob 0. Truncated = hit max_new_tokens without EOS."""
+    mask = present & ~forced
+    logp = logp * mask
+    if entropy is None:
+        entropy = (-logp).sum(1) / mask.sum(1).clamp(min=1)
+    texts = policy.tokenizer.batch_decode(torch.where(present, tokens, policy.pad_id).tolist(), skip_special_tokens=True)
+    trunc = length.truncated(present.sum(1), max_new_tokens, finished)
+    return Rollouts(ids, pmask, group, tokens, present, mask, logp, trunc, forced.any(1), entropy, texts, version)
 
 
 class PolicySampler:
@@ -135,15 +161,9 @@ class TorchSampler(PolicySampler):
         logp = torch.zeros((N, T), dtype=torch.float32, device=dev)
         ent = torch.zeros((N, T), dtype=torch.float32, device=dev)
         done = torch.zeros(N, dtype=torch.bool, device=dev)
-        interrupted = torch.zeros(N, dtype=torch.bool, device=dev)
-        phrase = torch.tensor(spec.phrase_ids, dtype=torch.long, device=dev)
-        L = len(spec.phrase_ids)
-        interrupt = spec.think_budget is not None and L > 0
+        interrupt = spec.think_budget is not None and len(spec.phrase_ids) > 0
         if interrupt:
-            budget = spec.think_budget.to(dev)
-            in_think = torch.ones(N, dtype=torch.bool, device=dev)
-            n_think = torch.zeros(N, dtype=torch.long, device=dev)
-            fpos = torch.zeros(N, dtype=torch.long, device=dev)  # phrase tokens forced so far
+            force = _Forcing(spec, N, dev)
         temp = float(spec.temperature)
         eos, pad = pol.eos_id, pol.pad_id
 
@@ -159,20 +179,13 @@ class TorchSampler(PolicySampler):
             tok_lp = lp.gather(1, nxt[:, None]).squeeze(1)
             live = ~done
             if interrupt:
-                force = in_think & (n_think >= budget) & live
-                if bool(force.any()):
-                    nxt = torch.where(force, phrase[fpos.clamp(max=L - 1)], nxt)
-                    fpos = fpos + force.long()
-                    interrupted |= force
-                    forced[:, t] = force
+                nxt, forced[:, t] = force.apply(nxt, live, tokens[:, :t])
             nxt = torch.where(live, nxt, torch.full_like(nxt, pad))
             tokens[:, t] = nxt
             present[:, t] = live
             logp[:, t] = torch.where(live & ~forced[:, t], tok_lp, torch.zeros_like(tok_lp))
             if interrupt:
-                n_think += (live & ~forced[:, t] & in_think).long()
-                ended = (tokens[:, t + 1 - L : t + 1] == phrase).all(1) if t + 1 >= L else torch.zeros_like(done)
-                in_think &= ~(ended | (fpos >= L))
+                force.observe(tokens[:, : t + 1], live & ~forced[:, t])
             done |= nxt == eos
             if t == T - 1 or bool(done.all()):
                 break
@@ -181,10 +194,47 @@ class TorchSampler(PolicySampler):
             model.train()
         Tu = int(present.sum(1).max()) if N else 0  # drop all-pad columns (every row finished early)
         tokens, present, forced, logp = tokens[:, :Tu], present[:, :Tu], forced[:, :Tu], logp[:, :Tu]
-        mask = present & ~forced
-        row_ent = (ent[:, :Tu] * mask).sum(1) / mask.sum(1).clamp(min=1)
-        texts = pol.tokenizer.batch_decode(torch.where(present, tokens, pad).tolist(), skip_special_tokens=True)
-        return Rollouts(ids, pmask, group, tokens, present, mask, logp, ~done, interrupted, row_ent, texts, self.version)
+        row_ent = (ent[:, :Tu] * (present & ~forced)).sum(1) / (present & ~forced).sum(1).clamp(min=1)
+        return pack(pol, ids, pmask, group, tokens, present, forced, logp, done, T, self.version, row_ent)
+
+
+class _Forcing:
+    """Forced interruption while decoding token by token, for N rows at once. A row thinks until it samples the
+    end-of-thinking phrase itself or its thinking budget is spent; then what `length.interrupt` says is forced in,
+    one token per step (mask 0), and the row goes on to answer."""
+
+    def __init__(self, spec: SampleSpec, N: int, dev: torch.device) -> None:
+        self.phrase = torch.tensor(spec.phrase_ids, dtype=torch.long, device=dev)
+        self.budget = spec.think_budget.to(dev)
+        self.in_think = torch.ones(N, dtype=torch.bool, device=dev)
+        self.n_think = torch.zeros(N, dtype=torch.long, device=dev)
+        self.queue = torch.zeros((N, len(spec.phrase_ids)), dtype=torch.long, device=dev)  # tokens left to force
+        self.left = torch.zeros(N, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(N, dtype=torch.long, device=dev)
+
+    def apply(self, sampled: Tensor, live: Tensor, so_far: Tensor) -> tuple[Tensor, Tensor]:
+        """The tokens to emit now [N] and which of them are forced [N]."""
+        start = self.in_think & (self.n_think >= self.budget) & live
+        if bool(start.any()):
+            phrase = self.phrase.tolist()
+            for i in start.nonzero().squeeze(1).tolist():
+                row = so_far[i].tolist()
+                extra = length.interrupt(row, phrase)[len(row):]
+                self.queue[i, : len(extra)] = torch.tensor(extra, dtype=torch.long)
+                self.left[i], self.pos[i] = len(extra), 0
+            self.in_think &= ~start
+        forcing = (self.left > 0) & live
+        if not bool(forcing.any()):
+            return sampled, forcing
+        tok = self.queue.gather(1, self.pos.clamp(max=self.queue.shape[1] - 1)[:, None]).squeeze(1)
+        self.pos += forcing.long()
+        self.left -= forcing.long()
+        return torch.where(forcing, tok, sampled), forcing
+
+    def observe(self, so_far: Tensor, sampled_now: Tensor) -> None:
+        """After a token: count sampled thinking tokens; a row that sampled the phrase ends its thinking."""
+        self.n_think += (sampled_now & self.in_think).long()
+        self.in_think &= ~length.ends_with_phrase(so_far, self.phrase)
 
 
 class _FastDecoder:
@@ -239,7 +289,3 @@ class _HFDecoder:
     def step(self, tok: Tensor, t: int) -> Tensor:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], 1)
         return self._run(tok[:, None])
-
-
-# The vLLM backend registers itself as `vllm` here; it imports vllm only when its engine starts (rollout_vllm.py).
-import ablate.train.rollout_vllm  # noqa: E402,F401

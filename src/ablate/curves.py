@@ -1,0 +1,351 @@
+"""Training curves from disk: CSV/JSONL files, run directories and sweep directories, read into `fit.curve.Curve`s.
+
+The fitting core (`ablate.fit`) takes arrays; this module is where files are read and every kind of bad input
+becomes one `UserError` line naming the file, the line and the fix. Run directories are read through
+`ablate.rundir.RunDir` only (run.json via `.info()`, metrics.jsonl via `.metric_lines()`).
+
+    load_curves(path, x=, y=, run=, group=)     one CSV/JSONL file, one row per (run, evaluation) -> [Curve]
+    curve_from_run_dir(run_dir, x=, y=)         one run directory -> (Curve or None, meta with the reason)
+    curves_from_sweep(sweep_dir, x=, y=)        every run of a sweep -> ([Curve], [runs not fitted, with why])
+    load_inputs(paths, x=, y=, run=, group=)    any mix of the three -> ([Curve], [runs not fitted])
+    write_csv(curves, path, x=, y=)             curves as a long CSV that `load_curves` reads back
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ablate import store
+from ablate.errors import UserError
+from ablate.fit.curve import Curve
+from ablate.rundir import COMPUTE_AXES, TRUNCATION_WARN, RunDir
+
+PARTIAL = ("pending", "running", "preempted")  # a run that may still add points
+ENDED_BADLY = ("failed", "diverged")
+
+
+def _fmt_lines(lines: list[int], limit: int = 8) -> str:
+    shown = ", ".join(str(n) for n in lines[:limit])
+    return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    # Decoded whole, not streamed, so that a bad byte can be named by its line; utf-8-sig drops the BOM a
+    # spreadsheet may write (it would otherwise glue itself to the first column's name).
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at column {col}); "
+                        "save the file as UTF-8") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, dict[str, Any]]] = []
+    try:
+        columns = list(reader.fieldnames or [])
+        dup = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
+        if dup is not None:  # DictReader would keep the last one silently
+            raise UserError(f"{path}: the header names column '{dup}' twice; rename or drop one of them")
+        for row in reader:
+            rows.append((reader.line_num, row))
+    except csv.Error as e:
+        raise UserError(f"{path}:{reader.line_num}: not a valid CSV row ({e}); fix that line") from None
+    return columns, rows
+
+
+def _read_jsonl(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    columns: dict[str, None] = {}
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for i, rec in store.jsonl_rows(path):  # UserError naming path:line for any line that is not a JSON object
+        columns.update(dict.fromkeys(rec))
+        rows.append((i, rec))
+    return list(columns), rows
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    """Rows with their 1-based line numbers in the file, and the column names seen."""
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory; give a CSV or JSONL file (or use `ablate rank` on a sweep)")
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".jsonl", ".ndjson"):
+        raise UserError(f"{path}: unsupported format '{suffix or '(none)'}'; use a .csv or .jsonl file")
+    try:
+        columns, rows = _read_csv(path) if suffix == ".csv" else _read_jsonl(path)
+    except OSError as e:
+        raise UserError(f"{path}: can't read the file ({e.strerror or e})") from None
+    if not rows:
+        raise UserError(f"{path}: no data rows")
+    return columns, rows
+
+
+def _number(where: str, col: str, v: Any) -> float:
+    """A value of a numeric column as a float (missing/empty/"nan" -> NaN); `where` is "path line N"."""
+    if isinstance(v, bool):
+        raise UserError(f"{where}: {v!r} in column '{col}' is not a number")
+    if isinstance(v, int):
+        try:
+            return float(v)
+        except OverflowError:  # JSON integers are unbounded; a float stops near 1.8e308
+            raise UserError(f"{where}: the integer in column '{col}' ({v.bit_length()} bits) is too large "
+                            "to be a compute or a pass rate; fix that value") from None
+    if isinstance(v, float):
+        return v
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan", "null", "none")):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: {_show(v)} in column '{col}' is not a number") from None
+
+
+def _show(v: Any, limit: int = 40) -> str:
+    """A value as a short one-line quote for a message (a nested list would be printed whole, or not at all)."""
+    if isinstance(v, (list, dict)):
+        return f"a JSON {'list' if isinstance(v, list) else 'object'}"
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _name(where: str, col: str, flag: str, v: Any) -> str:
+    """A value of the run or group column as a name."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        raise UserError(f"{where}: no value in the {flag[2:]} column '{col}'; fill it in, or choose the column with {flag}")
+    if isinstance(v, (list, dict)):
+        raise UserError(f"{where}: {_show(v)} in the {flag[2:]} column '{col}' is not a name; "
+                        f"choose the column with {flag}")
+    return str(v)
+
+
+def load_curves(
+    path: Path | str,
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    run: str | None = "run",
+    group: str | None = None,
+) -> list[Curve]:
+    """Read curves from a CSV or JSONL file with one row per (run, evaluation).
+
+    `run` names the column that tells runs apart (if the file has no such column and it is the default,
+    the whole file is one run named after the file); `group` names the column of arms/seeds, optional, and
+    must be the same on every row of a run. Each Curve's x, y are [n_run] arrays in file order, which must
+    increase in compute. Raises UserError with one line naming the culprit and the fix for any bad input.
+    """
+    path = Path(path)
+    columns, rows = _read_rows(path)
+    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
+        if col not in columns:
+            raise UserError(f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})")
+    if run is not None and run not in columns:
+        if run != "run":
+            raise UserError(f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)")
+        run = None  # the default run column is optional: one curve per file
+
+    xs = np.array([_number(f"{path} line {ln}", x, r.get(x)) for ln, r in rows])
+    ys = np.array([_number(f"{path} line {ln}", y, r.get(y)) for ln, r in rows])
+    lines = [ln for ln, _ in rows]
+    for name, vals in ((x, xs), (y, ys)):
+        bad = [ln for ln, v in zip(lines, vals) if not math.isfinite(v)]
+        if bad:
+            raise UserError(
+                f"{path}: missing, NaN or infinite values in '{name}' at line(s) {_fmt_lines(bad)}; fix or drop those rows"
+            )
+    bad = [ln for ln, v in zip(lines, ys) if not 0.0 <= v <= 1.0]
+    if bad:
+        hint = " (percentages? divide by 100)" if ys.max() <= 100 else ""
+        raise UserError(f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {_fmt_lines(bad)}{hint}")
+    bad = [ln for ln, v in zip(lines, xs) if v < 0]
+    if bad:
+        raise UserError(f"{path}: negative compute in '{x}' at line(s) {_fmt_lines(bad)}")
+
+    members: dict[str, list[int]] = {}  # run -> row indices, in order of first appearance
+    groups: dict[str, tuple[str | None, int]] = {}  # run -> (group, line it was first seen on)
+    for i, (ln, r) in enumerate(rows):
+        where = f"{path} line {ln}"
+        key = _name(where, run, "--run", r.get(run)) if run is not None else path.stem
+        g = _name(where, group, "--group", r.get(group)) if group else None
+        if key not in members:
+            members[key] = []
+            groups[key] = (g, ln)
+        elif g != groups[key][0]:
+            raise UserError(f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
+                            f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group")
+        members[key].append(i)
+    curves = []
+    for key, idx in members.items():
+        idx = np.array(idx)
+        cx, cy = xs[idx], ys[idx]
+        steps = np.nonzero(np.diff(cx) <= 0)[0]
+        if steps.size:
+            k = steps[0]
+            raise UserError(
+                f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
+                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
+            )
+        curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy))
+    return curves
+
+
+def _metric(rd: RunDir, line: int, name: str, v: Any) -> float:
+    """The value of a metric on line `line` of metrics.jsonl, as a float; a UserError naming the line otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UserError(f"{rd.metrics_path}:{line}: '{name}' is {'null' if v is None else _show(v)}, not a number; "
+                        "fix or delete that line")
+    try:
+        return float(v)
+    except OverflowError:
+        raise UserError(f"{rd.metrics_path}:{line}: '{name}' is too large to be a number; fix that line") from None
+
+
+def _metric_names(recs: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for r in recs for k in r))
+
+
+def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
+                       y: str = "val_pass_rate") -> tuple[Curve | None, dict[str, Any]]:
+    """One run directory's curve with its meta, or (None, meta with the `reason` it can't be fitted).
+
+    meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points) and, for a
+    curve, truncation_warning. The evaluation at step 0 is the run's R0 point: its compute is 0 by definition,
+    whatever the clock said. Non-finite values are dropped; a null or a string in x or y is a UserError.
+    """
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    info = rd.info()
+    label = info.label or rd.path.name
+    meta: dict[str, Any] = {"run_id": info.run_id, "arm_id": info.arm_id, "label": label,
+                            "arm": info.arm if info.label else label, "status": info.status,
+                            "baseline": info.baseline, "partial": info.status in PARTIAL}
+    if info.status in ENDED_BADLY:
+        return None, {**meta, "reason": info.why()}
+    lines = rd.metric_lines()
+    recs = [r for _, r in lines]
+    if not recs:
+        return None, {**meta, "reason": f"no metrics yet ({rd.metrics_path})"}
+    for name, flag in ((y, "--y"), (x, "--x")):
+        if not any(name in r for r in recs):
+            present = _metric_names(recs)
+            return None, {**meta, "_missing": (name, flag, present),
+                          "reason": f"the metric '{name}' is not in {rd.metrics_path}; it has: {', '.join(present)} "
+                                    f"(choose with {flag})"}
+    xs, ys, rec_index = [], [], []
+    for ln, r in lines:
+        if y not in r or (x not in r and r.get("step") != 0):
+            continue  # not an evaluation record
+        ys.append(_metric(rd, ln, y, r[y]))
+        xs.append(0.0 if r.get("step") == 0 else _metric(rd, ln, x, r[x]))
+        rec_index.append(ln)
+    xa, ya = np.array(xs), np.array(ys)
+    for vals, bad, what in ((ya, (ya < 0) | (ya > 1), f"'{y}' is outside [0, 1]; --y must name a pass rate"),
+                            (xa, xa < 0, f"'{x}' is negative; --x must name a compute axis")):
+        if bad.any():  # NaN compares False: dropped below, as a run may log one when it diverges
+            k = int(np.argmax(bad))
+            raise UserError(f"{rd.metrics_path}:{rec_index[k]}: {vals[k]:g} in {what}")
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    order = np.argsort(xa[ok], kind="stable")
+    xa, ya = xa[ok][order], ya[ok][order]
+    if xa.size == 0:
+        return None, {**meta, "reason": f"no evaluation with a finite '{x}' and '{y}' yet ({rd.metrics_path})"}
+    keep = np.concatenate([[True], np.diff(xa) > 0])  # a resumed run never logs a step twice; be safe
+    trunc = [r["truncation_rate"] for r in recs
+             if isinstance(r.get("truncation_rate"), (int, float)) and not isinstance(r.get("truncation_rate"), bool)]
+    meta["truncation_warning"] = info.truncation_warning or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
+    return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta), meta
+
+
+def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
+                      y: str = "val_pass_rate") -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Read every run of a sweep directory (`<sweep>/runs/<run_id>/`).
+
+    Returns the curves of runs that have metrics (meta as in `curve_from_run_dir`), and the runs that can't be
+    fitted, each a meta dict with its `reason` (failed, diverged, no metrics yet, metric not logged).
+    """
+    sweep_dir = Path(sweep_dir)
+    if x not in COMPUTE_AXES:
+        raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+    runs_dir = sweep_dir / "runs"
+    if not sweep_dir.is_dir():
+        raise UserError(f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)")
+    run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    if not run_dirs:
+        raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
+    curves: list[Curve] = []
+    skipped: list[dict[str, Any]] = []
+    missing = []
+    for p in run_dirs:
+        curve, why = curve_from_run_dir(RunDir(p), x=x, y=y)
+        if curve is not None:
+            curves.append(curve)
+            continue
+        if "_missing" in why:
+            missing.append(why.pop("_missing"))
+        skipped.append(why)
+    if not curves and missing:  # the metric's name is wrong, not the runs: say so once
+        name, flag, _ = missing[0]
+        present = list(dict.fromkeys(k for *_, names in missing for k in names))
+        raise UserError(f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: "
+                        f"{', '.join(present)}")
+    if not curves:
+        reasons = "; ".join(f"{s['label']}: {s['reason']}" for s in skipped[:3])
+        raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
+    return curves, skipped
+
+
+def _is_run_dir(p: Path) -> bool:
+    rd = RunDir(p)
+    return rd.metrics_path.exists() or rd.info_path.exists()
+
+
+def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_rate", run: str | None = "run",
+                group: str | None = None) -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Curves from any mix of sweep directories, single run directories and CSV/JSONL files.
+
+    A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
+    (else each run is its own arm). With several inputs, arm names are prefixed by their input's name so that
+    they stay apart. Returns the curves and the runs that can't be fitted (see `curves_from_sweep`).
+    """
+    if not paths:
+        raise UserError("give a sweep directory (sweeps/NAME), a run directory or a CSV/JSONL file")
+    curves: list[Curve] = []
+    skipped: list[dict[str, Any]] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
+            p = Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
+        if p.is_dir() and (p / "runs").is_dir():
+            cs, sk = curves_from_sweep(p, x=x, y=y)
+        elif p.is_dir() and _is_run_dir(p):
+            if x not in COMPUTE_AXES:
+                raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+            c, why = curve_from_run_dir(RunDir(p), x=x, y=y)
+            if c is None:
+                raise UserError(f"{p}: {why['reason']}")
+            cs, sk = [c], []
+        elif p.is_dir():
+            raise UserError(f"{p}: neither a sweep directory (no runs/) nor a run directory (no metrics.jsonl)")
+        else:
+            cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
+        if len(paths) > 1:
+            for c in cs:
+                c.group = f"{p.name}:{c.group or c.run}"
+        curves += cs
+        skipped += sk
+    return curves, skipped
+
+
+def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
+    """Write curves as a long CSV: run, group, x, y (labels like `loss=dapo,seed=0` are quoted)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "group", x, y])
+        for c in curves:
+            for xi, yi in zip(c.x, c.y):
+                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"])

@@ -1,0 +1,32 @@
+"""One training curve as data: the (compute, pass rate) points of one run, its name, its arm and facts for reports.
+
+Pure data: reading curves from files and run directories is `ablate.curves`; fitting them is the rest of `fit/`.
+The curve's R0 is the measured pass rate at compute 0 (the evaluation before the first step), which the fit holds
+fixed; points at compute 0 are not fitted (the model is in ln C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Curve:
+    run: str
+    group: str | None
+    """The arm this run is a seed of, or None when each run is its own arm."""
+    x: np.ndarray
+    """Compute of each point ([n], strictly increasing)."""
+    y: np.ndarray
+    """Pass rate of each point ([n], in [0, 1])."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Extra facts carried to reports (e.g. `truncation_warning`, `status`, `arm_id`, `partial`)."""
+
+    @property
+    def r0(self) -> float | None:
+        """Measured pass rate at compute 0, or None when the curve has no such point."""
+        at0 = self.y[self.x == 0]
+        return float(at0.mean()) if at0.size else None

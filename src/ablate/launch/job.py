@@ -1,0 +1,225 @@
+"""The job side: what runs inside every submitted job, on any executor.
+
+`RunJob` (a submitit `Checkpointable`) claims its run in the ledger, calls the job function (`ablate.train:run`
+by default) and records how it ended: in the ledger and, through ablate.rundir, in run.json.
+
+Preemption and time limits are the scheduler's business, so they are handled here and nowhere in the trainer. SLURM
+(and submitit's local executor at its time limit) sends USR2; submitit's handler for it calls
+`RunJob.checkpoint`, which records a `preempted` event and returns the job for requeueing, at most `max_requeues`
+times (after that the run stays `preempted`, which the next `ablate sweep` resubmits). When the job function takes
+a `stop` event (the trainer does), USR2 first only sets it: the run checkpoints at its next step boundary and
+returns, and then the signal is handed to submitit's handler, which requeues the job. So a requeued run resumes
+from the step the signal arrived at. A job function without `stop` resumes from its own last checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import submitit
+
+from ablate.errors import UserError
+from ablate.ledger import TERMINAL, Ledger, hostname, me, proc_start
+from ablate.rundir import RunDir, cause_of, error_record
+from ablate.spec import RunSpec
+
+DEFAULT_JOB = "ablate.train:run"
+log = logging.getLogger("ablate.launch")
+
+
+def resolve_job(job: str) -> Callable[..., Any]:
+    """`module:function` or `path/to/file.py:function` -> the callable; a UserError naming what is wrong."""
+    mod_name, _, attr = job.rpartition(":")
+    if not mod_name or not attr:
+        raise UserError(f"--job {job!r} must look like 'module:function' or 'file.py:function'")
+    try:
+        if mod_name.endswith(".py") or "/" in mod_name:
+            path = Path(mod_name).resolve()
+            if not path.is_file():
+                raise UserError(f"--job {job!r}: no such file {str(path)!r}")
+            spec = importlib.util.spec_from_file_location(f"ablate_job_{path.stem}", path)
+            if spec is None or spec.loader is None:
+                raise UserError(f"--job {job!r}: {path} cannot be imported")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+    except UserError:
+        raise
+    except Exception as e:  # ImportError, SyntaxError, or anything the module raises at import
+        raise UserError(f"--job {job!r}: cannot import {mod_name} ({type(e).__name__}: {e})".splitlines()[0]) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UserError(f"--job {job!r}: {mod_name} has no function {attr!r}")
+    return fn
+
+
+def _takes_stop(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "stop" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _set_threads(n: int) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(n)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+
+
+def _job_env() -> tuple[str | None, dict[str, str]]:
+    """(job id, log paths) from submitit's environment in the job process."""
+    try:
+        env = submitit.JobEnvironment()
+        job_id = env.job_id
+    except RuntimeError:
+        return None, {}
+    try:
+        paths = env.paths
+        return job_id, {"stdout": str(paths.stdout), "stderr": str(paths.stderr)}
+    except KeyError:
+        return job_id, {}
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started (submitit times a job from its process start, too)."""
+    try:
+        start = proc_start(os.getpid())
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - start / os.sysconf("SC_CLK_TCK") if start is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """One run, as submitted to any executor (see the module docstring)."""
+
+    def __init__(self, spec: RunSpec, sweep_dir: str, batch: str, job: str = DEFAULT_JOB, threads: int = 1,
+                 max_requeues: int = 3, timeout_min: float = 60.0):
+        self.spec, self.sweep_dir, self.batch, self.job = spec, str(sweep_dir), batch, job
+        self.threads, self.max_requeues, self.timeout_min = threads, max_requeues, timeout_min
+        self._t0 = 0.0
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+    def _run_dir(self) -> RunDir:
+        return RunDir.of(Path(self.sweep_dir).parent, Path(self.sweep_dir).name, self.run_id)
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"event": kind, "run_id": self.run_id, "batch": self.batch, **fields}
+
+    def __call__(self) -> dict[str, Any]:
+        self._t0 = time.time()
+        ledger = Ledger(self.sweep_dir)
+        job_id, logs = _job_env()
+        log_path = logs.get("stderr")
+        with ledger.lock():
+            rec = ledger.fold().get(self.run_id)
+            # The claim: only the current submission of a run that has not ended may run it.
+            if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
+                return {"run_id": self.run_id, "skipped": "superseded"}
+            events = []
+            if rec.state == "requeued":
+                events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
+            events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
+                                      log=log_path, **me()))
+            ledger.append(*events)
+        rd = self._run_dir()
+        # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).
+        rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)
+        _set_threads(self.threads)
+        stop, handover = threading.Event(), None
+        try:
+            fn = resolve_job(self.job)
+            kwargs: dict[str, Any] = {"threads": self.threads}
+            if _takes_stop(fn):
+                kwargs["stop"] = stop
+                handover = self._intercept_usr2(stop)
+            summary = fn(self.spec.config, rd.path, **kwargs)
+        except submitit.core.utils.UncompletedJobError as e:
+            # Raised by submitit's signal handler when it will not requeue: out of requeues (our checkpoint
+            # returned None: the run is `preempted`, already recorded) or timed out too often.
+            if "timed-out" in str(e):
+                self._fail("timeout", e, log_path)
+            raise
+        except Exception as e:
+            # the traceback goes to the job's log before the ledger says `failed`: whoever reads the log then finds it
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+            self._fail(cause_of(e), e, log_path)
+            raise
+        status = summary.get("status", "done") if isinstance(summary, dict) else "done"
+        if status == "preempted" and stop.is_set() and handover is not None:
+            log.warning("checkpointed at step %s; handing SIGUSR2 to submitit (record, requeue, exit)",
+                        summary.get("step") if isinstance(summary, dict) else "?")
+            signal.signal(signal.SIGUSR2, handover)
+            handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
+        with ledger.lock():
+            if status == "preempted":  # the job stopped itself on a signal that was not the scheduler's: resume later
+                ledger.append(self._event("preempted", job_id=job_id, reason="signal", requeue=False,
+                                          requeues=rec.requeues))
+            else:
+                status = status if status in ("done", "diverged") else "done"
+                ledger.append(self._event("finished", job_id=job_id, status=status))
+        if rd.info().status not in ("done", "diverged", "preempted"):  # a job function that keeps no run.json
+            rd.ended(status)
+        return summary if isinstance(summary, dict) else {"result": summary}
+
+    def _intercept_usr2(self, stop: threading.Event) -> Callable[..., Any] | None:
+        """Under submitit, make USR2 only set `stop`; return submitit's own handler to hand the signal to later."""
+        if not os.environ.get("SUBMITIT_EXECUTOR") or threading.current_thread() is not threading.main_thread():
+            return None
+        theirs = signal.getsignal(signal.SIGUSR2)
+        if not callable(theirs):
+            return None
+
+        def on_usr2(signum: int, frame: Any) -> None:
+            stop.set()
+            log.warning("received SIGUSR2: the run checkpoints at its next step boundary")
+
+        signal.signal(signal.SIGUSR2, on_usr2)
+        return theirs
+
+    def _fail(self, cause: str, exc: BaseException, log_path: str | None) -> None:
+        ledger = Ledger(self.sweep_dir)
+        job_id, _ = _job_env()
+        err = error_record(exc)
+        with ledger.lock(timeout=5):
+            ledger.append(self._event("failed", job_id=job_id, cause=cause, error="\n".join(err["traceback"]),
+                                      log=log_path))
+        self._run_dir().try_failed(cause, exc, log=log_path)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
+        """Called by submitit on USR2 (preemption, or the time limit close): record, then requeue.
+
+        Runs inside a signal handler, possibly while this process holds the ledger lock, hence the lock timeout.
+        What the requeued job resumes from is the run's own checkpoint (see the module docstring).
+        """
+        ledger = Ledger(self.sweep_dir)
+        job_id, _ = _job_env()
+        elapsed = _process_age() or (time.time() - self._t0 if self._t0 else 0.0)
+        limit = self.timeout_min * 60  # same rule as submitit's SignalHandler.has_timed_out
+        reason = "timeout" if elapsed >= min(0.8 * limit, limit - 600) else "preemption"
+        with ledger.lock(timeout=5):
+            rec = ledger.fold().get(self.run_id)
+            done = rec.requeues if rec and rec.batch == self.batch else 0
+            requeue = done < self.max_requeues
+            ledger.append(self._event("preempted", job_id=job_id, reason=reason, requeue=requeue,
+                                      requeues=done + int(requeue)))
+        self._run_dir().ended("preempted", reason=reason, requeues=done + int(requeue))
+        return submitit.helpers.DelayedSubmission(self) if requeue else None

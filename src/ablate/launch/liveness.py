@@ -1,0 +1,71 @@
+"""Which runs the ledger calls live still are: one batched sacct/squeue call for SLURM runs, /proc for local and
+debug runs (a process id plus its start time, so a recycled pid is never taken for the original process)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ablate.launch.slurm import SACCT_CAUSE, SACCT_LIVE, sacct_states
+from ablate.ledger import LIVE, Ledger, RunRecord, proc_alive
+
+
+@dataclass
+class Verdict:
+    """What a liveness check concluded about one run."""
+
+    state: str
+    cause: str | None = None
+    error: str | None = None
+
+
+def check_live(recs: dict[str, RunRecord], *, locked: bool) -> dict[str, Verdict]:
+    """For each run in a live state, whether it still is. Returns only the runs whose state changes.
+
+    `locked`: the caller holds the ledger lock, so a `submitting` run can only belong to a launcher that died
+    mid-submission (it is new again); without the lock it may be a launcher at work.
+    """
+    out: dict[str, Verdict] = {}
+    slurm = [r for r in recs.values() if r.state in LIVE and r.state != "submitting" and r.executor == "slurm"]
+    sacct = sacct_states([r.job_id for r in slurm if r.job_id]) if slurm else {}
+    for r in recs.values():
+        if r.state not in LIVE:
+            continue
+        if r.state == "submitting":
+            if locked or not (r.launcher and proc_alive(r.launcher.get("pid"), r.launcher.get("start"))):
+                out[r.run_id] = Verdict("new")
+            continue
+        if r.executor == "slurm":
+            s = sacct.get(r.job_id or "")
+            if s is None or s[0] in SACCT_LIVE:
+                continue
+            if s[0] == "PREEMPTED":
+                out[r.run_id] = Verdict("preempted", "preempted")
+            else:
+                why = ("left the queue without recording a result (no accounting to say why)" if s[0] == "GONE"
+                       else f"ended {s[0]} (exit {s[1]}) without recording a result")
+                out[r.run_id] = Verdict("failed", SACCT_CAUSE.get(s[0], s[0].lower()), f"slurm job {r.job_id} {why}")
+            continue
+        # local and debug: the job process (running) or the runner/launcher that will start it (queued)
+        owner = r.runner if r.executor == "local" else r.launcher
+        alive = proc_alive(r.pid, r.pid_start) if r.state == "running" else (
+            proc_alive((owner or {}).get("pid"), (owner or {}).get("start")) or proc_alive(r.pid, r.pid_start)
+            or proc_alive((r.dispatched or {}).get("pid"), (r.dispatched or {}).get("start")))
+        if alive:
+            continue
+        if r.state == "queued":
+            out[r.run_id] = Verdict("new")  # its runner died before starting it: it never ran
+        else:
+            out[r.run_id] = Verdict("failed", "killed", f"{r.executor} job process {r.pid} died without "
+                                    "recording a result (killed: OOM killer, kill -9, or its launcher died)")
+    return out
+
+
+def current_states(ledger: Ledger, *, locked: bool = False) -> tuple[dict[str, RunRecord], dict[str, Verdict]]:
+    """Fold the ledger and check liveness; re-read once if anything looked dead, so that a job that recorded its
+    own end between our two reads is not called dead (relevant without the lock)."""
+    recs = ledger.fold()
+    verdicts = check_live(recs, locked=locked)
+    if verdicts and not locked:
+        recs = ledger.fold()
+        verdicts = {k: v for k, v in verdicts.items() if recs[k].state in LIVE}
+    return recs, verdicts

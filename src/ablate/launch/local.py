@@ -1,0 +1,123 @@
+"""The local executor: a detached runner process per submission that keeps a sweep's parallelism bounded.
+
+submitit's LocalExecutor has no parallelism limit and its controllers keep the caller's stdio open, so
+`ablate sweep` spawns one detached *runner* (new session, stdio to `launch/<batch>.log`) and returns at once. The
+runner starts its runs as LocalExecutor jobs, at most `max_parallel` runs of the whole sweep at once: runs of
+other runners (a second `ablate sweep`, or jobs orphaned by a runner that died) count too. It records each job it
+starts (`dispatched`), records a job that ended without recording a result (killed) as failed, and exits when its
+queue is empty. Nothing else has to stay up: a run whose runner died before starting it is new again on the next
+`ablate sweep`.
+
+    <root>/<sweep>/launch/<batch>.json   the runner's queue (run specs, job function, limits)
+    <root>/<sweep>/launch/<batch>.log    the runner's own log
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from ablate import store
+from ablate.launch.job import RunJob
+from ablate.ledger import TERMINAL, Ledger, proc_alive, proc_start
+from ablate.rundir import RunDir
+from ablate.spec import RunSpec
+
+
+def spawn_runner(ledger: Ledger, batch: str, jobs: list[RunJob], max_parallel: int, timeout_min: float,
+                 max_requeues: int, signal_delay_s: int | None = None) -> dict[str, int]:
+    """Write the queue and start the detached runner; returns its {pid, start}."""
+    launch_dir = ledger.dir / "launch"
+    launch_dir.mkdir(parents=True, exist_ok=True)
+    queue = launch_dir / f"{batch}.json"
+    if signal_delay_s is None:
+        signal_delay_s = min(30, int(timeout_min * 60 * 0.1) + 1)
+    store.write_json(queue, {"sweep_dir": str(ledger.dir), "batch": batch, "max_parallel": max_parallel,
+                             "timeout_min": timeout_min, "max_requeues": max_requeues, "signal_delay_s": signal_delay_s,
+                             "jobs": [{"spec": j.spec.to_json(), "job": j.job, "threads": j.threads} for j in jobs]})
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])  # so the runner imports this very ablate
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(launch_dir / f"{batch}.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from ablate.launch.local import run_queue; run_queue(sys.argv[1])",
+             str(queue)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True, close_fds=True)  # detached: `ablate sweep | cat` returns at once
+    return {"pid": proc.pid, "start": proc_start(proc.pid) or 0}
+
+
+def busy_runs(ledger: Ledger) -> set[str]:
+    """Runs of the sweep that hold a local slot: running (or being requeued), or dispatched by a runner whose job
+    controller is alive and has not started yet."""
+    busy = set()
+    for rid, r in ledger.fold().items():
+        if r.executor != "local":
+            continue
+        if r.state in ("running", "requeued"):
+            busy.add(rid)
+        elif r.state == "queued" and r.dispatched and proc_alive(r.dispatched.get("pid"), r.dispatched.get("start")):
+            busy.add(rid)
+    return busy
+
+
+def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
+    """The runner (see the module docstring). Runs superseded meanwhile (a later submission) are skipped."""
+    q = store.read_json(queue_file)
+    sweep_dir, batch, limit = Path(q["sweep_dir"]), q["batch"], int(q["max_parallel"])
+    ledger = Ledger(sweep_dir)
+    ex = submitit.LocalExecutor(folder=str(sweep_dir / "jobs" / "%j"), max_num_timeout=q["max_requeues"])
+    ex.update_parameters(timeout_min=q["timeout_min"], signal_delay_s=q["signal_delay_s"])
+    todo = deque(q["jobs"])
+    active: dict[str, Any] = {}
+    waiting = False
+    while todo or active:
+        while todo:
+            with ledger.lock():
+                rid = todo[0]["spec"]["run_id"]
+                rec = ledger.fold().get(rid)
+                if rec is None or rec.batch != batch or rec.state not in ("submitting", "queued"):
+                    todo.popleft()  # superseded, or already ended
+                    continue
+                in_use = busy_runs(ledger) | set(active)
+                if len(in_use) >= limit:
+                    if not waiting:
+                        print(f"{time.strftime('%H:%M:%S')} waiting: {len(in_use)} of {limit} slots of this sweep "
+                              "in use", flush=True)
+                    waiting = True
+                    break
+                waiting = False
+                item = todo.popleft()
+                job = RunJob(RunSpec.from_json(item["spec"]), str(sweep_dir), batch, item["job"], item["threads"],
+                             q["max_requeues"], q["timeout_min"])
+                active[rid] = ex.submit(job)
+                ctl = int(active[rid].job_id)
+                ledger.append({"event": "dispatched", "run_id": rid, "batch": batch, "job_id": active[rid].job_id,
+                               "controller": {"pid": ctl, "start": proc_start(ctl) or 0}})
+            print(f"{time.strftime('%H:%M:%S')} started {rid} as local job {active[rid].job_id}", flush=True)
+        ended = [rid for rid, j in active.items() if j.done()]
+        for rid in ended:
+            _finalize(ledger, batch, rid, active.pop(rid))
+        if not ended:
+            time.sleep(poll_s)
+
+
+def _finalize(ledger: Ledger, batch: str, run_id: str, job: Any) -> None:
+    """A local job ended: if it could not record its own end (killed), record it as failed."""
+    with ledger.lock():
+        rec = ledger.fold().get(run_id)
+        if rec is None or rec.batch != batch or rec.state in TERMINAL:
+            return
+        state = job.state
+        cause = "cancelled" if state == "INTERRUPTED" else "killed"
+        err = f"local job {job.job_id} ended ({state}) without recording a result"
+        ledger.append({"event": "failed", "run_id": run_id, "batch": batch, "job_id": job.job_id, "cause": cause,
+                       "error": err, "log": str(job.paths.stderr)})
+    RunDir.of(ledger.dir.parent, ledger.dir.name, run_id).try_failed(cause, err)

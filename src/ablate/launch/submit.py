@@ -1,0 +1,250 @@
+"""The submitting side: plan a sweep against its ledger and submit only what the plan says, idempotently.
+
+`launch_sweep` takes the ledger lock, folds the ledger into run states, checks that the runs it believes queued or
+running are still alive (liveness.py), prints the plan ("N done, M running, K failed, J new") and submits new runs,
+preempted runs, failed runs with `--retry-failed`, and everything not live with `--force`. A run that is queued or
+running is never submitted twice. Everything that can be checked is checked before anything is written: the job
+function imports, the executor exists (a SLURM controller answers), the profile reads, the limits are sane.
+
+Executors (all run the same job, job.RunJob):
+- `local`: a detached runner per submission keeps at most `max_parallel` runs of the sweep going (local.py).
+- `slurm`: one job array per submission (`submit_array`), resources from a profile (slurm.py).
+- `debug`: submitit's DebugExecutor, in the launcher's own process, one run after another, so pdb works.
+- `auto`: slurm when `scontrol ping` says a controller is UP, else local.
+
+Deaths a job cannot record (scancel, OOM kill, time limit, node failure, SIGKILL) are read from `sacct`/`squeue`
+(SLURM) or inferred from a dead pid (local) and written as `failed` events with their cause by the next
+`ablate sweep`. A run the executor refused (an sbatch error) is new again on the next call.
+
+    <root>/<sweep>/jobs/<job_id>/        submitit's pickles and the job's stdout/stderr (`job_logs` in run.json)
+    <root>/<sweep>/archive/<run_id>.<t>/ run directories replaced by `--force` (never overwritten)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import submitit
+
+from ablate import store
+from ablate.errors import UserError
+from ablate.launch.job import DEFAULT_JOB, RunJob, resolve_job
+from ablate.launch.liveness import Verdict, current_states
+from ablate.launch.local import spawn_runner
+from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
+from ablate.ledger import LIVE, Ledger, RunRecord, me
+from ablate.rundir import RunDir, sweep_dir as sweep_path
+from ablate.spec import RunSpec
+
+EXECUTORS = ("local", "slurm", "debug", "auto")
+
+
+def resolve_executor(name: str | None) -> str:
+    """An executor name, `auto` resolved; a UserError for an unknown one."""
+    name = (name or "local").lower()
+    if name not in EXECUTORS:
+        raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
+    if name == "auto":
+        return "slurm" if slurm_up() else "local"
+    return name
+
+
+@dataclass
+class Plan:
+    sweep: str
+    executor: str
+    done: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    submit: list[str] = field(default_factory=list)
+    """Run ids submitted by this call, in sweep order."""
+    job_ids: dict[str, str] = field(default_factory=dict)
+    batch: str | None = None
+    previous: dict[str, str] = field(default_factory=dict)
+    """Run id -> the state the plan saw it in (new, done, failed, ...)."""
+
+    def summary(self) -> str:
+        parts = [f"{len(self.done)} done", f"{len(self.running)} running", f"{len(self.failed)} failed"]
+        if self.preempted:
+            parts.append(f"{len(self.preempted)} preempted")
+        parts.append(f"{len(self.new)} new")
+        verb = f"submitting {len(self.submit)} via {self.executor}" if self.submit else "nothing to submit"
+        return f"{self.sweep}: " + ", ".join(parts) + f" -> {verb}"
+
+
+def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord], verdicts: dict[str, Verdict],
+              executor: str, *, retry_failed: bool = False, force: bool = False) -> Plan:
+    plan = Plan(sweep_name, executor)
+    for rid in run_ids:
+        rec = recs.get(rid)
+        state = verdicts[rid].state if rid in verdicts else (rec.state if rec else "new")
+        if state == "failed" and rec is not None and rec.cause == "submit" and rid not in verdicts:
+            state = "new"  # the executor refused it (bad profile, sbatch error): it never ran
+        plan.previous[rid] = state
+        if state in ("done", "diverged"):
+            plan.done.append(rid)
+        elif state == "failed":
+            plan.failed.append(rid)
+        elif state == "preempted":
+            plan.preempted.append(rid)
+        elif state in LIVE:
+            plan.running.append(rid)  # queued or running: never submitted twice, not even with --force
+            continue
+        else:
+            plan.new.append(rid)
+        if state in ("new", "preempted") or force or (state == "failed" and retry_failed):
+            plan.submit.append(rid)
+    return plan
+
+
+def _crashpoint(name: str) -> None:
+    """Fault injection for the robustness tests: SIGKILL ourselves at a named point of a submission."""
+    if os.environ.get("ABLATE_CRASHPOINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
+                 max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
+                 force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print) -> Plan:
+    """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that the plan says to;
+    return the plan. Safe to call again at any time. `echo` prints the plan (None: silent). `profile`: a SLURM
+    profile name or path (default: slurm/local.yaml); recipes cannot name one."""
+    runs: list[RunSpec] = list(sweep.runs)
+    if not runs:
+        raise UserError(f"sweep {sweep.name!r} has no runs")
+    lcfg = runs[0].config.launcher
+    kind = resolve_executor(executor or lcfg.name)
+    if max_parallel is not None and max_parallel < 1:
+        raise UserError(f"--max-parallel {max_parallel}: must be at least 1")
+    asked_parallel = max_parallel or lcfg.max_parallel
+    parallel = asked_parallel or max(1, store.cpu_count() // lcfg.threads)  # as many runs as the cores hold
+    resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
+    slurm_params: dict[str, Any] = {}
+    if kind == "slurm":
+        slurm_params = load_profile(profile or DEFAULT_PROFILE)  # bad profiles fail before any write
+        if not slurm_up():
+            raise UserError("-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
+                            "`scontrol ping` on this host), or run with -e local")
+        if asked_parallel:
+            slurm_params["array_parallelism"] = int(asked_parallel)  # --max-parallel beats the profile's value
+
+    root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
+    sdir = sweep_path(root, sweep.name)
+    ledger = Ledger(sdir)
+    by_id = {s.run_id: s for s in runs}
+    debug_jobs: list[Any] = []
+    with ledger.lock():
+        recs, verdicts = current_states(ledger, locked=True)
+        _record_deaths(ledger, root, sweep.name, recs, verdicts)
+        plan = make_plan(sweep.name, list(by_id), recs, verdicts, kind, retry_failed=retry_failed, force=force)
+        if echo:
+            echo(plan.summary())
+        if plan.submit:
+            plan.batch = batch = secrets.token_hex(6)
+            specs = [by_id[rid] for rid in plan.submit]
+            _prepare_dirs(root, sdir, specs, plan, kind, force)
+            ledger.append(*({"event": "submitting", "run_id": s.run_id, "batch": batch, "label": s.label,
+                             "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps}
+                            for s in specs))
+            _crashpoint("after_submitting")
+            jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min)
+                    for s in specs]
+            try:
+                if kind == "local":
+                    runner = spawn_runner(ledger, batch, jobs, parallel, lcfg.timeout_min, lcfg.max_requeues,
+                                          lcfg.signal_delay_s)
+                    _crashpoint("after_spawn")
+                    ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner}
+                                    for j in jobs))
+                    plan.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
+                elif kind == "slurm":
+                    _submit_slurm(ledger, plan, jobs, slurm_params, lcfg.timeout_min, lcfg.max_requeues, sweep.name)
+                else:
+                    debug_jobs = _submit_debug(ledger, plan, jobs)
+            except Exception as e:
+                msg = _first_line(e)
+                ledger.append(*({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit",
+                                 "error": msg} for j in jobs))
+                for j in jobs:
+                    RunDir.of(root, sweep.name, j.run_id).try_failed("submit", msg)
+                raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
+    # Debug runs execute here, in this process, after the lock is released (each job claims its run).
+    for dj in debug_jobs:
+        try:
+            dj.result()
+        except Exception:
+            pass  # recorded in the ledger by RunJob; pdb has already had its chance
+    return plan
+
+
+def _first_line(e: BaseException) -> str:
+    """The informative line of an executor's error (sbatch prints its complaint after submitit's preamble)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for ln in lines:
+        if "error:" in ln.lower() or "fatal:" in ln.lower():
+            return ln
+    return lines[0] if lines else type(e).__name__
+
+
+def _record_deaths(ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord],
+                   verdicts: dict[str, Verdict]) -> None:
+    """Persist what the liveness checks found, so the verdict survives sacct forgetting the job."""
+    dead = []
+    for rid, v in verdicts.items():
+        if v.state == "failed":
+            dead.append({"event": "failed", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
+                         "cause": v.cause, "error": v.error, "log": recs[rid].log})
+            RunDir.of(root, name, rid).try_failed(v.cause or "killed", v.error)
+        elif v.state == "preempted":
+            dead.append({"event": "preempted", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
+                         "requeue": False, "reason": "preemption"})
+            RunDir.of(root, name, rid).ended("preempted", reason="preempted by the scheduler")
+    ledger.append(*dead)
+
+
+def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind: str, force: bool) -> None:
+    """Mark each run pending in its run.json; under --force, archive a finished run's directory first."""
+    now = int(time.time())
+    for spec in specs:
+        rd = RunDir.of(root, spec.sweep, spec.run_id)
+        if force and plan.previous.get(spec.run_id) in ("done", "diverged", "failed", "preempted") and rd.path.exists():
+            arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
+            arch.parent.mkdir(parents=True, exist_ok=True)
+            rd.path.rename(arch)
+        rd.submitted(run_id=spec.run_id, arm_id=spec.arm_id, label=spec.label, sweep=spec.sweep,
+                     overrides=list(spec.overrides), baseline=spec.baseline, executor=kind, batch=plan.batch or "")
+
+
+def _submit_slurm(ledger: Ledger, plan: Plan, jobs: list[RunJob], params: dict[str, Any], timeout_min: float,
+                  max_requeues: int, name: str) -> None:
+    ex = submitit.SlurmExecutor(folder=str(ledger.dir / "jobs" / "%j"), max_num_timeout=max_requeues)
+    params = {"time": int(-(-timeout_min // 1)), "job_name": f"ablate-{name}", **params}
+    params["time"] = max(1, int(params["time"]))  # sbatch --time is whole minutes; 0 would mean no limit
+    ex.update_parameters(**params)
+    for j in jobs:
+        j.timeout_min = params["time"]
+    submitted = ex.submit_array(jobs)  # one sbatch call: a job array
+    evs = []
+    for j, sj in zip(jobs, submitted):
+        plan.job_ids[j.run_id] = sj.job_id
+        evs.append({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": sj.job_id})
+    ledger.append(*evs)
+    for j, sj in zip(jobs, submitted):
+        RunDir.of(ledger.dir.parent, ledger.dir.name, j.run_id).job(
+            job_id=sj.job_id, job_logs={"stdout": str(sj.paths.stdout), "stderr": str(sj.paths.stderr)})
+
+
+def _submit_debug(ledger: Ledger, plan: Plan, jobs: list[RunJob]) -> list[Any]:
+    ex = submitit.DebugExecutor(folder=str(ledger.dir / "jobs" / "%j"))
+    out = [ex.submit(j) for j in jobs]
+    ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": dj.job_id}
+                    for j, dj in zip(jobs, out)))
+    return out

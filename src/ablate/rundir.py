@@ -1,0 +1,310 @@
+"""A run directory: where one run's files live, and the one module that reads and writes them.
+
+    <root>/<sweep>/ledger.jsonl                  launch events of the sweep (ablate.ledger)
+    <root>/<sweep>/runs/<run_id>/config.yaml     the resolved config; written once, a directory never changes config
+    <root>/<sweep>/runs/<run_id>/run.json        what the run is and where it stands (`RunInfo`)
+    <root>/<sweep>/runs/<run_id>/metrics.jsonl   one JSON object per evaluation, append-only (`METRICS`)
+    <root>/<sweep>/runs/<run_id>/ckpt/           checkpoints (train/checkpoint.py)
+    <root>/<sweep>/runs/<run_id>/logs/train.log  the trainer's log
+
+Two sides write run.json: the launcher (a run is pending, a job died) and the run itself (running, progress, its
+end). Both go through the named transitions of `RunDir` below, each one atomic read-modify-write, and every reader
+goes through `RunDir.info()`. One process at a time may train into a directory: `RunDir.writer()` holds an
+exclusive lock on it for the run's lifetime, so a sweep job and an `ablate train --out` on the same directory
+cannot interleave their steps.
+
+run.json `status` is one of RUN_STATES:
+    pending    submitted, not started          running    a process is training it
+    done       reached train.max_steps          diverged   stopped by a divergence check (`reason` says which)
+    failed     crashed or was killed (`cause`, `error`: class, message, last traceback lines)
+    preempted  stopped by a signal after a checkpoint; re-running the sweep resumes it
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ablate import store
+from ablate.errors import UserError
+from ablate.identity import check_name
+
+# The metric names, documented in one place: what every trainer writes to metrics.jsonl and every reader reads.
+METRICS: dict[str, str] = {
+    "step": "optimizer steps taken so far",
+    "gpu_hours": "cumulative device-hours: wall-clock of the run x devices it holds (a CPU run counts 1)",
+    "flops": "cumulative estimated training + generation FLOPs (6*params*trained tokens + 2*params*generated tokens)",
+    "samples": "cumulative completions generated for training",
+    "val_pass_rate": "held-out pass rate, mean@k over the validation split at the recipe's temperature",
+    "val_n": "graded samples behind val_pass_rate (validation prompts x k)",
+    "train_reward": "mean reward of the training completions since the previous evaluation",
+    "truncation_rate": "share of training completions that hit the max length since the previous evaluation",
+    "mean_response_len": "mean completion length in tokens since the previous evaluation",
+    "entropy": "mean per-token entropy of the policy on its own samples",
+    "is_clip_frac": "share of tokens whose IS ratio was clipped (or capped, for CISPO)",
+    "zero_variance_frac": "share of prompt groups dropped because all their rewards were equal",
+    "pool_size": "prompts still in the no-positive-resampling pool",
+    "lag": "policy versions between the generating and the training weights (off-policy lag)",
+    "grad_norm": "gradient norm before clipping, mean since the previous evaluation",
+    "wall_s": "wall-clock seconds since the run started (resumes included)",
+}
+REQUIRED_METRICS = ("step", "gpu_hours", "flops", "samples", "val_pass_rate")
+COMPUTE_AXES = ("gpu_hours", "flops", "samples", "step")
+TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
+
+RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged")
+TRACEBACK_LINES = 15
+
+
+def sweep_dir(root: Path | str, sweep: str) -> Path:
+    """`<root>/<sweep>`; the name must be a plain path component (see identity.check_name)."""
+    return Path(root) / check_name(sweep, "sweep name", "rename the sweep file")
+
+
+def run_path(root: Path | str, sweep: str, run_id: str) -> Path:
+    """`<root>/<sweep>/runs/<run_id>`; both names are checked, so a run id read from a ledger cannot escape."""
+    return sweep_dir(root, sweep) / "runs" / check_name(run_id, "run id")
+
+
+def error_record(exc: BaseException, lines: int = TRACEBACK_LINES) -> dict[str, Any]:
+    """What run.json and the ledger keep of an exception: class, message, the last traceback lines."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()[-lines:]
+    return {"class": type(exc).__name__, "message": str(exc), "traceback": tb}
+
+
+def no_space(exc: BaseException) -> bool:
+    """True when `exc` (or an exception it chains) is a full disk."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def cause_of(exc: BaseException) -> str:
+    """The `cause` recorded for a crash: oom, no_space or exception."""
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return "oom"
+    return "no_space" if no_space(exc) else "exception"
+
+
+@dataclass
+class RunInfo:
+    """The reader's view of run.json. Every field tolerates a missing or ill-typed value (it reads as unknown)."""
+
+    run_id: str
+    arm_id: str | None = None
+    label: str = ""
+    sweep: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    baseline: bool = False
+    status: str = "unknown"
+    cause: str | None = None
+    error: dict[str, Any] | None = None
+    reason: str | None = None
+    step: int | None = None
+    max_steps: int | None = None
+    val_pass_rate: float | None = None
+    truncation_warning: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def arm(self) -> str:
+        """The label without its `seed=...` part: the arm's name in `rank`."""
+        return ",".join(p for p in self.label.split(",") if not p.startswith("seed=")) or "base"
+
+    def why(self) -> str:
+        """One line on why the run ended as it did, e.g. `failed (killed): local job 123 ended ...`."""
+        head = self.status + (f" ({self.cause})" if self.cause and self.cause != self.status else "")
+        detail = self.reason
+        if self.error:
+            detail = self.error.get("message") or (self.error.get("traceback") or [None])[-1] or self.error.get("class")
+        if not detail:
+            return head
+        first = str(detail).strip().splitlines()[0] if str(detail).strip() else ""
+        return f"{head}: {first[:160]}" if first else head
+
+    @classmethod
+    def from_json(cls, data: Any, default_id: str) -> "RunInfo":
+        d = data if isinstance(data, dict) else {}
+
+        def get(key: str, kind: type | tuple, default: Any = None) -> Any:
+            v = d.get(key)
+            return v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else default
+
+        err = get("error", dict)
+        return cls(run_id=get("run_id", str, default_id), arm_id=get("arm_id", str), label=get("label", str, ""),
+                   sweep=get("sweep", str), overrides=[str(o) for o in get("overrides", list, [])],
+                   baseline=get("baseline", bool, False), status=get("status", str, "unknown"),
+                   cause=get("cause", str), error=err, reason=get("reason", str), step=get("step", int),
+                   max_steps=get("max_steps", int), val_pass_rate=get("val_pass_rate", (int, float)),
+                   truncation_warning=get("truncation_warning", bool, False), raw=d)
+
+
+class RunDir:
+    """One run directory. Paths, the run.json transitions, metrics.jsonl, and the writer lock."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def of(cls, root: Path | str, sweep: str, run_id: str) -> "RunDir":
+        return cls(run_path(root, sweep, run_id))
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    config_path = property(lambda self: self.path / "config.yaml")
+    info_path = property(lambda self: self.path / "run.json")
+    metrics_path = property(lambda self: self.path / "metrics.jsonl")
+    ckpt_dir = property(lambda self: self.path / "ckpt")
+    logs_dir = property(lambda self: self.path / "logs")
+    train_log = property(lambda self: self.path / "logs" / "train.log")
+
+    # ---- run.json: the reader ----
+
+    def info(self) -> RunInfo:
+        try:
+            data = store.read_json(self.info_path)
+        except (OSError, ValueError, RecursionError):
+            data = {}
+        return RunInfo.from_json(data, self.path.name)
+
+    # ---- run.json: the writers (named transitions) ----
+
+    def _update(self, **fields: Any) -> None:
+        status = fields.get("status")
+        if status is not None and status not in RUN_STATES:
+            raise ValueError(f"run.json status {status!r} is not one of {RUN_STATES}")
+        store.update_json(self.info_path, **fields)
+
+    def submitted(self, *, run_id: str, arm_id: str, label: str, sweep: str, overrides: list[str], baseline: bool,
+                  executor: str, batch: str) -> None:
+        """The launcher handed the run to an executor: pending, with who it is (error and cause cleared)."""
+        self._update(run_id=run_id, arm_id=arm_id, label=label, sweep=sweep, overrides=overrides, baseline=baseline,
+                     status="pending", executor=executor, batch=batch, job_id=None, submitted_at=time.time(),
+                     error=None, cause=None, reason=None)
+
+    def job(self, **facts: Any) -> None:
+        """Facts about the job that runs (or will run) it: job_id, job_logs, host, attempt. No state change."""
+        self._update(**facts)
+
+    def started(self, **facts: Any) -> None:
+        """A process started training it (facts: pid, device, params, resumed_from, ...)."""
+        self._update(status="running", started_at=time.time(), host=socket.gethostname(), error=None, cause=None,
+                     reason=None, **facts)
+
+    def progress(self, **facts: Any) -> None:
+        """An evaluation was written (step, val_pass_rate, r0, samples, gpu_hours) or a warning raised."""
+        self._update(**facts)
+
+    def ended(self, status: str, *, reason: str | None = None, **facts: Any) -> None:
+        """The run stopped by itself: done, diverged, or preempted (a signal; resumable)."""
+        if status not in ("done", "diverged", "preempted"):
+            raise ValueError(f"ended() takes done, diverged or preempted, not {status!r}")
+        self._update(status=status, reason=reason, ended_at=time.time(), **facts)
+
+    def failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> None:
+        """The run crashed or was killed. `error` is the exception, or a message when none was caught."""
+        if isinstance(error, BaseException):
+            err = error_record(error)
+        else:
+            err = {"class": None, "message": error, "traceback": []} if error else None
+        self._update(status="failed", cause=cause, error=err, ended_at=time.time(), **facts)
+
+    def try_failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> bool:
+        """`failed`, but never raising (the disk may be full): True when run.json was written."""
+        try:
+            self.failed(cause, error, **facts)
+            return True
+        except OSError:
+            return False
+
+    # ---- metrics.jsonl ----
+
+    def metric_lines(self) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, record) of metrics.jsonl, in file order. A torn last line (a crash mid-append) is skipped;
+        any other line that is not a JSON object is damage, reported as a UserError naming the file and line."""
+        if not self.metrics_path.exists():
+            return []
+        raw = self.metrics_path.read_bytes().split(b"\n")
+        while raw and not raw[-1].strip():
+            raw.pop()
+        out = []
+        for i, line in enumerate(raw, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                if i == len(raw):
+                    continue  # the torn tail of a crash mid-append
+                what = "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not valid JSON"
+                raise UserError(f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that line") from None
+            if not isinstance(rec, dict):
+                raise UserError(f"{self.metrics_path}:{i}: expected a JSON object per line, got {type(rec).__name__}")
+            out.append((i, rec))
+        return out
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The evaluation records, in file order (see `metric_lines`)."""
+        return [rec for _, rec in self.metric_lines()]
+
+    def last_metrics(self, tail_bytes: int = 8192) -> dict[str, Any] | None:
+        """The last complete record, reading only the file's tail (status over 1,000 runs stays fast)."""
+        try:
+            with open(self.metrics_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - tail_bytes))
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return None
+        for line in reversed(lines):
+            try:
+                rec = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                continue
+            if isinstance(rec, dict):
+                return rec
+        return None
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        store.append_jsonl(self.metrics_path, record)
+
+    def keep_metrics_until(self, step: int) -> list[dict[str, Any]]:
+        """Rewrite metrics.jsonl (atomically) keeping the records with step <= `step`: lines written after a
+        checkpoint belong to work a resumed run redoes. Damaged lines are dropped too. Returns what was kept."""
+        kept = [r for r in store.read_jsonl(self.metrics_path)
+                if isinstance(r.get("step"), int) and r["step"] <= step]
+        store.write_jsonl(self.metrics_path, kept)
+        return kept
+
+    # ---- the writer lock ----
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        """Hold the directory's writer lock for a run's lifetime; a UserError if another process holds it.
+
+        The holder's pid is kept in `.writer` beside the lock so the error can name it.
+        """
+        with store.dir_lock(self.path, blocking=False) as lock:
+            if not lock.locked:
+                try:
+                    holder = (self.path / ".writer").read_text().strip()
+                except OSError:
+                    holder = "another process"
+                raise UserError(f"{self.path} is being written by {holder}; wait for that run to end, "
+                                "or give another directory")
+            with contextlib.suppress(OSError):
+                store.atomic_write_text(self.path / ".writer", f"pid {os.getpid()} on {socket.gethostname()}\n")
+            yield

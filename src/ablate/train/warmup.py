@@ -1,0 +1,146 @@
+"""Supervised warm-up of the tiny model, cached per machine: every run of a sweep starts from the same weights.
+
+A real RL run starts from an SFT model; the tiny model starts from random weights, so it first imitates the task's
+supervised targets until a pass-rate check reaches `train.warmup.target_pass_rate` (R0 well above 0). The check is
+mean@k at the rollout temperature on the first problems with targets, every `check_every` steps: the pass rate of
+a tiny model jumps sharply during warm-up, so a coarser check overshoots R0.
+
+The warmed-up model is saved as a Hugging Face folder under the cache (`$ABLATE_CACHE/warmup/<key>/`), keyed by a
+hash of everything the weights depend on, and built under a file lock, so parallel runs build it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ablate import store
+from ablate.config import RunConfig
+from ablate.errors import UserError
+from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model
+from ablate.train.tasks import Task
+
+log = logging.getLogger("ablate.train")
+
+# Fixed parts of the procedure (not design choices, so not in the schema): the check's size and k, and the seed of
+# the initial weights and of the warm-up's own sampling.
+CHECK_SIZE = 200
+CHECK_K = 2
+SEED = 0
+
+
+def warmup_key(cfg: RunConfig, task: Task) -> str:
+    """Hash of everything the warmed-up weights depend on: model, task, warm-up settings, phrase, alphabet."""
+    d = cfg.to_dict()
+    blob = {
+        "v": 1,
+        "model": d["model"],
+        "task": {k: v for k, v in d["task"].items() if k != "reward"},
+        "warmup": d["train"]["warmup"],
+        "phrase": task.phrase,
+        "alphabet": task.alphabet,
+        "temperature": cfg.rollout.temperature,
+        "max_new_tokens": cfg.length.max_new_tokens,
+    }
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def warmed_up_folder(cfg: RunConfig, task: Task) -> Path:
+    """The cached warm-up folder for this config (created under a file lock if missing)."""
+    from filelock import FileLock
+
+    key = warmup_key(cfg, task)
+    root = store.cache_dir() / "warmup"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / key
+    with FileLock(str(root / f"{key}.lock")):
+        if not (folder / "warmup.json").is_file():
+            t0 = time.time()
+            tmp = root / f".{key}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)  # left by a process killed mid-save
+            model, tok, info = warm_up(cfg, task)
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            info["seconds"] = round(time.time() - t0, 1)
+            (tmp / "warmup.json").write_text(json.dumps(info, indent=2) + "\n")
+            if folder.exists():  # a stale half-written folder from a killed process
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+            log.info("warm-up done in %.1fs: %s (cached at %s)", info["seconds"], info, folder)
+    return folder
+
+
+def warmup_info(folder: Path) -> dict[str, Any]:
+    return json.loads((Path(folder) / "warmup.json").read_text())
+
+
+def warm_up(cfg: RunConfig, task: Task) -> tuple[Any, Any, dict[str, Any]]:
+    """Supervised warm-up on the task's training targets until the pass-rate check reaches the target.
+    Returns (model, tokenizer, info)."""
+    from ablate.train.rollout import SampleSpec, make_sampler
+
+    w = cfg.train.warmup
+    tok = build_char_tokenizer(task.alphabet)
+    model = build_tiny_model(cfg.model, len(tok), SEED)
+    pol = Policy(model, tok, HEAD_DTYPES[cfg.precision.name])
+    probs = [p for p in task.train if p.target]
+    if not probs:
+        raise UserError("the task has no supervised targets for the warm-up; set train.warmup.max_steps=0")
+    g = torch.Generator().manual_seed(SEED)
+    opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    check = probs[:CHECK_SIZE]
+    sampler = make_sampler("torch", pol)
+    spec = SampleSpec(max_new_tokens=cfg.length.max_new_tokens, temperature=cfg.rollout.temperature)
+
+    def pass_rate() -> float:
+        ro = sampler.generate([p.prompt for p in check], CHECK_K, spec, generator=g)
+        ok = task.grade(ro.texts, [check[i].answer for i in ro.group.tolist()], ro.truncated.tolist())
+        return sum(ok) / len(ok)
+
+    step, rate = 0, pass_rate() if w.max_steps else 0.0
+    history = [(0, rate)]
+    model.train()
+    while step < w.max_steps and rate < w.target_pass_rate:
+        idx = torch.randint(len(probs), (w.batch,), generator=g).tolist()
+        batch = [probs[i] for i in idx]
+        loss = supervised_loss(pol, [p.prompt for p in batch], [p.target for p in batch])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % w.check_every == 0:
+            rate = pass_rate()
+            history.append((step, rate))
+    model.eval()
+    return model, tok, {"steps": step, "check_pass_rate": rate, "history": history}
+
+
+def supervised_loss(pol: Policy, prompts: list[str], targets: list[str]) -> Tensor:
+    """Mean next-token cross-entropy on the target tokens (+ EOS) after each prompt; prompt tokens are not trained."""
+    tok = pol.tokenizer
+    p_ids, p_mask = pol.encode_prompts(prompts)
+    t_ids = [tok.encode(t, add_special_tokens=False) + [pol.eos_id] for t in targets]
+    T = max(len(x) for x in t_ids)
+    tgt = torch.full((len(t_ids), T), pol.pad_id, dtype=torch.long)
+    tmask = torch.zeros((len(t_ids), T), dtype=torch.bool)
+    for i, x in enumerate(t_ids):
+        tgt[i, : len(x)] = torch.tensor(x)
+        tmask[i, : len(x)] = True
+    ids = torch.cat([p_ids, tgt], 1)
+    am = None if bool(p_mask.all()) else torch.cat([p_mask, torch.ones_like(tgt)], 1)
+    P = p_ids.shape[1]
+    h = pol.hidden(ids, am)[:, P - 1 : -1]
+    logits = pol.head_logits(h).float()
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(tgt.float())
+    return (ce * tmask).sum() / tmask.sum()
