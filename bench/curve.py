@@ -34,17 +34,17 @@ def main() -> None:
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from ablate import store
-    from ablate.fit.analysis import FitOptions, fit_curves
+    from ablate.compose import compose_run
     from ablate.curves import curve_from_run_dir
-    from ablate.sweep import compose_run
-    from ablate.train.loop import TASK_PHRASE
-    from ablate.train.policy import warmed_up_folder, warmup_info
+    from ablate.fit.analysis import FitOptions, fit_curves
+    from ablate.train.step import TASK_PHRASE
     from ablate.train.tasks import build_task
+    from ablate.train.warmup import warmed_up_folder, warmup_info
 
     recipe = ROOT / "recipes" / "base.yaml"
     cfg = compose_run(recipe, list(a.overrides))
     t0 = time.time()
-    task = build_task({**cfg["task"], "val_size": cfg["train"]["val_size"]}, TASK_PHRASE[cfg["task"]["name"]])
+    task = build_task(cfg.task, cfg.train.val_size, TASK_PHRASE[cfg.task.name])
     folder = warmed_up_folder(cfg, task)  # once per machine; every seed starts from these weights
     info = warmup_info(folder)
     print(f"warm-up: {info['steps']} steps, check pass rate {info['check_pass_rate']:.3f}, "

@@ -24,7 +24,7 @@ from ablate.ledger import Ledger
 from ablate.rundir import RunDir
 from ablate.status import sweep_status
 from ablate.train import run
-from jobs import GUARD, RECIPE, SMALL_TRAIN, TOY_JOB, small_config, toy_sweep, until
+from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, small_config, toy_sweep
 
 RECIPES = RECIPE.parent
 runner = CliRunner()

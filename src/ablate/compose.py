@@ -82,12 +82,6 @@ def sweep_values(o: Any) -> list[str]:
     return [value_text(parse_overrides([f"{key}={v}"], "sweep")[0]) for v in o.sweep_string_iterator()]
 
 
-def normalised(line: str) -> str:
-    """`key=value` with the value re-printed canonically (True -> true), for labels."""
-    o = parse_overrides([line], "override")[0]
-    return f"{o.get_key_element()}={value_text(o)}"
-
-
 # ---- composition ----
 
 

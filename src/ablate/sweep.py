@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ablate import config as schema
-from ablate.compose import (ComposeError, Composer, hydra_context, load_yaml, normalised, override_key,
-                            parse_overrides, sweep_values, value_text)
+from ablate.compose import (ComposeError, Composer, hydra_context, load_yaml, override_key, parse_overrides,
+                            sweep_values, value_text)
 from ablate.config import ConfigErrors, RunConfig, closest
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical_value, check_name, run_id

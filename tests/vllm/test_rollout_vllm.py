@@ -315,8 +315,8 @@ def test_a_finished_process_leaves_no_engine_folder(tmp_path):
         "from ablate.train.rollout_vllm import VLLMSampler\n"
         "s = VLLMSampler(_policy(), kv_cache_mb=64)\n"
         "s.generate(PROMPTS, 2, SampleSpec(max_new_tokens=4))\n"
-        "from ablate.train.rollout_vllm import _ENGINES\n"
-        "print('DIR', next(iter(_ENGINES.values())).dir)\n"
+        "from ablate.train.vllm_engine import engines\n"
+        "print('DIR', engines()[0].dir)\n"
     ) % str(Path(__file__).parent)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]

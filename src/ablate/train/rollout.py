@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ablate.registry import Registry
