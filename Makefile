@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup test demo bench bench-train bench-curve clean
+.PHONY: setup test demo bench bench-train bench-curve bench-aa bench-calibrate clean
 
 include mk/vllm.mk
 
@@ -43,6 +43,15 @@ bench-train: setup
 
 bench-curve: setup
 	$(BIN)/python bench/curve.py
+
+# Are the verdicts honest? A real A/A (six seeds of the base recipe, about half an hour on 2 cores) and the full
+# calibration grid on simulated arms (writes bench/out/calibration.json; about half an hour on 2 cores).
+bench-aa: setup
+	$(BIN)/python bench/aa.py
+
+bench-calibrate: setup
+	$(BIN)/ablate calibrate --shapes scalerl-8b,scalerl-scout,embedded --effects null,a+0.03,a+0.05,cmid/2,b*1.5 \
+		--trials 40 --out bench/out/calibration.json
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) sweeps/*/ demo-out .pytest_cache

@@ -59,6 +59,8 @@ CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (keys: docs/json.md).")
 PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...); rank also writes NAME-efficiency.EXT beside it.")
 SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
+R0_OPT = typer.Option(None, "--r0", help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted).")
+WINDOW_OPT = typer.Option(False, "--window-sensitivity", help="Also refit with the window cut at 50% and 75% of its compute; a fit whose A moves outside its interval is marked unstable.")
 
 
 def _fit_options(**kw):
@@ -88,13 +90,14 @@ def fit(
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
     fit_r0: bool = typer.Option(False, "--fit-r0", help="Free R0 instead of fixing it at the pass rate measured at compute 0."),
-    r0: Optional[float] = typer.Option(None, "--r0", help="R0 to hold fixed when the data has no point at compute 0."),
+    r0: Optional[float] = R0_OPT,
     loss: str = typer.Option("linear", "--loss", help="linear or huber (robust to outlying evaluations)."),
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
     to: float = TO_OPT,
     target_r: Optional[float] = TARGET_R_OPT,
     compare: bool = typer.Option(False, "--compare-forms", help="Also fit a power law and an exponential and backtest which extrapolates best."),
+    window: bool = WINDOW_OPT,
     as_json: bool = JSON_OPT,
     plot: Optional[Path] = PLOT_OPT,
     seed: int = SEED_OPT,
@@ -106,7 +109,7 @@ def fit(
     """
     from ablate import report
     from ablate.curves import load_curves
-    from ablate.fit.analysis import compare_forms, fit_table
+    from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
 
     esc = report.esc
     opts = _fit_options(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0, loss=loss,
@@ -114,6 +117,8 @@ def fit(
     plot = _figure(plot)
     curves = load_curves(file, x=x, y=y, run=run, group=group)
     results = fit_table(curves, opts, by_group=group is not None)
+    if window:
+        results = [window_sensitivity(r, opts) for r in results]
     forms = {r.run: compare_forms(r, opts) for r in results} if compare else None
     if plot is not None:
         report.plot_fits(results, plot, xlabel=f"compute ({x})")
@@ -124,9 +129,11 @@ def fit(
         typer.echo(report.dump_json(out))
         return
     console = report.console()
-    console.print(f"fit window {opts.window_text()} of '{esc(x)}' (points at compute 0 give R0); "
-                  f"method {method}; interval: {results[0].interval_method}")
+    console.print(f"fit window {opts.window_text()} of '{esc(x)}'; {report.r0_text(results, opts)}; method {method}; "
+                  f"intervals: {esc(report.interval_text(results))}")
     console.print(report.fit_table(results))
+    if window:
+        console.print(report.sensitivity_table(results))
     report.print_notes(console, results)
     if target_r is not None:
         for r in results:
@@ -147,34 +154,56 @@ def rank(
     run: str = RUN_OPT,
     group: Optional[str] = GROUP_OPT,
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Arm to compare against (default: the sweep file's baseline)."),
-    margin: Optional[float] = typer.Option(None, "--margin", help="|ΔA| beyond which an arm moves the ceiling (default: from seed spread, else 0.02)."),
+    margin: Optional[str] = typer.Option(None, "--margin", help="Use the paper's threshold rule instead of the calibrated tests: `paper` (±0.02 on A, ±15% compute) or a margin on A."),
+    noise: Optional[Path] = typer.Option(None, "--noise", help="Seed spread measured before (a file --save-noise wrote) for arms without seeds of their own."),
+    save_noise: Optional[Path] = typer.Option(None, "--save-noise", help="Write the seed spread measured on this ranking's seeded arms to this file (for --noise)."),
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
+    r0: Optional[float] = R0_OPT,
     to: float = TO_OPT,
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
+    window: bool = WINDOW_OPT,
     as_json: bool = JSON_OPT,
     plot: Optional[Path] = PLOT_OPT,
     seed: int = SEED_OPT,
 ):
     """Rank arms by predicted pass rate at --to and say which choices move the ceiling A, which only efficiency.
 
-    The figures: every arm's fit (baseline in black), and one panel per arm compared on efficiency.
+    Verdicts are t-tests against the seed-to-seed spread (measured on the arms with seeds, or read with --noise),
+    with the false-discovery rate held at 5% over all arms; with one seed per arm and no measured spread the answer
+    is "no detectable effect (1 seed: needs seeds)". The figures: every arm's fit (baseline in black), and one
+    panel per arm compared on efficiency.
     Example: ablate rank sweeps/loss --plot rank.png
     """
     from ablate import report, store
     from ablate.curves import load_inputs
-    from ablate.fit.compare import check_margin
+    from ablate.fit.analysis import window_sensitivity
+    from ablate.fit.compare import NoiseFloor, measured_floor, parse_margin
     from ablate.fit.compare import rank as rank_arms
 
     esc = report.esc
-    opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to, seed=seed)
-    check_margin(margin)
+    opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to, seed=seed, r0=r0)
+    parse_margin(margin)
+    floor = None if noise is None else NoiseFloor.load(noise)
+    if n_boot == 0:
+        raise UserError("--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot "
+                        "of 200 or more")
     plot = _figure(plot)
     eff_path = None if plot is None else _figure(plot.with_name(plot.stem + "-efficiency" + plot.suffix))
     curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group)
-    ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, x=x, not_fitted=skipped,
+    ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, noise=floor, x=x, not_fitted=skipped,
                         jobs=store.cpu_count())
+    if window:
+        for a in ranking.arms:
+            window_sensitivity(a.fit, opts)
+    if save_noise is not None:
+        measured = measured_floor(ranking.arms)
+        if measured is None:
+            raise UserError(f"--save-noise {save_noise}: no arm has 2 identified seeds, so there is no seed spread "
+                            "to save; run the sweep with seed=0,1,2")
+        measured.source = f"{measured.source}, on '{x}': " + ", ".join(str(p) for p in inputs)
+        store.write_json(save_noise, measured.to_json())
     if plot is not None:
         report.plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({x})",
                          title=f"arms fitted on {opts.window_text()} (baseline in black)")
@@ -184,12 +213,20 @@ def rank(
         return
     console = report.console()
     base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
-    console.print(f"fit window {opts.window_text()} of '{esc(x)}'; baseline: {base}; "
-                  f"margin on A: {esc(ranking.margin_source)}")
+    console.print(f"fit window {opts.window_text()} of '{esc(x)}'; baseline: {base}")
+    console.print(f"verdicts: {esc(report.rule_text(ranking))}")
     console.print(report.rank_table(ranking))
+    if window:
+        console.print(report.sensitivity_table([a.fit for a in ranking.arms]))
+    if any(a.detail.startswith("1 seed: needs seeds") for a in ranking.arms):
+        console.print("  [yellow]needs seeds[/]: one seed per arm cannot tell an effect from a lucky seed; add seeds "
+                      f"({esc(report.seeds_hint(inputs))}), or measure the spread once and pass --noise FILE")
     if any(a.verdict == "not_identified" for a in ranking.arms):
-        console.print("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured; "
-                      f"those arms are ranked on their predicted pass rate at {to:g} only.")
+        where = (f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "
+                 "the window every arm covers (no extrapolation)" if ranking.end_spread else "")
+        console.print("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
+                      f"no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at {to:g}"
+                      f"{where}.")
     far = [n for a in ranking.arms for n in a.fit.notes if n.startswith("--to")]
     if far:
         console.print(f"  [yellow]note[/]: {esc(far[0])}")
@@ -210,10 +247,12 @@ def extrapolate(
     group: Optional[str] = GROUP_OPT,
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
+    r0: Optional[float] = R0_OPT,
     to: float = TO_OPT,
     target_r: Optional[float] = TARGET_R_OPT,
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
+    window: bool = WINDOW_OPT,
     as_json: bool = JSON_OPT,
     plot: Optional[Path] = PLOT_OPT,
     seed: int = SEED_OPT,
@@ -225,13 +264,13 @@ def extrapolate(
     """
     from ablate import report
     from ablate.curves import load_inputs
-    from ablate.fit.analysis import group_arms
+    from ablate.fit.analysis import group_arms, window_sensitivity
     from ablate.fit.extrapolate import extrapolate as project
     from ablate.fit.extrapolate import winner
 
     esc = report.esc
     opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to,
-                        target_r=target_r, seed=seed)
+                        target_r=target_r, seed=seed, r0=r0)
     plot = _figure(plot)
     curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group)
     arms = group_arms(curves)
@@ -239,10 +278,12 @@ def extrapolate(
     if arm is None and len(arms) == 1:
         arm = next(iter(arms))
     elif arm is None:
-        arm = winner(curves, _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=0, target=to))
+        arm = winner(curves, _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=0, target=to, r0=r0))
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
     ex = project(arms[arm], opts, subject=arm)
+    if window:
+        window_sensitivity(ex.fit, opts)
     if plot is not None:
         report.plot_fits([ex.fit], plot, heldout_from=fit_until, xlabel=f"compute ({x})",
                          title=f"{arm}: fitted to {ex.fit.window[1]:g}, projected to {to:g}")
@@ -253,9 +294,75 @@ def extrapolate(
     console.print(f"subject: {esc(arm)}{' (rank winner)' if by_rank else ''}; "
                   f"fit window {opts.window_text()} of '{esc(x)}'")
     console.print(report.extrapolation_table(ex))
+    if window:
+        console.print(report.sensitivity_table([ex.fit]))
     report.print_notes(console, [ex.fit])
     if plot is not None:
         console.print(f"figure: {esc(str(plot))}")
+
+
+@app.command()
+@user_errors
+def calibrate(
+    shapes: str = typer.Option("scalerl-8b,embedded", "--shapes", help="Curve shapes: scalerl-8b, scalerl-scout, embedded."),
+    noises: str = typer.Option("eval,ar0.5,ar0.9,jumps,seeds", "--noises", help="Noise models: eval, ar0.5, ar0.9, jumps, seeds."),
+    seeds: str = typer.Option("1,2,3,5", "--seeds", help="Seeds per arm."),
+    fs: str = typer.Option("0.5,0.8,0.95", "--f", help="Gain fractions the windows reach."),
+    effects: str = typer.Option("null,a+0.05,cmid/2", "--effects", help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5."),
+    trials: int = typer.Option(50, "--trials", help="Simulated comparisons per cell."),
+    n_boot: int = typer.Option(300, "--n-boot", help="Bootstrap resamples per fit."),
+    as_json: bool = JSON_OPT,
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON to this file."),
+    seed: int = SEED_OPT,
+):
+    """Measure, on simulated arms with known truth, how often intervals cover and verdicts are right.
+
+    Each cell (shape x noise x seeds x window x effect) simulates a baseline arm and an effect arm through the
+    exact code `ablate rank` runs, and reports interval coverage, the false-call rate on identical arms, and the
+    power to find a real change. The full grid takes a while; --trials 20 gives a quick look.
+    Example: ablate calibrate --shapes embedded --seeds 1,3 --f 0.8 --trials 20
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ablate import report, store
+    from ablate.fit.calibrate import EFFECTS, NOISES, SHAPES, calibrate as run_calibration
+
+    def names(text: str, valid, flag: str) -> list[str]:
+        got = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [g for g in got if g not in valid]
+        if bad or not got:
+            raise UserError(f"{flag} {text!r}: unknown {bad[0] if bad else 'empty'}; valid: {', '.join(valid)}")
+        return got
+
+    def numbers(text: str, flag: str, kind, ok) -> list:
+        try:
+            got = [kind(t) for t in text.split(",") if t.strip()]
+        except ValueError:
+            raise UserError(f"{flag} {text!r}: give a comma-separated list of numbers") from None
+        if not got or not all(ok(v) for v in got):
+            raise UserError(f"{flag} {text!r}: out of range")
+        return got
+
+    grid = dict(shapes=names(shapes, SHAPES, "--shapes"), noises=names(noises, NOISES, "--noises"),
+                seeds=numbers(seeds, "--seeds", int, lambda v: 1 <= v <= 20),
+                fs=numbers(fs, "--f", float, lambda v: 0.05 <= v <= 0.99),
+                effects=names(effects, EFFECTS, "--effects"))
+    if trials < 1 or n_boot < 50 or seed < 0:
+        raise UserError("--trials must be >= 1, --n-boot >= 50 and --seed >= 0")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True, disable=as_json) as bar:
+        total = 1
+        for v in grid.values():
+            total *= len(v)
+        task = bar.add_task("calibrating", total=total)
+        rows = run_calibration(**grid, trials=trials, seed=seed, n_boot=n_boot, jobs=store.cpu_count(),
+                               progress=lambda i, n, row: bar.update(task, completed=i))
+    if out is not None:
+        store.write_json(out, {"grid": grid, "trials": trials, "rows": rows})
+    if as_json:
+        typer.echo(report.dump_json({"grid": grid, "trials": trials, "rows": rows}))
+        return
+    report.console().print(report.calibration_table(rows))
 
 
 @app.command()

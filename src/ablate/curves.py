@@ -26,6 +26,8 @@ from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.rundir import COMPUTE_AXES, TRUNCATION_WARN, RunDir
 
+VAL_N = "val_n"
+"""The column / metric holding each pass rate's graded-sample count (optional)."""
 PARTIAL = ("pending", "running", "preempted")  # a run that may still add points
 ENDED_BADLY = ("failed", "diverged")
 
@@ -166,6 +168,11 @@ def load_curves(
     bad = [ln for ln, v in zip(lines, xs) if v < 0]
     if bad:
         raise UserError(f"{path}: negative compute in '{x}' at line(s) {_fmt_lines(bad)}")
+    ns = None
+    if VAL_N in columns:  # graded samples behind each pass rate: the evaluation noise is then known, not estimated
+        ns = np.array([_number(f"{path} line {ln}", VAL_N, r.get(VAL_N)) for ln, r in rows])
+        if not np.all(np.isfinite(ns) & (ns > 0)):
+            ns = None
 
     members: dict[str, list[int]] = {}  # run -> row indices, in order of first appearance
     groups: dict[str, tuple[str | None, int]] = {}  # run -> (group, line it was first seen on)
@@ -191,7 +198,7 @@ def load_curves(
                 f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
                 f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
             )
-        curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy))
+        curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
     return curves
 
 
@@ -236,14 +243,16 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
             return None, {**meta, "_missing": (name, flag, present),
                           "reason": f"the metric '{name}' is not in {rd.metrics_path}; it has: {', '.join(present)} "
                                     f"(choose with {flag})"}
-    xs, ys, rec_index = [], [], []
+    xs, ys, rec_index, ns = [], [], [], []
     for ln, r in lines:
         if y not in r or (x not in r and r.get("step") != 0):
             continue  # not an evaluation record
         ys.append(_metric(rd, ln, y, r[y]))
         xs.append(0.0 if r.get("step") == 0 else _metric(rd, ln, x, r[x]))
         rec_index.append(ln)
-    xa, ya = np.array(xs), np.array(ys)
+        v = r.get(VAL_N)
+        ns.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else np.nan)
+    xa, ya, na = np.array(xs), np.array(ys), np.array(ns)
     for vals, bad, what in ((ya, (ya < 0) | (ya > 1), f"'{y}' is outside [0, 1]; --y must name a pass rate"),
                             (xa, xa < 0, f"'{x}' is negative; --x must name a compute axis")):
         if bad.any():  # NaN compares False: dropped below, as a run may log one when it diverges
@@ -251,14 +260,15 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
             raise UserError(f"{rd.metrics_path}:{rec_index[k]}: {vals[k]:g} in {what}")
     ok = np.isfinite(xa) & np.isfinite(ya)
     order = np.argsort(xa[ok], kind="stable")
-    xa, ya = xa[ok][order], ya[ok][order]
+    xa, ya, na = xa[ok][order], ya[ok][order], na[ok][order]
     if xa.size == 0:
         return None, {**meta, "reason": f"no evaluation with a finite '{x}' and '{y}' yet ({rd.metrics_path})"}
     keep = np.concatenate([[True], np.diff(xa) > 0])  # a resumed run never logs a step twice; be safe
     trunc = [r["truncation_rate"] for r in recs
              if isinstance(r.get("truncation_rate"), (int, float)) and not isinstance(r.get("truncation_rate"), bool)]
     meta["truncation_warning"] = info.truncation_warning or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
-    return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta), meta
+    n = na[keep] if np.all(np.isfinite(na[keep])) else None  # older runs did not log val_n: estimated then
+    return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta, n=n), meta
 
 
 def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
@@ -342,10 +352,12 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
 
 
 def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
-    """Write curves as a long CSV: run, group, x, y (labels like `loss=dapo,seed=0` are quoted)."""
+    """Write curves as a long CSV: run, group, x, y, and val_n when every curve knows it (labels like
+    `loss=dapo,seed=0` are quoted)."""
+    with_n = all(c.n is not None and len(c.n) == len(c.x) for c in curves)
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["run", "group", x, y])
+        w.writerow(["run", "group", x, y] + ([VAL_N] if with_n else []))
         for c in curves:
-            for xi, yi in zip(c.x, c.y):
-                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"])
+            for i, (xi, yi) in enumerate(zip(c.x, c.y)):
+                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"] + ([f"{c.n[i]:g}"] if with_n else []))

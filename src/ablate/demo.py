@@ -1,10 +1,13 @@
 """`make demo`: the whole pipeline on the embedded default, as a user would run it.
 
-1. `ablate sweep recipes/loss.yaml --follow`: the four policy losses (GRPO, DAPO, GSPO, CISPO), each a real
-   RL run of the tiny locally built policy on the synthetic math task, launched with submitit's local
-   executor (as many at once as the cores allow); waits with a progress bar. Re-running skips finished runs.
-2. `ablate rank sweeps/loss`: a sigmoid per arm, verdicts against the ScaleRL baseline (CISPO), table + figures.
-3. `ablate extrapolate sweeps/loss`: the winner fitted on the first half of its run, projected past its end,
+1. `ablate sweep recipes/demo.yaml --follow`: the ScaleRL recipe and the same recipe on a smaller policy, three
+   seeds each: six real RL runs of the tiny locally built policy on the synthetic math task, launched with
+   submitit's local executor (as many at once as the cores allow); waits with a progress bar. Re-running skips
+   finished runs.
+2. `ablate rank sweeps/demo`: a sigmoid per arm, a verdict against the ScaleRL arm judged against the seed spread
+   the three seeds measure, table + figures. The smaller policy's curve is still rising when the runs end, so its
+   ceiling is not identified; the tool says so, and says whether it is behind at the compute both arms reached.
+3. `ablate extrapolate sweeps/demo`: the winner fitted on the first half of its runs, projected past their end,
    and checked on the held-out second half.
 
 Compute axis: `samples` (completions generated). On a shared CPU `gpu_hours` (wall-clock device-hours) also
@@ -22,6 +25,7 @@ from pathlib import Path
 from ablate import report
 
 OUT = Path("demo-out")
+SWEEP = "recipes/demo.yaml"
 
 
 def ablate(*args: str) -> None:
@@ -39,13 +43,13 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     for old in ("rank.png", "rank-efficiency.png", "extrapolate.png"):
         (OUT / old).unlink(missing_ok=True)
-    ablate("sweep", "recipes/loss.yaml", "--follow")
-    sweep = load_sweep("recipes/loss.yaml")
+    ablate("sweep", SWEEP, "--follow")
+    sweep = load_sweep(SWEEP)
     # rank at twice the compute the runs used; extrapolate from the first half of the runs to that point
     spent = max(max((r.get("samples", 0) for r in RunDir.of("sweeps", sweep.name, s.run_id).metrics()), default=0)
                 for s in sweep.runs)
     if spent == 0:
-        raise SystemExit("demo: the sweep wrote no metrics; see `ablate status loss` and the run logs")
+        raise SystemExit("demo: the sweep wrote no metrics; see `ablate status demo` and the run logs")
     to, half = str(2 * spent), str(spent // 2)
     ablate("rank", f"sweeps/{sweep.name}", "--x", "samples", "--to", to, "--plot", str(OUT / "rank.png"))
     ablate("extrapolate", f"sweeps/{sweep.name}", "--x", "samples", "--fit-until", half, "--to", to,

@@ -64,7 +64,7 @@ def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Tabl
     for col, kw in [("run", {}), ("R0", {"justify": "right"}), ("A", {"justify": "right"}),
                     ("B", {"justify": "right"}), ("C_mid", {"justify": "right"}), ("window", {}),
                     ("n", {"justify": "right"}), ("f", {"justify": "right"}), ("status", {}),
-                    (f"R@{target:g}", {"justify": "right"})]:
+                    (f"R@{target:g}", {"justify": "right"}), ("noise: drift sd / rho", {"justify": "right"})]:
         t.add_column(col, **kw)
     for r in results:
         t.add_row(
@@ -76,9 +76,99 @@ def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Tabl
             f"{r.window[0]:g}..{r.window[1]:g}",
             str(r.n_points),
             f"{r.gain_fraction:.2f}" if math.isfinite(r.gain_fraction) else "—",
-            f"[{STATUS_STYLE.get(r.status, 'white')}]{r.status}[/]",
+            f"[{STATUS_STYLE.get(r.status, 'white')}]{r.status}[/]" + (" [red]unstable[/]" if r.unstable else ""),
             fmt_pm(r.pred_at_target, r.pred_ci),
+            noise_text(r),
         )
+    return t
+
+
+def r0_text(results: Sequence[FitResult], opts) -> str:
+    """How R0 was set: measured at compute 0 (held fixed), given with --r0, or fitted."""
+    if opts.r0 is not None:
+        return f"R0 = {opts.r0:g} (--r0)"
+    if any(r.fit.fit_r0 for r in results):
+        return "R0 fitted" + (" (--fit-r0)" if opts.fit_r0 else " (no point at compute 0; --r0 fixes it)")
+    return "R0 = the pass rate measured at compute 0, held fixed"
+
+
+def interval_text(results: Sequence[FitResult]) -> str:
+    """The interval method, once: each run's own noise is in the table's noise column and in --json."""
+    kinds = {r.interval_method.split(" (")[0] for r in results}
+    if len(kinds) == 1:
+        return results[0].interval_method if len(results) == 1 else (
+            kinds.pop() + " (each run from its own measured noise: see the noise column)")
+    return "; ".join(sorted(kinds))
+
+
+def rule_text(ranking) -> str:
+    """Which rule produced the verdicts, and against what noise."""
+    if ranking.rule == "paper":
+        return ranking.margin_source
+    if ranking.floor is None:
+        return ("t-tests against the seed spread, false-discovery rate 5%; " + ranking.margin_source)
+    f = ranking.floor
+    return (f"t-tests against the seed spread (sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}; "
+            f"{f.dof} dof; from {f.source}), false-discovery rate 5% over the ranking")
+
+
+def seeds_hint(inputs) -> str:
+    """The command that adds seeds to the ranked sweep (or the general form for files)."""
+    for p in inputs:
+        p = Path(p)
+        name = p.name if (p / "runs").is_dir() else None
+        if name:
+            recipe = Path("recipes") / f"{name}.yaml"
+            return f"ablate sweep {recipe if recipe.exists() else name + '.yaml'} seed=0,1,2"
+    return "ablate sweep SWEEP.yaml seed=0,1,2"
+
+
+def noise_text(r: FitResult) -> str:
+    """The run's measured noise, compact: drift sd / rho (an arm: its runs' median)."""
+    if not r.noise:
+        return "—"
+    sd = float(np.median([math.sqrt(e.drift_var) for e in r.noise]))
+    rho = float(np.median([e.rho for e in r.noise]))
+    return f"{sd:.4f} / {rho:.2f}"
+
+
+def sensitivity_table(results: Iterable[FitResult]) -> Table | None:
+    """The window-sensitivity refits: A, B, C_mid and R at the target per fit-until cutoff, per run or arm."""
+    results = [r for r in results if r.sensitivity]
+    if not results:
+        return None
+    t = Table(title="window sensitivity: refits with the window cut at a share of its compute", header_style="bold")
+    for col in ("run", "fit until", "A", "B", "C_mid", f"R@{results[0].target:g}", ""):
+        t.add_column(col, justify="left" if col in ("run", "") else "right")
+    for r in results:
+        for row in r.sensitivity:
+            mark = "" if row["identifiable"] else "not identified"
+            if row["cutoff"] == 1.0 and r.unstable:
+                mark = "[red]unstable[/]"
+            t.add_row(Text(r.run), f"{row['fit_until']:g} ({row['cutoff']:.0%})", _fmt(row["A"]), _fmt(row["B"], 2),
+                      _fmt(row["C_mid"]), _fmt(row["pred_at_target"]), mark)
+    return t
+
+
+def calibration_table(rows: list[dict[str, Any]]) -> Table:
+    """`ablate calibrate`: one row per cell: coverage, false-call rate, power, ceiling calls, not identified."""
+    t = Table(title="calibration by simulation (targets: coverage >= 0.90, false calls <= 0.05)", header_style="bold")
+    for col in ("shape", "noise", "seeds", "floor", "f", "effect", "trials", "cover A", "cover R@to", "false calls",
+                "power", "ceiling calls", "not identified"):
+        t.add_column(col, justify="left" if col in ("shape", "noise", "effect", "floor") else "right")
+
+    def rate(v, bad=None) -> str:
+        if v is None:
+            return "—"
+        text = f"{v:.2f}"
+        return f"[red]{text}[/]" if bad is not None and bad(v) else text
+
+    for r in rows:
+        t.add_row(r["shape"], r["noise"], str(r["seeds"]), r.get("floor", "own"), f"{r['f']:.2f}", r["effect"],
+                  str(r["trials"]),
+                  rate(r["coverage_A"], lambda v: v < 0.90), rate(r["coverage_pred"], lambda v: v < 0.90),
+                  rate(r["false_call_rate"], lambda v: v > 0.05), rate(r["power"]), rate(r["ceiling_calls"]),
+                  rate(r["not_identified"]))
     return t
 
 

@@ -221,7 +221,7 @@ def test_names_with_markup_are_shown_as_written_by_rank_and_extrapolate(tmp_path
     out = res.stdout
     for name in MARKUP_NAMES:
         assert name in out, (name, out)
-    assert "baseline: [/];" in out and "not fitted [red]young[/red]:" in out
+    assert "baseline: [/]\n" in out and "not fitted [red]young[/red]:" in out
     assert (tmp_path / "r.png").exists() and (tmp_path / "r-efficiency.png").exists()
     res = works(["extrapolate", path, "--group", "group", "--arm", "[bold]x[/bold]", "--n-boot", "50",
                  "--fit-until", "8000", "--plot", tmp_path / "e.png"])

@@ -90,7 +90,7 @@ def test_group_interval_resamples_runs():
     p = PAPER_CURVES["scalerl-8b"]
     runs = [synthetic_curve(**p, seed=s, drift_sd=0.003, run=f"s{s}", group="arm") for s in range(3)]
     (res,) = fit_table(runs, FitOptions(n_boot=300), by_group=True)
-    assert res.n_runs == 3 and res.interval_method.startswith("run bootstrap") and "3 runs" in res.interval_method
+    assert res.n_runs == 3 and res.interval_method.startswith("t-intervals over 3 seeds")
     assert res.A_ci[0] < res.A < res.A_ci[1]
     assert abs(res.A - p["a"]) < 0.01
 

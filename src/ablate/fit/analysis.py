@@ -7,23 +7,26 @@ docs/json.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from scipy.special import expit
 
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.fit.paper import fit_paper
 from ablate.fit.sigmoid import (
-    CMID_DECADES_ABOVE,
+    B_BOUNDS,
     PointFit,
+    _bounds,
     compute_to_reach,
     fit_sigmoid,
     gain_fraction,
     sigmoid,
 )
-from ablate.fit.uncertainty import bootstrap_runs, bootstrap_single, percentile_ci
+from ablate.fit.noise import NoiseEstimate
+from ablate.fit.uncertainty import parametric_bootstrap, percentile_ci, prediction_draws, seed_interval
 
 METHODS = ("default", "paper")
 CI_CLOSED_TOL = 1e-3
@@ -107,6 +110,16 @@ class FitResult:
     compute_to_target_ci: tuple[float, float] | None = None
     notes: list[str] = field(default_factory=list)
     curves: list[Curve] = field(default_factory=list, repr=False)
+    f_ci: tuple[float, float] | None = None
+    """Interval of the gain fraction the window reached (identifiability reads its lower end)."""
+    noise: list[NoiseEstimate] | None = field(default=None, repr=False)
+    """Each run's measured noise (None for the paper's method or --n-boot 0)."""
+    seeds: SeedFits | None = field(default=None, repr=False)
+    """An arm's seeds fitted alone (None for a single run)."""
+    sensitivity: list[dict[str, Any]] | None = None
+    """Refits at earlier fit-until cutoffs (`window_sensitivity`), or None when not asked for."""
+    unstable: bool | None = None
+    """True when A at an earlier cutoff lies outside this fit's interval of A (None when not checked)."""
 
     @property
     def R0(self) -> float:
@@ -155,12 +168,19 @@ class FitResult:
             "pred_ci": ci(self.pred_ci), "target_r": r(self.target_r),
             "compute_to_target": r(self.compute_to_target), "compute_to_target_ci": ci(self.compute_to_target_ci),
             "interval_method": self.interval_method, "fit_r0": self.fit.fit_r0, "at_bound": self.fit.at_bound,
-            "notes": self.notes,
+            "notes": self.notes, "gain_fraction_ci": ci(self.f_ci),
+            "noise": None if not self.noise else [
+                {"rho": r(e.rho), "drift_sd": r(np.sqrt(e.drift_var)),
+                 "eval_sd": r(np.sqrt(e.eval_var.mean())) if e.eval_known else None} for e in self.noise],
+            "seeds_identified": None if self.seeds is None else self.seeds.n_identified,
+            "window_sensitivity": self.sensitivity, "unstable": self.unstable,
         }
 
 
 def window_points(curves: list[Curve], opts: FitOptions, name: str):
-    xs, ys, idx = [], [], []
+    """The points of `curves` inside the fit window, pooled and sorted by compute: x, y, run_index, n ([m] each;
+    n is None unless every curve knows its graded-sample counts) and the window (lo, hi) actually covered."""
+    xs, ys, idx, ns = [], [], [], []
     lo = opts.fit_from if opts.fit_from is not None else 0.0
     hi = opts.fit_until if opts.fit_until is not None else np.inf
     for i, c in enumerate(curves):
@@ -168,20 +188,71 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str):
         xs.append(c.x[keep])
         ys.append(c.y[keep])
         idx.append(np.full(keep.sum(), i))
+        known = c.n is not None and len(c.n) == len(c.x)  # counts that no longer match the points are not used
+        ns.append(np.asarray(c.n, dtype=float)[keep] if known else None)
     x, y, run_index = np.concatenate(xs), np.concatenate(ys), np.concatenate(idx)
     if x.size == 0:
         span = [float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()]
         span_hi = [float(c.x.max()) for c in curves]
         where = f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
         raise UserError(f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until")
-    order = np.argsort(x, kind="stable")
-    return x[order], y[order], run_index[order], (float(lo), float(min(hi, x.max())))
+    n = None if any(v is None for v in ns) else np.concatenate(ns)
+    order = np.lexsort((x, run_index))  # run by run, each in compute order (the noise model reads runs as series)
+    return (x[order], y[order], run_index[order], None if n is None else n[order],
+            (float(lo), float(min(hi, x.max()))))
 
 
 def measured_run_r0(curves: list[Curve], opts: FitOptions) -> list[float] | None:
-    """Each run's measured R0 when the fixed R0 is their mean (so a run bootstrap resamples it too)."""
+    """Each run's measured R0 when the fixed R0 is their mean (so a resample redraws each measurement)."""
     r0s = [c.r0 for c in curves]
     return None if opts.fit_r0 or opts.r0 is not None or None in r0s else r0s
+
+
+@dataclass
+class SeedFits:
+    """Each seed of an arm fitted alone (no intervals): the spread the arm's intervals and `rank`'s tests use."""
+
+    A: np.ndarray
+    """[k] each seed's A (NaN where its fit is not identified)."""
+    C_mid: np.ndarray
+    B: np.ndarray
+    pred: np.ndarray
+    """[k] each seed's predicted pass rate at --to."""
+    identified: np.ndarray
+    fits: list = field(default_factory=list, repr=False)
+    """Each seed's point fit (identified or not; None where it could not be fitted): its curve can be read
+    inside the window whatever its A."""
+
+    def at(self, c: float) -> np.ndarray:
+        """[k] each seed's fitted pass rate at compute c (NaN where a seed could not be fitted)."""
+        return np.array([float(f.predict(np.array([c]))[0]) if f is not None else np.nan for f in self.fits])
+
+    @property
+    def n_identified(self) -> int:
+        return int(self.identified.sum())
+
+
+def _within(ci: tuple[float, float] | None, lo: float, hi: float) -> tuple[float, float] | None:
+    return None if ci is None else (float(np.clip(ci[0], lo, hi)), float(np.clip(ci[1], lo, hi)))
+
+
+def fit_seeds(curves: list[Curve], opts: FitOptions) -> SeedFits:
+    """Fit every seed of an arm alone (point fits only)."""
+    vals, fits = [], []
+    for c in curves:
+        try:
+            f = fit_curves([c], replace(opts, n_boot=0), name=c.run)
+        except UserError:  # a seed with too few points in the window yet
+            vals.append((np.nan, np.nan, np.nan, np.nan, False))
+            fits.append(None)
+            continue
+        ok = f.identifiable
+        vals.append((f.A if ok else np.nan, f.C_mid if ok else np.nan, f.B if ok else np.nan,
+                     f.pred_at_target, ok))
+        fits.append(f.fit)
+    a, c, b, p, ok = (np.array(v) for v in zip(*vals))
+    return SeedFits(A=a.astype(float), C_mid=c.astype(float), B=b.astype(float), pred=p.astype(float),
+                    identified=ok.astype(bool), fits=fits)
 
 
 def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None, group: str | None = None) -> FitResult:
@@ -202,7 +273,7 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         notes.append("no point at compute 0: R0 fitted (give --r0 to fix it)")
     if r0 is not None and r0 >= 1.0:  # the box A in [R0, 1] would be empty
         raise UserError(f"{name}: R0 = {r0:g}: the pass rate at compute 0 is already 1, so there is no gain to fit")
-    x, y, run_index, window = window_points(curves, opts, name)
+    x, y, run_index, n_eval, window = window_points(curves, opts, name)
     n_params = 3 if r0 is not None else 4
     if x.size < n_params + 1:
         raise UserError(
@@ -211,35 +282,42 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         )
     rng = np.random.default_rng(opts.seed)
     huber = 0.01 if opts.loss == "huber" else None
+    draws = noises = None
     if opts.method == "paper":
         if r0 is None:
             raise UserError(f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0")
-        pf = fit_paper(x, y, r0=r0)
-        draws, interval_method = None, "none (the paper's procedure gives point estimates)"
+        pf, grid_note = fit_paper(x, y, r0=r0)
+        if grid_note:
+            notes.append(grid_note)
+        interval_method = "none (the paper's procedure gives point estimates)"
     else:
         pf = fit_sigmoid(x, y, r0=r0, loss=opts.loss, f_scale=huber or 1.0)
-        if opts.n_boot > 0 and len(curves) > 1:
-            draws, interval_method = bootstrap_runs(x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, huber=huber,
-                                                    run_r0=measured_run_r0(curves, opts))
-        elif opts.n_boot > 0:
-            draws, interval_method = bootstrap_single(x, y, pf, n_boot=opts.n_boot, rng=rng, huber=huber)
+        if opts.n_boot > 0:
+            draws, noises, interval_method = parametric_bootstrap(
+                x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber,
+                run_r0=measured_run_r0(curves, opts))
         else:
-            draws, interval_method = None, "none (--n-boot 0)"
+            interval_method = "none (--n-boot 0)"
 
     def ci(col):
         return None if draws is None else percentile_ci(draws[:, col], opts.ci)
 
     A_ci, B_ci, C_ci = ci(1), ci(2), ci(3)
     f = gain_fraction(window[1], pf.b, pf.c_mid) if np.isfinite(pf.b) else float("nan")
+    f_ci = None
+    if draws is not None:
+        f_ci = percentile_ci(expit(draws[:, 2] * (np.log(window[1]) - np.log(draws[:, 3]))), opts.ci)
     reasons = []
+    if not np.isfinite(pf.b) or pf.b <= 0 or "B" in pf.at_bound:
+        reasons.append("B is not positive or sits on its bound (a flat curve, or a step)")
     if not f >= 0.5:
         reasons.append(f"the window reached {f:.0%} of the gain (< 50%: it has not passed C_mid)")
-    if "A=1" in pf.at_bound or "A=R0" in pf.at_bound:
+    elif f_ci is not None and f_ci[0] < 0.5:
+        reasons.append(f"the gain reached could be as low as {f_ci[0]:.0%} (< 50%: C_mid may lie beyond the window)")
+    if any(b.startswith("A") for b in pf.at_bound):
         reasons.append("A is on its bound")
     if A_ci is not None and (A_ci[1] >= 1.0 - CI_CLOSED_TOL or A_ci[0] <= pf.r0 + CI_CLOSED_TOL):
         reasons.append("A's interval reaches its bound")
-    if C_ci is not None and np.log(C_ci[1]) >= np.log(x.max()) + CMID_DECADES_ABOVE * np.log(10) - 1e-3:
-        reasons.append("C_mid's interval does not close")
     identifiable = pf.success and not reasons
     notes += [f"A not identified: {r}" for r in reasons]
     if not pf.success:
@@ -257,8 +335,27 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     pred = float(pf.predict(opts.target))
     pred_ci = None
     c_to = c_to_ci = None
-    if draws is not None:
+    if draws is not None and len(curves) == 1:
+        n_last = None if n_eval is None else float(n_eval[-1])
+        pred_ci = percentile_ci(prediction_draws(draws, opts.target, noises[0], n_last, rng), opts.ci)
+    elif draws is not None:
         pred_ci = percentile_ci(sigmoid(opts.target, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3]), opts.ci)
+    seeds = None
+    if len(curves) > 1 and opts.method != "paper" and opts.n_boot > 0:
+        # an arm: the spread between its seeds, which no single run shows, sets its intervals
+        seeds = fit_seeds(curves, opts)
+        if seeds.n_identified >= 2:
+            # t-intervals from few seeds can reach past what a fit could report: cut them to the fit's own box
+            m_lo, m_hi = _bounds(x)
+            A_ci = _within(seed_interval(pf.a, seeds.A, opts.ci), pf.r0, 1.0)
+            B_ci = _within(seed_interval(pf.b, seeds.B, opts.ci, log=True), *B_BOUNDS)
+            C_ci = _within(seed_interval(pf.c_mid, seeds.C_mid, opts.ci, log=True), np.exp(m_lo), np.exp(m_hi))
+            pred_ci = _within(seed_interval(pred, np.where(seeds.identified, seeds.pred, np.nan), opts.ci), 0.0, 1.0)
+            interval_method = (f"t-intervals over {seeds.n_identified} seeds' own fits (the gain fraction from a "
+                               + interval_method + ")")
+        else:
+            notes.append(f"fewer than 2 of its {len(curves)} seeds are identified alone: its intervals do not "
+                         "include the spread between seeds")
     if opts.target_r is not None:
         c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
         if c_to is None:
@@ -272,8 +369,44 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         fit=pf, draws=draws, interval_method=interval_method, A_ci=A_ci, B_ci=B_ci, C_mid_ci=C_ci,
         gain_fraction=f, identifiable=identifiable, status=status, target=opts.target, pred_at_target=pred,
         pred_ci=pred_ci, target_r=opts.target_r, compute_to_target=c_to, compute_to_target_ci=c_to_ci,
-        notes=notes, curves=curves,
+        notes=notes, curves=curves, f_ci=f_ci, noise=noises, seeds=seeds,
     )
+
+
+SENSITIVITY_CUTOFFS = (0.5, 0.75, 1.0)
+
+
+def window_sensitivity(result: FitResult, opts: FitOptions, cutoffs=SENSITIVITY_CUTOFFS) -> FitResult:
+    """Refit `result`'s curves with the window cut at fractions of its compute (50% of a 100k window: fit up to 50k,
+    as the paper's window-sensitivity table does) and record A (with its interval), B, C_mid and the prediction at
+    each. The fit is marked unstable when, at an earlier cutoff where A is identified, A's interval and this fit's
+    do not overlap: where the window ends then decides the answer, beyond what the noise explains. Returns
+    `result`, updated."""
+    hi = result.window[1]
+    rows = []
+    n_boot = min(opts.n_boot, 300)  # intervals at the cutoffs: enough to compare, at a fraction of the cost
+    for frac in cutoffs:
+        until = frac * hi
+        if frac == 1.0:
+            f = result
+        else:
+            try:
+                f = fit_curves(result.curves, replace(opts, fit_until=until, n_boot=n_boot), name=result.run)
+            except UserError as e:  # too few points before this cutoff
+                rows.append({"cutoff": frac, "fit_until": until, "A": None, "A_ci": None, "B": None, "C_mid": None,
+                             "pred_at_target": None, "identifiable": False, "note": str(e).split(": ", 1)[-1]})
+                continue
+        rows.append({"cutoff": frac, "fit_until": f.window[1], "A": f.A, "A_ci": None if f.A_ci is None else list(f.A_ci),
+                     "B": f.B, "C_mid": f.C_mid, "pred_at_target": f.pred_at_target, "identifiable": f.identifiable})
+    result.sensitivity = rows
+    if result.A_ci is not None and result.identifiable:
+        lo, hi_a = result.A_ci
+        result.unstable = any(r["identifiable"] and r["A_ci"] is not None and (r["A_ci"][1] < lo or r["A_ci"][0] > hi_a)
+                              for r in rows[:-1])
+        if result.unstable:
+            result.notes.append("unstable: A fitted on an earlier part of the window and A fitted on all of it have "
+                                "intervals that do not overlap (see the window-sensitivity table)")
+    return result
 
 
 def rank_key(fit: FitResult) -> tuple[float, float, float]:

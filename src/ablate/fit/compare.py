@@ -1,35 +1,46 @@
-"""`rank`: fit every arm, then say which design choices move the ceiling A and which only the efficiency.
+"""`rank`: fit every arm, then say which design choices move the ceiling A and which only the efficiency, and
+claim no more than the noise allows.
 
-ScaleRL §2 (Khatri et al. 2025): compare arms on the asymptote A first; an arm moves the **ceiling** when
-|A - A_baseline| exceeds the margin (from the seed spread when both arms have >= 2 seeds, else the paper's
-±0.02) and the two fits' own 95% intervals of A (combined in quadrature) tell the two apart. Otherwise refit the two with one shared A and compare how fast each gets there — the compute each
-needs to reach the pass rate the baseline reaches at the target: **efficiency** up or down when the
-bootstrap interval of that compute ratio excludes 1, else **no detectable effect**. When either window has
-not passed C_mid, A is not identified: the arm is marked so and compared on its predicted pass rate at the
-target only.
+Per arm against the baseline (ScaleRL §2's order of questions):
+1. Identified? When either window has not passed C_mid (the gain fraction's interval reaches below 50%, B sits on a
+   bound, A on its bound), A is not measured: the arm is `not_identified` and ranked on its predicted pass rate at
+   the target only.
+2. Ceiling: dA = A_arm - A_baseline against the seed-to-seed spread of A.
+3. Efficiency: the two refitted with one shared A; the compute the arm needs to reach the pass rate the baseline
+   reaches at the target, as a ratio, against the seed-to-seed spread of log compute.
+Both questions are two-sided t-tests, and all the tests of a ranking (two per arm) go through Benjamini-Hochberg at
+a 5% false-discovery rate: `ceiling up/down` when the ceiling test is rejected, else `efficiency up/down` when the
+efficiency test is, else `no detectable effect`.
+
+The seed-to-seed spread (`NoiseFloor`) is measured, never assumed: from the arms of this ranking that have at least
+two identified seeds (pooled), or from a stored measurement of the same task and recipe (`--noise FILE`, written by
+`--save-noise`). Without either, a single seed cannot tell an effect from a lucky seed, and the verdict is `no
+detectable effect (1 seed: needs seeds)`. The paper's own convention, a ceiling change beyond +-0.02 on A and an
+efficiency change beyond +-15% compute, is available as `--margin paper` (or `--margin X` on A), labelled as such in
+every verdict: a threshold rule, not a calibrated test. Every threshold here is justified by the calibration
+harness (fit/calibrate.py, `ablate calibrate`).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
+from scipy.stats import t as student_t
 
 from ablate.errors import UserError
-from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, measured_run_r0, rank_key, window_points
+from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, rank_key, window_points
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
-from ablate.fit.uncertainty import bootstrap_runs, bootstrap_single, percentile_ci
 
-SCALERL_MARGIN = 0.02  # ScaleRL §2: +-0.02 on A between single-seed runs is within noise
-# The same kind of floor for efficiency, when an arm has one seed and its seed-to-seed spread is unknown: two
-# seeds of one config (synthetic curves with the paper's noise) needed up to ~11% more or less compute to
-# reach the same pass rate under a shared A, more than a single run's bootstrap interval admits.
-SINGLE_SEED_COMPUTE_MARGIN = float(np.log(1.15))
-Z95 = 1.959964
+PAPER_A_MARGIN = 0.02  # ScaleRL §2: +-0.02 on A between single-seed runs is within noise (their seeds' spread)
+PAPER_COMPUTE_MARGIN = float(np.log(1.15))  # the efficiency counterpart: +-15% compute
+FDR = 0.05
 
 VERDICTS = ("baseline", "ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "no_effect", "not_identified")
 VERDICT_TEXT = {
@@ -40,26 +51,78 @@ VERDICT_TEXT = {
 
 
 @dataclass
+class NoiseFloor:
+    """The seed-to-seed spread comparisons are judged against: sd of one seed's A, and of one seed's log compute
+    to reach a pass rate, around its arm's value; `dof` degrees of freedom behind them."""
+
+    sd_A: float
+    sd_logc: float
+    dof: int
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sd_A": self.sd_A, "sd_logc": self.sd_logc, "dof": self.dof, "source": self.source}
+
+    @classmethod
+    def load(cls, path: Path | str) -> "NoiseFloor":
+        """A stored measurement (`--save-noise`); a UserError naming what is wrong with the file."""
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+            floor = cls(sd_A=float(d["sd_A"]), sd_logc=float(d["sd_logc"]), dof=int(d["dof"]),
+                        source=f"stored measurement {path} ({d.get('source', '?')})")
+        except FileNotFoundError:
+            raise UserError(f"--noise {path}: no such file; write one with `ablate rank SWEEP --save-noise FILE` "
+                            "on a sweep with seeds") from None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise UserError(f"--noise {path}: not a noise file ({type(e).__name__}: {e}); it needs sd_A, sd_logc "
+                            "and dof, as --save-noise writes") from None
+        if not (math.isfinite(floor.sd_A) and math.isfinite(floor.sd_logc) and floor.sd_A > 0 and floor.sd_logc > 0
+                and floor.dof >= 1):
+            raise UserError(f"--noise {path}: sd_A and sd_logc must be > 0 and dof >= 1")
+        return floor
+
+
+@dataclass
 class ArmResult:
     arm: str
     arm_id: str | None
     fit: FitResult
     seeds: int
-    seed_A: list[float]
-    """A of each seed fitted alone (used for the seed-spread margin)."""
     partial: bool
     truncation_warning: bool
     verdict: str | None = None
     margin: float | None = None
+    """The paper rule's margin on A (None under the calibrated tests)."""
     delta_A: float | None = None
     detail: str = ""
     shared: dict[str, Any] | None = None
     """The shared-A comparison: A_shared, B and C_mid of both arms under it, compute ratio and interval."""
+    p_ceiling: float | None = None
+    p_efficiency: float | None = None
+    delta_R_end: float | None = None
+    """Not identified: the arm's pass rate minus the baseline's at the end of the window they share."""
+    p_at_end: float | None = None
+    r_call: str | None = None
+    """Not identified: `higher` / `lower` when the test at the shared window's end finds a difference, else None."""
+    log_compute_seeds: list[float] | None = field(default=None, repr=False)
+    """Each seed's log compute to the baseline's pass rate at the target, under the shared A."""
+
+    @property
+    def seed_A(self) -> list[float]:
+        """A of each seed fitted alone (NaN where not identified); the pooled A for a single run."""
+        if self.fit.seeds is not None:
+            return [float(v) for v in self.fit.seeds.A]
+        return [self.fit.A if self.fit.identifiable else float("nan")]
 
     def to_json(self) -> dict[str, Any]:
+        def r(v):
+            return None if v is None or not np.isfinite(v) else float(v)
+
         return {"arm": self.arm, "arm_id": self.arm_id, "seeds": self.seeds, **self.fit.to_json(),
-                "verdict": self.verdict, "margin": self.margin, "delta_A": self.delta_A, "detail": self.detail,
-                "partial": self.partial, "truncation_warning": self.truncation_warning, "shared_A": self.shared}
+                "verdict": self.verdict, "margin": self.margin, "delta_A": r(self.delta_A), "detail": self.detail,
+                "partial": self.partial, "truncation_warning": self.truncation_warning, "shared_A": self.shared,
+                "p_ceiling": r(self.p_ceiling), "p_efficiency": r(self.p_efficiency),
+                "delta_R_end": r(self.delta_R_end), "p_at_end": r(self.p_at_end), "r_call": self.r_call}
 
 
 @dataclass
@@ -71,39 +134,57 @@ class Ranking:
     x: str
     opts: FitOptions
     not_fitted: list[dict[str, Any]] = field(default_factory=list)
+    floor: NoiseFloor | None = None
+    rule: str = "test"
+    """test (calibrated t-tests with FDR control) | paper (the paper's threshold convention)."""
+    end_spread: dict[str, Any] | None = None
+    """{"at", "sd_R", "dof"}: the seed spread of the pass rate at the end of the window all arms share, which the
+    not-identified arms are compared on; None when no arm has two seeds."""
 
     def to_json(self) -> dict[str, Any]:
         margins = {a.margin for a in self.arms if a.margin is not None}
         return {"baseline": self.baseline, "margin": margins.pop() if len(margins) == 1 else None,
-                "margin_source": self.margin_source, "target": self.target, "x": self.x,
+                "margin_source": self.margin_source, "rule": self.rule, "fdr": FDR if self.rule == "test" else None,
+                "noise_floor": None if self.floor is None else self.floor.to_json(),
+                "end_spread": self.end_spread,
+                "target": self.target, "x": self.x,
                 "window": self.opts.window_text(), "arms": [a.to_json() for a in self.arms],
                 "not_fitted": self.not_fitted}
 
 
-def seed_margin(arms: list[ArmResult], a: ArmResult, b: ArmResult) -> tuple[float, str]:
-    """Margin on A - A_base: z * pooled within-arm seed sd * sqrt(1/n_a + 1/n_b) when both arms have >= 2
-    seeds (the spread the seeds actually show), else ScaleRL's +-0.02."""
-    if a.seeds < 2 or b.seeds < 2:
-        return SCALERL_MARGIN, "ScaleRL ±0.02 (fewer than 2 seeds)"
-    num = den = 0.0
+def measured_floor(arms: list[ArmResult]) -> NoiseFloor | None:
+    """The seed-to-seed spread pooled over the arms with >= 2 identified seeds, or None when no arm has them.
+    Each arm's per-seed values are taken around that arm's own mean (so arms that differ do not inflate it)."""
+    ss_a = ss_c = 0.0
+    dof_a = dof_c = 0
+    used = []
     for arm in arms:
-        vals = np.array([v for v in arm.seed_A if np.isfinite(v)])
-        if vals.size >= 2:
-            num += ((vals - vals.mean()) ** 2).sum()
-            den += vals.size - 1
-    if den == 0:
-        return SCALERL_MARGIN, "ScaleRL ±0.02 (seed fits not identified)"
-    sd = float(np.sqrt(num / den))
-    return float(Z95 * sd * np.sqrt(1.0 / a.seeds + 1.0 / b.seeds)), f"seed spread (pooled sd {sd:.4f})"
+        a = np.array([v for v in arm.seed_A if np.isfinite(v)])
+        if a.size >= 2:
+            ss_a += float(((a - a.mean()) ** 2).sum())
+            dof_a += a.size - 1
+            used.append(arm.arm)
+        c = np.array([v for v in (arm.log_compute_seeds or []) if np.isfinite(v)])
+        if c.size >= 2:
+            ss_c += float(((c - c.mean()) ** 2).sum())
+            dof_c += c.size - 1
+    if dof_a == 0 or dof_c == 0:
+        return None
+    return NoiseFloor(sd_A=math.sqrt(ss_a / dof_a), sd_logc=math.sqrt(ss_c / dof_c), dof=min(dof_a, dof_c),
+                      source=f"the seeds of {len(used)} arm(s) of this ranking")
 
 
-def fit_noise(a: FitResult, b: FitResult) -> float:
-    """Half-width of the 95% interval of A_a - A_b from the two fits' own intervals (0 when either has none):
-    a single-seed difference beyond ScaleRL's ±0.02 is a ceiling change only if the fits can tell it too."""
-    if a.A_ci is None or b.A_ci is None:
-        return 0.0
-    ha, hb = (max(0.0, (f.A_ci[1] - f.A_ci[0]) / 2) for f in (a, b))
-    return float(np.hypot(ha, hb))
+def benjamini_hochberg(p: list[float], q: float = FDR) -> list[bool]:
+    """Which of the p-values (NaN: no test) are discoveries at false-discovery rate q."""
+    idx = [i for i, v in enumerate(p) if np.isfinite(v)]
+    order = sorted(idx, key=lambda i: p[i])
+    m = len(order)
+    cut = 0
+    for rank_i, i in enumerate(order, start=1):
+        if p[i] <= q * rank_i / m:
+            cut = rank_i
+    keep = set(order[:cut])
+    return [i in keep for i in range(len(p))]
 
 
 def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
@@ -134,20 +215,9 @@ def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
     return a, [(float(sol.x[1 + 2 * k]), float(np.exp(sol.x[2 + 2 * k]))) for k in range(len(parts))]
 
 
-def _shared_draws(res: FitResult, a_shared: float, b: float, c_mid: float, opts: FitOptions, rng) -> np.ndarray:
-    """Bootstrap draws of (R0, A, B, C_mid) with A held at the shared value."""
-    x, y, run_index, _ = window_points(res.curves, opts, res.run)
-    start = PointFit(r0=res.R0, a=a_shared, b=b, c_mid=c_mid, sse=0.0, n_points=len(x), fit_r0=False, at_bound=[])
-    n = min(opts.n_boot, 400) or 400  # the efficiency interval needs hundreds of resamples, not thousands
-    if res.n_runs > 1:
-        return bootstrap_runs(x, y, run_index, start, n_boot=n, rng=rng, fix_a=a_shared,
-                              run_r0=measured_run_r0(res.curves, opts))[0]
-    return bootstrap_single(x, y, start, n_boot=n, rng=rng, fix_a=a_shared)[0]
-
-
 def _seed_log_compute(c: Curve, a_shared: float, b: float, c_mid: float, r_t: float, opts: FitOptions) -> float:
     """log compute for one seed to reach r_t, refitted with A held at the shared value."""
-    x, y, _, _ = window_points([c], opts, c.run)
+    x, y, _, _, _ = window_points([c], opts, c.run)
     start = PointFit(r0=c.r0 if c.r0 is not None else float(y[0]), a=a_shared, b=b, c_mid=c_mid, sse=0.0,
                      n_points=len(x), fit_r0=False, at_bound=[])
     (r0, a, b1, cm), = fit_batch(x, y, start, fix_a=a_shared)
@@ -155,48 +225,34 @@ def _seed_log_compute(c: Curve, a_shared: float, b: float, c_mid: float, r_t: fl
     return float(np.log(reach)) if reach else float("nan")
 
 
-def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, rng) -> dict[str, Any]:
-    """Shared-A refit of arm and baseline: the compute the arm needs to reach the pass rate the baseline
-    reaches at the target, as a ratio to the target, with a bootstrap interval and a noise margin (from the
-    seeds' spread of that compute when both arms have >= 2 seeds, else SINGLE_SEED_COMPUTE_MARGIN)."""
+def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions) -> dict[str, Any]:
+    """Shared-A refit of arm and baseline: the compute the arm needs to reach the pass rate the baseline reaches
+    at the target, as a ratio to the target; and each seed's log compute to that pass rate under the shared A (the
+    spread the efficiency test is judged against)."""
     parts = []
     for res in (arm, base):
-        x, y, _, _ = window_points(res.curves, opts, res.run)
+        x, y, _, _, _ = window_points(res.curves, opts, res.run)
         parts.append((x, y, res.R0))
     a_s, ((b_a, c_a), (b_b, c_b)) = fit_shared_a(parts, [arm.fit, base.fit])
     target = opts.target
     r_t = float(sigmoid(target, base.R0, a_s, b_b, c_b))
     c_arm = compute_to_reach(r_t, arm.R0, a_s, b_a, c_a)
     ratio = (c_arm / target) if c_arm else float("inf")
-    da = _shared_draws(arm, a_s, b_a, c_a, opts, rng)
-    db = _shared_draws(base, a_s, b_b, c_b, opts, rng)
-    k = min(len(da), len(db))
-    rt = sigmoid(target, db[:k, 0], db[:k, 1], db[:k, 2], db[:k, 3])
-    ratios = np.array([(compute_to_reach(r, *d) or np.inf) / target for r, d in zip(rt, da[:k])])
-    with np.errstate(divide="ignore"):
-        ci = percentile_ci(np.log(ratios), opts.ci) if np.isfinite(ratios).mean() > 0.95 else None
-    if arm.n_runs >= 2 and base.n_runs >= 2:
-        logs = [[_seed_log_compute(c, a_s, b, cm, r_t, opts) for c in res.curves]
-                for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))]
-        resid = np.concatenate([np.array(v) - np.nanmean(v) for v in logs])
-        dof = sum(np.isfinite(v).sum() - 1 for v in map(np.array, logs))
-        sd = float(np.sqrt(np.nansum(resid**2) / dof)) if dof > 0 else float("nan")
-        margin = Z95 * sd * np.sqrt(1.0 / arm.n_runs + 1.0 / base.n_runs)
-        margin_source = f"seed spread of log compute (sd {sd:.3f})"
-    else:
-        margin, margin_source = SINGLE_SEED_COMPUTE_MARGIN, "single-seed floor (±15% compute)"
+    seeds = [[_seed_log_compute(c, a_s, b, cm, r_t, opts) for c in res.curves] if res.n_runs > 1 else []
+             for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))]
     return {"A_shared": a_s, "B": b_a, "C_mid": c_a, "B_baseline": b_b, "C_mid_baseline": c_b,
-            "target_pass_rate": r_t, "compute_ratio": ratio,
-            "compute_ratio_ci": None if ci is None else [float(np.exp(ci[0])), float(np.exp(ci[1]))],
-            "log_margin": float(margin) if np.isfinite(margin) else None, "margin_source": margin_source}
+            "target_pass_rate": r_t, "compute_ratio": ratio, "compute_ratio_ci": None,
+            "_seeds_arm": seeds[0], "_seeds_base": seeds[1]}
 
 
-def _seed_A(c: Curve, opts: FitOptions) -> float:
-    try:
-        f = fit_curves([c], replace(opts, n_boot=0))
-    except UserError:  # a seed with too few points in the window yet
-        return float("nan")
-    return f.A if f.identifiable else float("nan")
+def _own_log_compute_seeds(a: ArmResult, opts: FitOptions) -> None:
+    """Each seed's log compute to the arm's own pass rate at the target, A held at the arm's: the arm's seed spread
+    of compute when it has no comparison to measure it in."""
+    f = a.fit
+    if f.n_runs < 2 or not f.identifiable:
+        return
+    r_t = float(sigmoid(opts.target, f.R0, f.A, f.B, f.C_mid))
+    a.log_compute_seeds = [_seed_log_compute(c, f.A, f.B, f.C_mid, r_t, opts) for c in f.curves]
 
 
 def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str, Any]:
@@ -206,15 +262,14 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str,
         fit = fit_curves(cs, opts, name=label, group=label)
     except UserError as e:
         return {"label": label, "arm": label, "reason": str(e)}
-    seed_A = [_seed_A(c, opts) for c in cs] if len(cs) > 1 else [fit.A]
-    return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs), seed_A=seed_A,
+    return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs),
                      partial=any(c.meta.get("partial") for c in cs),
                      truncation_warning=any(c.meta.get("truncation_warning") for c in cs))
 
 
-def _efficiency(item: tuple[int, FitResult, FitResult, FitOptions]) -> dict[str, Any]:
-    i, arm, base, opts = item
-    return compare_efficiency(arm, base, opts, np.random.default_rng([opts.seed, i]))  # same draws in any order
+def _efficiency(item: tuple[FitResult, FitResult, FitOptions]) -> dict[str, Any]:
+    arm, base, opts = item
+    return compare_efficiency(arm, base, opts)
 
 
 def _pmap(fn, items: list, jobs: int) -> list:
@@ -228,19 +283,35 @@ def _pmap(fn, items: list, jobs: int) -> list:
         return list(pool.map(fn, items, chunksize=max(1, len(items) // (4 * jobs))))
 
 
+def parse_margin(margin: str | float | None) -> float | None:
+    """`--margin`: None (calibrated tests), `paper` (+-0.02 on A, the paper's convention) or a distance on A, finite
+    and >= 0 (NaN would silently make every arm `no_effect`). Returns the margin on A, or None."""
+    if margin is None:
+        return None
+    if isinstance(margin, str) and margin.strip().lower() == "paper":
+        return PAPER_A_MARGIN
+    try:
+        m = float(margin)
+    except (TypeError, ValueError):
+        raise UserError(f"--margin {margin}: give `paper` (the paper's +-0.02 on A) or a number >= 0") from None
+    if not (math.isfinite(m) and m >= 0.0):
+        raise UserError(f"--margin {margin}: a margin on A must be a finite number >= 0 (e.g. 0.02), or `paper`")
+    return m
+
+
 def check_margin(margin: float | None) -> None:
-    """`--margin` is a distance on A: finite and >= 0 (NaN would silently make every arm `no_effect`)."""
-    if margin is not None and not (math.isfinite(margin) and margin >= 0.0):
-        raise UserError(f"--margin {margin}: a margin on A must be a finite number >= 0 (e.g. 0.02)")
+    """Kept for callers that validate before ranking: see `parse_margin`."""
+    parse_margin(margin)
 
 
-def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: float | None = None,
-         x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None, jobs: int = 1) -> Ranking:
-    """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first.
-
-    Arms are independent fits: with many arms they run on `jobs` worker processes (the caller knows how many
-    cores it may use; 1: in this process)."""
-    check_margin(margin)
+def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: str | float | None = None,
+         noise: NoiseFloor | None = None, x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None,
+         jobs: int = 1) -> Ranking:
+    """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first (see the module
+    docstring). `margin`: the paper's threshold rule instead of the tests; `noise`: a stored seed spread for arms
+    without seeds of their own. Arms are independent fits: with many arms they run on `jobs` worker processes."""
+    a_margin = parse_margin(margin)
+    rule = "test" if a_margin is None else "paper"
     groups = group_arms(curves)
     if baseline is None:
         flagged = {c.group or c.run for c in curves if c.meta.get("baseline")}
@@ -255,47 +326,146 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
     if baseline is not None and baseline not in {a.arm for a in arms}:
         why = next(a["reason"] for a in not_fitted if a.get("arm") == baseline)
         raise UserError(f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick --baseline")
-    sources: set[str] = set()
+    floor = end_spread = None
+    source = "none (no baseline)"
+    if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
+        for a in arms:
+            _own_log_compute_seeds(a, opts)
     if baseline is not None:
         base = next(a for a in arms if a.arm == baseline)
         base.verdict, base.detail = "baseline", "the reference arm"
-        to_compare = []
-        for i, a in enumerate(arms):
+        compared = []
+        for a in arms:
             if a is base:
                 continue
-            if margin is not None:
-                a.margin, source = float(margin), "--margin"
-            else:
-                a.margin, source = seed_margin(arms, a, base)
-            sources.add(source)
             a.delta_A = a.fit.A - base.fit.A
             if not (a.fit.identifiable and base.fit.identifiable):
                 who = "this arm" if not a.fit.identifiable else "the baseline"
                 a.verdict = "not_identified"
-                a.detail = f"{who} has not passed C_mid; compared on R at {opts.target:g} only"
-            elif abs(a.delta_A) > max(a.margin, noise := fit_noise(a.fit, base.fit)):
-                a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
-                a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a.margin:.3f}" + (f" and the fits' ±{noise:.3f}" if noise > 0 else "")
+                a.detail = f"{who} has not passed C_mid: A is not measured; ranked on R at {opts.target:g}"
             else:
-                to_compare.append((i, a, noise))
-        shared = _pmap(_efficiency, [(i, a.fit, base.fit, opts) for i, a, _ in to_compare], jobs)
-        for (_, a, noise), sh in zip(to_compare, shared):
+                compared.append(a)
+        shared = _pmap(_efficiency, [(a.fit, base.fit, opts) for a in compared], jobs)
+        for a, sh in zip(compared, shared):
+            a.log_compute_seeds = sh.pop("_seeds_arm")
+            base_seeds = sh.pop("_seeds_base")
+            if base.log_compute_seeds is None and base_seeds:
+                base.log_compute_seeds = base_seeds  # the baseline's spread, measured in its first comparison
             a.shared = sh
-            ci, ratio, floor = sh["compute_ratio_ci"], sh["compute_ratio"], sh["log_margin"]
-            beyond = floor is not None and abs(np.log(ratio)) > floor
-            if ci is not None and ci[1] < 1.0 and beyond:
-                a.verdict = "efficiency_up"
-            elif ci is not None and ci[0] > 1.0 and beyond:
-                a.verdict = "efficiency_down"
+        for a in arms:
+            if a.log_compute_seeds is None:  # the baseline without comparisons, or an arm not identified
+                _own_log_compute_seeds(a, opts)
+        if rule == "paper":
+            source = f"the paper's convention (±{a_margin:g} on A, ±15% compute): a threshold rule, not a test"
+            for a in compared:
+                _paper_verdict(a, a_margin, opts)
+        else:
+            floor = measured_floor(arms) or noise
+            source = floor.source if floor is not None else "none: no arm has 2 identified seeds and no --noise file"
+            at_end, end_spread = _end_of_window(arms)
+            unidentified = [a for a in arms if a.verdict == "not_identified"]
+            _test_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread)
+    arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
+    return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
+                   not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread)
+
+
+def _end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
+    """Each arm's per-seed fitted pass rate at the end of the window every arm covers (inside every window: no
+    extrapolation, so it is defined whether A is identified or not), and their seed spread pooled over the arms
+    with two seeds or more ({"at", "sd_R", "dof"}, or None when no arm has them)."""
+    at = min(a.fit.window[1] for a in arms)
+    values = {}
+    for a in arms:
+        f = a.fit
+        v = f.seeds.at(at) if f.seeds is not None else f.fit.predict(np.array([at]))
+        values[a.arm] = np.asarray(v, dtype=float)[np.isfinite(v)]
+    ss, dof = 0.0, 0
+    for v in values.values():
+        if v.size >= 2:
+            ss += float(((v - v.mean()) ** 2).sum())
+            dof += v.size - 1
+    spread = {"at": at, "sd_R": math.sqrt(ss / dof), "dof": dof} if dof and ss > 0 else None
+    return values, spread
+
+
+def _efficiency_text(a: ArmResult, opts: FitOptions) -> str:
+    sh = a.shared or {}
+    ci = sh.get("compute_ratio_ci")
+    return (f"A shared {sh.get('A_shared', float('nan')):.3f}: {sh.get('compute_ratio', float('nan')):.2f}x compute to "
+            f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+
+
+def _paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
+    a.margin = a_margin
+    ratio = a.shared["compute_ratio"]
+    if abs(a.delta_A) > a_margin:
+        a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
+        a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a_margin:g} (paper convention)"
+    elif np.isfinite(ratio) and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
+        a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
+        a.detail = _efficiency_text(a, opts) + ", beyond ±15% (paper convention)"
+    else:
+        a.verdict = "no_effect"
+        a.detail = f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + _efficiency_text(a, opts) + " (paper convention)"
+
+
+def _test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
+                   unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None) -> None:
+    """t-tests of dA and of the log compute ratio against the seed spread, and of the pass rate at the end of the
+    shared window for the arms whose A is not identified, FDR-controlled together over the ranking."""
+    pvals: list[float] = []
+    if floor is None:
+        for a in compared:
+            a.verdict = "no_effect"
+            a.detail = ("1 seed: needs seeds (no arm has 2 identified seeds to measure the seed spread, and no "
+                        "--noise file); " + _efficiency_text(a, opts))
+    else:
+        crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
+        for a in compared:
+            n_a = max(1, int(np.isfinite(a.seed_A).sum()))
+            n_b = max(1, int(np.isfinite(base.seed_A).sum()))
+            se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
+            ratio = a.shared["compute_ratio"]
+            se_c = floor.sd_logc * math.sqrt(1.0 / a.seeds + 1.0 / base.seeds)
+            a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
+            lr = math.log(ratio) if np.isfinite(ratio) and ratio > 0 else float("nan")
+            a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
+            if np.isfinite(lr):
+                a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
+            a.detail = f"ΔA {a.delta_A:+.3f} ±{crit * se_a:.3f} (p={a.p_ceiling:.2g})"
+            pvals += [a.p_ceiling, a.p_efficiency]
+    tested = []
+    base_end = at_end.get(base.arm, np.array([]))
+    for a in unidentified:
+        v = at_end.get(a.arm, np.array([]))
+        if end_spread is None or v.size == 0 or base_end.size == 0:
+            continue
+        a.delta_R_end = float(v.mean() - base_end.mean())
+        se = end_spread["sd_R"] * math.sqrt(1.0 / v.size + 1.0 / base_end.size)
+        a.p_at_end = float(2 * student_t.sf(abs(a.delta_R_end) / se, end_spread["dof"]))
+        tested.append(a)
+        pvals.append(a.p_at_end)
+    found = benjamini_hochberg(pvals)
+    if floor is not None:
+        for i, a in enumerate(compared):
+            ceiling, efficiency = found[2 * i], found[2 * i + 1]
+            eff = _efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else "")
+            if ceiling:
+                a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
+            elif efficiency:
+                a.verdict = "efficiency_up" if a.shared["compute_ratio"] < 1 else "efficiency_down"
+                a.detail += "; " + eff
             else:
                 a.verdict = "no_effect"
-            a.detail = (f"A shared {sh['A_shared']:.3f}: {ratio:.2f}x compute to baseline's R@{opts.target:g}"
-                        + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (interval open)")
-                        + (f", noise ±{np.exp(floor) - 1:.0%}" if floor is not None else ""))
-            if abs(a.delta_A) > a.margin:  # past the margin, but not past the fits' own uncertainty
-                a.detail = f"ΔA {a.delta_A:+.3f} within the fits' ±{noise:.3f}; " + a.detail
-    arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
-    margin_source = ("none (no baseline)" if baseline is None else sources.pop() if len(sources) == 1
-                     else "per arm: " + "; ".join(sorted(sources)))
-    return Ranking(arms=arms, baseline=baseline, margin_source=margin_source, target=opts.target, x=x, opts=opts,
-                   not_fitted=not_fitted)
+                a.detail += "; " + eff
+    first = 2 * len(compared) if floor is not None else 0
+    for k, a in enumerate(tested):
+        at = end_spread["at"]
+        if found[first + k]:
+            a.r_call = "higher" if a.delta_R_end > 0 else "lower"
+            a.detail += (f"; at {at:g} (the end of the shared window) its pass rate is {a.r_call} than the "
+                         f"baseline's: ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
+        else:
+            a.detail += (f"; at {at:g} (the end of the shared window) no detectable difference: "
+                         f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")

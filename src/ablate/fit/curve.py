@@ -24,6 +24,9 @@ class Curve:
     """Pass rate of each point ([n], in [0, 1])."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Extra facts carried to reports (e.g. `truncation_warning`, `status`, `arm_id`, `partial`)."""
+    n: np.ndarray | None = None
+    """Graded samples behind each pass rate ([n]; `val_n` in a run's metrics), or None when unknown: the
+    evaluation noise of a point is then estimated from the curve's residuals."""
 
     @property
     def r0(self) -> float | None:

@@ -327,8 +327,8 @@ def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None
         if huber is not None:
             w[act] = weights_for(r[act], act)
             sse[act] = (w[act] * r[act] ** 2).sum(1)
-        # a curve is done when a successful step gained < 1e-10 relative SSE, or damping ran away (stuck)
-        done = (better & (gain < 1e-10)) | (lam[act] > 1e8)
+        # a curve is done when a successful step gained < 1e-8 relative SSE (parameters to ~1e-4 of their spread), or damping ran away (stuck)
+        done = (better & (gain < 1e-8)) | (lam[act] > 1e8)
         act = act[~done]
         if act.size == 0:
             break

@@ -1,112 +1,115 @@
-"""Intervals for the sigmoid's parameters and predictions, by bootstrap.
+"""Intervals for the sigmoid's parameters and predictions.
 
-One run: a training curve's residuals are autocorrelated (consecutive evaluations share most of their
-training history), so resampling single points would understate the spread. We resample residuals in
-circular moving blocks of length L ~ n^(1/3) (Künsch 1989; Politis & Romano 1994) and refit.
-Several runs of one arm (seeds): resample whole runs with replacement — the spread ScaleRL reports
-across seeds — which is a reweighting of the pooled points, so all resamples are refitted in one
-vectorised call (`fit_batch`).
+One run: a parametric bootstrap from the run's measured noise (fit/noise.py: AR(1) drift plus evaluation noise).
+Each resample is the fitted curve plus simulated residuals, with the R0 measurement redrawn too (R0 is one noisy
+evaluation, and the fit holds it fixed), refitted by the same estimator as the point fit. A prediction for what
+the run will show at --to adds what a new evaluation there carries: the drift's stationary spread and the
+evaluation noise. Autocorrelated residuals are why a resampling of single points, or a band on the fitted curve
+alone, is too narrow: n evaluations with lag-1 correlation rho carry about n(1 - rho)/(1 + rho) points' worth of
+information.
 
-The resamples are [n_boot, n] arrays. A curve of more than BOOT_POINTS points is resampled as batch means
-instead (consecutive points of a run averaged, refitted with the batch's count as its weight): the mean of a
-batch carries its points' noise, autocorrelation included, so the interval keeps its width while memory and time
-stay bounded for any n (1,000 resamples of 1.5 million points would need 12 GB per array).
+An arm with seeds: the spread that matters is between seeds (each reaches its own plateau at its own speed), and
+one run cannot show it. The arm's intervals are t-intervals over its seeds' own fits (`seed_interval`), which
+include each seed's fit noise; the pooled resamples still serve for the gain fraction and the figure's band.
+
+The resamples are [n_boot, n] arrays. A curve of more than BOOT_POINTS points is resampled as batch means instead
+(consecutive points averaged, refitted with the batch's count as its weight), so memory and time stay bounded for
+any n (1,000 resamples of 1.5 million points would need 12 GB per array); the noise is then measured on the batch
+means themselves.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
 import numpy as np
+from scipy.stats import t as student_t
 
-from ablate.fit.sigmoid import PointFit, batch_means, fit_batch
+from ablate.fit.noise import NoiseEstimate, debias, estimate_noise, moments, simulate_noise
+from ablate.fit.sigmoid import PointFit, batch_means, fit_batch, sigmoid
 
 BOOT_POINTS = 2048
+DEBIAS_ROUNDS = 3
 
 
-def block_length(resid: np.ndarray) -> int:
-    """Block length for residuals with lag-1 autocorrelation rho: the AR(1) rule of Politis & White
-    (2004), L = (2 rho / (1 - rho^2))^(2/3) n^(1/3), and never below n^(1/3)."""
-    n = resid.size
-    e = resid - resid.mean()
-    denom = float((e * e).sum())
-    rho = float((e[1:] * e[:-1]).sum() / denom) if denom > 0 and n > 2 else 0.0
-    rho = min(max(rho, 0.0), 0.95)
-    L = max((2 * rho / (1 - rho**2)) ** (2.0 / 3.0), 1.0) * n ** (1.0 / 3.0)
-    return max(1, min(n // 2 or 1, math.ceil(L)))
-
-
-def block_bootstrap_residuals(resid: np.ndarray, n_boot: int, rng: np.random.Generator, block: int) -> np.ndarray:
-    """[n_boot, n] resampled residuals: circular blocks of `block` consecutive residuals (centred first)."""
-    n = resid.size
-    e = resid - resid.mean()
-    n_blocks = math.ceil(n / block)
-    starts = rng.integers(0, n, size=(n_boot, n_blocks))
-    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(n_boot, -1)[:, :n] % n
-    return e[idx]
-
-
-def bootstrap_single(x, y, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None,
-                     fix_a: float | None = None) -> tuple[np.ndarray, str]:
-    """Parameter draws [n_boot, 4] (R0, A, B, C_mid) for one curve, and a description of the method.
-
-    A fixed R0 is itself one noisy evaluation: each resample perturbs it by a resampled residual, or the
-    interval would ignore that R0 error shifts A and the predictions.
-    """
-    resid = y - fit.predict(x)
-    xb, rb, wb = batch_means(x, resid, weights, BOOT_POINTS)  # x, resid, weights themselves when n <= BOOT_POINTS
-    L = block_length(rb)
-    Y = fit.predict(xb)[None, :] + block_bootstrap_residuals(rb, n_boot, rng, L)
-    r0 = None if fit.fit_r0 else fit.r0 + rng.choice(resid - resid.mean(), size=n_boot)  # one point's noise
-    how = f"block bootstrap of residuals (block {L}, {n_boot} resamples)"
-    if xb.size < x.size:
-        how = how[:-1] + f" of {xb.size} batch means)"
-    return fit_batch(xb, Y, fit, weights=wb, huber=huber, fix_a=fix_a, r0=r0), how
-
-
-def bootstrap_runs(x, y, run_index, fit: PointFit, *, n_boot: int, rng, weights=None, huber=None,
-                   fix_a: float | None = None, run_r0=None) -> tuple[np.ndarray, str]:
-    """Parameter draws for an arm of several runs: resample runs with replacement (as point weights) and,
-    within each run, its residuals in blocks — with only 2-3 seeds, resampling runs alone would give an
-    interval from 3-10 distinct resamples.
-
-    x, y, run_index: [n] pooled points and the run (0..R-1) each belongs to; run_r0: [R] each run's
-    measured R0 (a resample's R0 is the mean over its resampled runs).
-    """
+def _series(x, y, run_index, fit: PointFit, n, weights):
+    """Each run's points as a series in compute order, batch means beyond BOOT_POINTS / R points: [(x, y, n, w)]."""
     R = int(run_index.max()) + 1
-    counts = rng.multinomial(R, np.full(R, 1.0 / R), size=n_boot)  # [n_boot, R]
-    resid = y - fit.predict(x)
-    n = x.size
-    if n > BOOT_POINTS:
-        x, resid, weights, run_index = _run_batch_means(x, resid, weights, run_index, R)
-    W = counts[:, run_index].astype(float)
-    if weights is not None:
-        W = W * np.asarray(weights, dtype=float)[None, :]
-    yhat = fit.predict(x)
-    Y = np.empty((n_boot, x.size))
-    L = 1
-    for r in range(R):
-        idx = np.nonzero(run_index == r)[0]  # this run's points, in compute order
-        L = block_length(resid[idx])
-        Y[:, idx] = yhat[idx] + block_bootstrap_residuals(resid[idx], n_boot, rng, L)
-    r0 = None
-    if not fit.fit_r0 and run_r0 is not None:
-        r0 = counts @ np.asarray(run_r0, dtype=float) / R
-    draws = fit_batch(x, Y, fit, weights=W, huber=huber, fix_a=fix_a, r0=r0)
-    batched = f", {x.size} batch means" if x.size < n else ""
-    return draws, f"run bootstrap x block bootstrap of residuals ({R} runs, block {L}, {n_boot} resamples{batched})"
-
-
-def _run_batch_means(x, resid, weights, run_index, R: int):
-    """Each run's points reduced to at most BOOT_POINTS / R batch means; returns (x, resid, weights, run_index),
-    each [m] with m <= BOOT_POINTS (+ R), runs one after the other."""
-    parts = []
+    yhat_all = fit.predict(x)
+    out = []
     for r in range(R):
         idx = np.nonzero(run_index == r)[0]
-        w = None if weights is None else np.asarray(weights, dtype=float)[idx]
-        xb, rb, wb = batch_means(x[idx], resid[idx], w, max(1, BOOT_POINTS // R))
-        parts.append((xb, rb, np.ones(xb.size) if wb is None else wb, np.full(xb.size, r)))
-    return tuple(np.concatenate(col) for col in zip(*parts))
+        xr, yr = x[idx].astype(float), y[idx].astype(float)
+        nr = None if n is None else np.asarray(n, dtype=float)[idx]
+        wr = None if weights is None else np.asarray(weights, dtype=float)[idx]
+        cap = max(8, BOOT_POINTS // R)
+        if idx.size > cap:  # batch means (weighted by their counts); their own noise is measured as such
+            xb, eb, cnt = batch_means(xr, yr - yhat_all[idx], wr, cap)
+            if nr is not None:  # a batch mean rests on the graded samples of all its points
+                _, n_mean, n_cnt = batch_means(xr, nr, None, cap)
+                nr = n_mean * n_cnt
+            xr, wr, yr = xb, cnt, fit.predict(xb) + eb
+        out.append((xr, yr, nr, np.ones(xr.size) if wr is None else wr))
+    return out
+
+
+def _simulate(fit: PointFit, parts, noises: list[NoiseEstimate], k: int, rng) -> np.ndarray:
+    return np.concatenate([fit.predict(xr)[None, :] + simulate_noise(est, k, rng)
+                           for (xr, _, _, _), est in zip(parts, noises)], axis=1)
+
+
+def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=None, weights=None, huber=None,
+                         fix_a: float | None = None, run_r0=None) -> tuple[np.ndarray, list[NoiseEstimate], str]:
+    """Parameter draws [n_boot, 4] (R0, A, B, C_mid), each run's noise estimate, and a description.
+
+    x, y, run_index, n: [m] pooled points (n: graded samples per point, None if unknown); run_r0: [R] each run's
+    measured R0, None when R0 is fitted or given. Each run's residuals are simulated with its own noise, measured
+    in two passes: first, smaller simulations show how much of the noise the refits absorb (noise.debias, iterated
+    DEBIAS_ROUNDS times to the noise whose refits' residuals look like the data's), then the draws come from the
+    corrected estimate, each resample with its own plausible drift (the estimate's own uncertainty)."""
+    x, y, run_index = (np.asarray(v) for v in (x, y, run_index))
+    n_params = 3 if not fit.fit_r0 else 4
+    parts = _series(x, y, run_index, fit, n, weights)
+    noises = [estimate_noise(xr, yr, fit.predict(xr), n=nr, n_params=n_params) for xr, yr, nr, _ in parts]
+    xb = np.concatenate([p[0] for p in parts])
+    wb = np.concatenate([p[3] for p in parts])
+    wts = None if np.all(wb == 1) else wb
+    bounds = np.cumsum([0] + [p[0].size for p in parts])
+    # pass 1: how much of the noise does a refit absorb? Iterated to the noise whose refits look like the data
+    k1 = int(min(64, max(32, n_boot // 16)))
+    observed = [tuple(float(v[0]) for v in moments(yr - fit.predict(xr), n_params)) for xr, yr, _, _ in parts]
+    for _ in range(DEBIAS_ROUNDS):
+        point = [replace(e, plausible=None) for e in noises]
+        Y1 = _simulate(fit, parts, point, k1, rng)
+        d1 = fit_batch(xb, Y1, fit, weights=wts, huber=huber, fix_a=fix_a)
+        E1 = Y1 - sigmoid(xb[None, :], d1[:, 0:1], d1[:, 1:2], d1[:, 2:3], d1[:, 3:4])
+        noises = [debias(point[i], observed[i], moments(E1[:, bounds[i]:bounds[i + 1]], n_params))
+                  for i in range(len(parts))]
+    # pass 2: the draws, each from a noise the data allow (noise.debias)
+    Y = _simulate(fit, parts, noises, n_boot, rng)
+    r0 = None
+    if not fit.fit_r0 and run_r0 is not None:  # each R0 measurement: one evaluation's noise (all of it if n unknown)
+        r0_noise = np.zeros(n_boot)
+        for (xr, _, nr, _), est, r0_i in zip(parts, noises, run_r0):
+            n_r0 = None if nr is None else float(np.median(nr))
+            r0_var = float(est.eval_var_at(r0_i, n_r0)) if est.eval_known else est.drift_var
+            r0_noise += np.sqrt(r0_var) * rng.standard_normal(n_boot)
+        r0 = np.clip(fit.r0 + r0_noise / len(parts), 0.0, 1.0 - 1e-6)
+    draws = fit_batch(xb, Y, fit, weights=wts, huber=huber, fix_a=fix_a, r0=r0)
+    R = len(parts)
+    how = (f"parametric bootstrap from the measured noise ({n_boot} resamples; "
+           + ("; ".join(f"run {i}: {e.describe()}" for i, e in enumerate(noises)) if R > 1 else noises[0].describe())
+           + (f"; {xb.size} batch means" if xb.size < x.size else "") + ")")
+    return draws, noises, how
+
+
+def prediction_draws(draws: np.ndarray, at: float, noise: NoiseEstimate, n_eval: float | None,
+                     rng) -> np.ndarray:
+    """[n_boot] draws of what one run will show at compute `at`: the fitted curve there (per parameter draw) plus
+    the drift's stationary spread and one evaluation's noise."""
+    mean = sigmoid(at, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3])
+    var = noise.drift_var + noise.eval_var_at(mean, n_eval)
+    return mean + np.sqrt(var) * rng.standard_normal(mean.size)
 
 
 def percentile_ci(draws: np.ndarray, level: float) -> tuple[float, float] | None:
@@ -117,3 +120,17 @@ def percentile_ci(draws: np.ndarray, level: float) -> tuple[float, float] | None
     q = (1.0 - level) / 2.0 * 100.0
     lo, hi = np.percentile(d, [q, 100.0 - q])
     return float(lo), float(hi)
+
+
+def seed_interval(center: float, values, level: float, *, log: bool = False) -> tuple[float, float] | None:
+    """t-interval for an arm's value from its seeds' own estimates ([k], NaN for a seed that could not say):
+    center +- t(k-1) * sd / sqrt(k); on the log scale with `log`. None with fewer than two finite values."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    if v.size < 2 or not np.isfinite(center) or (log and center <= 0):
+        return None
+    if log:
+        v, center = np.log(v), np.log(center)
+    half = student_t.ppf(0.5 + level / 2.0, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size)
+    lo, hi = center - half, center + half
+    return (float(np.exp(lo)), float(np.exp(hi))) if log else (float(lo), float(hi))

@@ -1,0 +1,84 @@
+"""The calibration targets, asserted on a reduced grid of the harness (`ablate calibrate`; fixed seeds, so each
+cell's numbers are the same on every machine). Every cell runs the exact code `ablate rank` runs.
+
+The full grid, with the cells where a target is missed, is `make bench-calibrate` and docs/verdicts.md.
+
+A cell of 40 trials measures a rate to about +-0.07, so each assertion is a one-sided binomial test of the target
+itself: it fails when the trials show the target missed (p < 0.05), e.g. coverage at or below 32 of 40 against
+the 90% target, 5 or more false calls of 40 against 5%, power at or below 27 of 40 against 80%."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scipy.stats import binom
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.fit.calibrate import NOISES, SHAPES, run_cell
+
+TRIALS = 40
+N_BOOT = 200
+
+
+def cell(shape, noise, seeds, f, effect, floor="own"):
+    return run_cell(SHAPES[shape], NOISES[noise], seeds, f, effect, TRIALS, n_boot=N_BOOT, floor=floor)
+
+
+def at_least(rate, target):
+    """False when the trials show the rate below `target` (one-sided binomial test at 5%)."""
+    return binom.cdf(round(rate * TRIALS), TRIALS, target) >= 0.05
+
+
+def at_most(rate, target):
+    """False when the trials show the rate above `target`."""
+    return binom.sf(round(rate * TRIALS) - 1, TRIALS, target) >= 0.05
+
+
+@pytest.mark.parametrize("shape,noise,seeds,f,floor", [
+    ("embedded", "seeds", 2, 0.95, "own"),
+    ("embedded", "ar0.5", 3, 0.8, "own"),
+    ("scalerl-8b", "seeds", 3, 0.95, "own"),
+    ("scalerl-8b", "ar0.9", 5, 0.8, "own"),
+    ("scalerl-8b", "ar0.5", 1, 0.95, "stored"),
+    ("embedded", "eval", 1, 0.8, "stored"),
+])
+def test_identical_arms_are_not_told_apart(shape, noise, seeds, f, floor):
+    r = cell(shape, noise, seeds, f, "null", floor)
+    assert at_most(r["false_call_rate"], 0.05), r["verdicts"]
+    assert at_least(r["coverage_A"], 0.9) and at_least(r["coverage_pred"], 0.9), r
+
+
+def test_one_seed_without_a_measured_spread_calls_nothing():
+    for effect in ("null", "a+0.05"):
+        r = cell("scalerl-8b", "eval", 1, 0.95, effect)
+        assert r["false_call_rate"] in (0.0, None) and r["ceiling_calls"] == 0.0, r["verdicts"]
+        assert set(r["verdicts"]) <= {"no_effect", "not_identified"}
+
+
+@pytest.mark.parametrize("shape,noise", [("scalerl-8b", "eval"), ("scalerl-8b", "seeds"), ("embedded", "ar0.5")])
+def test_a_ceiling_change_of_005_is_found_at_3_seeds(shape, noise):
+    r = cell(shape, noise, 3, 0.95, "a+0.05")
+    assert at_least(r["power"], 0.8), r["verdicts"]
+
+
+@pytest.mark.parametrize("shape,noise", [("scalerl-8b", "eval"), ("scalerl-8b", "ar0.5")])
+def test_a_halved_c_mid_is_an_efficiency_change_never_a_ceiling_change(shape, noise):
+    r = cell(shape, noise, 3, 0.95, "cmid/2")
+    assert at_least(r["power"], 0.8), r["verdicts"]
+    assert at_most(r["ceiling_calls"], 0.05), r["verdicts"]
+
+
+def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
+    out = tmp_path / "cal.json"
+    res = CliRunner().invoke(app, ["calibrate", "--shapes", "embedded", "--noises", "eval", "--seeds", "1,2",
+                                   "--f", "0.95", "--effects", "null", "--trials", "4", "--n-boot", "50",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "coverage" in res.output and "false" in res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["seeds"], r["floor"]) for r in rows} == {(1, "own"), (1, "stored"), (2, "own")}
+    assert all(r["trials"] == 4 and r["effect"] == "null" for r in rows)
+    res = CliRunner().invoke(app, ["calibrate", "--shapes", "nowhere"])
+    assert res.exit_code == 2 and "nowhere" in res.output

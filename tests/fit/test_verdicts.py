@@ -1,0 +1,181 @@
+"""Honest fits and verdicts: identifiability from intervals, the seed spread behind every verdict (measured, stored
+or refused), window sensitivity, and the options the verdicts issue asked for."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.curves import load_curves, write_csv
+from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
+from ablate.fit.compare import NoiseFloor, rank
+from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
+
+runner = CliRunner()
+P = PAPER_CURVES["scalerl-8b"]
+
+
+def ok(args):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def test_a_window_short_of_c_mid_is_not_identified_whatever_n_boot():
+    # the window ends where the true curve has made 37% of its gain: A is not measured, at 100 or 1000 resamples
+    c_max = P["c_mid"] * (0.37 / 0.63) ** (1 / P["b"])
+    short = synthetic_curve(**P, c_max=c_max, n_points=40, drift_sd=0.004, seed=3)
+    long = synthetic_curve(**P, c_max=16000, n_points=40, drift_sd=0.004, seed=3)
+    for n_boot in (100, 1000):
+        r = fit_curves([short], FitOptions(n_boot=n_boot, target=16000))
+        assert not r.identifiable and r.status == "not_identified", (n_boot, r.gain_fraction, r.f_ci)
+        r = fit_curves([long], FitOptions(n_boot=n_boot, target=16000))
+        assert r.identifiable and r.f_ci[0] > 0.5, (n_boot, r.f_ci)
+
+
+def test_the_paper_method_does_not_call_a_flat_line_converged():
+    c = synthetic_curve(**P, seed=1, drift_sd=0.0)
+    c.y = np.where(c.x > 0, 0.3, c.y)  # no gain at all: curve_fit answers with B <= 0 or a step
+    r = fit_curves([c], FitOptions(method="paper", n_boot=0))
+    assert not r.identifiable and r.status != "converged", (r.B, r.fit.at_bound, r.notes)
+
+
+def test_the_paper_grid_is_scaled_to_the_data_and_says_so():
+    c = synthetic_curve(a=0.85, b=1.5, c_mid=60000, r0=0.3, c_max=256000, n_points=20, seed=2)  # samples, ceiling 0.85
+    r = fit_curves([c], FitOptions(method="paper", n_boot=0, target=512000))
+    assert any("grid scaled to the data" in n for n in r.notes)
+    assert abs(r.A - 0.85) < 0.03 and r.identifiable  # the paper's A grid stops at 0.80; this one does not
+    own = fit_curves([synthetic_curve(**P, seed=2)], FitOptions(method="paper", n_boot=0))
+    assert not any("grid scaled" in n for n in own.notes)  # on the paper's own units: the paper's own grid
+
+
+def seeded(tmp_path, n_seeds, single_arm_change):
+    """A csv: base and 'steady' arms with n_seeds each, and 'one' with a single seed carrying the change."""
+    curves = []
+    for arm, change, k in (("base", {}, n_seeds), ("steady", {}, n_seeds), ("one", single_arm_change, 1)):
+        for s in range(k):
+            curves.append(synthetic_curve(**{**P, **change}, seed=1000 * len(curves) + s, drift_sd=0.002,
+                                          run=f"{arm},seed={s}", group=arm))
+    path = tmp_path / "c.csv"
+    write_csv(curves, path)
+    return path
+
+
+def test_a_single_seed_arm_is_judged_against_the_spread_other_arms_measured(tmp_path):
+    path = seeded(tmp_path, 3, {"a": 0.66})
+    ranking = rank(load_curves(path, group="group"), FitOptions(n_boot=300), baseline="base")
+    v = {a.arm: a.verdict for a in ranking.arms}
+    assert v == {"base": "baseline", "steady": "no_effect", "one": "ceiling_up"}, [(a.arm, a.detail) for a in ranking.arms]
+    assert ranking.floor is not None and "2 arm(s)" in ranking.floor.source and ranking.floor.dof == 4
+
+
+def test_a_stored_seed_spread_is_saved_and_read_back(tmp_path):
+    seeded_path = seeded(tmp_path, 3, {})
+    noise = tmp_path / "noise.json"
+    ok(["rank", seeded_path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--save-noise", noise])
+    stored = json.loads(noise.read_text())
+    assert {"sd_A", "sd_logc", "dof", "source"} <= set(stored) and stored["dof"] == 4  # two arms of 3 seeds
+    solo = [synthetic_curve(**P, seed=7, drift_sd=0.002, run="b", group="b"),
+            synthetic_curve(**{**P, "a": 0.66}, seed=8, drift_sd=0.002, run="up", group="up"),
+            synthetic_curve(**P, seed=9, drift_sd=0.002, run="same", group="same")]
+    path = tmp_path / "solo.csv"
+    write_csv(solo, path)
+    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json"]).stdout)
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "no_effect", "same": "no_effect"}
+    assert out["noise_floor"] is None
+    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json",
+                         "--noise", noise]).stdout)
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "ceiling_up", "same": "no_effect"}
+    assert out["noise_floor"]["source"].startswith("stored measurement")
+    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--noise", str(tmp_path / "nope.json")])
+    assert res.exit_code == 2 and "no such file" in res.output
+    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--save-noise", str(tmp_path / "n2.json")])
+    assert res.exit_code == 2 and "no arm has 2 identified seeds" in res.output
+
+
+def test_single_seed_ranking_says_it_needs_seeds_and_how(tmp_path):
+    path = tmp_path / "solo.csv"
+    write_csv([synthetic_curve(**P, seed=1, run="b", group="b"),
+               synthetic_curve(**{**P, "a": 0.66}, seed=2, run="up", group="up")], path)
+    res = ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200"])
+    assert "needs seeds" in res.stdout and "seed=0,1,2" in res.stdout and "ceiling ↑" not in res.stdout
+    res = ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--margin", "paper"])
+    assert "ceiling ↑" in res.stdout and "paper's convention" in res.stdout
+    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--margin", "loose"])
+    assert res.exit_code == 2 and "--margin loose" in res.output
+
+
+def test_window_sensitivity_marks_a_fit_that_moves_with_the_window(tmp_path):
+    steady = synthetic_curve(**P, seed=4, drift_sd=0.002)
+    r = window_sensitivity(fit_curves([steady], FitOptions(n_boot=300)), FitOptions(n_boot=300))
+    assert [row["cutoff"] for row in r.sensitivity] == [0.5, 0.75, 1.0] and r.unstable is False
+    late = synthetic_curve(**P, seed=4, drift_sd=0.002)
+    late.y = late.y + np.clip((late.x - 8000) / 8000, 0, 1) * 0.05  # a second rise the first half could not see
+    r = window_sensitivity(fit_curves([late], FitOptions(n_boot=300)), FitOptions(n_boot=300))
+    assert r.unstable is True and any(n.startswith("unstable") for n in r.notes)
+    path = tmp_path / "c.csv"
+    write_csv([late], path)
+    for cmd in ("fit", "extrapolate"):
+        res = ok([cmd, path, "--n-boot", "200", "--window-sensitivity"])
+        assert "window sensitivity" in res.stdout and "unstable" in res.stdout and "8000 (50%)" in res.stdout
+    data = json.loads(ok(["fit", path, "--n-boot", "200", "--window-sensitivity", "--json"]).stdout)["fits"][0]
+    assert data["unstable"] is True and len(data["window_sensitivity"]) == 3
+
+
+def test_r0_is_an_option_of_rank_and_extrapolate_and_the_header_says_how_r0_was_set(tmp_path):
+    c = synthetic_curve(**P, seed=5)
+    c.x, c.y, c.n = c.x[1:], c.y[1:], c.n[1:]  # no point at compute 0
+    path = tmp_path / "c.csv"
+    write_csv([c], path)
+    res = ok(["fit", path, "--n-boot", "100"])
+    assert "R0 fitted (no point at compute 0; --r0 fixes it)" in res.stdout
+    assert "points at compute 0 give R0" not in res.stdout
+    for cmd in ("fit", "extrapolate", "rank"):
+        out = ok([cmd, path, "--n-boot", "100", "--r0", "0.3", "--json"]).stdout
+        fit = json.loads(out)
+        fit = fit["fits"][0] if cmd == "fit" else fit["fit"] if cmd == "extrapolate" else fit["arms"][0]
+        assert fit["R0"] == pytest.approx(0.3) and fit["fit_r0"] is False
+    res = ok(["extrapolate", path, "--n-boot", "100", "--r0", "0.3", "--fit-until", "8000"])
+    assert "(rank winner)" not in res.stdout
+
+
+def test_each_run_reports_its_own_noise(tmp_path):
+    calm = synthetic_curve(**P, seed=6, drift_sd=0.001, run="calm")
+    wild = synthetic_curve(**P, seed=6, drift_sd=0.02, drift_phi=0.9, run="wild")
+    path = tmp_path / "c.csv"
+    write_csv([calm, wild], path)
+    fits = {f["run"]: f for f in json.loads(ok(["fit", path, "--n-boot", "200", "--json"]).stdout)["fits"]}
+    assert fits["wild"]["noise"][0]["drift_sd"] > 5 * fits["calm"]["noise"][0]["drift_sd"]
+    assert fits["calm"]["noise"][0]["eval_sd"] is not None  # val_n travels in the csv: evaluation noise known
+    width = {k: f["A_ci"][1] - f["A_ci"][0] for k, f in fits.items()}
+    assert width["wild"] > 3 * width["calm"]
+    res = ok(["fit", path, "--n-boot", "200"])
+    assert "each run from its own measured noise" in res.stdout
+
+
+def test_an_arm_whose_ceiling_is_not_identified_is_still_compared_where_both_arms_have_data(tmp_path):
+    # 'slow' learns six times slower: its window never passes C_mid, so it gets no ceiling or efficiency verdict,
+    # but at the end of the window both arms cover it is clearly behind; 'slow-too' is the same as 'slow'
+    curves = []
+    for arm, change in (("base", {}), ("slow", {"c_mid": 6 * P["c_mid"]}), ("slow-too", {"c_mid": 6 * P["c_mid"]})):
+        for s in range(3):
+            curves.append(synthetic_curve(**{**P, **change}, seed=100 * len(curves) + s, drift_sd=0.004,
+                                          run=f"{arm},seed={s}", group=arm))
+    ranking = rank(curves, FitOptions(n_boot=200, target=32000), baseline="base")
+    by = {a.arm: a for a in ranking.arms}
+    assert by["slow"].verdict == "not_identified" and by["slow"].r_call == "lower", by["slow"].detail
+    assert ranking.end_spread["at"] == pytest.approx(16000) and ranking.end_spread["dof"] == 6
+    assert "lower than the baseline's" in by["slow"].detail
+    again = rank([c for c in curves if c.group != "base"], FitOptions(n_boot=200, target=32000), baseline="slow")
+    other = {a.arm: a for a in again.arms}["slow-too"]
+    assert other.verdict == "not_identified" and other.r_call is None and "no detectable difference" in other.detail
+    path = tmp_path / "c.csv"
+    write_csv(curves, path)
+    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--to", "32000",
+                         "--json"]).stdout)
+    slow = next(a for a in out["arms"] if a["arm"] == "slow")
+    assert slow["r_call"] == "lower" and slow["p_at_end"] < 0.01 and slow["delta_R_end"] < -0.05
