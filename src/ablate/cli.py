@@ -218,8 +218,9 @@ def rank(
     console.print(report.rank_table(ranking))
     if window:
         console.print(report.sensitivity_table([a.fit for a in ranking.arms]))
-    if any(a.detail.startswith("1 seed: needs seeds") for a in ranking.arms):
-        console.print("  [yellow]needs seeds[/]: one seed per arm cannot tell an effect from a lucky seed; add seeds "
+    if any("needs seeds" in a.detail for a in ranking.arms):
+        console.print("  [yellow]needs seeds[/]: without a measured seed spread an effect cannot be told from a lucky "
+                      "seed; add seeds "
                       f"({esc(report.seeds_hint(inputs))}), or measure the spread once and pass --noise FILE")
     if any(a.verdict == "not_identified" for a in ranking.arms):
         where = (f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "

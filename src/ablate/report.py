@@ -109,7 +109,8 @@ def rule_text(ranking) -> str:
         return ("t-tests against the seed spread, false-discovery rate 5%; " + ranking.margin_source)
     f = ranking.floor
     return (f"t-tests against the seed spread (sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}; "
-            f"{f.dof} dof; from {f.source}), false-discovery rate 5% over the ranking")
+            f"{f.dof} dof; from {f.source}), false-discovery rate 5% over the ranking (the p-values and ± shown are "
+            "each test's own; a verdict needs its test to survive the false-discovery control)")
 
 
 def seeds_hint(inputs) -> str:
@@ -391,8 +392,8 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     Each panel draws the pairwise fit `rank` made (`ArmResult.shared`: the arm and the baseline refitted with one
     shared A) as the paper's efficiency view, log F(R) = log((R - R0) / (A - R)) against log C, where each run is
     a line of slope B through C_mid; the marks are where each reaches the pass rate the baseline reaches at the
-    target, so their horizontal distance is the compute ratio. The title is the verdict. Arms that move the
-    ceiling or are not identified were not compared this way and have no panel. Returns None (nothing written)
+    target, so their horizontal distance is the compute ratio. The title is the verdict. Arms that are not
+    identified were not compared this way and have no panel. Returns None (nothing written)
     when no arm was compared on efficiency.
     """
     from ablate.fit.compare import VERDICT_TEXT

@@ -179,3 +179,16 @@ def test_an_arm_whose_ceiling_is_not_identified_is_still_compared_where_both_arm
                          "--json"]).stdout)
     slow = next(a for a in out["arms"] if a["arm"] == "slow")
     assert slow["r_call"] == "lower" and slow["p_at_end"] < 0.01 and slow["delta_R_end"] < -0.05
+
+
+def test_an_arm_with_a_seed_that_has_only_just_started_is_fitted():
+    # a live sweep: the third seed has logged its compute-0 evaluation only (val_n known); it has nothing in the
+    # window, its R0 still counts
+    runs = [synthetic_curve(**P, seed=20 + s, drift_sd=0.003, run=f"a,seed={s}", group="a") for s in range(3)]
+    young = runs[1]
+    young.x, young.y, young.n = young.x[:1], young.y[:1], young.n[:1]
+    r = fit_curves(runs, FitOptions(n_boot=200, target=16000))
+    assert r.identifiable and r.A_ci[0] < r.A < r.A_ci[1]
+    long = synthetic_curve(**P, seed=21, drift_sd=0.003, n_points=5000, run="long")
+    r = fit_curves([long], FitOptions(n_boot=200, target=32000))  # batch means: predictions carry one evaluation's noise
+    assert r.noise[0].point_drift_var is not None and r.noise[0].point_drift_var >= r.noise[0].drift_var

@@ -3,14 +3,15 @@ claim no more than the noise allows.
 
 Per arm against the baseline (ScaleRL §2's order of questions):
 1. Identified? When either window has not passed C_mid (the gain fraction's interval reaches below 50%, B sits on a
-   bound, A on its bound), A is not measured: the arm is `not_identified` and ranked on its predicted pass rate at
-   the target only.
+   bound, A on its bound), A is not measured: the arm is `not_identified`, ranked on its predicted pass rate at the
+   target, and (when arms have seeds) tested on its pass rate at the end of the window every arm covers, where no
+   extrapolation is needed: `r_call` higher / lower.
 2. Ceiling: dA = A_arm - A_baseline against the seed-to-seed spread of A.
 3. Efficiency: the two refitted with one shared A; the compute the arm needs to reach the pass rate the baseline
    reaches at the target, as a ratio, against the seed-to-seed spread of log compute.
-Both questions are two-sided t-tests, and all the tests of a ranking (two per arm) go through Benjamini-Hochberg at
-a 5% false-discovery rate: `ceiling up/down` when the ceiling test is rejected, else `efficiency up/down` when the
-efficiency test is, else `no detectable effect`.
+All are two-sided t-tests, and all the tests of a ranking (two per identified arm, one per arm not identified) go
+through Benjamini-Hochberg at a 5% false-discovery rate: `ceiling up/down` when the ceiling test is rejected, else
+`efficiency up/down` when the efficiency test is, else `no detectable effect`.
 
 The seed-to-seed spread (`NoiseFloor`) is measured, never assumed: from the arms of this ranking that have at least
 two identified seeds (pooled), or from a stored measurement of the same task and recipe (`--noise FILE`, written by
@@ -237,7 +238,10 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions) -> dic
     target = opts.target
     r_t = float(sigmoid(target, base.R0, a_s, b_b, c_b))
     c_arm = compute_to_reach(r_t, arm.R0, a_s, b_a, c_a)
-    ratio = (c_arm / target) if c_arm else float("inf")
+    if c_arm:
+        ratio = c_arm / target
+    else:  # starts at or above the pass rate (0: no compute needed), or never reaches it under the shared A
+        ratio = 0.0 if arm.R0 >= r_t else float("inf")
     seeds = [[_seed_log_compute(c, a_s, b, cm, r_t, opts) for c in res.curves] if res.n_runs > 1 else []
              for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))]
     return {"A_shared": a_s, "B": b_a, "C_mid": c_a, "B_baseline": b_b, "C_mid_baseline": c_b,
@@ -356,11 +360,14 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             if a.log_compute_seeds is None:  # the baseline without comparisons, or an arm not identified
                 _own_log_compute_seeds(a, opts)
         if rule == "paper":
-            source = f"the paper's convention (±{a_margin:g} on A, ±15% compute): a threshold rule, not a test"
+            whose = "the paper's convention" if a_margin == PAPER_A_MARGIN else "a threshold you chose"
+            source = f"{whose} (±{a_margin:g} on A, ±15% compute): a threshold rule, not a test"
             for a in compared:
                 _paper_verdict(a, a_margin, opts)
         else:
-            floor = measured_floor(arms) or noise
+            measured = measured_floor(arms)
+            # the stored spread (--noise) when it rests on more seeds than this ranking's own
+            floor = noise if noise is not None and (measured is None or noise.dof > measured.dof) else measured
             source = floor.source if floor is not None else "none: no arm has 2 identified seeds and no --noise file"
             at_end, end_spread = _end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
@@ -368,6 +375,11 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
                    not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread)
+
+
+def _n_finite(values: list[float] | None) -> int:
+    """How many seeds measured a value (1 for a single run, which has no per-seed list)."""
+    return max(1, int(np.isfinite(values).sum())) if values else 1
 
 
 def _end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
@@ -398,16 +410,17 @@ def _efficiency_text(a: ArmResult, opts: FitOptions) -> str:
 
 def _paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
     a.margin = a_margin
+    label = "(paper convention)" if a_margin == PAPER_A_MARGIN else "(threshold rule)"
     ratio = a.shared["compute_ratio"]
     if abs(a.delta_A) > a_margin:
         a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
-        a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a_margin:g} (paper convention)"
-    elif np.isfinite(ratio) and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
+        a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a_margin:g} {label}"
+    elif np.isfinite(ratio) and ratio > 0 and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
         a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
-        a.detail = _efficiency_text(a, opts) + ", beyond ±15% (paper convention)"
+        a.detail = _efficiency_text(a, opts) + f", beyond ±15% {label}"
     else:
         a.verdict = "no_effect"
-        a.detail = f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + _efficiency_text(a, opts) + " (paper convention)"
+        a.detail = f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + _efficiency_text(a, opts) + f" {label}"
 
 
 def _test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
@@ -416,10 +429,13 @@ def _test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor
     shared window for the arms whose A is not identified, FDR-controlled together over the ranking."""
     pvals: list[float] = []
     if floor is None:
+        one = all(x.seeds == 1 for x in compared + [base])
+        why = ("1 seed: needs seeds (one seed per arm cannot measure the seed spread, and there is no --noise file)"
+               if one else "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there is "
+               "no --noise file")
         for a in compared:
             a.verdict = "no_effect"
-            a.detail = ("1 seed: needs seeds (no arm has 2 identified seeds to measure the seed spread, and no "
-                        "--noise file); " + _efficiency_text(a, opts))
+            a.detail = why + "; " + _efficiency_text(a, opts)
     else:
         crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
         for a in compared:
@@ -427,7 +443,8 @@ def _test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor
             n_b = max(1, int(np.isfinite(base.seed_A).sum()))
             se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
             ratio = a.shared["compute_ratio"]
-            se_c = floor.sd_logc * math.sqrt(1.0 / a.seeds + 1.0 / base.seeds)
+            se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds)
+                                             + 1.0 / _n_finite(base.log_compute_seeds))
             a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
             lr = math.log(ratio) if np.isfinite(ratio) and ratio > 0 else float("nan")
             a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")

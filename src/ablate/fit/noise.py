@@ -48,6 +48,9 @@ class NoiseEstimate:
     """True when the graded-sample counts were known (else the evaluation noise is folded into the drift)."""
     step: np.ndarray
     """[n] each point's distance to the previous one in median spacings (1 for the first)."""
+    point_drift_var: float | None = None
+    """When the series are batch means: the drift variance of one evaluation (what a new evaluation carries),
+    larger than the batch means' own; None otherwise (then `drift_var` is one evaluation's)."""
     plausible: tuple[np.ndarray, np.ndarray] | None = None
     """([k] drift variances, [k] rhos) the data allow (see the module docstring); None: the point estimate only."""
 
@@ -69,6 +72,8 @@ class NoiseEstimate:
 
 
 def _steps(x: np.ndarray) -> np.ndarray:
+    if x.size == 0:
+        return np.zeros(0)
     dx = np.diff(x)
     med = float(np.median(dx)) if dx.size else 1.0
     med = med if med > 0 else 1.0

@@ -20,7 +20,7 @@ means themselves.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import t as student_t
@@ -32,30 +32,53 @@ BOOT_POINTS = 2048
 DEBIAS_ROUNDS = 3
 
 
-def _series(x, y, run_index, fit: PointFit, n, weights):
-    """Each run's points as a series in compute order, batch means beyond BOOT_POINTS / R points: [(x, y, n, w)]."""
+@dataclass
+class _Part:
+    """One run's points as the bootstrap sees them: [m] arrays in compute order (batch means for a long run)."""
+
+    run: int
+    x: np.ndarray
+    y: np.ndarray
+    n: np.ndarray | None
+    """Graded samples behind each point (summed over a batch), None if unknown."""
+    w: np.ndarray
+    n_point: float | None
+    """Median graded samples of one evaluation (what the R0 measurement and a new evaluation rest on)."""
+    var_point: float | None = None
+    """Batch means only: the residual variance of one evaluation."""
+
+
+def _series(x, y, run_index, fit: PointFit, n, weights) -> list[_Part]:
+    """Each run's points as a series, batch means beyond BOOT_POINTS / R points. Runs with no point in the window
+    are left out."""
     R = int(run_index.max()) + 1
     yhat_all = fit.predict(x)
     out = []
     for r in range(R):
         idx = np.nonzero(run_index == r)[0]
+        if idx.size == 0:
+            continue
         xr, yr = x[idx].astype(float), y[idx].astype(float)
         nr = None if n is None else np.asarray(n, dtype=float)[idx]
         wr = None if weights is None else np.asarray(weights, dtype=float)[idx]
+        part = _Part(r, xr, yr, nr, np.ones(xr.size) if wr is None else wr,
+                     None if nr is None else float(np.median(nr)))
         cap = max(8, BOOT_POINTS // R)
         if idx.size > cap:  # batch means (weighted by their counts); their own noise is measured as such
-            xb, eb, cnt = batch_means(xr, yr - yhat_all[idx], wr, cap)
+            e = yr - yhat_all[idx]
+            part.var_point = float(e @ e / max(e.size - 3, 1))
+            xb, eb, cnt = batch_means(xr, e, wr, cap)
             if nr is not None:  # a batch mean rests on the graded samples of all its points
                 _, n_mean, n_cnt = batch_means(xr, nr, None, cap)
-                nr = n_mean * n_cnt
-            xr, wr, yr = xb, cnt, fit.predict(xb) + eb
-        out.append((xr, yr, nr, np.ones(xr.size) if wr is None else wr))
+                part.n = n_mean * n_cnt
+            part.x, part.w, part.y = xb, cnt, fit.predict(xb) + eb
+        out.append(part)
     return out
 
 
 def _simulate(fit: PointFit, parts, noises: list[NoiseEstimate], k: int, rng) -> np.ndarray:
-    return np.concatenate([fit.predict(xr)[None, :] + simulate_noise(est, k, rng)
-                           for (xr, _, _, _), est in zip(parts, noises)], axis=1)
+    return np.concatenate([fit.predict(p.x)[None, :] + simulate_noise(est, k, rng)
+                           for p, est in zip(parts, noises)], axis=1)
 
 
 def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=None, weights=None, huber=None,
@@ -70,14 +93,14 @@ def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=
     x, y, run_index = (np.asarray(v) for v in (x, y, run_index))
     n_params = 3 if not fit.fit_r0 else 4
     parts = _series(x, y, run_index, fit, n, weights)
-    noises = [estimate_noise(xr, yr, fit.predict(xr), n=nr, n_params=n_params) for xr, yr, nr, _ in parts]
-    xb = np.concatenate([p[0] for p in parts])
-    wb = np.concatenate([p[3] for p in parts])
+    noises = [estimate_noise(p.x, p.y, fit.predict(p.x), n=p.n, n_params=n_params) for p in parts]
+    xb = np.concatenate([p.x for p in parts])
+    wb = np.concatenate([p.w for p in parts])
     wts = None if np.all(wb == 1) else wb
-    bounds = np.cumsum([0] + [p[0].size for p in parts])
+    bounds = np.cumsum([0] + [p.x.size for p in parts])
     # pass 1: how much of the noise does a refit absorb? Iterated to the noise whose refits look like the data
     k1 = int(min(64, max(32, n_boot // 16)))
-    observed = [tuple(float(v[0]) for v in moments(yr - fit.predict(xr), n_params)) for xr, yr, _, _ in parts]
+    observed = [tuple(float(v[0]) for v in moments(p.y - fit.predict(p.x), n_params)) for p in parts]
     for _ in range(DEBIAS_ROUNDS):
         point = [replace(e, plausible=None) for e in noises]
         Y1 = _simulate(fit, parts, point, k1, rng)
@@ -87,14 +110,21 @@ def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=
                   for i in range(len(parts))]
     # pass 2: the draws, each from a noise the data allow (noise.debias)
     Y = _simulate(fit, parts, noises, n_boot, rng)
+    for i, p in enumerate(parts):  # batch means: what one evaluation carries, for predictions
+        if p.var_point is not None:
+            ev = float(noises[i].eval_var_at(float(np.mean(p.y)), p.n_point))
+            noises[i] = replace(noises[i], point_drift_var=max(p.var_point - ev, noises[i].drift_var))
     r0 = None
     if not fit.fit_r0 and run_r0 is not None:  # each R0 measurement: one evaluation's noise (all of it if n unknown)
         r0_noise = np.zeros(n_boot)
-        for (xr, _, nr, _), est, r0_i in zip(parts, noises, run_r0):
-            n_r0 = None if nr is None else float(np.median(nr))
-            r0_var = float(est.eval_var_at(r0_i, n_r0)) if est.eval_known else est.drift_var
-            r0_noise += np.sqrt(r0_var) * rng.standard_normal(n_boot)
-        r0 = np.clip(fit.r0 + r0_noise / len(parts), 0.0, 1.0 - 1e-6)
+        of_run = {p.run: i for i, p in enumerate(parts)}
+        for r, r0_i in enumerate(run_r0):
+            i = of_run.get(r, 0)  # a run with no point in the window: its R0 has the noise of the others'
+            est = noises[i]
+            var = float(est.eval_var_at(r0_i, parts[i].n_point)) if est.eval_known else \
+                (est.point_drift_var or est.drift_var)
+            r0_noise += np.sqrt(var) * rng.standard_normal(n_boot)
+        r0 = np.clip(fit.r0 + r0_noise / len(run_r0), 0.0, 1.0 - 1e-6)
     draws = fit_batch(xb, Y, fit, weights=wts, huber=huber, fix_a=fix_a, r0=r0)
     R = len(parts)
     how = (f"parametric bootstrap from the measured noise ({n_boot} resamples; "
@@ -108,7 +138,8 @@ def prediction_draws(draws: np.ndarray, at: float, noise: NoiseEstimate, n_eval:
     """[n_boot] draws of what one run will show at compute `at`: the fitted curve there (per parameter draw) plus
     the drift's stationary spread and one evaluation's noise."""
     mean = sigmoid(at, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3])
-    var = noise.drift_var + noise.eval_var_at(mean, n_eval)
+    drift = noise.point_drift_var if noise.point_drift_var is not None else noise.drift_var
+    var = drift + noise.eval_var_at(mean, n_eval)
     return mean + np.sqrt(var) * rng.standard_normal(mean.size)
 
 
