@@ -169,15 +169,18 @@ class RunJob(submitit.helpers.Checkpointable):
                         summary.get("step") if isinstance(summary, dict) else "?")
             signal.signal(signal.SIGUSR2, handover)
             handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
+        if status != "preempted":
+            status = status if status in ("done", "diverged") else "done"
+        # run.json first (for a job function that keeps none): whoever sees the ledger say the run ended finds
+        # run.json saying so too
+        if rd.info().status not in ("done", "diverged", "preempted"):
+            rd.ended(status)
         with ledger.lock():
             if status == "preempted":  # the job stopped itself on a signal that was not the scheduler's: resume later
                 ledger.append(self._event("preempted", job_id=job_id, reason="signal", requeue=False,
                                           requeues=rec.requeues))
             else:
-                status = status if status in ("done", "diverged") else "done"
                 ledger.append(self._event("finished", job_id=job_id, status=status))
-        if rd.info().status not in ("done", "diverged", "preempted"):  # a job function that keeps no run.json
-            rd.ended(status)
         return summary if isinstance(summary, dict) else {"result": summary}
 
     def _intercept_usr2(self, stop: threading.Event) -> Callable[..., Any] | None:
@@ -199,10 +202,10 @@ class RunJob(submitit.helpers.Checkpointable):
         ledger = Ledger(self.sweep_dir)
         job_id, _ = _job_env()
         err = error_record(exc)
+        self._run_dir().try_failed(cause, exc, log=log_path)  # run.json first: it agrees once the ledger says failed
         with ledger.lock(timeout=5):
             ledger.append(self._event("failed", job_id=job_id, cause=cause, error="\n".join(err["traceback"]),
                                       log=log_path))
-        self._run_dir().try_failed(cause, exc, log=log_path)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
         """Called by submitit on USR2 (preemption, or the time limit close): record, then requeue.
@@ -219,7 +222,7 @@ class RunJob(submitit.helpers.Checkpointable):
             rec = ledger.fold().get(self.run_id)
             done = rec.requeues if rec and rec.batch == self.batch else 0
             requeue = done < self.max_requeues
+            self._run_dir().ended("preempted", reason=reason, requeues=done + int(requeue))
             ledger.append(self._event("preempted", job_id=job_id, reason=reason, requeue=requeue,
                                       requeues=done + int(requeue)))
-        self._run_dir().ended("preempted", reason=reason, requeues=done + int(requeue))
         return submitit.helpers.DelayedSubmission(self) if requeue else None

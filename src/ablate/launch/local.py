@@ -118,6 +118,6 @@ def _finalize(ledger: Ledger, batch: str, run_id: str, job: Any) -> None:
         state = job.state
         cause = "cancelled" if state == "INTERRUPTED" else "killed"
         err = f"local job {job.job_id} ended ({state}) without recording a result"
+        RunDir.of(ledger.dir.parent, ledger.dir.name, run_id).try_failed(cause, err)  # run.json first, as jobs do
         ledger.append({"event": "failed", "run_id": run_id, "batch": batch, "job_id": job.job_id, "cause": cause,
                        "error": err, "log": str(job.paths.stderr)})
-    RunDir.of(ledger.dir.parent, ledger.dir.name, run_id).try_failed(cause, err)

@@ -171,10 +171,10 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
                     debug_jobs = _submit_debug(ledger, plan, jobs)
             except Exception as e:
                 msg = _first_line(e)
+                for j in jobs:  # run.json first: once the ledger says failed, run.json agrees
+                    RunDir.of(root, sweep.name, j.run_id).try_failed("submit", msg)
                 ledger.append(*({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit",
                                  "error": msg} for j in jobs))
-                for j in jobs:
-                    RunDir.of(root, sweep.name, j.run_id).try_failed("submit", msg)
                 raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
     # Debug runs execute here, in this process, after the lock is released (each job claims its run).
     for dj in debug_jobs:
