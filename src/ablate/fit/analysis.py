@@ -344,18 +344,21 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     if len(curves) > 1 and opts.method != "paper" and opts.n_boot > 0:
         # an arm: the spread between its seeds, which no single run shows, sets its intervals
         seeds = fit_seeds(curves, opts)
+        # t-intervals from few seeds can reach past what a fit could report: cut them to the fit's own box. The
+        # prediction is every seed's (a seed's curve predicts whether or not its A is identified)
+        pred_ci = _within(seed_interval(pred, seeds.pred, opts.ci), 0.0, 1.0) or pred_ci
         if seeds.n_identified >= 2:
-            # t-intervals from few seeds can reach past what a fit could report: cut them to the fit's own box
             m_lo, m_hi = _bounds(x)
             A_ci = _within(seed_interval(pf.a, seeds.A, opts.ci), pf.r0, 1.0)
             B_ci = _within(seed_interval(pf.b, seeds.B, opts.ci, log=True), *B_BOUNDS)
             C_ci = _within(seed_interval(pf.c_mid, seeds.C_mid, opts.ci, log=True), np.exp(m_lo), np.exp(m_hi))
-            pred_ci = _within(seed_interval(pred, np.where(seeds.identified, seeds.pred, np.nan), opts.ci), 0.0, 1.0)
             interval_method = (f"t-intervals over {seeds.n_identified} seeds' own fits (the gain fraction from a "
                                + interval_method + ")")
         else:
             notes.append(f"fewer than 2 of its {len(curves)} seeds are identified alone: its intervals do not "
                          "include the spread between seeds")
+    if not identifiable and A_ci is not None:  # A is not measured: its interval opens up to the bound
+        A_ci = (min(A_ci[0], pf.a), 1.0)
     if opts.target_r is not None:
         c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
         if c_to is None:

@@ -377,6 +377,19 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                    not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread)
 
 
+def _log_ratio(a: ArmResult, base: ArmResult, ratio: float, target: float) -> float:
+    """log compute ratio, arm to baseline, to the baseline's pass rate at the target: the difference of the seeds'
+    mean log compute where an arm has seeds, the shared fit's own ratio for a single run."""
+    def mean_log(values, fallback):
+        v = np.asarray(values or [], dtype=float)
+        v = v[np.isfinite(v)]
+        return float(v.mean()) if v.size else fallback
+
+    if not (np.isfinite(ratio) and ratio > 0):
+        return float("nan")
+    return mean_log(a.log_compute_seeds, math.log(ratio * target)) - mean_log(base.log_compute_seeds, math.log(target))
+
+
 def _n_finite(values: list[float] | None) -> int:
     """How many seeds measured a value (1 for a single run, which has no per-seed list)."""
     return max(1, int(np.isfinite(values).sum())) if values else 1
@@ -439,16 +452,20 @@ def _test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor
     else:
         crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
         for a in compared:
+            # the tested differences are those of the seeds' means, as the seed spread describes one seed
             n_a = max(1, int(np.isfinite(a.seed_A).sum()))
             n_b = max(1, int(np.isfinite(base.seed_A).sum()))
+            if np.isfinite(a.seed_A).any() and np.isfinite(base.seed_A).any():
+                a.delta_A = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))
             se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
             ratio = a.shared["compute_ratio"]
             se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds)
                                              + 1.0 / _n_finite(base.log_compute_seeds))
             a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
-            lr = math.log(ratio) if np.isfinite(ratio) and ratio > 0 else float("nan")
+            lr = _log_ratio(a, base, ratio, opts.target)
             a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
             if np.isfinite(lr):
+                a.shared["compute_ratio_tested"] = math.exp(lr)
                 a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
             a.detail = f"ΔA {a.delta_A:+.3f} ±{crit * se_a:.3f} (p={a.p_ceiling:.2g})"
             pvals += [a.p_ceiling, a.p_efficiency]
@@ -471,7 +488,7 @@ def _test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor
             if ceiling:
                 a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
             elif efficiency:
-                a.verdict = "efficiency_up" if a.shared["compute_ratio"] < 1 else "efficiency_down"
+                a.verdict = "efficiency_up" if a.shared["compute_ratio_tested"] < 1 else "efficiency_down"
                 a.detail += "; " + eff
             else:
                 a.verdict = "no_effect"
