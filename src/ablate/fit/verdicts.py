@@ -1,0 +1,252 @@
+"""Verdicts: the tests `rank` runs on its comparisons, the seed spread they are judged against, and the paper's
+threshold rule.
+
+The seed-to-seed spread (`NoiseFloor`) is measured, never assumed: from the arms of the ranking that have at least
+two identified seeds (pooled), or from a stored measurement of the same task and recipe (`--noise FILE`, written by
+`--save-noise`); of the two, the one resting on more seeds. Without either, a single seed cannot tell an effect from
+a lucky seed, and the verdict is `no detectable effect (1 seed: needs seeds)`.
+
+The tests, all two-sided t-tests against that spread, with the differences taken between the arms' seed means (what
+the spread describes): the ceiling (dA), the efficiency (log compute to the baseline's pass rate at the target), and,
+for an arm whose A is not identified, its fitted pass rate at the end of the window every arm covers. All the tests
+of a ranking go through Benjamini-Hochberg at a 5% false-discovery rate: `ceiling up/down` when the ceiling test is
+a discovery, else `efficiency up/down`, else `no detectable effect`.
+
+The paper's own convention, a ceiling change beyond +-0.02 on A and an efficiency change beyond +-15% compute, is
+available as `--margin paper` (or `--margin X` on A), labelled as such in every verdict: a threshold rule, not a
+calibrated test. The calibration harness (fit/calibrate.py, `ablate calibrate`) measures how both behave.
+
+The functions here read and fill `compare.ArmResult`s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy.stats import t as student_t
+
+from ablate.errors import UserError
+from ablate.fit.analysis import FitOptions
+
+if TYPE_CHECKING:
+    from ablate.fit.compare import ArmResult
+
+PAPER_A_MARGIN = 0.02  # ScaleRL §2: +-0.02 on A between single-seed runs is within noise (their seeds' spread)
+PAPER_COMPUTE_MARGIN = float(np.log(1.15))  # the efficiency counterpart: +-15% compute
+FDR = 0.05
+
+
+@dataclass
+class NoiseFloor:
+    """The seed-to-seed spread comparisons are judged against: sd of one seed's A, and of one seed's log compute
+    to reach a pass rate, around its arm's value; `dof` degrees of freedom behind them."""
+
+    sd_A: float
+    sd_logc: float
+    dof: int
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sd_A": self.sd_A, "sd_logc": self.sd_logc, "dof": self.dof, "source": self.source}
+
+    @classmethod
+    def load(cls, path: Path | str) -> "NoiseFloor":
+        """A stored measurement (`--save-noise`); a UserError naming what is wrong with the file."""
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+            floor = cls(sd_A=float(d["sd_A"]), sd_logc=float(d["sd_logc"]), dof=int(d["dof"]),
+                        source=f"stored measurement {path} ({d.get('source', '?')})")
+        except FileNotFoundError:
+            raise UserError(f"--noise {path}: no such file; write one with `ablate rank SWEEP --save-noise FILE` "
+                            "on a sweep with seeds") from None
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise UserError(f"--noise {path}: not a noise file ({type(e).__name__}: {e}); it needs sd_A, sd_logc "
+                            "and dof, as --save-noise writes") from None
+        if not (math.isfinite(floor.sd_A) and math.isfinite(floor.sd_logc) and floor.sd_A > 0 and floor.sd_logc > 0
+                and floor.dof >= 1):
+            raise UserError(f"--noise {path}: sd_A and sd_logc must be > 0 and dof >= 1")
+        return floor
+
+
+def measured_floor(arms: list[ArmResult]) -> NoiseFloor | None:
+    """The seed-to-seed spread pooled over the arms with >= 2 identified seeds, or None when no arm has them.
+    Each arm's per-seed values are taken around that arm's own mean (so arms that differ do not inflate it)."""
+    ss_a = ss_c = 0.0
+    dof_a = dof_c = 0
+    used = []
+    for arm in arms:
+        a = np.array([v for v in arm.seed_A if np.isfinite(v)])
+        if a.size >= 2:
+            ss_a += float(((a - a.mean()) ** 2).sum())
+            dof_a += a.size - 1
+            used.append(arm.arm)
+        c = np.array([v for v in (arm.log_compute_seeds or []) if np.isfinite(v)])
+        if c.size >= 2:
+            ss_c += float(((c - c.mean()) ** 2).sum())
+            dof_c += c.size - 1
+    if dof_a == 0 or dof_c == 0:
+        return None
+    return NoiseFloor(sd_A=math.sqrt(ss_a / dof_a), sd_logc=math.sqrt(ss_c / dof_c), dof=min(dof_a, dof_c),
+                      source=f"the seeds of {len(used)} arm(s) of this ranking")
+
+
+def benjamini_hochberg(p: list[float], q: float = FDR) -> list[bool]:
+    """Which of the p-values (NaN: no test) are discoveries at false-discovery rate q."""
+    idx = [i for i, v in enumerate(p) if np.isfinite(v)]
+    order = sorted(idx, key=lambda i: p[i])
+    m = len(order)
+    cut = 0
+    for rank_i, i in enumerate(order, start=1):
+        if p[i] <= q * rank_i / m:
+            cut = rank_i
+    keep = set(order[:cut])
+    return [i in keep for i in range(len(p))]
+
+
+def parse_margin(margin: str | float | None) -> float | None:
+    """`--margin`: None (calibrated tests), `paper` (+-0.02 on A, the paper's convention) or a distance on A, finite
+    and >= 0 (NaN would silently make every arm `no_effect`). Returns the margin on A, or None."""
+    if margin is None:
+        return None
+    if isinstance(margin, str) and margin.strip().lower() == "paper":
+        return PAPER_A_MARGIN
+    try:
+        m = float(margin)
+    except (TypeError, ValueError):
+        raise UserError(f"--margin {margin}: give `paper` (the paper's +-0.02 on A) or a number >= 0") from None
+    if not (math.isfinite(m) and m >= 0.0):
+        raise UserError(f"--margin {margin}: a margin on A must be a finite number >= 0 (e.g. 0.02), or `paper`")
+    return m
+
+
+def _log_ratio(a: ArmResult, base: ArmResult, ratio: float, target: float) -> float:
+    """log compute ratio, arm to baseline, to the baseline's pass rate at the target: the difference of the seeds'
+    mean log compute where an arm has seeds, the shared fit's own ratio for a single run."""
+    def mean_log(values, fallback):
+        v = np.asarray(values or [], dtype=float)
+        v = v[np.isfinite(v)]
+        return float(v.mean()) if v.size else fallback
+
+    if not (np.isfinite(ratio) and ratio > 0):
+        return float("nan")
+    return mean_log(a.log_compute_seeds, math.log(ratio * target)) - mean_log(base.log_compute_seeds, math.log(target))
+
+
+def _n_finite(values: list[float] | None) -> int:
+    """How many seeds measured a value (1 for a single run, which has no per-seed list)."""
+    return max(1, int(np.isfinite(values).sum())) if values else 1
+
+
+def end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
+    """Each arm's per-seed fitted pass rate at the end of the window every arm covers (inside every window: no
+    extrapolation, so it is defined whether A is identified or not), and their seed spread pooled over the arms
+    with two seeds or more ({"at", "sd_R", "dof"}, or None when no arm has them)."""
+    at = min(a.fit.window[1] for a in arms)
+    values = {}
+    for a in arms:
+        f = a.fit
+        v = f.seeds.at(at) if f.seeds is not None else f.fit.predict(np.array([at]))
+        values[a.arm] = np.asarray(v, dtype=float)[np.isfinite(v)]
+    ss, dof = 0.0, 0
+    for v in values.values():
+        if v.size >= 2:
+            ss += float(((v - v.mean()) ** 2).sum())
+            dof += v.size - 1
+    spread = {"at": at, "sd_R": math.sqrt(ss / dof), "dof": dof} if dof and ss > 0 else None
+    return values, spread
+
+
+def efficiency_text(a: ArmResult, opts: FitOptions) -> str:
+    sh = a.shared or {}
+    ci = sh.get("compute_ratio_ci")
+    return (f"A shared {sh.get('A_shared', float('nan')):.3f}: {sh.get('compute_ratio', float('nan')):.2f}x compute to "
+            f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+
+
+def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
+    a.margin = a_margin
+    label = "(paper convention)" if a_margin == PAPER_A_MARGIN else "(threshold rule)"
+    ratio = a.shared["compute_ratio"]
+    if abs(a.delta_A) > a_margin:
+        a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
+        a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a_margin:g} {label}"
+    elif np.isfinite(ratio) and ratio > 0 and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
+        a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
+        a.detail = efficiency_text(a, opts) + f", beyond ±15% {label}"
+    else:
+        a.verdict = "no_effect"
+        a.detail = f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}"
+
+
+def test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
+                   unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None) -> None:
+    """t-tests of dA and of the log compute ratio against the seed spread, and of the pass rate at the end of the
+    shared window for the arms whose A is not identified, FDR-controlled together over the ranking."""
+    pvals: list[float] = []
+    if floor is None:
+        one = all(x.seeds == 1 for x in compared + [base])
+        why = ("1 seed: needs seeds (one seed per arm cannot measure the seed spread, and there is no --noise file)"
+               if one else "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there is "
+               "no --noise file")
+        for a in compared:
+            a.verdict = "no_effect"
+            a.detail = why + "; " + efficiency_text(a, opts)
+    else:
+        crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
+        for a in compared:
+            # the tested differences are those of the seeds' means, as the seed spread describes one seed
+            n_a = max(1, int(np.isfinite(a.seed_A).sum()))
+            n_b = max(1, int(np.isfinite(base.seed_A).sum()))
+            if np.isfinite(a.seed_A).any() and np.isfinite(base.seed_A).any():
+                a.delta_A = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))
+            se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
+            ratio = a.shared["compute_ratio"]
+            se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds)
+                                             + 1.0 / _n_finite(base.log_compute_seeds))
+            a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
+            lr = _log_ratio(a, base, ratio, opts.target)
+            a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
+            if np.isfinite(lr):
+                a.shared["compute_ratio_tested"] = math.exp(lr)
+                a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
+            a.detail = f"ΔA {a.delta_A:+.3f} ±{crit * se_a:.3f} (p={a.p_ceiling:.2g})"
+            pvals += [a.p_ceiling, a.p_efficiency]
+    tested = []
+    base_end = at_end.get(base.arm, np.array([]))
+    for a in unidentified:
+        v = at_end.get(a.arm, np.array([]))
+        if end_spread is None or v.size == 0 or base_end.size == 0:
+            continue
+        a.delta_R_end = float(v.mean() - base_end.mean())
+        se = end_spread["sd_R"] * math.sqrt(1.0 / v.size + 1.0 / base_end.size)
+        a.p_at_end = float(2 * student_t.sf(abs(a.delta_R_end) / se, end_spread["dof"]))
+        tested.append(a)
+        pvals.append(a.p_at_end)
+    found = benjamini_hochberg(pvals)
+    if floor is not None:
+        for i, a in enumerate(compared):
+            ceiling, efficiency = found[2 * i], found[2 * i + 1]
+            eff = efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else "")
+            if ceiling:
+                a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
+            elif efficiency:
+                a.verdict = "efficiency_up" if a.shared["compute_ratio_tested"] < 1 else "efficiency_down"
+                a.detail += "; " + eff
+            else:
+                a.verdict = "no_effect"
+                a.detail += "; " + eff
+    first = 2 * len(compared) if floor is not None else 0
+    for k, a in enumerate(tested):
+        at = end_spread["at"]
+        if found[first + k]:
+            a.r_call = "higher" if a.delta_R_end > 0 else "lower"
+            a.detail += (f"; at {at:g} (the end of the shared window) its pass rate is {a.r_call} than the "
+                         f"baseline's: ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
+        else:
+            a.detail += (f"; at {at:g} (the end of the shared window) no detectable difference: "
+                         f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
