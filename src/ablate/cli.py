@@ -72,10 +72,10 @@ def _fit_options(**kw):
 
 
 def _figure(plot: Optional[Path]) -> Optional[Path]:
-    """The file the figure will be written to, checked before any fitting (see report.figure_path)."""
-    from ablate import report
+    """The file the figure will be written to, checked before any fitting (see figures.figure_path)."""
+    from ablate import figures
 
-    return None if plot is None else report.figure_path(plot)
+    return None if plot is None else figures.figure_path(plot)
 
 
 @app.command()
@@ -107,7 +107,7 @@ def fit(
     The figure shows the points, the fits, the window and the extrapolation band.
     Example: ablate fit curves.csv --fit-until 8000 --to 16000 --plot fit.png
     """
-    from ablate import report
+    from ablate import figures, report
     from ablate.curves import load_curves
     from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
 
@@ -121,7 +121,7 @@ def fit(
         results = [window_sensitivity(r, opts) for r in results]
     forms = {r.run: compare_forms(r, opts) for r in results} if compare else None
     if plot is not None:
-        report.plot_fits(results, plot, xlabel=f"compute ({x})")
+        figures.plot_fits(results, plot, xlabel=f"compute ({x})")
     if as_json:
         out = {"fits": [r.to_json() for r in results]}
         if forms is not None:
@@ -176,7 +176,7 @@ def rank(
     panel per arm compared on efficiency.
     Example: ablate rank sweeps/loss --plot rank.png
     """
-    from ablate import report, store
+    from ablate import figures, report, store
     from ablate.curves import load_inputs
     from ablate.fit.analysis import window_sensitivity
     from ablate.fit.compare import NoiseFloor, measured_floor, parse_margin
@@ -205,9 +205,9 @@ def rank(
         measured.source = f"{measured.source}, on '{x}': " + ", ".join(str(p) for p in inputs)
         store.write_json(save_noise, measured.to_json())
     if plot is not None:
-        report.plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({x})",
+        figures.plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({x})",
                          title=f"arms fitted on {opts.window_text()} (baseline in black)")
-        eff = report.plot_efficiency(ranking, eff_path)
+        eff = figures.plot_efficiency(ranking, eff_path)
     if as_json:
         typer.echo(report.dump_json(ranking.to_json()))
         return
@@ -263,7 +263,7 @@ def extrapolate(
     The figure shows the observed points, the fit, the extrapolation band and the held-out points.
     Example: ablate extrapolate sweeps/loss --fit-until 8000 --to 16000 --target-r 0.6
     """
-    from ablate import report
+    from ablate import figures, report
     from ablate.curves import load_inputs
     from ablate.fit.analysis import group_arms, window_sensitivity
     from ablate.fit.extrapolate import extrapolate as project
@@ -286,7 +286,7 @@ def extrapolate(
     if window:
         window_sensitivity(ex.fit, opts)
     if plot is not None:
-        report.plot_fits([ex.fit], plot, heldout_from=fit_until, xlabel=f"compute ({x})",
+        figures.plot_fits([ex.fit], plot, heldout_from=fit_until, xlabel=f"compute ({x})",
                          title=f"{arm}: fitted to {ex.fit.window[1]:g}, projected to {to:g}")
     if as_json:
         typer.echo(report.dump_json(ex.to_json()))

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ablate import report
+from ablate import figures, report
 
 OUT = Path("demo-out")
 SWEEP = "recipes/demo.yaml"
@@ -81,7 +81,7 @@ def paper_curves_demo(out: Path = OUT) -> None:
         truth = float(sigmoid(16000, 0.3, p["a"], p["b"], p["c_mid"]))  # synthetic_curve's default R0 is 0.3
         observed = float(np.mean(r.curves[0].y[-5:]))
         console.print(f"  {r.run:20s} predicted {r.pred_at_target:.3f}  observed {observed:.3f}  true {truth:.3f}")
-    console.print(f"figure: {report.plot_fits(results, out / 'fit.png', heldout_from=8000)}")
+    console.print(f"figure: {figures.plot_fits(results, out / 'fit.png', heldout_from=8000)}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Reports: rich tables, matplotlib figures and JSON for fits, ranks and extrapolations.
+"""Reports: rich tables, lines and JSON for fits, ranks and extrapolations (figures: ablate.figures).
 
 Nothing here computes a fit; it only presents `FitResult`s (fit/analysis.py) and what `rank` derived from them.
 Names come from users (run names, arm labels, columns): tables take them as `rich.text.Text` and printed lines
@@ -7,7 +7,6 @@ pass them through `esc`, so that `[bold]` or `[/]` in a name is shown as written
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
@@ -19,7 +18,6 @@ from rich.markup import escape as esc
 from rich.table import Table
 from rich.text import Text
 
-from ablate.errors import UserError
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
     from ablate.fit.analysis import FitResult
@@ -212,139 +210,6 @@ def _jsonable(o: Any) -> Any:
     return o
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-# Formats matplotlib lists but cannot write here: pgf needs a LaTeX installation.
-_NEEDS_TOOLS = {"pgf"}
-
-
-def figure_formats() -> list[str]:
-    """File extensions `--plot` accepts (what matplotlib writes without extra tools), sorted."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    return sorted(set(FigureCanvasBase.get_supported_filetypes()) - _NEEDS_TOOLS)
-
-
-def figure_path(path: Path | str) -> Path:
-    """The file a figure will be written to, checked before any work is done.
-
-    No extension: `.png` is appended (as matplotlib does), so the path printed is the file that exists. A
-    directory, an extension matplotlib can't write, or a parent that is a file: UserError.
-    """
-    path = Path(path)
-    if not path.suffix and not path.is_dir():
-        path = path.with_name(path.name + ".png")
-    if path.is_dir():
-        raise UserError(f"--plot {path}: is a directory; give a file name, e.g. --plot {path / 'fit.png'}")
-    formats = figure_formats()
-    if path.suffix[1:].lower() not in formats:
-        raise UserError(f"--plot {path}: can't write '{path.suffix}' figures; use one of: "
-                        + ", ".join("." + f for f in formats))
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UserError(f"--plot {path}: {parent} is a file, not a directory; choose another path")
-    return path
-
-
-def _save(fig, path: Path) -> Path:
-    """Render in memory, then replace the file atomically: a failed write leaves no half figure behind."""
-    from ablate import store
-
-    plt = _plt()
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format=path.suffix[1:].lower())
-        store.atomic_write_bytes(path, buf.getvalue())
-    except OSError as e:
-        raise UserError(f"--plot {path}: can't write the figure ({e.strerror or e}); choose another path") from None
-    finally:
-        plt.close(fig)
-    return path
-
-
-def _tight(fig, **kw) -> None:
-    """tight_layout, quietly: when labels can't fit it warns on stderr, which would break one-line output."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout(**kw)
-
-
-def _tex(text: str) -> str:
-    """Text for a figure, shown as written: matplotlib would read `$...$` in a run name as math."""
-    return text.replace("$", r"\$")
-
-
-# A scatter of millions of points takes minutes to draw and looks like a line: draw every k-th point beyond this.
-MAX_DRAWN_POINTS = 5000
-
-
-def _thin(mask: np.ndarray) -> np.ndarray:
-    idx = np.nonzero(mask)[0]
-    return idx[:: max(1, idx.size // MAX_DRAWN_POINTS)]
-
-
-def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str | None = None,
-              title: str | None = None, heldout_from: float | None = None, xlabel: str = "compute") -> Path:
-    """Points, fitted curve (solid in the window, dashed beyond), the interval band up to the target,
-    the fit window shaded, and points past `heldout_from` marked as held out. Log-compute x axis."""
-    plt = _plt()
-    path = Path(path)
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    lo_all = min(float(r.window[0]) for r in results)
-    hi_all = max(float(r.window[1]) for r in results)
-    for i, r in enumerate(results):
-        color = "black" if highlight and r.run == highlight else colors[i % len(colors)]
-        lw = 2.6 if highlight and r.run == highlight else 1.6
-        for c in r.curves:
-            pos = c.x > 0
-            inwin = pos & (c.x >= r.window[0]) & (c.x <= r.window[1])
-            k = _thin(inwin)
-            ax.scatter(c.x[k], c.y[k], s=9, color=color, alpha=0.55)
-            out = pos & ~inwin
-            if heldout_from is not None:
-                held = out & (c.x > heldout_from)
-                k = _thin(held)
-                ax.scatter(c.x[k], c.y[k], s=22, facecolors="none", edgecolors=color, marker="D",
-                           label=_tex(f"{r.run}: held out") if held.any() else None)
-                out &= ~held
-            k = _thin(out)
-            ax.scatter(c.x[k], c.y[k], s=9, facecolors="none", edgecolors=color, alpha=0.6)
-        x_lo = max(min(float(c.x[c.x > 0].min()) for c in r.curves), 1e-9)
-        x_hi = max(r.target, max(float(c.x.max()) for c in r.curves))
-        xs = np.geomspace(x_lo, x_hi, 300)
-        inside = xs <= r.window[1]
-        label = _tex(f"{r.run}: A={r.A:.3f} B={r.B:.2f} C_mid={r.C_mid:,.0f}")
-        ax.plot(xs[inside], r.predict(xs[inside]), color=color, lw=lw, label=label)
-        ax.plot(xs[~inside], r.predict(xs[~inside]), color=color, lw=lw, ls="--")
-        band = r.predict_band(xs)
-        if band is not None:
-            ax.fill_between(xs, band[0], band[1], color=color, alpha=0.12, lw=0)
-        ax.axhline(r.A, color=color, lw=0.8, ls=":", alpha=0.7)
-    if lo_all > 0:
-        ax.axvspan(ax.get_xlim()[0], lo_all, color="grey", alpha=0.08, lw=0)
-    ax.axvline(hi_all, color="grey", lw=0.8, ls="-.", alpha=0.6)
-    ax.set_xscale("log")
-    ax.set_xlabel(_tex(xlabel))
-    ax.set_ylabel("validation pass rate")
-    ax.set_title(_tex(title) if title else "ScaleRL sigmoid fits (dashed: extrapolation; band: interval; dotted: ceiling A)")
-    ax.grid(alpha=0.25, which="both")
-    ax.legend(fontsize=7, loc="lower right")
-    _tight(fig)
-    return _save(fig, path)
-
-
 VERDICT_STYLE = {"ceiling_up": "bold green", "ceiling_down": "bold red", "efficiency_up": "green",
                  "efficiency_down": "red", "no_effect": "dim", "not_identified": "yellow", "baseline": "bold"}
 
@@ -370,81 +235,6 @@ def rank_table(ranking) -> Table:
         t.add_row(str(i), arm, str(a.seeds), _fmt(f.R0), fmt_pm(f.A, f.A_ci), fmt_pm(f.B, f.B_ci, 2),
                   fmt_pm(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, Text(a.detail))
     return t
-
-
-def _log_f(x: np.ndarray, y: np.ndarray, r0: float, a: float) -> tuple[np.ndarray, np.ndarray]:
-    """The points as (C, F(R)) with F(R) = (R - R0) / (A - R), where it is defined (R0 < R < A)."""
-    ok = (y > r0) & (y < a)
-    return x[ok], (y[ok] - r0) / (a - y[ok])
-
-
-def _window_points(fit) -> tuple[np.ndarray, np.ndarray]:
-    """The points a fit was fitted on ([n] each), thinned for drawing."""
-    x = np.concatenate([c.x for c in fit.curves])
-    y = np.concatenate([c.y for c in fit.curves])
-    k = _thin((x > 0) & (x >= fit.window[0]) & (x <= fit.window[1]))
-    return x[k], y[k]
-
-
-def plot_efficiency(ranking, path: Path | str) -> Path | None:
-    """The efficiency comparisons behind the verdicts, one panel per arm compared with the baseline.
-
-    Each panel draws the pairwise fit `rank` made (`ArmResult.shared`: the arm and the baseline refitted with one
-    shared A) as the paper's efficiency view, log F(R) = log((R - R0) / (A - R)) against log C, where each run is
-    a line of slope B through C_mid; the marks are where each reaches the pass rate the baseline reaches at the
-    target, so their horizontal distance is the compute ratio. The title is the verdict. Arms that are not
-    identified were not compared this way and have no panel. Returns None (nothing written)
-    when no arm was compared on efficiency.
-    """
-    from ablate.fit.compare import VERDICT_TEXT
-
-    pairs = [a for a in ranking.arms if a.shared is not None]
-    base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
-    if not pairs or base is None:
-        return None
-    plt = _plt()
-    ncols = min(3, len(pairs))
-    nrows = math.ceil(len(pairs) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.8 * nrows), dpi=110, squeeze=False)
-    arm_color = plt.rcParams["axes.prop_cycle"].by_key()["color"][0]
-    for ax, arm in zip(axes.flat, pairs):
-        sh = arm.shared
-        a_s, r_t, target = sh["A_shared"], sh["target_pass_rate"], ranking.target
-        ratio = sh["compute_ratio"]
-        for who, fit, b, c_mid, color, reach in (
-                ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", target),
-                ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, ratio * target)):
-            x, y = _window_points(fit)
-            px, pf = _log_f(x, y, fit.R0, a_s)
-            ax.scatter(px, pf, s=7, color=color, alpha=0.45)
-            hi = max(float(x.max()), target, reach if math.isfinite(reach) else 0.0)
-            xs = np.geomspace(float(x.min()), hi, 100)
-            name = base.arm if who == "baseline" else arm.arm
-            ax.plot(xs, (xs / c_mid) ** b, color=color, lw=2.0 if who == "baseline" else 1.5,
-                    label=_tex(f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}"))
-            if math.isfinite(reach) and fit.R0 < r_t < a_s:
-                ax.plot([reach], [(r_t - fit.R0) / (a_s - r_t)], marker="o", ms=7, mfc="none", mec=color)
-        ci = sh["compute_ratio_ci"]
-        ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        ax.set_title(_tex(f"{arm.arm}: {VERDICT_TEXT[arm.verdict]}\n{ratio_text}, A shared {a_s:.3f}"), fontsize=9)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.25, which="both")
-        ax.legend(fontsize=7, loc="upper left")
-    for ax in list(axes.flat)[len(pairs):]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel(_tex(f"compute ({ranking.x})"))
-    for ax in axes[:, 0]:
-        ax.set_ylabel("F(R) = (R - R0) / (A - R)")
-    fig.suptitle(f"efficiency against the baseline under a shared ceiling (slope = B; circles: reaching the "
-                 f"baseline's R at {target:g})", fontsize=10)
-    others = [f"{a.arm} ({VERDICT_TEXT[a.verdict]})" for a in ranking.arms if a.shared is None and a is not base]
-    if others:
-        shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
-        fig.text(0.01, 0.005, _tex(f"no panel (not compared on efficiency): {shown}"), fontsize=7, color="grey")
-    _tight(fig, rect=(0, 0.03 if others else 0, 1, 1))
-    return _save(fig, Path(path))
 
 
 def extrapolation_table(ex) -> Table:
