@@ -150,9 +150,15 @@ def simulate_noise(est: NoiseEstimate, k: int, rng: np.random.Generator) -> np.n
         sd, rho = np.sqrt(est.plausible[0][pick]), est.plausible[1][pick]
     else:
         sd, rho = np.full(k, np.sqrt(est.drift_var)), np.full(k, est.rho)
-    coef = rho[None, :] ** est.step[:, None]  # [m, k]: time-major, so each step works on contiguous rows
-    innov = sd[None, :] * np.sqrt(np.maximum(1.0 - coef * coef, 0.0)) * rng.standard_normal((m, k))
-    innov[0] = sd * rng.standard_normal(k)  # stationary from the first point
+    innov = rng.standard_normal((m, k))  # [m, k]: time-major, so each step works on contiguous rows
+    if m and np.all(est.step[1:] == 1.0):  # evenly spaced: one coefficient per draw
+        innov[1:] *= sd * np.sqrt(np.maximum(1.0 - rho * rho, 0.0))
+        coef = np.broadcast_to(rho, (m, k))
+    else:
+        coef = rho[None, :] ** est.step[:, None]
+        innov[1:] *= (sd[None, :] * np.sqrt(np.maximum(1.0 - coef * coef, 0.0)))[1:]
+    if m:
+        innov[0] *= sd  # stationary from the first point
     for t in range(1, m):
         innov[t] += coef[t] * innov[t - 1]
     out = innov.T
