@@ -55,12 +55,21 @@ def fmt_pm(v: float | None, ci: Sequence[float] | None, digits: int = 3) -> str:
     return f"{_fmt(v, digits)} ±{_fmt(half, digits)}"
 
 
+def fmt_range(v: float | None, ci: Sequence[float] | None) -> str:
+    """`value [lo, hi]`: for C_mid, whose interval is skewed and can span decades, where ± would mislead."""
+    def g(x: float) -> str:  # three significant digits below 10, so a small bound never prints as 0.000
+        return _fmt(x) if not math.isfinite(x) or abs(x) >= 10 else f"{x:.3g}"
+    if ci is None or v is None or not math.isfinite(v):
+        return _fmt(v)
+    return f"{g(v)} [{g(ci[0])}, {g(ci[1])}]"
+
+
 def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Table:
     results = list(results)
     target = results[0].target if results else 16000
     t = Table(title=title, header_style="bold")
     for col, kw in [("run", {}), ("R0", {"justify": "right"}), ("A", {"justify": "right"}),
-                    ("B", {"justify": "right"}), ("C_mid", {"justify": "right"}), ("window", {}),
+                    ("B", {"justify": "right"}), ("C_mid", {"justify": "right", "no_wrap": True}), ("window", {}),
                     ("n", {"justify": "right"}), ("f", {"justify": "right"}), ("status", {}),
                     (f"R@{target:g}", {"justify": "right"}), ("noise: drift sd / rho", {"justify": "right"})]:
         t.add_column(col, **kw)
@@ -70,7 +79,7 @@ def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Tabl
             _fmt(r.R0),
             fmt_pm(r.A, r.A_ci),
             fmt_pm(r.B, r.B_ci, 2),
-            fmt_pm(r.C_mid, r.C_mid_ci),
+            fmt_range(r.C_mid, r.C_mid_ci),
             f"{r.window[0]:g}..{r.window[1]:g}",
             str(r.n_points),
             f"{r.gain_fraction:.2f}" if math.isfinite(r.gain_fraction) else "—",
@@ -221,7 +230,7 @@ def rank_table(ranking) -> Table:
     t = Table(title=f"arms ranked by predicted pass rate at {esc(ranking.x)} = {ranking.target:g}", header_style="bold")
     for col, kw in [("#", {"justify": "right"}), ("arm", {}), ("seeds", {"justify": "right"}),
                     ("R0", {"justify": "right"}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
-                    ("C_mid", {"justify": "right"}), (f"R@{ranking.target:g}", {"justify": "right"}),
+                    ("C_mid", {"justify": "right", "no_wrap": True}), (f"R@{ranking.target:g}", {"justify": "right"}),
                     ("verdict", {}), ("why", {"style": "dim"})]:
         t.add_column(col, **kw)
     for i, a in enumerate(ranking.arms, start=1):
@@ -233,7 +242,7 @@ def rank_table(ranking) -> Table:
             arm.append("  truncation >10%", style="red")
         verdict = Text(VERDICT_TEXT[a.verdict], style=VERDICT_STYLE.get(a.verdict, "white"))
         t.add_row(str(i), arm, str(a.seeds), _fmt(f.R0), fmt_pm(f.A, f.A_ci), fmt_pm(f.B, f.B_ci, 2),
-                  fmt_pm(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, Text(a.detail))
+                  fmt_range(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, Text(a.detail))
     return t
 
 
@@ -243,7 +252,7 @@ def extrapolation_table(ex) -> Table:
               header_style="bold", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
-    t.add_row("fit", f"A {fmt_pm(f.A, f.A_ci)}   B {fmt_pm(f.B, f.B_ci, 2)}   C_mid {fmt_pm(f.C_mid, f.C_mid_ci)}   "
+    t.add_row("fit", f"A {fmt_pm(f.A, f.A_ci)}   B {fmt_pm(f.B, f.B_ci, 2)}   C_mid {fmt_range(f.C_mid, f.C_mid_ci)}   "
                      f"R0 {_fmt(f.R0)}   ({f.n_points} points, {f.n_runs} run(s))")
     t.add_row("identifiable", f"{'yes' if f.identifiable else '[red]no[/]'} — status {f.status}, "
                               f"gain reached f = {f.gain_fraction:.2f}")

@@ -93,3 +93,13 @@ def test_bad_input_gives_one_clear_line(tmp_path, content, args, expected):
 def test_bad_option_value():
     res = runner.invoke(app, ["fit", "x.csv", "--method", "magic"])
     assert res.exit_code == 2 and "--method magic: unknown; valid: default, paper" in res.stderr
+
+
+def test_cmid_interval_is_shown_as_its_bounds():
+    """C_mid's interval is skewed and can span decades: the tables print its bounds, never a symmetric ±, and a
+    small bound keeps its digits."""
+    from ablate.report import fmt_range
+
+    assert fmt_range(2.5, (0.0012, 40_000.0)) == "2.5 [0.0012, 40,000]"
+    assert "±" not in fmt_range(8000.0, (3000.0, 9e6))
+    assert fmt_range(None, None) == "—"
