@@ -55,13 +55,24 @@ def fmt_pm(v: float | None, ci: Sequence[float] | None, digits: int = 3) -> str:
     return f"{_fmt(v, digits)} ±{_fmt(half, digits)}"
 
 
+def _compact(x: float) -> str:
+    """Three significant digits with a k/M/G suffix: 97.1k, 450k, 256M, 0.00312."""
+    if not math.isfinite(x):
+        return "—"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
 def fmt_range(v: float | None, ci: Sequence[float] | None) -> str:
-    """`value [lo, hi]`: for C_mid, whose interval is skewed and can span decades, where ± would mislead."""
-    def g(x: float) -> str:  # three significant digits below 10, so a small bound never prints as 0.000
-        return _fmt(x) if not math.isfinite(x) or abs(x) >= 10 else f"{x:.3g}"
-    if ci is None or v is None or not math.isfinite(v):
+    """`value [lo, hi]` in compact numbers: for C_mid, whose interval is skewed and can span decades, where a
+    symmetric ± would mislead."""
+    if v is None or not math.isfinite(v):
         return _fmt(v)
-    return f"{g(v)} [{g(ci[0])}, {g(ci[1])}]"
+    if ci is None:
+        return _compact(v)
+    return f"{_compact(v)} [{_compact(ci[0])}, {_compact(ci[1])}]"
 
 
 def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Table:
@@ -69,7 +80,7 @@ def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Tabl
     target = results[0].target if results else 16000
     t = Table(title=title, header_style="bold")
     for col, kw in [("run", {}), ("R0", {"justify": "right"}), ("A", {"justify": "right"}),
-                    ("B", {"justify": "right"}), ("C_mid", {"justify": "right", "no_wrap": True}), ("window", {}),
+                    ("B", {"justify": "right"}), ("C_mid", {"justify": "right"}), ("window", {}),
                     ("n", {"justify": "right"}), ("f", {"justify": "right"}), ("status", {}),
                     (f"R@{target:g}", {"justify": "right"}), ("noise: drift sd / rho", {"justify": "right"})]:
         t.add_column(col, **kw)
@@ -230,7 +241,7 @@ def rank_table(ranking) -> Table:
     t = Table(title=f"arms ranked by predicted pass rate at {esc(ranking.x)} = {ranking.target:g}", header_style="bold")
     for col, kw in [("#", {"justify": "right"}), ("arm", {}), ("seeds", {"justify": "right"}),
                     ("R0", {"justify": "right"}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
-                    ("C_mid", {"justify": "right", "no_wrap": True}), (f"R@{ranking.target:g}", {"justify": "right"}),
+                    ("C_mid", {"justify": "right"}), (f"R@{ranking.target:g}", {"justify": "right"}),
                     ("verdict", {}), ("why", {"style": "dim"})]:
         t.add_column(col, **kw)
     for i, a in enumerate(ranking.arms, start=1):

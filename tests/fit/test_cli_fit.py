@@ -97,9 +97,10 @@ def test_bad_option_value():
 
 def test_cmid_interval_is_shown_as_its_bounds():
     """C_mid's interval is skewed and can span decades: the tables print its bounds, never a symmetric ±, and a
-    small bound keeps its digits."""
+    small bound keeps its digits and a large one stays short."""
     from ablate.report import fmt_range
 
-    assert fmt_range(2.5, (0.0012, 40_000.0)) == "2.5 [0.0012, 40,000]"
+    assert fmt_range(2.5, (0.0012, 40_000.0)) == "2.5 [0.0012, 40k]"
+    assert fmt_range(97_084.0, (5_665.0, 450_031.0)) == "97.1k [5.67k, 450k]"
     assert "±" not in fmt_range(8000.0, (3000.0, 9e6))
     assert fmt_range(None, None) == "—"

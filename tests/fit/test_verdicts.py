@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.curves import load_curves, write_csv
 from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
-from ablate.fit.compare import NoiseFloor, rank
+from ablate.fit.compare import rank
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 
 runner = CliRunner()

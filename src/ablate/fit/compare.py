@@ -25,8 +25,8 @@ from ablate.errors import UserError
 from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, rank_key, window_points
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
-from ablate.fit.verdicts import (FDR, PAPER_A_MARGIN, NoiseFloor, end_of_window, measured_floor, paper_verdict,
-                                 parse_margin, test_verdicts)
+from ablate.fit.verdicts import (FDR, PAPER_A_MARGIN, NoiseFloor, decide_verdicts, end_of_window, measured_floor,
+                                 paper_verdict, parse_margin)
 
 __all__ = ["ArmResult", "Ranking", "rank", "compare_efficiency", "fit_shared_a", "VERDICTS", "VERDICT_TEXT",
            "NoiseFloor", "measured_floor", "parse_margin", "PAPER_A_MARGIN", "FDR"]
@@ -272,7 +272,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             source = floor.source if floor is not None else "none: no arm has 2 identified seeds and no --noise file"
             at_end, end_spread = end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
-            test_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread)
+            decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread)
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
                    not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread)

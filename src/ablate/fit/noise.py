@@ -151,7 +151,7 @@ def simulate_noise(est: NoiseEstimate, k: int, rng: np.random.Generator) -> np.n
     else:
         sd, rho = np.full(k, np.sqrt(est.drift_var)), np.full(k, est.rho)
     innov = rng.standard_normal((m, k))  # [m, k]: time-major, so each step works on contiguous rows
-    if m and np.all(est.step[1:] == 1.0):  # evenly spaced: one coefficient per draw
+    if m and np.allclose(est.step[1:], 1.0, rtol=1e-9, atol=0.0):  # evenly spaced: one coefficient per draw
         innov[1:] *= sd * np.sqrt(np.maximum(1.0 - rho * rho, 0.0))
         coef = np.broadcast_to(rho, (m, k))
     else:

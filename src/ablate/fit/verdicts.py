@@ -183,7 +183,7 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
         a.detail = f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}"
 
 
-def test_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
+def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
                    unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None) -> None:
     """t-tests of dA and of the log compute ratio against the seed spread, and of the pass rate at the end of the
     shared window for the arms whose A is not identified, FDR-controlled together over the ranking."""
