@@ -21,10 +21,10 @@ from ablate.compose import compose_run
 from ablate.config import ConfigErrors
 from ablate.errors import UserError
 from ablate.ledger import Ledger
-from ablate.rundir import RunDir
+from ablate.rundir import DirectoryGone, RunDir
 from ablate.status import sweep_status
 from ablate.train import run
-from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, small_config, toy_sweep
+from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, small_config, toy_sweep, until
 
 RECIPES = RECIPE.parent
 runner = CliRunner()
@@ -188,6 +188,50 @@ def test_a_second_writer_on_a_run_directory_is_refused(tmp_path):
         holder.kill()
         holder.wait()
     assert run(small_config(), d)["status"] == "done"  # the kernel released the lock with its holder
+
+
+@pytest.mark.parametrize("how", ["replaced", "removed"])
+def test_a_writer_whose_directory_is_replaced_or_removed_writes_nothing_more(tmp_path, how):
+    """`make clean` or `rm -rf` while a run trains, then a new launch: the old writer must not write into the new
+    directory at that path (its metrics would interleave with the new run's)."""
+    d = tmp_path / "r"
+    rd = RunDir(d)
+    with rd.writer():
+        rd.append_metrics({"step": 0})
+        if how == "replaced":
+            d.rename(tmp_path / "moved")
+            d.mkdir()
+        else:
+            shutil.rmtree(d)
+        for write in (lambda: rd.append_metrics({"step": 2}), lambda: rd.progress(step=2),
+                      lambda: rd.keep_metrics_until(0), lambda: rd.ended("done")):
+            with pytest.raises(DirectoryGone, match="was removed or replaced while this run was writing"):
+                write()
+    if how == "replaced":
+        assert list(d.iterdir()) == []
+        assert [r["step"] for r in store.read_jsonl(tmp_path / "moved" / "metrics.jsonl")] == [0]
+    else:
+        assert not d.exists()
+
+
+def test_a_run_whose_directory_is_replaced_stops_with_one_line(tmp_path):
+    """End to end: `ablate train` on a run far too long to finish; once it has written evaluations its directory is
+    moved away and a new one made at its path. The run stops with one line and exit 2, and never says in the new
+    directory that it is running or done."""
+    d = tmp_path / "r"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=1000000",
+           "train.eval_every=2", "--out", str(d)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    until(lambda: (d / "metrics.jsonl").exists() and len(store.read_jsonl(d / "metrics.jsonl")) >= 2,
+          "2 evaluations")
+    d.rename(tmp_path / "moved")
+    d.mkdir()
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 2, out
+    assert "was removed or replaced while this run was writing into it" in out and "Traceback" not in out
+    meta = store.read_json(d / "run.json") if (d / "run.json").exists() else {}
+    assert "status" not in meta, meta  # at most a progress write that was already under way
+    assert len(store.read_jsonl(tmp_path / "moved" / "metrics.jsonl")) >= 2
 
 
 def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):

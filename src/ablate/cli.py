@@ -52,15 +52,15 @@ RUN_OPT = typer.Option("run", "--run", help="Column of curve files naming the ru
 GROUP_OPT = typer.Option(None, "--group", help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.")
 FIT_FROM_OPT = typer.Option(None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours).")
 FIT_UNTIL_OPT = typer.Option(None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation.")
-TO_OPT = typer.Option(16000.0, "--to", help="Compute at which to predict the pass rate (rank orders arms by it).")
+TO_OPT = typer.Option(16000.0, "--to", help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and extrapolate refuse more than 1000x the data).")
 TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
 N_BOOT_OPT = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the fits' intervals (0: none).")
 CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (keys: docs/json.md).")
-PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...); rank also writes NAME-efficiency.EXT beside it.")
+PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...).")
 SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
 R0_OPT = typer.Option(None, "--r0", help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted).")
-WINDOW_OPT = typer.Option(False, "--window-sensitivity", help="Also refit with the window cut at 50% and 75% of its compute; a fit whose A moves outside its interval is marked unstable.")
+WINDOW_OPT = typer.Option(False, "--window-sensitivity", help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier cutoff's A interval does not overlap the full fit's.")
 
 
 def _fit_options(**kw):
@@ -78,10 +78,26 @@ def _figure(plot: Optional[Path]) -> Optional[Path]:
     return None if plot is None else figures.figure_path(plot)
 
 
+MAX_REACH = 1000.0
+"""rank and extrapolate refuse a --to beyond this multiple of the largest compute fitted: so far out, the
+prediction is a guess, and it is almost always --to in other units than the data (the default 16000 is GPU-hours
+at the paper's scale; a CPU run logs a few hundredths of one)."""
+
+
+def _check_reach(curves, to: float, x: str, fit_until: Optional[float]) -> None:
+    top = max(float(c.x.max()) for c in curves)
+    if fit_until is not None:
+        top = min(top, fit_until)
+    if top > 0 and to > MAX_REACH * top:
+        raise UserError(f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
+                        f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
+                        "(samples, step)")
+
+
 @app.command()
 @user_errors
 def fit(
-    file: Path = typer.Argument(..., help="CSV or JSONL with one row per (run, evaluation)."),
+    file: Path = typer.Argument(..., help="CSV or JSONL with one row per (run, evaluation), a run directory, or a sweep directory (each run fitted)."),
     x: str = X_OPT,
     y: str = Y_OPT,
     run: str = RUN_OPT,
@@ -108,14 +124,14 @@ def fit(
     Example: ablate fit curves.csv --fit-until 8000 --to 16000 --plot fit.png
     """
     from ablate import figures, report
-    from ablate.curves import load_curves
+    from ablate.curves import load_inputs
     from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
 
     esc = report.esc
     opts = _fit_options(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0, loss=loss,
                         n_boot=n_boot, ci=ci, target=to, target_r=target_r, seed=seed)
     plot = _figure(plot)
-    curves = load_curves(file, x=x, y=y, run=run, group=group)
+    curves, _ = load_inputs([file], x=x, y=y, run=run, group=group)
     results = fit_table(curves, opts, by_group=group is not None)
     if window:
         results = [window_sensitivity(r, opts) for r in results]
@@ -165,7 +181,7 @@ def rank(
     ci: float = CI_OPT,
     window: bool = WINDOW_OPT,
     as_json: bool = JSON_OPT,
-    plot: Optional[Path] = PLOT_OPT,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the fits' figure to this file (.png, .pdf, .svg, ...) and the efficiency figure to NAME-efficiency.EXT beside it."),
     seed: int = SEED_OPT,
 ):
     """Rank arms by predicted pass rate at --to and say which choices move the ceiling A, which only efficiency.
@@ -192,6 +208,7 @@ def rank(
     plot = _figure(plot)
     eff_path = None if plot is None else _figure(plot.with_name(plot.stem + "-efficiency" + plot.suffix))
     curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group)
+    _check_reach(curves, to, x, fit_until)
     ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, noise=floor, x=x, not_fitted=skipped,
                         jobs=store.cpu_count())
     if window:
@@ -274,6 +291,7 @@ def extrapolate(
                         target_r=target_r, seed=seed, r0=r0)
     plot = _figure(plot)
     curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group)
+    _check_reach(curves, to, x, fit_until)
     arms = group_arms(curves)
     by_rank = arm is None and len(arms) > 1
     if arm is None and len(arms) == 1:

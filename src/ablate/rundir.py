@@ -64,6 +64,10 @@ RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged")
 TRACEBACK_LINES = 15
 
 
+class DirectoryGone(UserError):
+    """The run directory a writer locked is no longer at its path: the writer must stop and write nothing more."""
+
+
 def sweep_dir(root: Path | str, sweep: str) -> Path:
     """`<root>/<sweep>`; the name must be a plain path component (see identity.check_name)."""
     return Path(root) / check_name(sweep, "sweep name", "rename the sweep file")
@@ -155,6 +159,7 @@ class RunDir:
     """One run directory. Paths, the run.json transitions, metrics.jsonl, and the writer lock."""
 
     def __init__(self, path: Path | str) -> None:
+        self._lock: store.Lock | None = None  # held by writer()
         self.path = Path(path)
 
     @classmethod
@@ -182,7 +187,15 @@ class RunDir:
 
     # ---- run.json: the writers (named transitions) ----
 
+    def guard(self) -> None:
+        """While this process holds the writer lock: raise DirectoryGone when the directory it locked is no longer
+        at its path (removed, or removed and created again by another sweep), so nothing lands in another's files."""
+        if self._lock is not None and not self._lock.still_at(self.path):
+            raise DirectoryGone(f"{self.path} was removed or replaced while this run was writing into it; the run "
+                                "stopped without writing more (start it again to train into the new directory)")
+
     def _update(self, **fields: Any) -> None:
+        self.guard()
         status = fields.get("status")
         if status is not None and status not in RUN_STATES:
             raise ValueError(f"run.json status {status!r} is not one of {RUN_STATES}")
@@ -279,11 +292,13 @@ class RunDir:
         return None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
+        self.guard()
         store.append_jsonl(self.metrics_path, record)
 
     def keep_metrics_until(self, step: int) -> list[dict[str, Any]]:
         """Rewrite metrics.jsonl (atomically) keeping the records with step <= `step`: lines written after a
         checkpoint belong to work a resumed run redoes. Damaged lines are dropped too. Returns what was kept."""
+        self.guard()
         kept = [r for r in store.read_jsonl(self.metrics_path)
                 if isinstance(r.get("step"), int) and r["step"] <= step]
         store.write_jsonl(self.metrics_path, kept)
@@ -307,4 +322,8 @@ class RunDir:
                                 "or give another directory")
             with contextlib.suppress(OSError):
                 store.atomic_write_text(self.path / ".writer", f"pid {os.getpid()} on {socket.gethostname()}\n")
-            yield
+            self._lock = lock
+            try:
+                yield
+            finally:
+                self._lock = None

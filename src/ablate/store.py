@@ -185,8 +185,13 @@ def _json_default(o: Any) -> Any:
 class Lock:
     """An exclusive `flock` on a directory, held while `locked` is True (see `dir_lock`)."""
 
-    def __init__(self, locked: bool) -> None:
+    def __init__(self, locked: bool, fd: int | None = None) -> None:
         self.locked = locked
+        self.fd = fd
+
+    def still_at(self, directory: Path | str) -> bool:
+        """Whether `directory` is still the directory this lock holds (not removed, renamed or replaced)."""
+        return self.fd is not None and _same_file(self.fd, Path(directory))
 
 
 @contextlib.contextmanager
@@ -218,7 +223,7 @@ def dir_lock(directory: Path | str, *, timeout: float | None = None, blocking: b
         fd = None
         break
     try:
-        yield Lock(locked=fd is not None)
+        yield Lock(locked=fd is not None, fd=fd)
     finally:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -77,6 +77,8 @@ class FitOptions:
             raise UserError(f"--target-r {self.target_r}: a pass rate strictly between 0 and 1")
         if self.r0 is not None and not 0.0 <= self.r0 <= 1.0:
             raise UserError(f"--r0 {self.r0}: a pass rate in [0, 1]")
+        if self.r0 is not None and self.fit_r0:
+            raise UserError(f"--r0 {self.r0:g} and --fit-r0 conflict: --r0 holds R0 fixed, --fit-r0 frees it; give one")
 
     def window_text(self) -> str:
         lo = "0" if self.fit_from is None else f"{self.fit_from:g}"

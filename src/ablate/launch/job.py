@@ -31,7 +31,7 @@ import submitit
 
 from ablate.errors import UserError
 from ablate.ledger import TERMINAL, Ledger, hostname, me, proc_start
-from ablate.rundir import RunDir, cause_of, error_record
+from ablate.rundir import DirectoryGone, RunDir, cause_of, error_record
 from ablate.spec import RunSpec
 
 DEFAULT_JOB = "ablate.train:run"
@@ -151,6 +151,11 @@ class RunJob(submitit.helpers.Checkpointable):
                 kwargs["stop"] = stop
                 handover = self._intercept_usr2(stop)
             summary = fn(self.spec.config, rd.path, **kwargs)
+        except DirectoryGone as e:
+            # the sweep directory was removed (and perhaps made again by another launch): its ledger and run.json
+            # are not this job's any more, so it records nothing
+            log.error("%s", e)
+            return {"run_id": self.run_id, "abandoned": str(e)}
         except submitit.core.utils.UncompletedJobError as e:
             # Raised by submitit's signal handler when it will not requeue: out of requeues (our checkpoint
             # returned None: the run is `preempted`, already recorded) or timed out too often.

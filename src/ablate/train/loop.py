@@ -32,7 +32,7 @@ from ablate import store
 from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical, run_id
-from ablate.rundir import METRICS, RunDir, cause_of, no_space
+from ablate.rundir import METRICS, DirectoryGone, RunDir, cause_of, no_space
 from ablate.train.checkpoint import Checkpoints
 from ablate.train.compute import Compute, device_count
 from ablate.train.evaluate import Accumulator, Evaluator, Health
@@ -69,6 +69,8 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event) -> dict[str, 
     """The loop, with whatever stops it recorded in run.json (nothing may stay "running")."""
     try:
         return RunLoop(config, rd, stop).main()
+    except DirectoryGone:
+        raise  # another directory is at this path now: write nothing to it
     except KeyboardInterrupt:
         rd.ended("preempted", reason="interrupted: resumes from the last checkpoint")
         raise
@@ -155,6 +157,7 @@ class RunLoop:
     # ---- checkpoints ----
 
     def save(self) -> None:
+        self.rd.guard()
         self.ckpt.save({"step": self.step, **self.learner.state_dict(), "compute": self.compute.state_dict(),
                         "acc": self.acc.state_dict(), "health": self.health.state_dict(), "eval": self.last_eval})
 
