@@ -114,6 +114,7 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
     for i, r in enumerate(results):
         color = "black" if highlight and r.run == highlight else colors[i % len(colors)]
         lw = 2.6 if highlight and r.run == highlight else 1.6
+        labelled_held = False  # one legend entry per arm, not one per seed
         for c in r.curves:
             pos = c.x > 0
             inwin = pos & (c.x >= r.window[0]) & (c.x <= r.window[1])
@@ -123,8 +124,10 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
             if heldout_from is not None:
                 held = out & (c.x > heldout_from)
                 k = _thin(held)
+                first = held.any() and not labelled_held
+                labelled_held |= bool(first)
                 ax.scatter(c.x[k], c.y[k], s=22, facecolors="none", edgecolors=color, marker="D",
-                           label=_tex(f"{r.run}: held out") if held.any() else None)
+                           label=_tex(f"{r.run}: held out") if first else None)
                 out &= ~held
             k = _thin(out)
             ax.scatter(c.x[k], c.y[k], s=9, facecolors="none", edgecolors=color, alpha=0.6)
@@ -132,20 +135,26 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
         x_hi = max(r.target, max(float(c.x.max()) for c in r.curves))
         xs = np.geomspace(x_lo, x_hi, 300)
         inside = xs <= r.window[1]
-        label = _tex(f"{r.run}: A={r.A:.3f} B={r.B:.2f} C_mid={r.C_mid:,.0f}")
+        a_text = f"A={r.A:.3f}" if r.identifiable else "A not identified"
+        label = _tex(f"{r.run}: {a_text} B={r.B:.2f} C_mid={r.C_mid:,.3g}")
         ax.plot(xs[inside], r.predict(xs[inside]), color=color, lw=lw, label=label)
         ax.plot(xs[~inside], r.predict(xs[~inside]), color=color, lw=lw, ls="--")
         band = r.predict_band(xs)
         if band is not None:
             ax.fill_between(xs, band[0], band[1], color=color, alpha=0.12, lw=0)
-        ax.axhline(r.A, color=color, lw=0.8, ls=":", alpha=0.7)
+        if r.pred_ci is not None:  # the interval the tables report at the target (an arm's: from its seeds)
+            ax.errorbar([r.target], [r.pred_at_target], yerr=[[r.pred_at_target - r.pred_ci[0]],
+                        [r.pred_ci[1] - r.pred_at_target]], color=color, capsize=4, lw=1.4, fmt="o", ms=4)
+        if r.identifiable:  # a ceiling line only where the ceiling is measured
+            ax.axhline(r.A, color=color, lw=0.8, ls=":", alpha=0.7)
     if lo_all > 0:
         ax.axvspan(ax.get_xlim()[0], lo_all, color="grey", alpha=0.08, lw=0)
     ax.axvline(hi_all, color="grey", lw=0.8, ls="-.", alpha=0.6)
     ax.set_xscale("log")
     ax.set_xlabel(_tex(xlabel))
     ax.set_ylabel("validation pass rate")
-    ax.set_title(_tex(title) if title else "ScaleRL sigmoid fits (dashed: extrapolation; band: interval; dotted: ceiling A)")
+    ax.set_title(_tex(title) if title else "ScaleRL sigmoid fits (dashed: extrapolation; band: the fit's interval; "
+                 "bar: the reported interval at the target; dotted: ceiling A)")
     ax.grid(alpha=0.25, which="both")
     ax.legend(fontsize=7, loc="lower right")
     _tight(fig)

@@ -143,11 +143,11 @@ class FitResult:
         return self.fit.predict(c)
 
     def predict_band(self, c, level: float = 0.95) -> tuple[np.ndarray, np.ndarray] | None:
-        """Pointwise percentile band of the prediction at compute values c ([m]) from the draws."""
+        """Pointwise percentile band of the fitted curve at compute values c ([m]) from the bootstrap draws."""
         if self.draws is None:
             return None
-        d = self.draws
         c = np.asarray(c, dtype=float)
+        d = self.draws
         preds = sigmoid(c[None, :], d[:, 0:1], d[:, 1:2], d[:, 2:3], d[:, 3:4])
         q = (1.0 - level) / 2.0 * 100.0
         lo, hi = np.nanpercentile(preds, [q, 100.0 - q], axis=0)
