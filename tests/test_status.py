@@ -87,3 +87,9 @@ def test_status_cli_json_and_errors(tmp_path):
     assert res.exit_code == 0 and "sweep demo" in res.output and "lr too high" in res.output
     res = CliRunner().invoke(app, ["status", "nope", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "no sweep 'nope'" in res.output and "demo" in res.output
+    by_path = CliRunner().invoke(app, ["status", str(tmp_path / "demo"), "--json"])  # a path, as rank takes
+    assert by_path.exit_code == 0 and json.loads(by_path.output) == data
+    res = CliRunner().invoke(app, ["status", str(tmp_path / "demo" / "runs")])
+    assert res.exit_code == 2 and "not a sweep directory (no ledger.jsonl)" in res.output
+    res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path), "--watch", "--interval", "-1"])
+    assert res.exit_code == 2 and "--interval -1: seconds between refreshes" in res.output

@@ -6,6 +6,7 @@ Bad input raises `ablate.errors.UserError`; `user_errors` turns it into one line
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
@@ -387,7 +388,7 @@ def calibrate(
 @app.command()
 @user_errors
 def status(
-    sweep: Optional[str] = typer.Argument(None, help="Sweep name (sweeps/<name>/); default: every sweep under --root."),
+    sweep: Optional[str] = typer.Argument(None, help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps."),
     watch: bool = typer.Option(False, "--watch", help="Refresh until every run has ended (Ctrl-C to stop)."),
     interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes with --watch."),
@@ -400,6 +401,13 @@ def status(
     """
     from ablate.status import show_status
 
+    if not (math.isfinite(interval) and interval > 0):
+        raise UserError(f"--interval {interval:g}: seconds between refreshes, a number > 0 (e.g. 5)")
+    if sweep is not None and ("/" in sweep or Path(sweep).is_dir()) and (Path(sweep) / "ledger.jsonl").exists():
+        root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
+    elif sweep is not None and "/" in sweep:
+        raise UserError(f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory "
+                        "(sweeps/NAME)")
     show_status(root, sweep, watch=watch, interval=interval, as_json=as_json)
 
 
