@@ -104,3 +104,19 @@ def test_cmid_interval_is_shown_as_its_bounds():
     assert fmt_range(97_084.0, (5_665.0, 450_031.0)) == "97.1k [5.67k, 450k]"
     assert "±" not in fmt_range(8000.0, (3000.0, 9e6))
     assert fmt_range(None, None) == "—"
+
+
+@pytest.mark.parametrize("slope", [-0.25, 0.0])
+def test_a_falling_or_flat_curve_is_said_to_have_no_gain(tmp_path, slope):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    x = np.linspace(0, 8000, 41)
+    path = tmp_path / "c.csv"
+    y = 0.5 + slope * x / 8000 + rng.normal(0, 0.01, x.size)
+    path.write_text("gpu_hours,val_pass_rate\n" + "".join(f"{a},{b:.4f}\n" for a, b in zip(x, y)))
+    res = CliRunner().invoke(app, ["fit", str(path), "--n-boot", "100", "--json"])
+    assert res.exit_code == 0, res.output
+    fit = json.loads(res.output)["fits"][0]
+    assert fit["status"] == "not_identified" and not fit["identifiable"]
+    assert any("does not rise above R0" in n for n in fit["notes"]), fit["notes"]

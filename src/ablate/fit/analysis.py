@@ -310,6 +310,8 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     if draws is not None:
         f_ci = percentile_ci(expit(draws[:, 2] * (np.log(window[1]) - np.log(draws[:, 3]))), opts.ci)
     reasons = []
+    if "A=R0" in pf.at_bound:
+        reasons.append("the pass rate does not rise above R0 (a flat or falling curve): there is no gain to fit")
     if not np.isfinite(pf.b) or pf.b <= 0 or "B" in pf.at_bound:
         reasons.append("B is not positive or sits on its bound (a flat curve, or a step)")
     if not f >= 0.5:
