@@ -124,7 +124,10 @@ def rule_text(ranking) -> str:
     if ranking.rule == "paper":
         return ranking.margin_source
     if ranking.floor is None:
-        return ("t-tests against the seed spread, false-discovery rate 5%; " + ranking.margin_source)
+        end = ranking.end_spread
+        at_end = ("" if not end else f"; pass rates at {end['at']:g} (the end of the shared window) against their "
+                  f"seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)")
+        return "t-tests against the seed spread, false-discovery rate 5%; " + ranking.margin_source + at_end
     f = ranking.floor
     return (f"t-tests against the seed spread (sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}; "
             f"{f.dof} dof; from {f.source}), false-discovery rate 5% over the ranking (the p-values and ± shown are "

@@ -239,15 +239,17 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
     if baseline is not None:
         base = next(a for a in arms if a.arm == baseline)
         base.verdict, base.detail = "baseline", "the reference arm"
+        if not base.fit.identifiable:
+            base.detail += "; A not measured (it has not passed C_mid): no ceiling or efficiency verdicts"
         compared = []
         for a in arms:
             if a is base:
                 continue
             a.delta_A = a.fit.A - base.fit.A
             if not (a.fit.identifiable and base.fit.identifiable):
-                who = "this arm" if not a.fit.identifiable else "the baseline"
+                who = "this arm" if not a.fit.identifiable else "the baseline"  # the footer says how it is ranked
                 a.verdict = "not_identified"
-                a.detail = f"{who} has not passed C_mid: A is not measured; ranked on R at {opts.target:g}"
+                a.detail = f"A not measured ({who} has not passed C_mid)"
             else:
                 compared.append(a)
         shared = _pmap(_efficiency, [(a.fit, base.fit, opts) for a in compared], jobs)
@@ -269,7 +271,8 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             measured = measured_floor(arms)
             # the stored spread (--noise) when it rests on more seeds than this ranking's own
             floor = noise if noise is not None and (measured is None or noise.dof > measured.dof) else measured
-            source = floor.source if floor is not None else "none: no arm has 2 identified seeds and no --noise file"
+            source = floor.source if floor is not None else (
+                "no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
             at_end, end_spread = end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
             decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread)

@@ -245,8 +245,8 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
         at = end_spread["at"]
         if found[first + k]:
             a.r_call = "higher" if a.delta_R_end > 0 else "lower"
-            a.detail += (f"; at {at:g} (the end of the shared window) its pass rate is {a.r_call} than the "
-                         f"baseline's: ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
+            a.detail += (f"; at {at:g} (end of the shared window) pass rate {a.r_call}: "
+                         f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
         else:
-            a.detail += (f"; at {at:g} (the end of the shared window) no detectable difference: "
+            a.detail += (f"; at {at:g} (end of the shared window) no detectable difference: "
                          f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
