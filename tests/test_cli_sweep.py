@@ -36,7 +36,7 @@ def test_dry_run_lists_four_arms_times_the_seeds(in_tmp):
     for r in sw.runs:
         line = next(ln for ln in res.output.splitlines() if r.label in ln)
         assert r.run_id in line and r.arm_id in line
-    assert "4 arms x 1 seeds = 4 runs" in res.output
+    assert "4 arms x 1 seed = 4 runs" in res.output
     assert "baseline: loss=cispo" in res.output
     assert list(in_tmp.iterdir()) == []  # nothing launched, nothing written
 
@@ -56,7 +56,7 @@ def test_loo_dry_run_lists_scalerl_plus_one_arm_per_component():
     for arm in ("scalerl", "loss=dapo", "precision=bf16", "aggregation=sample", "normalization=prompt",
                 "filtering.zero_variance=false", "filtering.no_positive_resampling=false", "length=penalty"):
         assert f"{arm},seed=0" in res.output, arm
-    assert "8 arms x 1 seeds = 8 runs" in res.output
+    assert "8 arms x 1 seed = 8 runs" in res.output
 
 
 @pytest.mark.parametrize("args,messages", [
@@ -67,6 +67,7 @@ def test_loo_dry_run_lists_scalerl_plus_one_arm_per_component():
                                                 "error: batch.generations: must be >= 2, got 1"]),
     (["aggregation=token"], ["error: arm loss=gspo: loss=gspo with aggregation=token"]),
     (["model=hf"], ["error: model=hf needs model.path"]),
+    (["--executor", "nope"], ["error: --executor nope: unknown; choose one of local, slurm, debug, auto"]),
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_bad_input_is_one_line_per_error_and_launches_nothing(in_tmp, args, messages, dry):

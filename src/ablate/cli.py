@@ -330,7 +330,7 @@ def calibrate(
     fs: str = typer.Option("0.5,0.8,0.95", "--f", help="Gain fractions the windows reach."),
     effects: str = typer.Option("null,a+0.05,cmid/2", "--effects", help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5."),
     trials: int = typer.Option(50, "--trials", help="Simulated comparisons per cell."),
-    n_boot: int = typer.Option(300, "--n-boot", help="Bootstrap resamples per fit."),
+    n_boot: int = typer.Option(300, "--n-boot", help="Bootstrap resamples per fit (>= 50)."),
     as_json: bool = JSON_OPT,
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON to this file."),
     seed: int = SEED_OPT,
@@ -354,21 +354,23 @@ def calibrate(
             raise UserError(f"{flag} {text!r}: unknown {bad[0] if bad else 'empty'}; valid: {', '.join(valid)}")
         return got
 
-    def numbers(text: str, flag: str, kind, ok) -> list:
+    def numbers(text: str, flag: str, kind, lo, hi) -> list:
         try:
             got = [kind(t) for t in text.split(",") if t.strip()]
         except ValueError:
             raise UserError(f"{flag} {text!r}: give a comma-separated list of numbers") from None
-        if not got or not all(ok(v) for v in got):
-            raise UserError(f"{flag} {text!r}: out of range")
+        bad = [v for v in got if not lo <= v <= hi]
+        if not got or bad:
+            raise UserError(f"{flag} {text!r}: {bad[0] if bad else 'empty'} is out of range; each must be in "
+                            f"[{lo}, {hi}]")
         return got
 
     grid = dict(shapes=names(shapes, SHAPES, "--shapes"), noises=names(noises, NOISES, "--noises"),
-                seeds=numbers(seeds, "--seeds", int, lambda v: 1 <= v <= 20),
-                fs=numbers(fs, "--f", float, lambda v: 0.05 <= v <= 0.99),
+                seeds=numbers(seeds, "--seeds", int, 1, 20), fs=numbers(fs, "--f", float, 0.05, 0.99),
                 effects=names(effects, EFFECTS, "--effects"))
-    if trials < 1 or n_boot < 50 or seed < 0:
-        raise UserError("--trials must be >= 1, --n-boot >= 50 and --seed >= 0")
+    for flag, value, least in (("--trials", trials, 1), ("--n-boot", n_boot, 50), ("--seed", seed, 0)):
+        if value < least:
+            raise UserError(f"{flag} {value}: must be >= {least}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, disable=as_json) as bar:
         total = 1
@@ -434,11 +436,14 @@ def sweep(
     from ablate import report
     from ablate.sweep import load_sweep, plan_table
 
+    from ablate.launch import EXECUTORS, launch_sweep
+
+    if executor is not None and executor not in EXECUTORS:  # checked before the plan, so --dry-run says so too
+        raise UserError(f"--executor {executor}: unknown; choose one of {', '.join(EXECUTORS)}")
     plan = load_sweep(recipe, overrides or [])
     if dry_run:
         report.console().print(plan_table(plan))
         return
-    from ablate.launch import launch_sweep
 
     for note in plan.notes:
         typer.echo(f"note: {note}")

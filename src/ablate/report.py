@@ -160,8 +160,8 @@ def sensitivity_table(results: Iterable[FitResult]) -> Table | None:
     if not results:
         return None
     t = Table(title="window sensitivity: refits with the window cut at a share of its compute", header_style="bold")
-    for col in ("run", "fit until", "A", "B", "C_mid", f"R@{results[0].target:g}", ""):
-        t.add_column(col, justify="left" if col in ("run", "") else "right")
+    for col in ("run", "fit until", "A", "B", "C_mid", f"R@{results[0].target:g}", "note"):
+        t.add_column(col, justify="left" if col in ("run", "note") else "right")
     for r in results:
         for row in r.sensitivity:
             mark = "" if row["identifiable"] else "not identified"

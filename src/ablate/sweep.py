@@ -354,6 +354,10 @@ def plan_rows(sweep: Sweep) -> list[dict[str, str]]:
              "overrides": " ".join(sweep.diffs.get(r.run_id, [])) or "(base)"} for r in sweep.runs]
 
 
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
 def plan_table(sweep: Sweep):
     """The dry-run plan as a rich Table (title: sweep, arms x seeds; caption: baseline, constants, notes). Labels
     and overrides are shown literally (`[x]` in a value is text, not rich markup)."""
@@ -365,7 +369,7 @@ def plan_table(sweep: Sweep):
     if sweep.constants:
         caption.append("every run: " + " ".join(sweep.constants))
     caption += [f"note: {n}" for n in sweep.notes]
-    table = Table(title=Text(f"sweep {sweep.name}: {n_arms} arms x {len(sweep.seeds)} seeds = {len(sweep.runs)} runs "
+    table = Table(title=Text(f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = {_n(len(sweep.runs), 'run')} "
                              f"(base recipe: {sweep.base})"),
                   caption=Text("\n".join(caption)), caption_justify="left")
     table.add_column("label", no_wrap=True)

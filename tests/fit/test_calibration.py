@@ -82,3 +82,7 @@ def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
     assert all(r["trials"] == 4 and r["effect"] == "null" for r in rows)
     res = CliRunner().invoke(app, ["calibrate", "--shapes", "nowhere"])
     assert res.exit_code == 2 and "nowhere" in res.output
+    res = CliRunner().invoke(app, ["calibrate", "--seeds", "1,0"])
+    assert res.exit_code == 2 and "--seeds '1,0': 0 is out of range; each must be in [1, 20]" in res.output
+    res = CliRunner().invoke(app, ["calibrate", "--n-boot", "10"])
+    assert res.exit_code == 2 and "--n-boot 10: must be >= 50" in res.output
