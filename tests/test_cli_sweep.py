@@ -50,11 +50,10 @@ def test_dry_run_with_overrides_from_the_issue(in_tmp):
     assert list(in_tmp.iterdir()) == []
 
 
-def test_loo_dry_run_lists_scalerl_plus_one_arm_per_component():
+def test_loo_dry_run_lists_scalerl_plus_the_papers_seven_arms():
     res = runner.invoke(app, ["sweep", LOO, "--dry-run"])
     assert res.exit_code == 0, res.output
-    for arm in ("scalerl", "loss=dapo", "precision=bf16", "aggregation=sample", "normalization=prompt",
-                "filtering.zero_variance=false", "filtering.no_positive_resampling=false", "length=penalty"):
+    for arm in ("scalerl", "loo-plan", "loo-lp", "loo-batch", "loo-8op", "loo-fp32", "loo-savg", "loo-dapo"):
         assert f"{arm},seed=0" in res.output, arm
     assert "8 arms x 1 seed = 8 runs" in res.output
 

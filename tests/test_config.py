@@ -191,3 +191,52 @@ def test_schema_choices_are_the_trainer_registry_keys():
         assert set(losses.loss_params(name)) == set(schema.OPTION_PARAMS["loss"][name]), name
         cfg = compose_run(BASE, [f"loss={name}"]).to_dict()["loss"]
         assert {k: cfg[k] for k in losses.loss_params(name)} == losses.loss_params(name), name
+
+
+# ---- the paper's setup as a preset ----
+
+PATHS = ["model.path=/models/my-8b", "task.path=/data/math.jsonl"]
+
+
+def test_the_paper_preset_sets_what_its_appendix_states(base):
+    """preset=scalerl_8b: the setup of the paper's App. A.3 (not the algorithm: that stays the recipe's)."""
+    cfg = compose_run(BASE, ["preset=scalerl_8b", *PATHS]).to_dict()
+    assert (cfg["batch"]["prompts"], cfg["batch"]["generations"]) == (48, 16)  # 768 completions per step
+    assert cfg["length"]["name"] == "interrupt" and cfg["length"]["max_new_tokens"] == 14336
+    assert (cfg["length"]["think_budget_min"], cfg["length"]["think_budget_max"]) == (10240, 12288)
+    assert cfg["rollout"]["name"] == "vllm" and cfg["rollout"]["max_model_len"] == 16384
+    assert (cfg["optim"]["lr"], cfg["optim"]["lr_warmup_steps"], cfg["optim"]["eps"], cfg["optim"]["weight_decay"]) == (
+        5e-7, 100, 1e-15, 0.01)
+    assert (cfg["train"]["eval_every"], cfg["train"]["eval_k"], cfg["train"]["val_size"]) == (100, 16, 1000)
+    assert cfg["train"]["device"] == "cuda" and cfg["task"]["reward"] == "signed"
+    assert (cfg["model"]["name"], cfg["model"]["path"], cfg["task"]["name"]) == ("hf", "/models/my-8b", "jsonl")
+    for group in ("loss", "aggregation", "normalization", "precision", "offpolicy", "filtering"):
+        assert cfg[group] == base[group], group  # ScaleRL's algorithm, untouched
+    # a sweep arm still changes its one choice on top of the preset
+    assert compose_run(BASE, ["preset=scalerl_8b", "loss=dapo", *PATHS]).loss.name == "dapo"
+
+
+def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    with pytest.raises(ConfigErrors, match="model.path"):
+        compose_run(BASE, ["preset=scalerl_8b", "task.path=/data/math.jsonl"])
+    res = CliRunner().invoke(app, ["show", str(BASE), "preset=scalerl_8b", *PATHS])
+    assert res.exit_code == 0 and "eps: 1.0e-15" in res.output and "device: cuda" in res.output
+    # this machine (and CI) has no CUDA device: the local executor would run it here, so it is refused up front
+    res = CliRunner().invoke(app, ["sweep", str(RECIPES_DIR / "loss.yaml"), "preset=scalerl_8b", *PATHS,
+                                   "--root", str(tmp_path / "sweeps")])
+    assert res.exit_code == 2, res.output
+    assert "train.device=cuda, but this machine has no CUDA device" in res.output and "-e slurm" in res.output
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_adamw_epsilon_is_optional_and_keeps_old_run_ids(base):
+    from ablate.identity import run_id
+
+    assert base["optim"]["eps"] is None  # PyTorch's default, and the ids of runs made before the field existed
+    assert run_id(compose_run(BASE, ["optim.eps=1e-15"])) != run_id(base)
+    # an optional value outside the config groups can be set from the command line (was "unknown key")
+    assert compose_run(BASE, ["optim.micro_batch=4"]).optim.micro_batch == 4

@@ -22,7 +22,7 @@ from ablate.sweep import RECIPES_DIR, load_sweep, plan_rows
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
 EXPECTED_SWEEPS = {"loss", "aggregation", "normalization", "precision", "filtering", "length", "offpolicy", "batch",
-                   "loo", "prevalent"}
+                   "loo", "loo_extra", "prevalent"}
 
 
 @pytest.fixture(scope="module")
@@ -68,35 +68,77 @@ def test_loss_sweep_is_four_losses_with_cispo_as_baseline(loaded):
     assert [r.config.loss.name for r in sw.runs[:: len(sw.seeds)]] == ["grpo", "dapo", "gspo", "cispo"]
 
 
-def test_loo_is_scalerl_plus_one_arm_per_component(loaded, base):
+# The paper's leave-one-out arms (§4, Fig. 7; names from Fig. 15): each reverts one ScaleRL choice. Pinned here so
+# that an edit of recipes/loo.yaml cannot drift from the paper silently.
+PAPER_LOO = {
+    "loo-plan": {"normalization": {"name": "prompt"}},
+    "loo-lp": {"length": {"name": "penalty"}},
+    "loo-batch": {"filtering": {"zero_variance": False}},
+    "loo-8op": {"offpolicy": {"name": "ppo", "k": 8}},
+    "loo-fp32": {"precision": {"name": "bf16"}},
+    "loo-savg": {"aggregation": {"name": "sample"}},
+    "loo-dapo": {"loss": {"name": "dapo"}},
+}
+
+
+def test_loo_is_exactly_the_papers_seven_arms(loaded, base):
     sw = loaded["loo"]
-    assert sw.baseline == "scalerl" and sw.arms[0] == "scalerl"
-    by_arm = {r.arm_label: r for r in sw.runs if r.config.seed == sw.seeds[0]}
-    assert by_arm["scalerl"].arm_id == arm_id(base)
-    expected = {"loss=dapo": ("loss", "name", "dapo"), "precision=bf16": ("precision", "name", "bf16"),
-                "aggregation=sample": ("aggregation", "name", "sample"),
-                "normalization=prompt": ("normalization", "name", "prompt"),
-                "filtering.zero_variance=false": ("filtering", "zero_variance", False),
-                "filtering.no_positive_resampling=false": ("filtering", "no_positive_resampling", False),
-                "length=penalty": ("length", "name", "penalty")}
-    assert set(by_arm) == {"scalerl", *expected}
-    for arm, (section, key, value) in expected.items():
-        cfg = by_arm[arm].config.to_dict()
-        assert cfg[section][key] == value, arm
-        # exactly one section left ScaleRL
-        changed = [s for s in cfg if s != "seed" and cfg[s] != base[s]]
-        assert changed == [section], (arm, changed)
-        assert sw.diffs[by_arm[arm].run_id] == [arm.split(",")[0]]
+    assert sw.baseline == "scalerl" and sw.arms == ["scalerl", *PAPER_LOO]
+    by_arm = {r.arm_label: r.config.to_dict() for r in sw.runs if r.config.seed == sw.seeds[0]}
+    assert arm_id(by_arm["scalerl"]) == arm_id(base)
+    for arm, changes in PAPER_LOO.items():
+        cfg = by_arm[arm]
+        for section, values in changes.items():
+            for key, value in values.items():
+                assert cfg[section][key] == value, (arm, section, key)
+        changed = {s for s in cfg if s != "seed" and cfg[s] != base[s]}
+        assert changed == set(changes), (arm, changed)  # exactly one component left ScaleRL
 
 
-def test_prevalent_recipes(loaded):
+def test_the_extra_loo_arm_is_apart_and_says_it_is_not_the_papers(loaded, base):
+    sw = loaded["loo_extra"]
+    assert sw.arms == ["scalerl", "loo-npr"]
+    cfg = next(r.config.to_dict() for r in sw.runs if r.arm_label == "loo-npr")
+    assert cfg["filtering"]["no_positive_resampling"] is False
+    assert "NOT one of the paper's sweeps" in (RECIPES_DIR / "loo_extra.yaml").read_text()
+
+
+# The prevalent recipes as the paper defines them (App. A.16), every choice named; batch 1,280 vs 768 -> 5/3 of
+# the base's 32 prompts. The choices A.16 leaves open come from each recipe's own paper (see the sweep file).
+PAPER_PREVALENT = {
+    "deepseek": dict(loss=("grpo", {"eps": 0.2}), aggregation="sample", offpolicy=("ppo", 8), normalization="prompt",
+                     precision="bf16", length="none", zero_variance=False, prompts=32),
+    "qwen25_dapo": dict(loss=("dapo", {"eps_low": 0.2, "eps_high": 0.26}), aggregation="prompt", offpolicy=("ppo", 8),
+                        normalization="prompt", precision="bf16", length="penalty", zero_variance=True, prompts=53),
+    "magistral": dict(loss=("dapo", {"eps_low": 0.2, "eps_high": 0.28}), aggregation="token",
+                      offpolicy=("pipeline", 8), normalization="batch", precision="bf16", length="penalty",
+                      zero_variance=True, prompts=32),
+    "minimax_m1": dict(loss=("cispo", {"eps_max": 5.0}), aggregation="prompt", offpolicy=("ppo", 8),
+                       normalization="prompt", precision="fp32_head", length="none", zero_variance=True, prompts=53),
+    "scalerl": dict(loss=("cispo", {"eps_max": 5.0}), aggregation="prompt", offpolicy=("pipeline", 8),
+                    normalization="batch", precision="fp32_head", length="interrupt", zero_variance=True, prompts=32),
+}
+
+
+def test_prevalent_recipes_are_the_papers_definitions(loaded):
     sw = loaded["prevalent"]
-    arms = {r.arm_label: r.config.to_dict() for r in sw.runs}
-    assert set(arms) == {"deepseek", "qwen25_dapo", "magistral", "minimax_m1", "scalerl"}
-    assert arms["deepseek"]["loss"]["name"] == "grpo" and arms["deepseek"]["aggregation"]["name"] == "sample"
-    assert arms["qwen25_dapo"]["loss"]["name"] == "dapo" and arms["qwen25_dapo"]["length"]["name"] == "penalty"
-    assert arms["minimax_m1"]["loss"]["name"] == "cispo" and arms["minimax_m1"]["precision"]["name"] == "fp32_head"
-    assert sw.baseline == "scalerl"
+    assert sw.baseline == "scalerl" and set(sw.arms) == set(PAPER_PREVALENT)
+    for r in sw.runs:
+        c, want = r.config, PAPER_PREVALENT[r.arm_label]
+        loss, eps = want["loss"]
+        got = {"loss": (c.loss.name, {k: getattr(c.loss, k) for k in eps}), "aggregation": c.aggregation.name,
+               "offpolicy": (c.offpolicy.name, c.offpolicy.k), "normalization": c.normalization.name,
+               "precision": c.precision.name, "length": c.length.name, "zero_variance": c.filtering.zero_variance,
+               "prompts": c.batch.prompts}
+        assert got == want, r.arm_label
+        no_npr = r.arm_label != "scalerl"  # no-positive-resampling is ScaleRL's own
+        assert c.filtering.no_positive_resampling is not no_npr, r.arm_label
+    text = (RECIPES_DIR / "prevalent.yaml").read_text()
+    for arm in set(PAPER_PREVALENT) - {"scalerl"}:  # every arm names every choice, not only what differs
+        block = text.split("label: " + arm)[1].split("- label")[0]
+        for key in ("loss=", "aggregation=", "offpolicy=", "offpolicy.k=", "normalization=", "precision=", "length=",
+                    "filtering.zero_variance=", "filtering.no_positive_resampling=", "batch.prompts="):
+            assert key in block, (arm, key)
 
 
 def test_offpolicy_arms(loaded):

@@ -174,6 +174,7 @@ class OptimConfig:
     lr: float = _f(1e-4, "learning rate", gt=0.0)
     betas: Tuple[float, ...] = _f((0.9, 0.99), "AdamW betas (two values in [0, 1))")
     weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
+    eps: Optional[float] = _f(None, "AdamW epsilon (null = PyTorch's 1e-8; the paper: 1e-15)", gt=0.0)
     grad_clip: float = _f(1.0, "max gradient norm", gt=0.0)
     lr_warmup_steps: int = _f(100, "linear learning-rate warm-up over the first RL steps (Adam's first, bias-corrected "
                               "steps are full-size)", ge=0)
@@ -354,16 +355,18 @@ def validate(data: Any) -> RunConfig:
 
 def defaults_tree(cls: type = RunConfig) -> dict[str, Any]:
     """The schema's non-null defaults as nested plain containers. Hydra composes recipes on top of this tree, so
-    a recipe states only what differs from the schema and every schema key can be overridden. Null defaults (an
-    option's parameters) are left out: only the option's own file brings them, so `loss.eps_max=4` with loss=dapo
-    is a "not a parameter of loss=dapo" error, not a silently ignored value."""
+    a recipe states only what differs from the schema and every schema key can be overridden. In a config group
+    (a section with a `name` choice), null defaults are the options' parameters and are left out: only the option's
+    own file brings them, so `loss.eps_max=4` with loss=dapo is a "not a parameter of loss=dapo" error, not a
+    silently ignored value. Elsewhere (optim, train, ...) a null default is an ordinary optional value."""
     hints = _hints(cls)
+    group = any(f.name == "name" for f in dataclasses.fields(cls))
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
             out[f.name] = defaults_tree(hints[f.name])
             continue
         value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if value is not None:
+        if value is not None or not group:
             out[f.name] = _plain(value)
     return out

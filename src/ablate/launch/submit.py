@@ -111,6 +111,19 @@ def _crashpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _check_devices_here(runs: list[RunSpec]) -> None:
+    """Runs that will execute on this machine and need CUDA (train.device=cuda, as preset=scalerl_8b sets) are
+    refused here when it has none, before anything is written, rather than failing one by one."""
+    need = next((s for s in runs if s.config.train.device == "cuda"), None)
+    if need is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(f"{need.label}: train.device=cuda, but this machine has no CUDA device and the local executor "
+                        "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)")
+
+
 def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
                  max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
                  force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print) -> Plan:
@@ -127,6 +140,8 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     asked_parallel = max_parallel or lcfg.max_parallel
     parallel = asked_parallel or max(1, store.cpu_count() // lcfg.threads)  # as many runs as the cores hold
     resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
+    if kind in ("local", "debug"):
+        _check_devices_here(runs)
     slurm_params: dict[str, Any] = {}
     if kind == "slurm":
         slurm_params = load_profile(profile or DEFAULT_PROFILE)  # bad profiles fail before any write

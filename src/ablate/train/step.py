@@ -68,7 +68,7 @@ class Learner:
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))
         o = cfg.optim
         self.opt = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr, betas=tuple(o.betas),
-                                     weight_decay=o.weight_decay)
+                                     weight_decay=o.weight_decay, **({} if o.eps is None else {"eps": o.eps}))
         self.pool = filters.PromptPool(len(self.task.train), cfg.filtering.pass_threshold)
         self.pool_lock = threading.Lock()  # the PipelineRL generator thread draws from the pool too
         self.gen = torch.Generator().manual_seed(cfg.seed)
