@@ -174,6 +174,7 @@ def rank(
     margin: Optional[str] = typer.Option(None, "--margin", help="Use the paper's threshold rule instead of the calibrated tests: `paper` (±0.02 on A, ±15% compute) or a margin on A."),
     noise: Optional[Path] = typer.Option(None, "--noise", help="Seed spread measured before (a file --save-noise wrote) for arms without seeds of their own."),
     save_noise: Optional[Path] = typer.Option(None, "--save-noise", help="Write the seed spread measured on this ranking's seeded arms to this file (for --noise)."),
+    shared_a: str = typer.Option("pair", "--shared-a", help="The A the efficiency comparison refits at: pair (each arm with the baseline, their own shared A), all (one A for every arm: the mean of the identified arms' A, as the paper compares), or a value."),
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
     r0: Optional[float] = R0_OPT,
@@ -196,12 +197,13 @@ def rank(
     from ablate import figures, report, store
     from ablate.curves import load_inputs
     from ablate.fit.analysis import window_sensitivity
-    from ablate.fit.compare import NoiseFloor, measured_floor, parse_margin
+    from ablate.fit.compare import NoiseFloor, measured_floor, parse_margin, parse_shared_a
     from ablate.fit.compare import rank as rank_arms
 
     esc = report.esc
     opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to, seed=seed, r0=r0)
     parse_margin(margin)
+    mode = parse_shared_a(shared_a)
     floor = None if noise is None else NoiseFloor.load(noise)
     if n_boot == 0:
         raise UserError("--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot "
@@ -211,7 +213,7 @@ def rank(
     curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group)
     _check_reach(curves, to, x, fit_until)
     ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, noise=floor, x=x, not_fitted=skipped,
-                        jobs=store.cpu_count())
+                        jobs=store.cpu_count(), shared_a=mode)
     if window:
         for a in ranking.arms:
             window_sensitivity(a.fit, opts)
@@ -233,6 +235,8 @@ def rank(
     base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
     console.print(f"fit window {opts.window_text()} of '{esc(x)}'; baseline: {base}")
     console.print(f"verdicts: {esc(report.rule_text(ranking))}")
+    if ranking.baseline is not None:
+        console.print(f"efficiency compared at: {esc(ranking.shared_mode)}")
     console.print(report.rank_table(ranking))
     if window:
         console.print(report.sensitivity_table([a.fit for a in ranking.arms]))

@@ -226,7 +226,8 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
         ax.set_xlabel(_tex(f"compute ({ranking.x})"))
     for ax in axes[:, 0]:
         ax.set_ylabel("F(R) = (R - R0) / (A - R)")
-    fig.suptitle(f"efficiency against the baseline under a shared ceiling (slope = B; circles: reaching the "
+    how = "a shared ceiling per pair" if ranking.shared_a is None else "one ceiling for every arm"
+    fig.suptitle(f"efficiency against the baseline under {how} (slope = B; circles: reaching the "
                  f"baseline's R at {target:g})", fontsize=10)
     others = [f"{a.arm} ({VERDICT_TEXT[a.verdict]})" for a in ranking.arms if a.shared is None and a is not base]
     if others:

@@ -192,3 +192,35 @@ def test_an_arm_with_a_seed_that_has_only_just_started_is_fitted():
     long = synthetic_curve(**P, seed=21, drift_sd=0.003, n_points=5000, run="long")
     r = fit_curves([long], FitOptions(n_boot=200, target=32000))  # batch means: predictions carry one evaluation's noise
     assert r.noise[0].point_drift_var is not None and r.noise[0].point_drift_var >= r.noise[0].drift_var
+
+
+def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_path):
+    """--shared-a all: one A for every arm (the mean of the identified arms' A), each arm refitted at it, and the
+    arms compared by B and by compute to the baseline's pass rate; the default stays one shared A per pair."""
+    curves = []
+    for arm, change in (("base", {}), ("steeper", {"b": 1.4 * P["b"]}), ("slower", {"c_mid": 2 * P["c_mid"]})):
+        for s in range(3):
+            curves.append(synthetic_curve(**{**P, **change}, seed=300 + 10 * len(curves) + s, drift_sd=0.003,
+                                          run=f"{arm},seed={s}", group=arm))
+    opts = FitOptions(n_boot=200, target=16000)
+    ranking = rank(curves, opts, baseline="base", shared_a="all")
+    by = {a.arm: a for a in ranking.arms}
+    a_all = np.mean([a.fit.A for a in ranking.arms if a.fit.identifiable])
+    assert ranking.shared_a == "all" and f"{a_all:.3f}" in ranking.shared_mode
+    for arm in ("steeper", "slower"):
+        assert by[arm].shared["A_shared"] == pytest.approx(a_all)
+    assert by["steeper"].shared["B"] > by["steeper"].shared["B_baseline"]  # compared by B at one A
+    assert by["slower"].shared["compute_ratio"] > 1.3 and by["slower"].verdict == "efficiency_down"
+    pairwise = rank(curves, opts, baseline="base")
+    pair_a = next(a.shared["A_shared"] for a in pairwise.arms if a.arm == "slower")
+    assert pairwise.shared_a is None and abs(pair_a - a_all) > 1e-6  # the default: the pair's own shared A
+    path = tmp_path / "c.csv"
+    write_csv(curves, path)
+    res = ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--shared-a", "all",
+              "--plot", tmp_path / "r.png"])
+    assert "efficiency compared at: one A for every arm" in res.stdout and (tmp_path / "r-efficiency.png").exists()
+    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--shared-a",
+                         "0.6", "--json"]).stdout)
+    assert out["shared_a"] == 0.6 and all(a["shared_A"]["A_shared"] == 0.6 for a in out["arms"] if a["shared_A"])
+    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--shared-a", "2"])
+    assert res.exit_code == 2 and "--shared-a 2: give pair (the default), all" in res.output

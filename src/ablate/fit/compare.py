@@ -28,7 +28,8 @@ from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fi
 from ablate.fit.verdicts import (FDR, PAPER_A_MARGIN, NoiseFloor, decide_verdicts, end_of_window, measured_floor,
                                  paper_verdict, parse_margin)
 
-__all__ = ["ArmResult", "Ranking", "rank", "compare_efficiency", "fit_shared_a", "VERDICTS", "VERDICT_TEXT",
+__all__ = ["ArmResult", "Ranking", "rank", "compare_efficiency", "fit_shared_a", "refit_at_a", "parse_shared_a",
+           "VERDICTS", "VERDICT_TEXT",
            "NoiseFloor", "measured_floor", "parse_margin", "PAPER_A_MARGIN", "FDR"]
 
 
@@ -98,13 +99,17 @@ class Ranking:
     end_spread: dict[str, Any] | None = None
     """{"at", "sd_R", "dof"}: the seed spread of the pass rate at the end of the window all arms share, which the
     not-identified arms are compared on; None when no arm has two seeds."""
+    shared_mode: str = ""
+    """How the efficiency comparison's shared A was set (per pair, or one A for every arm), in words."""
+    shared_a: str | float | None = None
+    """--shared-a: None (per pair), "all", or the value given."""
 
     def to_json(self) -> dict[str, Any]:
         margins = {a.margin for a in self.arms if a.margin is not None}
         return {"baseline": self.baseline, "margin": margins.pop() if len(margins) == 1 else None,
                 "margin_source": self.margin_source, "rule": self.rule, "fdr": FDR if self.rule == "test" else None,
                 "noise_floor": None if self.floor is None else self.floor.to_json(),
-                "end_spread": self.end_spread,
+                "end_spread": self.end_spread, "shared_a": self.shared_a, "shared_mode": self.shared_mode,
                 "target": self.target, "x": self.x,
                 "window": self.opts.window_text(), "arms": [a.to_json() for a in self.arms],
                 "not_fitted": self.not_fitted}
@@ -148,15 +153,30 @@ def _seed_log_compute(c: Curve, a_shared: float, b: float, c_mid: float, r_t: fl
     return float(np.log(reach)) if reach else float("nan")
 
 
-def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions) -> dict[str, Any]:
+def refit_at_a(res: FitResult, a_fixed: float, opts: FitOptions) -> tuple[float, float]:
+    """(B, C_mid) of an arm (its seeds pooled) refitted with A held at `a_fixed`."""
+    x, y, _, _, _ = window_points(res.curves, opts, res.run)
+    a_fixed = max(a_fixed, res.R0 + 1e-6)  # an A below this arm's R0 would leave no gain to fit
+    start = PointFit(r0=res.R0, a=a_fixed, b=res.B, c_mid=res.C_mid, sse=0.0, n_points=len(x), fit_r0=False,
+                     at_bound=[])
+    (_, _, b, c_mid), = fit_batch(x, y, start, fix_a=a_fixed)
+    return float(b), float(c_mid)
+
+
+def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all: float | None = None) -> dict[str, Any]:
     """Shared-A refit of arm and baseline: the compute the arm needs to reach the pass rate the baseline reaches
     at the target, as a ratio to the target; and each seed's log compute to that pass rate under the shared A (the
-    spread the efficiency test is judged against)."""
-    parts = []
-    for res in (arm, base):
-        x, y, _, _, _ = window_points(res.curves, opts, res.run)
-        parts.append((x, y, res.R0))
-    a_s, ((b_a, c_a), (b_b, c_b)) = fit_shared_a(parts, [arm.fit, base.fit])
+    spread the efficiency test is judged against). The shared A is fitted to the pair (default) or, with `a_all`,
+    the one A every arm of the ranking is refitted at (`--shared-a all`, the paper's own comparison)."""
+    if a_all is None:
+        parts = []
+        for res in (arm, base):
+            x, y, _, _, _ = window_points(res.curves, opts, res.run)
+            parts.append((x, y, res.R0))
+        a_s, ((b_a, c_a), (b_b, c_b)) = fit_shared_a(parts, [arm.fit, base.fit])
+    else:
+        a_s = a_all
+        (b_a, c_a), (b_b, c_b) = refit_at_a(arm, a_s, opts), refit_at_a(base, a_s, opts)
     target = opts.target
     r_t = float(sigmoid(target, base.R0, a_s, b_b, c_b))
     c_arm = compute_to_reach(r_t, arm.R0, a_s, b_a, c_a)
@@ -193,9 +213,24 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str,
                      truncation_warning=any(c.meta.get("truncation_warning") for c in cs))
 
 
-def _efficiency(item: tuple[FitResult, FitResult, FitOptions]) -> dict[str, Any]:
-    arm, base, opts = item
-    return compare_efficiency(arm, base, opts)
+def _efficiency(item: tuple[FitResult, FitResult, FitOptions, float | None]) -> dict[str, Any]:
+    return compare_efficiency(*item)
+
+
+def parse_shared_a(value: str | None) -> str | float | None:
+    """--shared-a: None (each pair's own shared A), "all" (the mean A of the identified arms), or a value."""
+    if value is None or value == "pair":
+        return None
+    if value == "all":
+        return "all"
+    try:
+        a = float(value)
+    except ValueError:
+        a = float("nan")
+    if not 0.0 < a < 1.0:
+        raise UserError(f"--shared-a {value}: give pair (the default), all (the mean A of the identified arms), or "
+                        "a ceiling strictly between 0 and 1")
+    return a
 
 
 def _pmap(fn, items: list, jobs: int) -> list:
@@ -211,11 +246,14 @@ def _pmap(fn, items: list, jobs: int) -> list:
 
 def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: str | float | None = None,
          noise: NoiseFloor | None = None, x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None,
-         jobs: int = 1) -> Ranking:
+         jobs: int = 1, shared_a: str | float | None = None) -> Ranking:
     """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first (see the module
     docstring). `margin`: the paper's threshold rule instead of the tests; `noise`: a stored seed spread for arms
-    without seeds of their own. Arms are independent fits: with many arms they run on `jobs` worker processes."""
+    without seeds of their own; `shared_a`: "all" or a value refits every arm at one A for the efficiency
+    comparison (the paper's way) instead of one A per pair. Arms are independent fits: with many arms they run on
+    `jobs` worker processes."""
     a_margin = parse_margin(margin)
+    shared_a = parse_shared_a(shared_a) if isinstance(shared_a, str) or shared_a is None else shared_a
     rule = "test" if a_margin is None else "paper"
     groups = group_arms(curves)
     if baseline is None:
@@ -233,6 +271,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
         raise UserError(f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick --baseline")
     floor = end_spread = None
     source = "none (no baseline)"
+    shared_mode = "each arm and the baseline refitted with their own shared A"
     if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
         for a in arms:
             _own_log_compute_seeds(a, opts)
@@ -252,7 +291,18 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 a.detail = f"A not measured ({who} has not passed C_mid)"
             else:
                 compared.append(a)
-        shared = _pmap(_efficiency, [(a.fit, base.fit, opts) for a in compared], jobs)
+        a_all = None
+        if shared_a == "all":
+            ident = [a.fit.A for a in arms if a.fit.identifiable]
+            if ident:
+                a_all = float(np.mean(ident))
+                shared_mode = f"one A for every arm, {a_all:.3f}: the mean of the {len(ident)} identified arms' A"
+            else:
+                shared_mode = "one A for every arm: none (no arm is identified), so no efficiency comparison"
+        elif shared_a is not None:
+            a_all = float(shared_a)
+            shared_mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
+        shared = _pmap(_efficiency, [(a.fit, base.fit, opts, a_all) for a in compared], jobs)
         for a, sh in zip(compared, shared):
             a.log_compute_seeds = sh.pop("_seeds_arm")
             base_seeds = sh.pop("_seeds_base")
@@ -278,6 +328,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread)
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
-                   not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread)
+                   not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread, shared_mode=shared_mode,
+                   shared_a=None if shared_a is None else ("all" if shared_a == "all" else float(shared_a)))
 
 
