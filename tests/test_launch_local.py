@@ -281,7 +281,7 @@ def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):
     assert "4/4" in res.output
     assert all(s.state == "done" and s.executor == "local" for s in sweep_status(tmp_path, "loss"))
     res = CliRunner().invoke(app, ["sweep", recipe, "--root", str(tmp_path), "-e", "pbs"])
-    assert res.exit_code == 2 and "unknown executor 'pbs'" in res.output
+    assert res.exit_code == 2 and "--executor pbs: unknown; choose one of local, slurm, debug, auto" in res.output
 
 
 def test_auto_picks_local_without_a_slurm_controller(tmp_path, monkeypatch):
