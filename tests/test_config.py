@@ -43,6 +43,8 @@ def test_every_option_composes_and_validates(group, option):
     # the option file's own keys arrive as written (YAML -> schema types), except those the test set
     raw = OmegaConf.to_container(OmegaConf.load(RECIPES_DIR / group / f"{option}.yaml"))
     for key, value in raw.items():
+        if isinstance(value, str) and value.startswith("${setup."):  # the scale the recipe runs at
+            value = cfg["setup"][value[len("${setup."):-1]]
         if not any(o.startswith(f"{group}.{key}=") for o in extra):
             assert cfg[group][key] == value, (group, option, key)
 
@@ -212,11 +214,35 @@ def test_the_paper_preset_sets_what_its_appendix_states(base):
     assert (cfg["model"]["name"], cfg["model"]["path"], cfg["task"]["name"]) == ("hf", "/models/my-8b", "jsonl")
     for group in ("loss", "aggregation", "normalization", "precision", "offpolicy", "filtering"):
         assert cfg[group] == base[group], group  # ScaleRL's algorithm, untouched
-    # a sweep arm still changes its one choice on top of the preset
+    # a sweep arm still changes its one choice on top of the preset, and keeps the paper's scale when it does
     assert compose_run(BASE, ["preset=scalerl_8b", "loss=dapo", *PATHS]).loss.name == "dapo"
+    lp = compose_run(BASE, ["preset=scalerl_8b", "length=penalty", *PATHS]).length
+    assert (lp.name, lp.l_max, lp.l_cache, lp.max_new_tokens) == ("penalty", 14336, 2048, 14336)
+    cpu = compose_run(BASE, ["length=penalty"]).length
+    assert (cpu.l_max, cpu.l_cache) == (8, 3)
 
 
-def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path):
+@pytest.mark.parametrize("sweep", sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if p.stem not in ("base", "demo")))
+def test_every_sweep_file_runs_under_the_preset(sweep):
+    """The README's use: any sweep file at the paper's scale. Every arm composes, validates and runs at 768 (or, for
+    Qwen2.5 and MiniMax-M1, 1,280) completions with the paper's length budgets, whatever length option it picks."""
+    from ablate.sweep import load_sweep
+
+    sw = load_sweep(RECIPES_DIR / f"{sweep}.yaml", ["preset=scalerl_8b", *PATHS])
+    for r in sw.runs:
+        c = r.config
+        assert c.length.max_new_tokens == 14336 and c.train.device == "cuda", r.label
+        if c.length.name == "interrupt":
+            assert (c.length.think_budget_min, c.length.think_budget_max) == (10240, 12288), r.label
+        if c.length.name == "penalty":
+            assert (c.length.l_max, c.length.l_cache) == (14336, 2048), r.label
+        big = sweep == "prevalent" and r.arm_label in ("qwen25_dapo", "minimax_m1")
+        if sweep != "batch":
+            assert c.batch.prompts * c.batch.generations == (1280 if big else 768), r.label
+
+
+def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path, monkeypatch):
+    import torch
     from typer.testing import CliRunner
 
     from ablate.cli import app
@@ -225,7 +251,8 @@ def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path):
         compose_run(BASE, ["preset=scalerl_8b", "task.path=/data/math.jsonl"])
     res = CliRunner().invoke(app, ["show", str(BASE), "preset=scalerl_8b", *PATHS])
     assert res.exit_code == 0 and "eps: 1.0e-15" in res.output and "device: cuda" in res.output
-    # this machine (and CI) has no CUDA device: the local executor would run it here, so it is refused up front
+    # a machine with no CUDA device (as CI's): the local executor would run it here, so it is refused up front
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     res = CliRunner().invoke(app, ["sweep", str(RECIPES_DIR / "loss.yaml"), "preset=scalerl_8b", *PATHS,
                                    "--root", str(tmp_path / "sweeps")])
     assert res.exit_code == 2, res.output

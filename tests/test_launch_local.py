@@ -305,3 +305,27 @@ def test_profile_becomes_sbatch_flags(tmp_path):
                  "--signal=USR2@120"):
         assert f"#SBATCH {flag}\n" in text, flag
     assert "module load cuda/12.4\nsource ~/venvs/ablate/bin/activate\n" in text
+
+
+def test_a_job_whose_sweep_directory_is_replaced_records_nothing_in_the_new_one(tmp_path):
+    """`make clean` (or rm -rf) while a run trains, then a new launch at the same path: the old job must not write
+    its end into the new sweep's ledger or run.json. Driven by state: the run holds at step 2 until the test has
+    moved the sweep away and made a new one."""
+    import threading
+
+    hold = tmp_path / "hold"
+    hold.touch()
+    sw = toy_sweep(tmp_path, arms=("a",), seeds=(0,), toy={"steps": 3, "hold": str(hold), "hold_at": 2})
+    t = threading.Thread(target=launch_sweep, args=(sw,),
+                         kwargs=dict(root=tmp_path, executor="debug", job=TOY_JOB, echo=None))
+    t.start()
+    rd = run_dir(tmp_path, "toy", "toy-a0")
+    until(lambda: (rd / "metrics.jsonl").exists() and store.read_jsonl(rd / "metrics.jsonl"), "step 1")
+    (tmp_path / "toy").rename(tmp_path / "moved")
+    (tmp_path / "toy").mkdir()
+    hold.unlink()
+    t.join(GUARD)
+    assert not t.is_alive()
+    assert Ledger(tmp_path / "toy").fold() == {}  # no "finished" for a run this sweep never launched
+    assert not (rd / "run.json").exists()
+    assert Ledger(tmp_path / "moved").fold()["toy-a0"].state == "running"  # the old ledger keeps what it saw

@@ -225,8 +225,11 @@ def test_a_run_whose_directory_is_replaced_stops_with_one_line(tmp_path):
     until(lambda: (d / "metrics.jsonl").exists() and len(store.read_jsonl(d / "metrics.jsonl")) >= 2,
           "2 evaluations")
     d.rename(tmp_path / "moved")
-    d.mkdir()
-    out, _ = p.communicate(timeout=300)
+    d.mkdir(exist_ok=True)  # (a write already under way may have made it again)
+    try:
+        out, _ = p.communicate(timeout=300)
+    finally:
+        p.kill()
     assert p.returncode == 2, out
     assert "was removed or replaced while this run was writing into it" in out and "Traceback" not in out
     meta = store.read_json(d / "run.json") if (d / "run.json").exists() else {}

@@ -137,8 +137,10 @@ def test_prevalent_recipes_are_the_papers_definitions(loaded):
     for arm in set(PAPER_PREVALENT) - {"scalerl"}:  # every arm names every choice, not only what differs
         block = text.split("label: " + arm)[1].split("- label")[0]
         for key in ("loss=", "aggregation=", "offpolicy=", "offpolicy.k=", "normalization=", "precision=", "length=",
-                    "filtering.zero_variance=", "filtering.no_positive_resampling=", "batch.prompts="):
+                    "filtering.zero_variance=", "filtering.no_positive_resampling="):
             assert key in block, (arm, key)
+        # the 1,280-completion batch follows the scale the sweep runs at (53 here, 80 under preset=scalerl_8b)
+        assert ("batch.prompts=${setup.large_batch_prompts}" in block) == (PAPER_PREVALENT[arm]["prompts"] == 53)
 
 
 def test_offpolicy_arms(loaded):

@@ -192,7 +192,7 @@ def rank(
     with the false-discovery rate held at 5% over all arms; with one seed per arm and no measured spread the answer
     is "no detectable effect (1 seed: needs seeds)". The figures: every arm's fit (baseline in black), and one
     panel per arm compared on efficiency.
-    Example: ablate rank sweeps/loss --plot rank.png
+    Example: ablate rank sweeps/loss --x samples --to 512000 --plot rank.png
     """
     from ablate import figures, report, store
     from ablate.curves import load_inputs
@@ -283,7 +283,7 @@ def extrapolate(
     """Project a run (default: the winner of `rank`) to --to compute, with an interval and a held-out check.
 
     The figure shows the observed points, the fit, the extrapolation band and the held-out points.
-    Example: ablate extrapolate sweeps/loss --fit-until 8000 --to 16000 --target-r 0.6
+    Example: ablate extrapolate sweeps/loss --x samples --fit-until 128000 --to 512000 --target-r 0.7
     """
     from ablate import figures, report
     from ablate.curves import load_inputs
@@ -409,7 +409,7 @@ def status(
 
     if not (math.isfinite(interval) and interval > 0):
         raise UserError(f"--interval {interval:g}: seconds between refreshes, a number > 0 (e.g. 5)")
-    if sweep is not None and ("/" in sweep or Path(sweep).is_dir()) and (Path(sweep) / "ledger.jsonl").exists():
+    if sweep is not None and "/" in sweep and (Path(sweep) / "ledger.jsonl").exists():
         root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
     elif sweep is not None and "/" in sweep:
         raise UserError(f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory "

@@ -227,6 +227,20 @@ class LauncherConfig:
 
 
 @dataclass(frozen=True)
+class SetupConfig:
+    """Sizes that depend on the scale a recipe runs at. The length options and the sweep files read them by
+    interpolation (`${setup.l_max}`), so an arm that switches its length option or batch keeps the scale it runs
+    at; preset=scalerl_8b sets the paper's. Resource-only for ids: what they set is hashed where it lands."""
+
+    think_budget_min: int = _f(5, "length=interrupt's thinking budget window, low end (the paper: 10,240)", ge=1)
+    think_budget_max: int = _f(6, "length=interrupt's thinking budget window, high end (the paper: 12,288)", ge=1)
+    l_max: int = _f(8, "length=penalty's L_max (the paper: 14,336)", ge=1)
+    l_cache: int = _f(3, "length=penalty's L_cache (the paper: 2,048)", ge=1)
+    large_batch_prompts: int = _f(53, "prompts of the 1,280-completion batch the paper gives Qwen2.5 and MiniMax-M1 "
+                                      "(5/3 of ScaleRL's): 53 = 5/3 of the CPU base's 32; the paper: 80", ge=1)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One fully resolved run: what `validate` returns and every later layer reads."""
 
@@ -245,6 +259,7 @@ class RunConfig:
     optim: OptimConfig = _f(factory=OptimConfig)
     train: TrainConfig = _f(factory=TrainConfig)
     launcher: LauncherConfig = _f(factory=LauncherConfig, hash=False)
+    setup: SetupConfig = _f(factory=SetupConfig, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain containers (dicts, lists, scalars): what config.yaml holds and ids hash."""

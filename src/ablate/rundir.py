@@ -236,7 +236,8 @@ class RunDir:
         self._update(status="failed", cause=cause, error=err, ended_at=time.time(), **facts)
 
     def try_failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> bool:
-        """`failed`, but never raising (the disk may be full): True when run.json was written."""
+        """`failed`, but never raising for an I/O error (the disk may be full): True when run.json was written.
+        DirectoryGone still raises: the directory is another run's now."""
         try:
             self.failed(cause, error, **facts)
             return True

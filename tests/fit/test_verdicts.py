@@ -224,3 +224,8 @@ def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_pa
     assert out["shared_a"] == 0.6 and all(a["shared_A"]["A_shared"] == 0.6 for a in out["arms"] if a["shared_A"])
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--shared-a", "2"])
     assert res.exit_code == 2 and "--shared-a 2: give pair (the default), all" in res.output
+    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "base", "--shared-a", "0.25",
+                              "--n-boot", "100"])
+    assert res.exit_code == 2 and "leaves arm" in res.output and "no gain to fit" in res.output  # below R0 (0.3)
+    res = ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "100", "--shared-a", "0.5"])
+    assert "own A more than 0.02 away" in " ".join(res.stdout.split())  # B at an A the arms do not share

@@ -156,7 +156,6 @@ def _seed_log_compute(c: Curve, a_shared: float, b: float, c_mid: float, r_t: fl
 def refit_at_a(res: FitResult, a_fixed: float, opts: FitOptions) -> tuple[float, float]:
     """(B, C_mid) of an arm (its seeds pooled) refitted with A held at `a_fixed`."""
     x, y, _, _, _ = window_points(res.curves, opts, res.run)
-    a_fixed = max(a_fixed, res.R0 + 1e-6)  # an A below this arm's R0 would leave no gain to fit
     start = PointFit(r0=res.R0, a=a_fixed, b=res.B, c_mid=res.C_mid, sse=0.0, n_points=len(x), fit_r0=False,
                      at_bound=[])
     (_, _, b, c_mid), = fit_batch(x, y, start, fix_a=a_fixed)
@@ -302,6 +301,14 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
         elif shared_a is not None:
             a_all = float(shared_a)
             shared_mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
+        far = [a.arm for a in [base, *compared] if a_all is not None and abs(a.fit.A - a_all) > PAPER_A_MARGIN]
+        if far:
+            shared_mode += (f"; own A more than {PAPER_A_MARGIN:g} away for {', '.join(far[:4])}"
+                            f"{' and more' if len(far) > 4 else ''}: the paper compares B at one A where the A's agree")
+        low = [a for a in [base, *compared] if a_all is not None and a_all <= a.fit.R0 + 0.01]
+        if low:
+            raise UserError(f"--shared-a {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
+                            f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or --shared-a pair")
         shared = _pmap(_efficiency, [(a.fit, base.fit, opts, a_all) for a in compared], jobs)
         for a, sh in zip(compared, shared):
             a.log_compute_seeds = sh.pop("_seeds_arm")

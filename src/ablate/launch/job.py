@@ -112,6 +112,16 @@ class RunJob(submitit.helpers.Checkpointable):
         self.spec, self.sweep_dir, self.batch, self.job = spec, str(sweep_dir), batch, job
         self.threads, self.max_requeues, self.timeout_min = threads, max_requeues, timeout_min
         self._t0 = 0.0
+        self._sweep_inode: tuple[int, int] | None = None  # the sweep directory this job claimed its run in
+
+    def _sweep_moved(self) -> bool:
+        """Whether the sweep directory was removed or replaced since the claim (make clean, then a new launch):
+        its ledger and run directories are another launch's now, so this job must write nothing there."""
+        try:
+            st = os.stat(self.sweep_dir)
+        except OSError:
+            return True
+        return self._sweep_inode is not None and (st.st_dev, st.st_ino) != self._sweep_inode
 
     @property
     def run_id(self) -> str:
@@ -139,6 +149,8 @@ class RunJob(submitit.helpers.Checkpointable):
             events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
                                       log=log_path, **me()))
             ledger.append(*events)
+            st = os.stat(self.sweep_dir)
+            self._sweep_inode = (st.st_dev, st.st_ino)
         rd = self._run_dir()
         # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).
         rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)
@@ -176,6 +188,10 @@ class RunJob(submitit.helpers.Checkpointable):
             handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
         if status != "preempted":
             status = status if status in ("done", "diverged") else "done"
+        if self._sweep_moved():
+            log.error("the sweep directory %s was removed or replaced while this run trained: recording nothing",
+                      self.sweep_dir)
+            return {"run_id": self.run_id, "abandoned": "sweep directory removed or replaced"}
         # run.json first (for a job function that keeps none): whoever sees the ledger say the run ended finds
         # run.json saying so too
         if rd.info().status not in ("done", "diverged", "preempted"):
@@ -204,6 +220,8 @@ class RunJob(submitit.helpers.Checkpointable):
         return theirs
 
     def _fail(self, cause: str, exc: BaseException, log_path: str | None) -> None:
+        if self._sweep_moved():
+            return
         ledger = Ledger(self.sweep_dir)
         job_id, _ = _job_env()
         err = error_record(exc)
@@ -218,6 +236,8 @@ class RunJob(submitit.helpers.Checkpointable):
         Runs inside a signal handler, possibly while this process holds the ledger lock, hence the lock timeout.
         What the requeued job resumes from is the run's own checkpoint (see the module docstring).
         """
+        if self._sweep_moved():
+            return None  # another launch owns that path now: no record, no requeue
         ledger = Ledger(self.sweep_dir)
         job_id, _ = _job_env()
         elapsed = _process_age() or (time.time() - self._t0 if self._t0 else 0.0)
