@@ -305,6 +305,7 @@ def extrapolate(
         arm = winner(curves, _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=0, target=to, r0=r0))
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
+    _check_reach(arms[arm], to, x, fit_until)  # the arm projected: its own data, not the longest arm's
     ex = project(arms[arm], opts, subject=arm)
     if window:
         window_sensitivity(ex.fit, opts)
