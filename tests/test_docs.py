@@ -22,11 +22,14 @@ def test_the_run_directory_page_names_every_metric_and_state():
 def test_no_file_points_outside_the_repository():
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
-    pattern = re.compile(r"design\.md|\.\./shared|/work/|[a-z]+-notes\.md")
+    # the names of the developers' notes outside the repository and of a machine path, spelled in pieces so that
+    # this file (which is checked too) does not name them
+    outside = ["design" + r"\.md", r"\.\./" + "sha" + "red", "/" + "work/", r"[a-z]+-" + "notes" + r"\.md"]
+    pattern = re.compile("|".join(outside))
     hits = []
     for f in files:
         path = ROOT / f
-        if f.startswith("tests/test_docs.py") or not path.is_file() or path.suffix in (".png", ".pt"):
+        if not path.is_file() or path.suffix in (".png", ".pt"):
             continue
         try:
             text = path.read_text()
