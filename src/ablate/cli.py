@@ -378,16 +378,14 @@ def calibrate(
             raise UserError(f"{flag} {value}: must be >= {least}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, disable=as_json) as bar:
-        total = 1
-        for v in grid.values():
-            total *= len(v)
-        task = bar.add_task("calibrating", total=total)
+        task = bar.add_task("calibrating", total=math.prod(len(v) for v in grid.values()))
         rows = run_calibration(**grid, trials=trials, seed=seed, n_boot=n_boot, jobs=store.cpu_count(),
                                progress=lambda i, n, row: bar.update(task, completed=i))
+    result = {"grid": grid, "trials": trials, "rows": rows}
     if out is not None:
-        store.write_json(out, {"grid": grid, "trials": trials, "rows": rows})
+        store.write_json(out, result)
     if as_json:
-        typer.echo(report.dump_json({"grid": grid, "trials": trials, "rows": rows}))
+        typer.echo(report.dump_json(result))
         return
     report.console().print(report.calibration_table(rows))
 
@@ -439,9 +437,8 @@ def sweep(
     Example: ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4 --dry-run
     """
     from ablate import report
-    from ablate.sweep import load_sweep, plan_table
-
     from ablate.launch import EXECUTORS, launch_sweep
+    from ablate.sweep import load_sweep, plan_table
 
     if executor is not None and executor not in EXECUTORS:  # checked before the plan, so --dry-run says so too
         raise UserError(f"--executor {executor}: unknown; choose one of {', '.join(EXECUTORS)}")

@@ -121,7 +121,8 @@ class FitResult:
     sensitivity: list[dict[str, Any]] | None = None
     """Refits at earlier fit-until cutoffs (`window_sensitivity`), or None when not asked for."""
     unstable: bool | None = None
-    """True when A at an earlier cutoff lies outside this fit's interval of A (None when not checked)."""
+    """True when, at an earlier cutoff where A is identified, its interval of A does not overlap this fit's (None
+    when not checked)."""
 
     @property
     def R0(self) -> float:

@@ -143,23 +143,25 @@ def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
     return a, [(float(sol.x[1 + 2 * k]), float(np.exp(sol.x[2 + 2 * k]))) for k in range(len(parts))]
 
 
+def _fit_at_a(x: np.ndarray, y: np.ndarray, r0: float, a: float, b: float, c_mid: float) -> tuple[float, float]:
+    """(B, C_mid) of points x, y ([n]) refitted with R0 and A held, from (b, c_mid)."""
+    start = PointFit(r0=r0, a=a, b=b, c_mid=c_mid, sse=0.0, n_points=len(x), fit_r0=False, at_bound=[])
+    (_, _, b_fit, c_fit), = fit_batch(x, y, start, fix_a=a)
+    return float(b_fit), float(c_fit)
+
+
 def _seed_log_compute(c: Curve, a_shared: float, b: float, c_mid: float, r_t: float, opts: FitOptions) -> float:
     """log compute for one seed to reach r_t, refitted with A held at the shared value."""
     x, y, _, _, _ = window_points([c], opts, c.run)
-    start = PointFit(r0=c.r0 if c.r0 is not None else float(y[0]), a=a_shared, b=b, c_mid=c_mid, sse=0.0,
-                     n_points=len(x), fit_r0=False, at_bound=[])
-    (r0, a, b1, cm), = fit_batch(x, y, start, fix_a=a_shared)
-    reach = compute_to_reach(r_t, r0, a, b1, cm)
+    r0 = c.r0 if c.r0 is not None else float(y[0])
+    reach = compute_to_reach(r_t, r0, a_shared, *_fit_at_a(x, y, r0, a_shared, b, c_mid))
     return float(np.log(reach)) if reach else float("nan")
 
 
 def refit_at_a(res: FitResult, a_fixed: float, opts: FitOptions) -> tuple[float, float]:
     """(B, C_mid) of an arm (its seeds pooled) refitted with A held at `a_fixed`."""
     x, y, _, _, _ = window_points(res.curves, opts, res.run)
-    start = PointFit(r0=res.R0, a=a_fixed, b=res.B, c_mid=res.C_mid, sse=0.0, n_points=len(x), fit_r0=False,
-                     at_bound=[])
-    (_, _, b, c_mid), = fit_batch(x, y, start, fix_a=a_fixed)
-    return float(b), float(c_mid)
+    return _fit_at_a(x, y, res.R0, a_fixed, res.B, res.C_mid)
 
 
 def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all: float | None = None) -> dict[str, Any]:
@@ -216,7 +218,7 @@ def _efficiency(item: tuple[FitResult, FitResult, FitOptions, float | None]) -> 
     return compare_efficiency(*item)
 
 
-def parse_shared_a(value: str | None) -> str | float | None:
+def parse_shared_a(value: str | float | None) -> str | float | None:
     """--shared-a: None (each pair's own shared A), "all" (the mean A of the identified arms), or a value."""
     if value is None or value == "pair":
         return None
@@ -230,6 +232,34 @@ def parse_shared_a(value: str | None) -> str | float | None:
         raise UserError(f"--shared-a {value}: give pair (the default), all (the mean A of the identified arms), or "
                         "a ceiling strictly between 0 and 1")
     return a
+
+
+PAIR_MODE = "each arm and the baseline refitted with their own shared A"
+
+
+def _one_a(shared_a: str | float | None, arms: list[ArmResult], base: ArmResult,
+           compared: list[ArmResult]) -> tuple[float | None, str]:
+    """The A every compared arm is refitted at (None: each pair fits its own) and the mode in words."""
+    if shared_a is None:
+        return None, PAIR_MODE
+    if shared_a == "all":
+        ident = [a.fit.A for a in arms if a.fit.identifiable]
+        if not ident:
+            return None, "one A for every arm: none (no arm is identified), so no efficiency comparison"
+        a_all = float(np.mean(ident))
+        mode = f"one A for every arm, {a_all:.3f}: the mean of the {len(ident)} identified arms' A"
+    else:
+        a_all = float(shared_a)
+        mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
+    low = [a for a in [base, *compared] if a_all <= a.fit.R0 + 0.01]
+    if low:
+        raise UserError(f"--shared-a {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
+                        f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or --shared-a pair")
+    far = [a.arm for a in [base, *compared] if abs(a.fit.A - a_all) > PAPER_A_MARGIN]
+    if far:
+        mode += (f"; own A more than {PAPER_A_MARGIN:g} away for {', '.join(far[:4])}"
+                 f"{' and more' if len(far) > 4 else ''}: the paper compares B at one A where the A's agree")
+    return a_all, mode
 
 
 def _pmap(fn, items: list, jobs: int) -> list:
@@ -252,7 +282,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
     comparison (the paper's way) instead of one A per pair. Arms are independent fits: with many arms they run on
     `jobs` worker processes."""
     a_margin = parse_margin(margin)
-    shared_a = parse_shared_a(shared_a) if isinstance(shared_a, str) or shared_a is None else shared_a
+    shared_a = parse_shared_a(shared_a)
     rule = "test" if a_margin is None else "paper"
     groups = group_arms(curves)
     if baseline is None:
@@ -270,7 +300,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
         raise UserError(f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick --baseline")
     floor = end_spread = None
     source = "none (no baseline)"
-    shared_mode = "each arm and the baseline refitted with their own shared A"
+    shared_mode = PAIR_MODE
     if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
         for a in arms:
             _own_log_compute_seeds(a, opts)
@@ -290,25 +320,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 a.detail = f"A not measured ({who} has not passed C_mid)"
             else:
                 compared.append(a)
-        a_all = None
-        if shared_a == "all":
-            ident = [a.fit.A for a in arms if a.fit.identifiable]
-            if ident:
-                a_all = float(np.mean(ident))
-                shared_mode = f"one A for every arm, {a_all:.3f}: the mean of the {len(ident)} identified arms' A"
-            else:
-                shared_mode = "one A for every arm: none (no arm is identified), so no efficiency comparison"
-        elif shared_a is not None:
-            a_all = float(shared_a)
-            shared_mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
-        far = [a.arm for a in [base, *compared] if a_all is not None and abs(a.fit.A - a_all) > PAPER_A_MARGIN]
-        if far:
-            shared_mode += (f"; own A more than {PAPER_A_MARGIN:g} away for {', '.join(far[:4])}"
-                            f"{' and more' if len(far) > 4 else ''}: the paper compares B at one A where the A's agree")
-        low = [a for a in [base, *compared] if a_all is not None and a_all <= a.fit.R0 + 0.01]
-        if low:
-            raise UserError(f"--shared-a {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
-                            f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or --shared-a pair")
+        a_all, shared_mode = _one_a(shared_a, arms, base, compared)
         shared = _pmap(_efficiency, [(a.fit, base.fit, opts, a_all) for a in compared], jobs)
         for a, sh in zip(compared, shared):
             a.log_compute_seeds = sh.pop("_seeds_arm")
@@ -336,6 +348,6 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
                    not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread, shared_mode=shared_mode,
-                   shared_a=None if shared_a is None else ("all" if shared_a == "all" else float(shared_a)))
+                   shared_a=shared_a)
 
 
