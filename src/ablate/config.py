@@ -207,6 +207,8 @@ class TrainConfig:
     checkpoint_every: int = _f(100, "save a checkpoint every this many steps", ge=1)
     device: str = _f("auto", "where the policy trains and the torch sampler runs: cpu | cuda | auto (cuda when visible)",
                      choices=("auto", "cpu", "cuda"), hash=False)
+    sharding: str = _f("ddp", "how data-parallel ranks hold the policy (resources.nproc > 1): ddp = a full copy on "
+                       "every rank, gradients all-reduced", choices=("ddp",), hash=False)
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
 
 
@@ -224,6 +226,24 @@ class LauncherConfig:
     signal_delay_s: Optional[int] = _f(None, "local: seconds before the time limit that the checkpoint signal (USR2) "
                                        "arrives (null = a tenth of the limit, at most 30 s); SLURM takes the profile's",
                                        ge=1)
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    """What one run holds: data-parallel trainer processes over torch.distributed. Excluded from run ids: the same
+    recipe on 1 or 8 ranks is the same run (the step's gradient is the same; see docs/distributed.md)."""
+
+    nproc: int = _f(1, "trainer processes (ranks) per node; each generates and trains on its share of the step's "
+                    "prompt groups", ge=1, le=1024)
+    nodes: int = _f(1, "nodes per run (more than 1 needs -e slurm)", ge=1, le=4096)
+    collective_timeout_s: float = _f(1800.0, "how long a rank waits for the others in a collective before the run "
+                                     "fails (a crashed rank is noticed at once; this bounds a hung one)",
+                                     gt=0.0, le=86400.0)
+
+    @property
+    def world(self) -> int:
+        """Ranks in all: nproc x nodes."""
+        return self.nproc * self.nodes
 
 
 @dataclass(frozen=True)
@@ -259,6 +279,7 @@ class RunConfig:
     optim: OptimConfig = _f(factory=OptimConfig)
     train: TrainConfig = _f(factory=TrainConfig)
     launcher: LauncherConfig = _f(factory=LauncherConfig, hash=False)
+    resources: ResourcesConfig = _f(factory=ResourcesConfig, hash=False)
     setup: SetupConfig = _f(factory=SetupConfig, hash=False)
 
     def to_dict(self) -> dict[str, Any]:

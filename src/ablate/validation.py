@@ -193,6 +193,11 @@ def _check_combinations(cfg: dict[str, Any]) -> list[str]:
     elif cfg["model"]["name"] == "tiny" and cfg["model"]["hidden"] % cfg["model"]["n_heads"]:
         errs.append(f"model.hidden ({cfg['model']['hidden']}) is not divisible by model.n_heads ({cfg['model']['n_heads']}); "
                     "pick sizes with hidden % n_heads == 0")
+    res = cfg["resources"]
+    world = res["nproc"] * res["nodes"]
+    if world > 1 and cfg["batch"]["prompts"] < world:
+        errs.append(f"batch.prompts ({cfg['batch']['prompts']}) < resources.nproc x resources.nodes ({world}): every "
+                    "rank needs at least one prompt group per step; use fewer ranks or more prompts")
     if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
         errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
     return errs

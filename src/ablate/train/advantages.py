@@ -24,7 +24,9 @@ from torch import Tensor
 
 from ablate.registry import Registry
 
-NormFn = Callable[[Tensor, Tensor, Tensor, float], Tensor]
+Reduce = Callable[[Tensor], Tensor]
+"""Sums a tensor over the run's data-parallel ranks (World.sum); None in a single process."""
+NormFn = Callable[[Tensor, Tensor, Tensor, float, "Reduce | None"], Tensor]
 NORMALIZATIONS: Registry[NormFn] = Registry("normalization")
 
 
@@ -35,12 +37,15 @@ def group_advantages(
     *,
     keep: Tensor | None = None,
     eps: float = 1e-6,
+    reduce: Reduce | None = None,
 ) -> Tensor:
     """Advantages [N] from rewards [N] (float) and prompt-group ids [N] (ints).
 
     normalization: prompt | batch | none. keep: optional bool [N], the rows that enter the loss (e.g.
     `filters.zero_variance_mask`); rows not kept get 0 and do not count in the batch std. The group mean is
     always over the whole group. Returns the dtype of rewards if floating, else torch's default.
+    reduce: in a data-parallel run, sums over ranks (each rank holds whole groups, so only `batch`'s std spans
+    ranks); it is called by every rank whatever its rows, so the ranks' collectives stay in step.
     """
     norm = NORMALIZATIONS.get(normalization)
     r = rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
@@ -54,10 +59,10 @@ def group_advantages(
     if keep_m.shape != r.shape:
         raise ValueError(f"keep must be [N] = [{r.shape[0]}], got {tuple(keep_m.shape)}")
     if r.numel() == 0:
-        return r.clone()
+        return norm(r.clone(), gids.long(), keep_m, eps, reduce) if reduce is not None else r.clone()
     _, inv = torch.unique(gids, return_inverse=True)
     centred = r - _group_mean(r, inv)[inv]
-    adv = norm(centred, inv, keep_m, eps)
+    adv = norm(centred, inv, keep_m, eps, reduce)
     return torch.where(keep_m, adv, torch.zeros_like(adv))
 
 
@@ -70,16 +75,24 @@ def _group_mean(x: Tensor, inv: Tensor) -> Tensor:
 
 
 @NORMALIZATIONS.register("prompt")
-def _by_prompt(centred: Tensor, inv: Tensor, keep: Tensor, eps: float) -> Tensor:
+def _by_prompt(centred: Tensor, inv: Tensor, keep: Tensor, eps: float, reduce: Reduce | None) -> Tensor:
     """A / (std of the group's rewards + eps), population std (GRPO's group normalisation)."""
     std = _group_mean(centred * centred, inv).sqrt()
     return centred / (std[inv] + eps)
 
 
 @NORMALIZATIONS.register("batch")
-def _by_batch(centred: Tensor, inv: Tensor, keep: Tensor, eps: float) -> Tensor:
-    """A / (std of the kept rows' advantages + eps), population std (ScaleRL's batch-level normalisation)."""
+def _by_batch(centred: Tensor, inv: Tensor, keep: Tensor, eps: float, reduce: Reduce | None) -> Tensor:
+    """A / (std of the kept rows' advantages + eps), population std (ScaleRL's batch-level normalisation).
+    Across ranks: the std from the summed count, sum and sum of squares of the kept rows (float64)."""
     kept = centred[keep]
+    if reduce is not None:
+        k = kept.double()
+        n, s1, s2 = reduce(torch.stack([k.new_tensor(float(k.numel())), k.sum(), (k * k).sum()])).tolist()
+        if n == 0:
+            return torch.zeros_like(centred)
+        std = max(s2 / n - (s1 / n) ** 2, 0.0) ** 0.5
+        return centred / (std + eps)
     if kept.numel() == 0:
         return torch.zeros_like(centred)
     std = kept.std(correction=0)
@@ -87,6 +100,6 @@ def _by_batch(centred: Tensor, inv: Tensor, keep: Tensor, eps: float) -> Tensor:
 
 
 @NORMALIZATIONS.register("none")
-def _none(centred: Tensor, inv: Tensor, keep: Tensor, eps: float) -> Tensor:
+def _none(centred: Tensor, inv: Tensor, keep: Tensor, eps: float, reduce: Reduce | None) -> Tensor:
     """A = r - mean(group), unscaled (Dr. GRPO argues the std division biases toward easy/hard prompts)."""
     return centred

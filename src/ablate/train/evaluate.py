@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ablate.rundir import TRUNCATION_WARN
+from ablate.train.distributed import rank_seed
 from ablate.train.step import Diverged, Learner
 
 COLLAPSE_PASS_RATE = 0.01
@@ -38,11 +39,20 @@ class Evaluator:
 
     @torch.no_grad()
     def pass_rate(self, step: int) -> float:
-        lr = self.learner
-        g = torch.Generator().manual_seed(10_000_019 * (lr.cfg.seed + 1) + step)
-        ro = self.sampler.generate([p.prompt for p in lr.val], self.k, lr.spec(self.n, None), g)
-        _, correct = lr.score(ro, [p.answer for p in lr.val])
-        return float(correct.float().mean())
+        """mean@k over the validation split. Data-parallel: each rank grades its share of the prompts under its
+        own (seed, step, rank) generator and the counts are summed, so every rank returns the same rate."""
+        lr, world = self.learner, self.learner.world
+        seed = 10_000_019 * (lr.cfg.seed + 1) + step
+        g = torch.Generator().manual_seed(seed if world.size == 1 else rank_seed(seed, world.rank))
+        val = world.shard(lr.val)
+        correct = 0.0
+        if val:
+            ro = self.sampler.generate([p.prompt for p in val], self.k, lr.spec(len(val) * self.k, None), g)
+            _, ok = lr.score(ro, [p.answer for p in val])
+            if world.size == 1:
+                return float(ok.float().mean())
+            correct = float(ok.double().sum())
+        return world.totals([correct])[0] / self.n
 
 
 class Accumulator:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ablate.train.distributed import rank_seed
 from ablate.train.policy import Policy
 from ablate.train.step import Batch, Learner
 
@@ -74,7 +75,7 @@ class PPOFeeder(Feeder):
         if not self.buf:
             self.sampler.version = step
             for _ in range(self.k):
-                b = self.learner.make_batch(self.sampler, self.learner.gen)
+                b = self.learner.make_batch(self.sampler, self.learner.gen, self.learner.rollout_gen)
                 if b is None:
                     break
                 self.buf.append(b)
@@ -84,12 +85,16 @@ class PPOFeeder(Feeder):
         return self.check_lag(self.buf.pop(0), step)
 
 
-def _generator_side(learner: Learner, step: int) -> tuple[Any, torch.Generator]:
-    """PipelineRL's generator: a sampler over its own copy of the weights (version = `step`) and its own RNG."""
+def _generator_side(learner: Learner, step: int) -> tuple[Any, torch.Generator, torch.Generator | None]:
+    """PipelineRL's generator: a sampler over its own copy of the weights (version = `step`) and its own RNGs, one
+    for the prompt draws (the same on every rank) and, in a data-parallel run, one for this rank's rollouts."""
     pol = learner.policy
     sampler = learner.sampler(Policy(copy.deepcopy(pol.model), pol.tokenizer, pol.head_dtype))
     sampler.version = step
-    return sampler, torch.Generator().manual_seed(learner.cfg.seed * 7919 + step + 1)
+    seed = learner.cfg.seed * 7919 + step + 1
+    world = learner.world
+    rollouts = None if world.size == 1 else torch.Generator().manual_seed(rank_seed(seed, world.rank))
+    return sampler, torch.Generator().manual_seed(seed), rollouts
 
 
 class InlinePipelineFeeder(Feeder):
@@ -97,12 +102,12 @@ class InlinePipelineFeeder(Feeder):
 
     def __init__(self, learner: Learner, k: int, step: int) -> None:
         super().__init__(learner, k)
-        self.sampler, self.gen = _generator_side(learner, step)
+        self.sampler, self.gen, self.rollout_gen = _generator_side(learner, step)
         self.buf: list[Batch] = []
         self.exhausted = False
 
     def _make(self) -> None:
-        b = None if self.exhausted else self.learner.make_batch(self.sampler, self.gen)
+        b = None if self.exhausted else self.learner.make_batch(self.sampler, self.gen, self.rollout_gen)
         if b is None:
             self.exhausted = True
         else:
@@ -132,7 +137,7 @@ class ThreadPipelineFeeder(Feeder):
 
     def __init__(self, learner: Learner, k: int, step: int) -> None:
         super().__init__(learner, k)
-        self.sampler, self.gen = _generator_side(learner, step)
+        self.sampler, self.gen, self.rollout_gen = _generator_side(learner, step)
         self.q: queue.Queue = queue.Queue()
         self.room = threading.Semaphore(k)  # batches the generator may start before the trainer takes one
         self.lock = threading.Lock()
@@ -151,7 +156,7 @@ class ThreadPipelineFeeder(Feeder):
                     latest, self.latest = self.latest, None
                 if latest is not None:
                     self.sampler.load_weights(latest[1], latest[0])
-                b = self.learner.make_batch(self.sampler, self.gen)
+                b = self.learner.make_batch(self.sampler, self.gen, self.rollout_gen)
                 self.q.put(b)
                 if b is None:
                     return

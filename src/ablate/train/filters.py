@@ -113,15 +113,20 @@ class PromptPool:
         ok = (p if p.dtype == torch.bool else p > 0).tolist()
         if len(pids) != len(ok):
             raise ValueError(f"prompt_ids ({len(pids)}) and passed ({len(ok)}) must have the same length")
+        return self.update_counts(pids, [int(g) for g in ok], [1] * len(pids))
+
+    def update_counts(self, prompt_ids: list[int], passes: list[int], attempts: list[int]) -> list[int]:
+        """Record `attempts[i]` completions of prompt `prompt_ids[i]`, `passes[i]` of them passing (what the ranks
+        of a data-parallel run exchange: one row per prompt group). Returns the prompt ids removed."""
         known = set(self._ids)
-        for pid, good in zip(pids, ok):
+        for pid, good, tries in zip(prompt_ids, passes, attempts):
             pid = int(pid)
             if pid not in known:
                 raise ValueError(f"prompt id {pid} is not in the pool")
-            self._attempts[pid] = self._attempts.get(pid, 0) + 1
+            self._attempts[pid] = self._attempts.get(pid, 0) + int(tries)
             self._passes[pid] = self._passes.get(pid, 0) + int(good)
         newly = []
-        for pid in sorted({int(x) for x in pids}):
+        for pid in sorted({int(x) for x in prompt_ids}):
             # Integer form of passes/attempts >= threshold, with slack for the float threshold: 9/10 at 0.9 counts.
             if pid not in self._removed and self._passes[pid] >= self.threshold * self._attempts[pid] - 1e-9:
                 self._removed.add(pid)

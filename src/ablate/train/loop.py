@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical, run_id
 from ablate.rundir import METRICS, DirectoryGone, RunDir, cause_of, no_space
+from ablate.train import distributed
 from ablate.train.checkpoint import Checkpoints
 from ablate.train.compute import Compute, device_count
 from ablate.train.evaluate import Accumulator, Evaluator, Health
@@ -50,25 +52,117 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threa
     `stop`: an event the caller sets to stop the run at the next step boundary; without one, SIGTERM/SIGINT/
     SIGUSR1/SIGUSR2 stop it. Raises UserError on bad input (nothing written when it is found before the run starts)
     and re-raises any crash after recording it in run.json.
+
+    With resources.nproc x resources.nodes > 1 the run is data-parallel (see distributed.py): inside a process
+    group (a multi-task SLURM job) this process is one rank; otherwise the ranks are spawned here and waited for.
     """
+    world = distributed.current()
+    if config.resources.world > 1 and world.size == 1:
+        return _spawn_ranks(config, run_dir, threads=threads, stop=stop)
+    if world.size != config.resources.world:
+        raise UserError(f"resources.nproc x resources.nodes = {config.resources.world}, but this process is one of "
+                        f"{world.size} ranks; launch with as many tasks as the run has ranks")
+    if not world.lead:
+        return _follow(world, config, run_dir, threads, stop)
     rd = preflight(config, run_dir)
     torch.set_num_threads(int(threads))
     with rd.writer():
         _check_config(config, rd)  # again, now that no one else can write it
+        if world.size > 1 and not os.environ.get(distributed.SPAWNED):
+            distributed.clear_reports(rd.path, world.size)  # a previous attempt's (the spawner clears its own)
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
-        handler = _attach_log(rd)
+        handler = _attach_log(rd.train_log)
         try:
             with stop_on_signals(stop) as stop_event:
-                return _guarded(config, rd, stop_event)
+                return _guarded(config, rd, stop_event, world)
         finally:
             log.removeHandler(handler)
             handler.close()
 
 
-def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event) -> dict[str, Any]:
-    """The loop, with whatever stops it recorded in run.json (nothing may stay "running")."""
+def _rank(world: distributed.World, config: dict[str, Any], run_dir: str, threads: int) -> dict[str, Any]:
+    """What a spawned rank runs (distributed.spawn): the config comes as plain JSON."""
+    from ablate.config import validate
+
+    return run(validate(config), run_dir, threads=threads)
+
+
+def _follow(world: distributed.World, config: RunConfig, run_dir: Path | str, threads: int,
+            stop: threading.Event | None) -> dict[str, Any]:
+    """A rank other than 0: the same loop, writing nothing but its own log (and a report when it fails)."""
+    rd = RunDir(run_dir)
+    torch.set_num_threads(int(threads))
+    handler = _attach_log(rd.logs_dir / f"rank-{world.rank}.log")
     try:
-        return RunLoop(config, rd, stop).main()
+        with stop_on_signals(stop) as stop_event:
+            summary = RunLoop(config, rd, stop_event, world).main()
+        if summary["status"] == "diverged":  # perhaps found here alone (a sampler's logits): rank 0 reads this
+            distributed.write_report(rd.path, world.rank, Diverged(summary["reason"]), status="diverged")
+        return summary
+    except BaseException as e:
+        distributed.write_report(rd.path, world.rank, e)
+        log.exception("rank %d failed", world.rank)
+        raise
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+
+
+class RankFailed(RuntimeError):
+    """Another rank of a data-parallel run failed first; the message names it and its error."""
+
+
+def _peer_failure(rd: RunDir, world: distributed.World, wait_s: float = 5.0) -> dict[str, Any] | None:
+    """After rank 0 failed in a data-parallel run: the earliest report of another rank, if one failed (its report
+    is written before its sockets close, so it is there at once on a local disk; a shared one may lag a little)."""
+    if world.size == 1:
+        return None
+    t_end = time.monotonic() + wait_s
+    while True:
+        reports = [r for r in distributed.read_reports(rd.path, world.size) if r.get("rank") != world.rank]
+        if reports or time.monotonic() > t_end:
+            return reports[0] if reports else None
+        time.sleep(0.1)
+
+
+def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
+                 stop: threading.Event | None) -> dict[str, Any]:
+    """Start the run's ranks on this machine, wait for them, and return rank 0's summary (see distributed.spawn).
+    A rank killed without a word (SIGKILL, the OOM killer) is recorded here: the others only saw a broken peer."""
+    res = config.resources
+    if res.nodes > 1:
+        raise UserError(f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
+                        "sweep with -e slurm (or set resources.nodes=1)")
+    rd = preflight(config, run_dir)
+    distributed.clear_reports(rd.path, res.world)
+    with stop_on_signals(stop) as stop_event:
+        summary, codes = distributed.spawn(
+            "ablate.train.loop:_rank", res.world,
+            {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads}, rd.logs_dir,
+            backend=distributed.backend_for(config.train.device), timeout_s=res.collective_timeout_s, stop=stop_event)
+    if codes.get(0) == 0 and summary is not None:
+        return summary
+    reports = {r["rank"]: r for r in distributed.read_reports(rd.path, res.world)}
+    silent = [r for r, c in sorted(codes.items()) if c != 0 and r not in reports]
+    if silent:  # killed without a word (SIGKILL, the OOM killer): the others only saw a broken peer
+        r = silent[0]
+        err = RankFailed(f"rank {r} of {res.world} {distributed.exit_reason(codes[r])} (no error report; its log: "
+                         f"{rd.logs_dir / ('train.log' if r == 0 else f'rank-{r}.log')})")
+        rd.try_failed("killed", err)
+        raise err
+    first = min(reports.values(), key=lambda d: d.get("time", 0.0), default=None)
+    if first is None:
+        raise RankFailed(f"rank 0 of {res.world} {distributed.exit_reason(codes.get(0))}")
+    if first.get("class") == "UserError":
+        raise UserError(first.get("message", ""))
+    raise RankFailed(f"rank {first['rank']} of {res.world} failed: {first.get('class')}: {first.get('message')}")
+
+
+def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distributed.World) -> dict[str, Any]:
+    """The loop, with whatever stops it recorded in run.json (nothing may stay "running"). In a data-parallel run
+    a crash here may be a peer's: when another rank reported first, its error (or divergence) is what is recorded."""
+    try:
+        summary = RunLoop(config, rd, stop, world).main()
     except DirectoryGone:
         raise  # another directory is at this path now: write nothing to it
     except KeyboardInterrupt:
@@ -76,8 +170,24 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event) -> dict[str, 
         raise
     except UserError as e:  # bad input found once the run had started: say so in run.json, not "running"
         rd.try_failed("input", e)
+        if world.size > 1:
+            distributed.write_report(rd.path, world.rank, e)
         raise
     except Exception as e:
+        peer = _peer_failure(rd, world)
+        if peer is not None and peer.get("status") == "diverged":
+            reason = f"rank {peer['rank']}: {peer.get('message')}"
+            rd.ended("diverged", reason=reason, diverged_reason=reason)
+            log.error("diverged on %s", reason)
+            return {"status": "diverged", "reason": reason, "step": None, "r0": None, "val_pass_rate": None,
+                    "gpu_hours": None, "samples": None, "warnings": [], "max_lag": None}
+        if peer is not None:
+            err = RankFailed(f"rank {peer['rank']} of {world.size} failed: {peer.get('class')}: {peer.get('message')}")
+            rd.try_failed("oom" if "OutOfMemory" in str(peer.get("class")) else "exception", err)
+            log.error("%s", err)
+            raise err from e
+        if world.size > 1:
+            distributed.write_report(rd.path, world.rank, e)
         if no_space(e):
             rd.try_failed("no_space", e)
             raise UserError(f"no space left on the device while writing {rd.path}: free some space and run again "
@@ -85,6 +195,7 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event) -> dict[str, 
         rd.try_failed(cause_of(e), e)
         log.exception("run failed")
         raise
+    return summary
 
 
 def preflight(config: RunConfig, run_dir: Path | str) -> RunDir:
@@ -130,10 +241,10 @@ class _LogFile(logging.FileHandler):
         pass
 
 
-def _attach_log(rd: RunDir) -> logging.Handler:
-    rd.logs_dir.mkdir(parents=True, exist_ok=True)
+def _attach_log(path: Path) -> logging.Handler:
+    path.parent.mkdir(parents=True, exist_ok=True)
     log.setLevel(logging.INFO)
-    h = _LogFile(rd.train_log)
+    h = _LogFile(path)
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(h)
     return h
@@ -142,13 +253,18 @@ def _attach_log(rd: RunDir) -> logging.Handler:
 class RunLoop:
     """The loop of one run over its run directory (see the module docstring)."""
 
-    def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event) -> None:
+    def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event,
+                 world: distributed.World | None = None) -> None:
         self.cfg, self.rd, self.stop = cfg, rd, stop
-        self.learner = Learner(cfg)
+        self.world = world = world or distributed.World()
+        self.lead = world.lead  # rank 0 writes the run directory; the other ranks only compute
+        self.learner = Learner(cfg, world)
         self.evaluator = Evaluator(self.learner)
         self.ckpt = Checkpoints(rd.ckpt_dir)
         dev = self.learner.device
-        self.compute = Compute(devices=device_count() if dev.type == "cuda" else 1, params=self.learner.policy.n_params)
+        # a data-parallel run holds one device per rank (a CPU rank counts one, as a single CPU run does)
+        devices = world.size if world.size > 1 else (device_count() if dev.type == "cuda" else 1)
+        self.compute = Compute(devices=devices, params=self.learner.policy.n_params)
         self.acc = Accumulator()
         self.health = Health()
         self.step = 0
@@ -157,20 +273,40 @@ class RunLoop:
     # ---- checkpoints ----
 
     def save(self) -> None:
+        """Every rank calls it (the ranks' rollout RNG states are gathered); rank 0 writes."""
+        rngs = {}
+        if self.world.size > 1:
+            rngs = {"rollout_rngs": self.world.gather(self.learner.rollout_gen.get_state())}
+        if not self.lead:
+            return
         self.rd.guard()
         self.ckpt.save({"step": self.step, **self.learner.state_dict(), "compute": self.compute.state_dict(),
-                        "acc": self.acc.state_dict(), "health": self.health.state_dict(), "eval": self.last_eval})
+                        "acc": self.acc.state_dict(), "health": self.health.state_dict(), "eval": self.last_eval,
+                        "world": self.world.size, **rngs})
 
     def resume(self) -> bool:
+        """Every rank loads rank 0's checkpoint (model, optimizer, pool and prompt RNG are the same on every rank)
+        and its own rollout RNG; rank 0 alone mends metrics.jsonl."""
         st = self.ckpt.load()
         if st is None:
-            self.rd.keep_metrics_until(-1)  # a crash before the first checkpoint left nothing to keep
+            if self.lead:
+                self.rd.keep_metrics_until(-1)  # a crash before the first checkpoint left nothing to keep
             return False
         self.learner.load_state_dict(st)
+        rngs = st.get("rollout_rngs") or []
+        if self.world.size > 1:
+            if len(rngs) == self.world.size:
+                self.learner.rollout_gen.set_state(rngs[self.world.rank])
+            else:  # saved by another number of ranks: a fresh stream per rank, for this step
+                self.learner.rollout_gen.manual_seed(distributed.rank_seed(self.cfg.seed, self.world.rank, st["step"]))
+                log.info("checkpoint saved by %s rank(s), resumed on %d: new rollout streams", st.get("world", 1),
+                         self.world.size)
         self.compute.load_state_dict(st["compute"])
         self.acc.load_state_dict(st["acc"])
         self.health.load_state_dict(st["health"])
         self.step, self.last_eval = st["step"], st["eval"]
+        if not self.lead:
+            return True
         kept = self.rd.keep_metrics_until(self.step)
         if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
             self.rd.append_metrics(self.last_eval)  # its line was torn by the crash: write it again
@@ -188,14 +324,20 @@ class RunLoop:
                                "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
                                "wall_s": self.compute.wall_s}
         rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
-        self.rd.append_metrics(rec)
+        if self.lead:
+            self.rd.append_metrics(rec)
         self.last_eval = rec
         self.acc = Accumulator()
         log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
                  ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
         self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
-        self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
+        if self.lead:
+            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
                          gpu_hours=self.compute.gpu_hours)
+
+    def stop_requested(self) -> bool:
+        """Whether the run stops at this step boundary: a stop request on any rank stops every rank here."""
+        return self.world.any(self.stop.is_set())
 
     # ---- the loop ----
 
@@ -203,44 +345,48 @@ class RunLoop:
         cfg, tr = self.cfg, self.cfg.train
         resumed = self.resume()
         info = {}
-        if cfg.model.name == "tiny":
+        if cfg.model.name == "tiny" and self.lead:
             from ablate.train.warmup import warmed_up_folder, warmup_info
 
             info = {k: v for k, v in warmup_info(warmed_up_folder(cfg, self.learner.task)).items() if k != "history"}
-        ids = {} if self.rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
-        self.rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resumed else None,
-                        logs={"train": str(self.rd.train_log)}, warmup=info, params=self.learner.policy.n_params,
-                        max_steps=tr.max_steps, device=str(self.learner.device))
+        if self.lead:
+            ids = {} if self.rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
+            ranks = {"ranks": self.world.size} if self.world.size > 1 else {}
+            self.rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resumed else None,
+                            logs={"train": str(self.rd.train_log)}, warmup=info, params=self.learner.policy.n_params,
+                            max_steps=tr.max_steps, device=str(self.learner.device), **ranks)
         log.info("run %s: %d params, %s x %s per step, loss %s, offpolicy %s-%d, %d steps%s", self.rd.path.name,
                  self.learner.policy.n_params, cfg.batch.prompts, cfg.batch.generations, cfg.loss.name,
                  cfg.offpolicy.name, cfg.offpolicy.k, tr.max_steps, f" (resuming at {self.step})" if resumed else "")
         self.compute.start()
         feeder = make_feeder(self.learner, self.step)
-        status, reason = "done", None
+        status, reason, stopping = "done", None, False
         try:
             if not resumed:
                 self.log_eval()
-            while self.step < tr.max_steps and not self.stop.is_set():
+            while self.step < tr.max_steps and not (stopping := self.stop_requested()):
                 b = feeder.next(self.step)
-                if b is None:
+                if self.world.any(b is None):  # the ranks share one pool: when it runs dry, it does for all
                     reason = "prompt pool exhausted (every prompt passed no-positive-resampling)"
                     log.info(reason)
                     break
-                self.compute.add_generation(int(b.ro.prompt_mask.sum()), int(b.ro.present.sum()), b.ro.group.numel())
                 m = self.learner.step(b, self.step)
                 self.step += 1
+                self.compute.add_generation(int(m.pop("prompt_tokens")), int(m.pop("new_tokens")),
+                                            int(m.pop("completions")))
                 self.compute.add_training(int(m.pop("trained_tokens")))
                 feeder.after_step(self.step)
                 self.acc.add(m)
                 warning = self.health.after_step(m["truncation_rate"], self.step)
                 if warning:
                     log.warning(warning)
-                    self.rd.progress(warnings=self.health.warnings, truncation_warning=True)
+                    if self.lead:
+                        self.rd.progress(warnings=self.health.warnings, truncation_warning=True)
                 if self.step % tr.eval_every == 0 or self.step == tr.max_steps:
                     self.log_eval()
                 if self.step % tr.checkpoint_every == 0 or self.step == tr.max_steps:
                     self.save()
-            if self.stop.is_set() and self.step < tr.max_steps:
+            if stopping and self.step < tr.max_steps:
                 status, reason = "preempted", f"stopped by a signal at step {self.step}"
                 self.save()
             elif reason:
@@ -257,7 +403,8 @@ class RunLoop:
                    "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None, "reason": reason,
                    "gpu_hours": self.compute.gpu_hours, "samples": self.compute.samples,
                    "warnings": self.health.warnings, "max_lag": feeder.max_lag}
-        self.rd.ended(status, reason=reason, step=self.step, max_lag=feeder.max_lag,
-                      **({"diverged_reason": reason} if status == "diverged" else {}))
+        if self.lead:
+            self.rd.ended(status, reason=reason, step=self.step, max_lag=feeder.max_lag,
+                          **({"diverged_reason": reason} if status == "diverged" else {}))
         log.info("run %s: %s at step %d (%s)", self.rd.path.name, status, self.step, reason or "max_steps reached")
         return summary

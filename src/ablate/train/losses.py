@@ -33,7 +33,9 @@ from ablate.registry import Registry
 
 LossFn = Callable[..., tuple[Tensor, dict[str, float]]]
 LOSSES: Registry[LossFn] = Registry("loss")
-AGGREGATIONS: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry("aggregation")
+AGGREGATIONS: Registry[Callable[..., Tensor]] = Registry("aggregation")
+"""fn(mask [N, T] as floats, group ids [N], total) -> weights [N, T]; `total` maps the mode's local denominator
+count to the whole step's (the identity in one process, a sum over ranks in a data-parallel run)."""
 
 # exp() of a log-ratio beyond this overflows float32 and turns a clipped (zero) gradient into 0*inf = NaN.
 # Gradients are unchanged for |log rho| < 20 (rho in [2e-9, 5e8]), far outside any sane off-policy gap
@@ -243,7 +245,8 @@ def cispo(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, e
 # ---------------------------------------------------------------------------------------------- aggregation
 
 
-def token_weights(mask: Tensor, group_ids: Tensor | list[int], mode: str, dtype: torch.dtype | None = None) -> Tensor:
+def token_weights(mask: Tensor, group_ids: Tensor | list[int], mode: str, dtype: torch.dtype | None = None,
+                  reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Per-token weights [N, T] for loss = (per_token_loss * weights).sum(), over the WHOLE optimizer-step batch.
 
     mask: [N, T] (bool or 0/1; rows of all zeros are completions dropped by a filter and count in no denominator);
@@ -251,6 +254,9 @@ def token_weights(mask: Tensor, group_ids: Tensor | list[int], mode: str, dtype:
     `aggregation`). The weights sum to 1 (0 everywhere if no token is valid: the step then has no loss).
     Slice the result with the same rows as the micro-batch; never recompute it per micro-batch.
     dtype: the weights' dtype (default: mask's if floating, else torch's default).
+    reduce: in a data-parallel run, sums over ranks: the mode's denominator (valid completions, valid groups or
+    tokens) is then the whole step's, so the weights sum to 1 over all ranks and each rank's loss is its share of
+    the one-process loss. Every rank calls it once, whatever its rows (N may be 0).
     """
     fn = AGGREGATIONS.get(mode)
     if mask.dim() != 2:
@@ -261,31 +267,34 @@ def token_weights(mask: Tensor, group_ids: Tensor | list[int], mode: str, dtype:
     if dtype is None:
         dtype = mask.dtype if mask.dtype.is_floating_point else torch.get_default_dtype()
     m = (mask != 0).to(dtype)
-    if not bool(m.any()):
-        return torch.zeros_like(m)
-    return fn(m, gids)
+    if reduce is None:
+        if not bool(m.any()):
+            return torch.zeros_like(m)
+        return fn(m, gids, lambda count: count)
+    return fn(m, gids, lambda count: reduce(count.to(torch.float64)).to(count.dtype))
 
 
 @AGGREGATIONS.register("sample")
-def _sample_weights(m: Tensor, gids: Tensor) -> Tensor:
+def _sample_weights(m: Tensor, gids: Tensor, total: Callable[[Tensor], Tensor]) -> Tensor:
     """Mean over a completion's tokens, then over completions (GRPO's original): w = 1/(N_valid*|y_i|)."""
     lens = m.sum(dim=1)
-    n_valid = (lens > 0).sum()
-    return m / (lens.clamp(min=1) * n_valid)[:, None]
+    n_valid = total((lens > 0).sum().to(m.dtype))
+    return m / (lens.clamp(min=1) * n_valid.clamp(min=1))[:, None]
 
 
 @AGGREGATIONS.register("prompt")
-def _prompt_weights(m: Tensor, gids: Tensor) -> Tensor:
+def _prompt_weights(m: Tensor, gids: Tensor, total: Callable[[Tensor], Tensor]) -> Tensor:
     """Token-mean within each prompt group, then mean over groups (ScaleRL's choice): w = 1/(G_valid*tokens_g).
     A group whose completions were all dropped (zero-variance filter) has no tokens and is not counted in G_valid."""
     _, inv = torch.unique(gids, return_inverse=True)
     lens = m.sum(dim=1)
-    group_tokens = torch.zeros(int(inv.max()) + 1, dtype=m.dtype, device=m.device).index_add_(0, inv, lens)
-    g_valid = (group_tokens > 0).sum()
-    return m / (group_tokens[inv].clamp(min=1) * g_valid)[:, None]
+    groups = int(inv.max()) + 1 if inv.numel() else 0
+    group_tokens = torch.zeros(groups, dtype=m.dtype, device=m.device).index_add_(0, inv, lens)
+    g_valid = total((group_tokens > 0).sum().to(m.dtype))
+    return m / (group_tokens[inv].clamp(min=1) * g_valid.clamp(min=1))[:, None]
 
 
 @AGGREGATIONS.register("token")
-def _token_weights(m: Tensor, gids: Tensor) -> Tensor:
+def _token_weights(m: Tensor, gids: Tensor, total: Callable[[Tensor], Tensor]) -> Tensor:
     """All valid tokens of the step pooled (DAPO's token-level loss, arXiv 2503.14476 §3.3): w = 1/total_tokens."""
-    return m / m.sum()
+    return m / total(m.sum()).clamp(min=1)

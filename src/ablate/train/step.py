@@ -7,10 +7,17 @@ to step, evaluate and checkpoint; the feeders (feeders.py) decide which weights 
     learner = Learner(cfg)                       # task, warmed-up policy, AdamW, pool; no run directory
     batch = learner.make_batch(sampler, gen)     # G prompts x n completions, scored
     metrics = learner.step(batch, step)          # one optimizer step; `step` = steps taken before it
+
+Data-parallel (`Learner(cfg, world)` with world.size > 1, see distributed.py): every rank draws the same G prompts,
+generates and scores its share of the groups, and `step` takes the same optimizer step on every rank: the batch
+normalisers are summed over ranks, DDP sums the gradients, and the pool and metrics are reduced. Every rank makes
+the same collective calls in the same order whatever its share holds (a rank whose groups were all filtered out
+runs a zero-weight forward/backward), so no rank waits on a collective the others skip.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass
@@ -21,6 +28,7 @@ import torch
 from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.train import advantages, filters, length, losses
+from ablate.train.distributed import World, rank_seed
 from ablate.train.policy import Policy, build_policy
 from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, make_sampler
 from ablate.train.tasks import Task, build_task
@@ -51,27 +59,58 @@ class Batch:
     version: int
 
 
+class Scorer(torch.nn.Module):
+    """Policy.completion_logits as a module's forward, so that DDP sees the forward it must synchronise."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        self.model = policy.model  # registered: DDP finds the parameters here
+        self.policy = policy
+
+    def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor,
+                tokens: torch.Tensor) -> torch.Tensor:
+        return self.policy.completion_logits(prompt_ids, prompt_mask, group, tokens)
+
+
 class Learner:
     """Everything one optimizer step needs (see the module docstring)."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, world: World | None = None) -> None:
         self.cfg = cfg
+        self.world = world = world or World()
         self.device = resolve_device(cfg.train.device)
+        if self.device.type == "cuda" and world.size > 1:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.phrase = cfg.length.phrase or TASK_PHRASE[cfg.task.name]
         self.task: Task = build_task(cfg.task, cfg.train.val_size, self.phrase)
         self.val = self.task.val[: cfg.train.val_size]
         self.G, self.n = cfg.batch.prompts, cfg.batch.generations
         self.loss_fn = losses.get(cfg.loss.name)
         self.loss_params = {k: v for k, v in vars(cfg.loss).items() if k != "name" and v is not None}
+        if not world.lead:
+            world.barrier()  # rank 0 builds (and caches) the warmed-up policy first; the others load it
         self.policy: Policy = build_policy(cfg, self.task)
+        if world.lead:
+            world.barrier()
         self.policy.model.to(self.device)  # sampler and trainer follow the parameters' device
+        self.scorer: torch.nn.Module = Scorer(self.policy)
+        if world.size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            # no buffer sync per forward: the samplers run the model outside DDP, at their own pace
+            self.scorer = DistributedDataParallel(
+                self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                forward_sync_buffers=False)
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))
         o = cfg.optim
         self.opt = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr, betas=tuple(o.betas),
                                      weight_decay=o.weight_decay, **({} if o.eps is None else {"eps": o.eps}))
         self.pool = filters.PromptPool(len(self.task.train), cfg.filtering.pass_threshold)
         self.pool_lock = threading.Lock()  # the PipelineRL generator thread draws from the pool too
-        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.gen = torch.Generator().manual_seed(cfg.seed)  # the prompt draws: the same stream on every rank
+        # the rollouts: one stream with the prompt draws in a single process, each rank its own otherwise
+        self.rollout_gen = (self.gen if world.size == 1
+                            else torch.Generator().manual_seed(rank_seed(cfg.seed, world.rank)))
 
     # ---- samplers ----
 
@@ -95,14 +134,19 @@ class Learner:
 
     # ---- rollouts and rewards ----
 
-    def make_batch(self, sampler: PolicySampler, gen: torch.Generator) -> Batch | None:
-        """G prompts from the pool, n completions each, scored; None when the pool is exhausted."""
+    def make_batch(self, sampler: PolicySampler, gen: torch.Generator,
+                   rollout_gen: torch.Generator | None = None) -> Batch | None:
+        """G prompts from the pool (drawn with `gen`), n completions each (sampled with `rollout_gen`, default
+        `gen`), scored; None when the pool is exhausted. Data-parallel: this rank's share of the G groups, and None
+        when fewer prompts than ranks are left (every rank sees the same pool, so all stop together)."""
         with self.pool_lock:
             ids = self.pool.sample(self.G, gen)
-        if not ids:
+        if len(ids) < max(1, self.world.size):
             return None
+        ids = self.world.shard(ids)
+        rgen = gen if rollout_gen is None else rollout_gen
         probs = [self.task.train[i] for i in ids]
-        ro = sampler.generate([p.prompt for p in probs], self.n, self.spec(len(ids) * self.n, gen), gen)
+        ro = sampler.generate([p.prompt for p in probs], self.n, self.spec(len(ids) * self.n, rgen), rgen)
         rewards, correct = self.score(ro, [p.answer for p in probs])
         return Batch(ro, rewards, correct, ids, ro.version)
 
@@ -120,67 +164,127 @@ class Learner:
     # ---- one optimizer step ----
 
     def step(self, b: Batch, step: int) -> dict[str, float]:
-        """One optimizer step on batch `b`; `step` = optimizer steps taken before this one. Returns its metrics."""
-        ro, pol, fc = b.ro, self.policy, self.cfg.filtering
+        """One optimizer step on batch `b`; `step` = optimizer steps taken before this one. Returns its metrics,
+        over the whole step (all ranks), with the compute counters `prompt_tokens`, `new_tokens`, `completions`
+        and `trained_tokens` for the loop to pop."""
+        ro, fc, world = b.ro, self.cfg.filtering, self.world
+        reduce = world.sum if world.size > 1 else None
         group = ro.group
         keep = filters.zero_variance_mask(b.rewards, group, fc.zero_variance_tol) if fc.zero_variance else None
-        adv = advantages.group_advantages(b.rewards, group, self.cfg.normalization.name, keep=keep)
+        adv = advantages.group_advantages(b.rewards, group, self.cfg.normalization.name, keep=keep, reduce=reduce)
         keep_m = keep if keep is not None else torch.ones_like(b.correct)
-        m = {
-            "train_reward": float(b.rewards.mean()),
-            "train_pass_rate": float(b.correct.float().mean()),
-            "truncation_rate": length.truncation_rate(ro.truncated),
-            "mean_response_len": float(ro.lengths.float().mean()),
-            "zero_variance_frac": filters.zero_variance_frac(keep_m, group),
-            "interrupt_rate": float(ro.interrupted.float().mean()),
-            "entropy": float(ro.entropy.mean()) if ro.entropy is not None else float("nan"),
-            "lag": float(step - b.version),
-        }
         if fc.no_positive_resampling:
-            with self.pool_lock:
-                self.pool.update(torch.tensor(b.prompt_ids)[group.cpu()], b.correct.cpu())
-        m["pool_size"] = float(len(self.pool))
+            self._update_pool(b)
         rows = keep_m.nonzero().squeeze(1)
-        if rows.numel() == 0:  # every group had equal rewards: nothing to learn from this batch
-            m.update(grad_norm=0.0, is_clip_frac=0.0, trained_frac=0.0, trained_tokens=0.0)
-            return m
+        N, n_groups = group.numel(), int(ro.prompt_ids.shape[0])
+        # the step's sums over this rank's rows; one all-reduce at the end makes them the whole step's
+        sums = {
+            "rows": float(N), "groups": float(n_groups), "reward": float(b.rewards.double().sum()),
+            "passed": float(b.correct.double().sum()), "truncated": float(ro.truncated.double().sum()),
+            "length": float(ro.lengths.double().sum()), "interrupted": float(ro.interrupted.double().sum()),
+            "entropy": float(ro.entropy.double().sum()) if ro.entropy is not None else 0.0,
+            "entropy_rows": float(N) if ro.entropy is not None else 0.0,
+            "dropped_groups": filters.zero_variance_frac(keep_m, group) * n_groups,
+            "prompt_tokens": float(ro.prompt_mask.sum()), "new_tokens": float(ro.present.sum()),
+            "kept_rows": float(rows.numel()), "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,
+        }
+        trained = world.totals([rows.numel()])[0] > 0 if world.size > 1 else rows.numel() > 0
+        gn = 0.0
+        if trained:  # every group of the step had equal rewards: nothing to learn from this batch
+            gn = self._backward(b, adv, rows, step, reduce, sums)
+            lr, warm = self.cfg.optim.lr, self.cfg.optim.lr_warmup_steps
+            for grp in self.opt.param_groups:  # linear lr warm-up, a function of the step: restarts resume it exactly
+                grp["lr"] = lr * min(1.0, (step + 1) / max(1, warm))
+            self.opt.step()
+        t = dict(zip(sums, world.totals(list(sums.values()))))
+        m = {
+            "train_reward": t["reward"] / t["rows"],
+            "train_pass_rate": t["passed"] / t["rows"],
+            "truncation_rate": t["truncated"] / t["rows"],
+            "mean_response_len": t["length"] / t["rows"],
+            "zero_variance_frac": t["dropped_groups"] / t["groups"],
+            "interrupt_rate": t["interrupted"] / t["rows"],
+            "entropy": t["entropy"] / t["entropy_rows"] if t["entropy_rows"] else float("nan"),
+            "lag": float(step - b.version),
+            "pool_size": float(len(self.pool)),
+            "grad_norm": gn,
+            "is_clip_frac": t["clipped"] / max(t["tokens"], 1.0),
+            "trained_frac": t["kept_rows"] / t["rows"],
+            "prompt_tokens": t["prompt_tokens"], "new_tokens": t["new_tokens"], "completions": t["rows"],
+            "trained_tokens": t["trained_tokens"],
+        }
+        if trained:
+            m["loss"] = t["loss"]
+        return m
+
+    def _update_pool(self, b: Batch) -> None:
+        """No-positive-resampling: record every completion of the step, from every rank, in the pool."""
+        pids = torch.tensor(b.prompt_ids)[b.ro.group.cpu()]
+        ok = b.correct.cpu()
+        if self.world.size > 1:
+            # (prompt id, passes, attempts) per group of this rank, padded to G rows, gathered from every rank
+            rows = torch.full((self.G, 3), -1, dtype=torch.int64)
+            for i, pid in enumerate(b.prompt_ids):
+                hit = pids == pid
+                rows[i] = torch.tensor([pid, int(ok[hit].sum()), int(hit.sum())])
+            got = torch.cat(self.world.gather(rows))
+            got = got[got[:, 0] >= 0]
+            with self.pool_lock:
+                self.pool.update_counts(got[:, 0].tolist(), got[:, 1].tolist(), got[:, 2].tolist())
+            return
+        with self.pool_lock:
+            self.pool.update(pids, ok)
+
+    def _backward(self, b: Batch, adv: torch.Tensor, rows: torch.Tensor, step: int, reduce: Any,
+                  sums: dict[str, float]) -> float:
+        """Forward/backward over this rank's kept rows in micro-batches, gradients summed over ranks; returns the
+        clipped global gradient norm. Raises Diverged (on every rank alike) on a non-finite loss or gradient."""
+        ro, world = b.ro, self.world
         # Only the kept rows go through forward/backward (zero-variance groups carry no gradient). Their prompts
         # are re-indexed so each is run once for its group (Policy.completion_logits).
-        used, gsub = torch.unique(group[rows], return_inverse=True)
-        T = int(ro.present[rows].sum(1).max())
+        used, gsub = torch.unique(ro.group[rows], return_inverse=True)
+        T = int(ro.present[rows].sum(1).max()) if rows.numel() else 1
         tokens, mask = ro.tokens[rows, :T], ro.mask[rows, :T]
         old, a = ro.logp[rows, :T], adv[rows]
         pids, pmask = ro.prompt_ids[used], ro.prompt_mask[used]
-        w = losses.token_weights(mask, gsub, self.cfg.aggregation.name, dtype=torch.float32)
+        w = losses.token_weights(mask, gsub, self.cfg.aggregation.name, dtype=torch.float32, reduce=reduce)
         micro = self.cfg.optim.micro_batch
-        chunk = micro if micro else rows.numel()
+        chunk = micro if micro else max(rows.numel(), 1)
+        chunks = -(-rows.numel() // chunk)
+        # DDP needs the same number of backward passes on every rank: a rank with fewer chunks runs zero-weight ones
+        total_chunks = world.max(chunks) if world.size > 1 else chunks
         temperature = self.cfg.rollout.temperature
         self.opt.zero_grad(set_to_none=True)
-        tot_loss, clip_sum, ntok = 0.0, 0.0, int(mask.sum())
-        for s in range(0, rows.numel(), chunk):
-            sl = slice(s, s + chunk)
-            logits = pol.completion_logits(pids, pmask, gsub[sl], tokens[sl]).float()
-            if temperature != 1.0:
-                logits = logits / temperature
-            logp = torch.log_softmax(logits, -1).gather(2, tokens[sl, :, None]).squeeze(2)
-            ptl, lm = self.loss_fn(logp, old[sl], a[sl], mask[sl], **self.loss_params)
-            loss = (ptl * w[sl]).sum()
-            if not torch.isfinite(loss):
-                raise Diverged(f"non-finite loss ({float(loss)}) at step {step + 1}")
-            loss.backward()
-            tot_loss += float(loss.detach())
-            clip_sum += lm.get("is_clip_frac", 0.0) * float(mask[sl].sum())
-        gn = float(torch.nn.utils.clip_grad_norm_(pol.model.parameters(), self.cfg.optim.grad_clip))
+        bad: float | None = None
+        for c in range(total_chunks):
+            sync = c == total_chunks - 1
+            with self.scorer.no_sync() if world.size > 1 and not sync else contextlib.nullcontext():
+                if c < chunks:
+                    sl = slice(c * chunk, (c + 1) * chunk)
+                    logits = self.scorer(pids, pmask, gsub[sl], tokens[sl]).float()
+                    if temperature != 1.0:
+                        logits = logits / temperature
+                    logp = torch.log_softmax(logits, -1).gather(2, tokens[sl, :, None]).squeeze(2)
+                    ptl, lm = self.loss_fn(logp, old[sl], a[sl], mask[sl], **self.loss_params)
+                    loss = (ptl * w[sl]).sum()
+                    sums["clipped"] += lm.get("is_clip_frac", 0.0) * float(mask[sl].sum())
+                else:  # this rank has no rows left: a zero-weight pass keeps DDP's all-reduce in step
+                    loss = self.scorer(ro.prompt_ids[:1], ro.prompt_mask[:1], ro.group[:1] * 0,
+                                       ro.tokens[:1, :1]).float().sum() * 0.0
+                if not torch.isfinite(loss) and bad is None:
+                    bad = float(loss)
+                # DDP averages the ranks' gradients; the weights already make each rank's loss its share of the
+                # step's, so the sum is wanted: scale by the world size (exactly 1 in one process)
+                (loss * world.size).backward()
+                sums["loss"] += float(loss.detach())
+        if world.any(bad is not None):
+            raise Diverged(f"non-finite loss ({bad if bad is not None else 'on another rank'}) at step {step + 1}")
+        gn = float(torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.optim.grad_clip))
         if not math.isfinite(gn):
             raise Diverged(f"non-finite gradient norm at step {step + 1}")
-        lr, warm = self.cfg.optim.lr, self.cfg.optim.lr_warmup_steps
-        for grp in self.opt.param_groups:  # linear lr warm-up, a function of the step: restarts resume it exactly
-            grp["lr"] = lr * min(1.0, (step + 1) / max(1, warm))
-        self.opt.step()
-        m.update(loss=tot_loss, grad_norm=gn, is_clip_frac=clip_sum / max(ntok, 1),
-                 trained_frac=rows.numel() / group.numel(),
-                 trained_tokens=float(int(pmask.sum()) + int(ro.present[rows, :T].sum())))
-        return m
+        sums["tokens"] = float(mask.sum())
+        sums["trained_tokens"] = float(int(pmask.sum()) + int(ro.present[rows, :T].sum())) if rows.numel() else 0.0
+        return gn
 
     # ---- checkpoint state ----
 
