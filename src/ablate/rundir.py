@@ -96,7 +96,10 @@ def no_space(exc: BaseException) -> bool:
 
 
 def cause_of(exc: BaseException) -> str:
-    """The `cause` recorded for a crash: oom, no_space or exception."""
+    """The `cause` recorded for a crash: oom, no_space or exception (or the `cause` an exception carries, as a
+    data-parallel run's RankFailed does: `killed` for a rank that died of a signal)."""
+    if isinstance(getattr(exc, "cause", None), str):
+        return exc.cause  # type: ignore[attr-defined]
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
         return "oom"
     return "no_space" if no_space(exc) else "exception"

@@ -106,3 +106,187 @@ def test_two_ranks_take_the_one_process_step_for_every_loss_and_aggregation(tmp_
                 continue
             assert two["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-7), (what, k)
         assert two["pool"] == one["pool"], what
+
+
+# ---- (b) a run at resources.nproc=2 ----
+
+LONG = ["train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every=3", "resources.nproc=2"]
+
+
+def _stop_after(cmd: list[str], out: Path, n_lines: int) -> subprocess.Popen:
+    """Start `ablate train`, wait until metrics.jsonl has `n_lines` lines, send SIGTERM, wait for the process."""
+    p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    until(lambda: len(_steps(out)) >= n_lines if out.exists() else False, f"{n_lines} metrics lines")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=300)
+    return p
+
+
+def test_a_two_rank_run_stops_on_sigterm_and_resumes_without_gap_or_duplicate(tmp_path):
+    one = tmp_path / "one"
+    run(_cfg(), one)  # the one-process run whose metrics file the two-rank run must match in form
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--out", str(out)]
+    p = _stop_after(cmd, out, 4)  # 4 eval lines: past the first periodic checkpoint (step 3)
+    assert p.returncode == 0, p.stdout
+    meta = store.read_json(out / "run.json")
+    assert meta["status"] == "preempted" and meta["ranks"] == 2, meta
+    stopped = meta["step"]
+    ckpt = torch.load(out / "ckpt" / "last.pt", weights_only=True)
+    assert ckpt["step"] == stopped and ckpt["world"] == 2 and len(ckpt["rollout_rngs"]) == 2
+    assert not torch.equal(ckpt["rollout_rngs"][0], ckpt["rollout_rngs"][1])  # each rank its own stream
+    first = _steps(out)
+    _stop_after(cmd, out, len(first) + 3)
+    meta = store.read_json(out / "run.json")
+    assert meta["status"] == "preempted" and meta["resumed_from"] == stopped
+    steps = _steps(out)
+    assert steps == list(range(0, steps[-1] + 1, 2)), steps  # every line once, none missing
+    assert steps[: len(first)] == first
+    recs = store.read_jsonl(out / "metrics.jsonl")
+    assert all(a["samples"] < b["samples"] and a["wall_s"] < b["wall_s"] for a, b in zip(recs, recs[1:]))
+    assert recs[1]["samples"] == 2 * 4 * 4  # two steps of the whole batch (4 prompts x 4), not a rank's share
+    ref = store.read_jsonl(one / "metrics.jsonl")
+    assert [sorted(r) for r in recs[1:3]] == [sorted(r) for r in ref[1:3]]  # the same fields as one process writes
+    assert (out / "logs" / "rank-1.log").read_text().count("eval step") >= len(steps)
+    assert not list((out / "logs").glob("rank-*.failed.json"))
+
+
+def test_the_two_rank_curve_agrees_with_the_one_process_curve_within_noise(tmp_path):
+    """Same seed, same recipe, 1 and 2 processes: the rollouts differ (each rank samples its own stream), so the
+    curves are two draws of the same process. Every evaluation must agree within 4 standard errors of the
+    difference of two binomial estimates, and the means over the run within 4 standard errors too."""
+    extra = ["train.max_steps=40", "train.eval_every=5", "task.train_size=60", "train.val_size=40", "train.eval_k=8"]
+    run(_cfg(*extra), tmp_path / "one")
+    run(_cfg(*extra, "resources.nproc=2"), tmp_path / "two")
+    a, b = (store.read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("one", "two"))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(0, 41, 5))
+    n = a[0]["val_n"]
+    assert n == b[0]["val_n"] == 320
+    for ra, rb in zip(a, b):
+        p = (ra["val_pass_rate"] + rb["val_pass_rate"]) / 2
+        se = math.sqrt(2 * max(p * (1 - p), 0.05) / n)
+        assert abs(ra["val_pass_rate"] - rb["val_pass_rate"]) <= 4 * se, (ra["step"], ra["val_pass_rate"], rb["val_pass_rate"])
+    ma = sum(r["val_pass_rate"] for r in a) / len(a)
+    mb = sum(r["val_pass_rate"] for r in b) / len(b)
+    assert abs(ma - mb) <= 4 * math.sqrt(2 * max(ma * (1 - ma), 0.05) / (n * len(a))) + 0.03, (ma, mb)
+    assert b[-1]["samples"] == a[-1]["samples"]  # the same global batch: the same samples per step
+
+
+# ---- (d) a rank that fails ----
+
+
+def test_a_rank_that_fails_fails_the_run_with_its_own_error(tmp_path):
+    """Rank 1 cannot open its log (a directory is in the way) and fails; rank 0, waiting for it in a collective,
+    sees a broken peer at once (no timeout), and the run records rank 1's error, not rank 0's symptom."""
+    out = tmp_path / "r"
+    (out / "logs" / "rank-1.log").mkdir(parents=True)
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2 failed: IsADirectoryError"):
+        run(_cfg("resources.nproc=2"), out)
+    meta = store.read_json(out / "run.json")
+    assert meta["status"] == "failed" and "rank 1 of 2 failed: IsADirectoryError" in meta["error"]["message"], meta
+
+
+def test_a_rank_killed_mid_run_fails_the_run_and_status_names_it(tmp_path, monkeypatch):
+    """SIGKILL (the OOM killer's way) to rank 1 once an evaluation is written, in a sweep on the local executor:
+    the run fails, nothing hangs, and `ablate status` shows which rank died and how."""
+    from ablate.identity import arm_id, run_id
+    from ablate.launch import launch_sweep
+    from ablate.rundir import RunDir
+    from ablate.spec import RunSpec
+    from ablate.status import wait_for
+    from ablate.sweep import Sweep
+
+    run(_cfg(), tmp_path / "warm")  # the warm-up, cached once
+    cfg = _cfg("train.max_steps=1000000", "train.checkpoint_every=1000000", "resources.nproc=2")
+    spec = RunSpec("dp", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
+    launch_sweep(Sweep("dp", RECIPE, None, [0], [spec]), root=tmp_path, executor="local", echo=None)
+    rd = RunDir.of(tmp_path, "dp", spec.run_id)
+    until(lambda: len(_steps(rd.path)) >= 2 if rd.metrics_path.exists() else False, "an evaluation after step 0")
+    rank1 = rd.logs_dir / "rank-1.log"
+    pid = int(until(lambda: rank1.exists() and "pid " in rank1.read_text() and rank1.read_text(), "rank 1's pid")
+              .split("pid ", 1)[1].split()[0])
+    os.kill(pid, signal.SIGKILL)
+    st = wait_for(tmp_path, "dp", [spec.run_id], timeout=300)[spec.run_id]
+    assert st.state == "failed" and "rank 1 of 2 was killed by SIGKILL" in st.error, st
+    shown = subprocess.run([sys.executable, "-m", "ablate", "status", "dp", "--root", str(tmp_path)], cwd=ROOT,
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert "rank 1 of 2 was killed by SIGKILL" in shown.stdout, shown.stdout
+    assert store.read_json(rd.info_path)["status"] == "failed"
+
+
+# ---- (c) on SLURM: one job of two tasks ----
+
+
+@pytest.mark.slurm
+def test_a_two_task_slurm_job_trains_one_run_on_both_ranks(tmp_path, slurm_cluster):
+    """resources.nproc=2 under -e slurm: one job of two tasks, each a rank that joined the process group from
+    submitit's view of the job; task 0 claims and records the run, rank 1 trains beside it and logs."""
+    from ablate.identity import arm_id, run_id
+    from ablate.launch import launch_sweep
+    from ablate.ledger import Ledger
+    from ablate.rundir import RunDir
+    from ablate.spec import RunSpec
+    from ablate.status import wait_for
+    from ablate.sweep import Sweep
+
+    run(_cfg(), tmp_path / "warm")  # the warm-up, cached once (the jobs share ABLATE_CACHE)
+    cfg = _cfg("resources.nproc=2")
+    spec = RunSpec("dps", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
+    plan = launch_sweep(Sweep("dps", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
+                        echo=None)
+    st = wait_for(tmp_path, "dps", [spec.run_id], timeout=300)[spec.run_id]
+    assert st.state == "done", st
+    rd = RunDir.of(tmp_path, "dps", spec.run_id)
+    meta = store.read_json(rd.info_path)
+    assert meta["ranks"] == 2 and meta["step"] == 6 and meta["job_id"] == plan.job_ids[spec.run_id]
+    assert _steps(rd.path) == [0, 2, 4, 6]
+    assert "rank 1 of 2" in (rd.logs_dir / "rank-1.log").read_text()
+    assert (rd.logs_dir / "rank-1.log").read_text().count("eval step") == 4
+    started = [e for e in Ledger(tmp_path / "dps").events() if e["event"] == "started"]
+    assert len(started) == 1  # task 0 alone claims the run
+    sacct = subprocess.run(["sacct", "-j", plan.job_ids[spec.run_id], "-n", "-P", "-o", "JobID,NTasks"],
+                           capture_output=True, text=True).stdout
+    assert any(line.split("|")[1] == "2" for line in sacct.splitlines() if "|" in line), sacct
+
+
+@pytest.mark.slurm
+def test_a_preempted_two_task_job_checkpoints_once_and_the_whole_job_requeues(tmp_path, slurm_cluster):
+    """USR2 (SLURM's preemption notice) reaches both tasks: the ranks agree on a step, rank 0 checkpoints and
+    submitit requeues the job; both tasks come back and the run resumes from that step, gap-free. The run is far
+    too long to end by itself; each signal follows an observed evaluation; the second one ends it (no requeues
+    left: preempted)."""
+    from ablate.identity import arm_id, run_id
+    from ablate.launch import launch_sweep
+    from ablate.ledger import Ledger
+    from ablate.rundir import RunDir
+    from ablate.spec import RunSpec
+    from ablate.status import wait_for
+    from ablate.sweep import Sweep
+
+    run(_cfg(), tmp_path / "warm")
+    cfg = _cfg("resources.nproc=2", "train.max_steps=1000000", "train.checkpoint_every=1000000",
+               "launcher.max_requeues=1")
+    spec = RunSpec("dpp", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
+    plan = launch_sweep(Sweep("dpp", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
+                        echo=None)
+    job_id = plan.job_ids[spec.run_id]
+    rd = RunDir.of(tmp_path, "dpp", spec.run_id)
+
+    def started() -> list[dict]:
+        return [e for e in Ledger(tmp_path / "dpp").events() if e["event"] == "started"]
+
+    until(lambda: len(_steps(rd.path)) >= 3 if rd.metrics_path.exists() else False, "three evaluations")
+    subprocess.run(["scancel", job_id, "--signal", "USR2"], check=True)
+    until(lambda: len(started()) == 2, "the requeued job to start")
+    until(lambda: "resumed from step" in rd.train_log.read_text(), "the requeued run to resume")
+    resumed = int(rd.train_log.read_text().split("resumed from step ", 1)[1].split()[0])
+    until(lambda: _steps(rd.path)[-1] >= resumed + 4, "two evaluations after the resume")
+    subprocess.run(["scancel", job_id, "--signal", "USR2"], check=True)
+    st = wait_for(tmp_path, "dpp", [spec.run_id], timeout=300)[spec.run_id]
+    assert (st.state, st.requeues, st.attempts) == ("preempted", 1, 2), st
+    steps = _steps(rd.path)
+    assert steps == list(range(0, steps[-1] + 1, 2)), steps  # gap-free across the requeue
+    log1 = (rd.logs_dir / "rank-1.log").read_text()
+    assert log1.count("resumed from step") == 1 and f"resumed from step {resumed}" in log1  # rank 1 came back too
+    assert torch.load(rd.ckpt_dir / "last.pt", weights_only=True)["step"] == store.read_json(rd.info_path)["step"]

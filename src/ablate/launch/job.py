@@ -10,6 +10,11 @@ times (after that the run stays `preempted`, which the next `ablate sweep` resub
 a `stop` event (the trainer does), USR2 first only sets it: the run checkpoints at its next step boundary and
 returns, and then the signal is handed to submitit's handler, which requeues the job. So a requeued run resumes
 from the step the signal arrived at. A job function without `stop` resumes from its own last checkpoint.
+
+A data-parallel run (resources.nproc x nodes > 1) is one job of that many SLURM tasks. Every task joins the
+process group from submitit's view of the job (ablate.train.distributed); task 0 alone claims the run and
+records it, and tells the others whether to run; the others only train (SLURM signals every task, so all stop at
+the same step, and submitit lets only task 0 requeue the job).
 """
 
 from __future__ import annotations
@@ -94,6 +99,22 @@ def _job_env() -> tuple[str | None, dict[str, str]]:
         return job_id, {}
 
 
+def _num_tasks() -> int:
+    """Tasks of this submitit job (1 outside submitit)."""
+    try:
+        return submitit.JobEnvironment().num_tasks
+    except RuntimeError:
+        return 1
+
+
+def _tell_ranks(world: Any, go: bool) -> None:
+    """Task 0 of a data-parallel job tells the other tasks whether the claim succeeded."""
+    if world is not None and world.size > 1:
+        import torch.distributed as dist
+
+        dist.broadcast_object_list([go], src=0)
+
+
 def _process_age() -> float | None:
     """Seconds since this process started (submitit times a job from its process start, too)."""
     try:
@@ -134,6 +155,41 @@ class RunJob(submitit.helpers.Checkpointable):
         return {"event": kind, "run_id": self.run_id, "batch": self.batch, **fields}
 
     def __call__(self) -> dict[str, Any]:
+        tasks = _num_tasks()
+        if tasks <= 1:
+            return self._run()
+        from ablate.train import distributed
+
+        res = self.spec.config.resources
+        if tasks != res.world:
+            raise UserError(f"{self.run_id}: the job has {tasks} tasks but resources.nproc x nodes = {res.world}")
+        world = distributed.init_from_submitit(distributed.backend_for(self.spec.config.train.device),
+                                               res.collective_timeout_s)
+        try:
+            return self._run(world) if world.lead else self._follow(world)
+        finally:
+            distributed.shutdown()
+
+    def _follow(self, world: Any) -> dict[str, Any]:
+        """A task other than 0 of a data-parallel run: wait for task 0's claim, then train; record nothing."""
+        import torch.distributed as dist
+
+        go = [None]
+        dist.broadcast_object_list(go, src=0)
+        if not go[0]:
+            return {"run_id": self.run_id, "skipped": "superseded", "rank": world.rank}
+        _set_threads(self.threads)
+        stop = threading.Event()
+        fn = resolve_job(self.job)
+        kwargs: dict[str, Any] = {"threads": self.threads}
+        if _takes_stop(fn):
+            kwargs["stop"] = stop
+            self._intercept_usr2(stop)
+        summary = fn(self.spec.config, self._run_dir().path, **kwargs)
+        return {"run_id": self.run_id, "rank": world.rank, **(summary if isinstance(summary, dict) else {})}
+
+    def _run(self, world: Any = None) -> dict[str, Any]:
+        """The job (task 0 of a data-parallel one): claim, run, record."""
         self._t0 = time.time()
         ledger = Ledger(self.sweep_dir)
         job_id, logs = _job_env()
@@ -142,6 +198,7 @@ class RunJob(submitit.helpers.Checkpointable):
             rec = ledger.fold().get(self.run_id)
             # The claim: only the current submission of a run that has not ended may run it.
             if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
+                _tell_ranks(world, False)
                 return {"run_id": self.run_id, "skipped": "superseded"}
             events = []
             if rec.state == "requeued":
@@ -151,6 +208,7 @@ class RunJob(submitit.helpers.Checkpointable):
             ledger.append(*events)
             st = os.stat(self.sweep_dir)
             self._sweep_inode = (st.st_dev, st.st_ino)
+        _tell_ranks(world, True)
         rd = self._run_dir()
         # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).
         rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)

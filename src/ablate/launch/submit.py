@@ -138,7 +138,8 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     if max_parallel is not None and max_parallel < 1:
         raise UserError(f"--max-parallel {max_parallel}: must be at least 1")
     asked_parallel = max_parallel or lcfg.max_parallel
-    parallel = asked_parallel or max(1, store.cpu_count() // lcfg.threads)  # as many runs as the cores hold
+    # as many runs as the cores hold: a run takes `threads` cores per rank
+    parallel = asked_parallel or max(1, store.cpu_count() // (lcfg.threads * runs[0].config.resources.nproc))
     resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
     if kind in ("local", "debug"):
         _check_devices_here(runs)
@@ -240,19 +241,29 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
 
 def _submit_slurm(ledger: Ledger, plan: Plan, jobs: list[RunJob], params: dict[str, Any], timeout_min: float,
                   max_requeues: int, name: str) -> None:
-    ex = submitit.SlurmExecutor(folder=str(ledger.dir / "jobs" / "%j"), max_num_timeout=max_requeues)
+    """One job array per shape of job: a data-parallel run is one job of nproc tasks per node on `nodes` nodes (a
+    GPU per task when it trains on CUDA); the profile's other settings apply to all."""
     params = {"time": int(-(-timeout_min // 1)), "job_name": f"ablate-{name}", **params}
     params["time"] = max(1, int(params["time"]))  # sbatch --time is whole minutes; 0 would mean no limit
-    ex.update_parameters(**params)
+    shapes: dict[tuple[int, int, bool], list[RunJob]] = {}
     for j in jobs:
-        j.timeout_min = params["time"]
-    submitted = ex.submit_array(jobs)  # one sbatch call: a job array
-    evs = []
-    for j, sj in zip(jobs, submitted):
+        res, dev = j.spec.config.resources, j.spec.config.train.device
+        shapes.setdefault((res.nproc, res.nodes, dev == "cuda" and res.world > 1), []).append(j)
+    done: list[tuple[RunJob, Any]] = []
+    for (nproc, nodes, gpu_per_task), group in shapes.items():
+        ex = submitit.SlurmExecutor(folder=str(ledger.dir / "jobs" / "%j"), max_num_timeout=max_requeues)
+        shape = {"ntasks_per_node": nproc, "nodes": nodes} if nproc * nodes > 1 else {}
+        if gpu_per_task:
+            shape["gpus_per_task"] = 1
+        ex.update_parameters(**params, **shape)
+        for j in group:
+            j.timeout_min = params["time"]
+        done += zip(group, ex.submit_array(group))  # one sbatch call per shape: a job array
+    for j, sj in done:
         plan.job_ids[j.run_id] = sj.job_id
-        evs.append({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": sj.job_id})
-    ledger.append(*evs)
-    for j, sj in zip(jobs, submitted):
+    ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": sj.job_id}
+                    for j, sj in done))
+    for j, sj in done:
         RunDir.of(ledger.dir.parent, ledger.dir.name, j.run_id).job(
             job_id=sj.job_id, job_logs={"stdout": str(sj.paths.stdout), "stderr": str(sj.paths.stderr)})
 

@@ -200,7 +200,8 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
 
     When `stop` is set (a signal reached this process), the ranks get SIGTERM, which they handle as a stop
     request: they agree on a step boundary, checkpoint and return. Returns (rank 0's return value, JSON, or None;
-    {rank: exit code}). Ranks that outlive a failed peer by the collective timeout are killed."""
+    {rank: exit code, None for a rank this function had to kill}). Ranks that outlive a failed peer by the
+    collective timeout are killed."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec = workdir / "ranks.json"
     result = workdir / "rank-0.result.json"
@@ -224,26 +225,28 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
                     p.send_signal(signal.SIGTERM)
 
     threading.Thread(target=forward, name="ablate-stop-forwarder", daemon=True).start()
-    deadline = None
+    deadline, reaped = None, set()
     try:
         while any(p.poll() is None for p in procs):
             failed = any(p.returncode not in (None, 0) for p in procs)
             if failed and deadline is None:  # a failed rank: its peers fail at their next collective
                 deadline = time.monotonic() + timeout_s + 30
             if deadline is not None and time.monotonic() > deadline:
-                for p in procs:
+                for r, p in enumerate(procs):
                     if p.poll() is None:
                         p.kill()
+                        reaped.add(r)
             time.sleep(0.2)
     finally:
-        for p in procs:
+        for r, p in enumerate(procs):
             if p.poll() is None:
                 p.kill()
+                reaped.add(r)
             p.wait()
     out = None
     with contextlib.suppress(OSError, ValueError):
         out = json.loads(result.read_text())
-    return out, {r: p.returncode for r, p in enumerate(procs)}
+    return out, {r: None if r in reaped else p.returncode for r, p in enumerate(procs)}
 
 
 def _main(spec_file: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -92,7 +93,12 @@ def _follow(world: distributed.World, config: RunConfig, run_dir: Path | str, th
     """A rank other than 0: the same loop, writing nothing but its own log (and a report when it fails)."""
     rd = RunDir(run_dir)
     torch.set_num_threads(int(threads))
-    handler = _attach_log(rd.logs_dir / f"rank-{world.rank}.log")
+    try:
+        handler = _attach_log(rd.logs_dir / f"rank-{world.rank}.log")
+    except OSError as e:
+        distributed.write_report(rd.path, world.rank, e)
+        raise
+    log.info("rank %d of %d: pid %d on %s", world.rank, world.size, os.getpid(), socket.gethostname())
     try:
         with stop_on_signals(stop) as stop_event:
             summary = RunLoop(config, rd, stop_event, world).main()
@@ -109,7 +115,12 @@ def _follow(world: distributed.World, config: RunConfig, run_dir: Path | str, th
 
 
 class RankFailed(RuntimeError):
-    """Another rank of a data-parallel run failed first; the message names it and its error."""
+    """A rank of a data-parallel run failed first; the message names it and its error. `cause` is what run.json
+    and the ledger record (killed: the rank died of a signal)."""
+
+    def __init__(self, message: str, cause: str = "exception") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 def _peer_failure(rd: RunDir, world: distributed.World, wait_s: float = 5.0) -> dict[str, Any] | None:
@@ -142,17 +153,18 @@ def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
             backend=distributed.backend_for(config.train.device), timeout_s=res.collective_timeout_s, stop=stop_event)
     if codes.get(0) == 0 and summary is not None:
         return summary
-    reports = {r["rank"]: r for r in distributed.read_reports(rd.path, res.world)}
-    silent = [r for r, c in sorted(codes.items()) if c != 0 and r not in reports]
-    if silent:  # killed without a word (SIGKILL, the OOM killer): the others only saw a broken peer
-        r = silent[0]
-        err = RankFailed(f"rank {r} of {res.world} {distributed.exit_reason(codes[r])} (no error report; its log: "
-                         f"{rd.logs_dir / ('train.log' if r == 0 else f'rank-{r}.log')})")
+    reports = distributed.read_reports(rd.path, res.world)
+    killed = [r for r, c in sorted(codes.items()) if c is not None and c < 0 and r not in {d["rank"] for d in reports}]
+    if killed:  # by a signal (SIGKILL, the OOM killer) without a word: its peers only saw a broken connection
+        r = killed[0]
+        err = RankFailed(f"rank {r} of {res.world} {distributed.exit_reason(codes[r])} (its log: "
+                         f"{rd.logs_dir / ('train.log' if r == 0 else f'rank-{r}.log')})", cause="killed")
         rd.try_failed("killed", err)
         raise err
-    first = min(reports.values(), key=lambda d: d.get("time", 0.0), default=None)
-    if first is None:
-        raise RankFailed(f"rank 0 of {res.world} {distributed.exit_reason(codes.get(0))}")
+    if not reports:
+        r = next((r for r, c in sorted(codes.items()) if c != 0), 0)
+        raise RankFailed(f"rank {r} of {res.world} {distributed.exit_reason(codes.get(r))}")
+    first = reports[0]  # the earliest: what broke first (rank 0 has recorded it in run.json already)
     if first.get("class") == "UserError":
         raise UserError(first.get("message", ""))
     raise RankFailed(f"rank {first['rank']} of {res.world} failed: {first.get('class')}: {first.get('message')}")
@@ -182,8 +194,9 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distri
             return {"status": "diverged", "reason": reason, "step": None, "r0": None, "val_pass_rate": None,
                     "gpu_hours": None, "samples": None, "warnings": [], "max_lag": None}
         if peer is not None:
-            err = RankFailed(f"rank {peer['rank']} of {world.size} failed: {peer.get('class')}: {peer.get('message')}")
-            rd.try_failed("oom" if "OutOfMemory" in str(peer.get("class")) else "exception", err)
+            err = RankFailed(f"rank {peer['rank']} of {world.size} failed: {peer.get('class')}: {peer.get('message')}",
+                             cause="oom" if "OutOfMemory" in str(peer.get("class")) else "exception")
+            rd.try_failed(err.cause, err)
             log.error("%s", err)
             raise err from e
         if world.size > 1:
@@ -306,6 +319,7 @@ class RunLoop:
         self.health.load_state_dict(st["health"])
         self.step, self.last_eval = st["step"], st["eval"]
         if not self.lead:
+            log.info("resumed from step %d", self.step)
             return True
         kept = self.rd.keep_metrics_until(self.step)
         if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
