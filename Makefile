@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup test demo bench bench-train bench-curve bench-aa bench-calibrate clean
+.PHONY: setup test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate clean
 
 include mk/vllm.mk
 
@@ -43,6 +43,10 @@ bench-train: setup
 
 bench-curve: setup
 	$(BIN)/python bench/curve.py
+
+# Data-parallel scaling: steps/s at 1 and 2 processes, the same global batch, and the communication share.
+bench-scale: setup
+	$(BIN)/python bench/scale.py --json bench/out/scale.json
 
 # Are the verdicts honest? A real A/A (six seeds of the base recipe, about half an hour on 2 cores) and the full
 # calibration grid on simulated arms (writes bench/out/calibration.json; about half an hour on 2 cores).

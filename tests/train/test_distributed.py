@@ -173,6 +173,31 @@ def test_the_two_rank_curve_agrees_with_the_one_process_curve_within_noise(tmp_p
     assert b[-1]["samples"] == a[-1]["samples"]  # the same global batch: the same samples per step
 
 
+@pytest.mark.parametrize("generator", ["thread", "inline"])
+def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
+    """PipelineRL-2 with each rank's own generator (a thread, or in turn): every rank's batches stay within k."""
+    out = tmp_path / "r"
+    summary = run(_cfg("offpolicy=pipeline", "offpolicy.k=2", f"offpolicy.generator={generator}",
+                       "train.max_steps=8", "resources.nproc=2"), out)
+    assert summary["status"] == "done" and summary["step"] == 8 and summary["max_lag"] <= 2
+    if generator == "inline":
+        assert summary["max_lag"] == 2
+    assert all(0 <= r["lag"] <= 2 for r in store.read_jsonl(out / "metrics.jsonl") if "lag" in r)
+    assert "done at step 8" in (out / "logs" / "rank-1.log").read_text()
+
+
+def test_the_ranks_share_one_prompt_pool_and_end_together_when_it_runs_dry(tmp_path):
+    """No-positive-resampling with a low bar and few prompts: the pool runs dry; both ranks see it at the same
+    step (they hold the same pool) and end there, rank 0 recording why."""
+    out = tmp_path / "r"
+    summary = run(_cfg("task.train_size=12", "filtering.pass_threshold=0.05", "train.max_steps=200",
+                       "resources.nproc=2"), out)
+    assert summary["status"] == "done" and summary["step"] < 200
+    assert "prompt pool exhausted" in summary["reason"]
+    assert store.read_json(out / "run.json")["reason"] == summary["reason"]
+    assert f"done at step {summary['step']}" in (out / "logs" / "rank-1.log").read_text()
+
+
 # ---- (d) a rank that fails ----
 
 

@@ -128,8 +128,8 @@ def backend_for(device: str) -> str:
 
 def init(backend: str, timeout_s: float) -> World:
     """Join the process group from the env:// variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)."""
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if backend == "nccl":  # a task that sees one GPU (SLURM's gpus_per_task, or `spawn`) uses it; else its local rank's
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count()))
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     return current()
@@ -209,9 +209,11 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
     spec.write_text(json.dumps({"target": target, "payload": payload, "result": str(result)}))
     port = _free_port()
     src = str(Path(__file__).resolve().parents[2])  # the ranks import this very ablate
+    gpus = visible_gpus() if backend == "nccl" else []
     procs = []
     for r in range(size):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+        one_gpu = {"CUDA_VISIBLE_DEVICES": gpus[r]} if gpus else {}  # each rank (and its vLLM engine) on its own GPU
+        env = {**os.environ, **one_gpu, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
                "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(size), SPAWNED: "1",
                "ABLATE_BACKEND": backend, "ABLATE_COLLECTIVE_TIMEOUT_S": str(timeout_s),
                "PYTHONPATH": src + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
@@ -247,6 +249,14 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
     with contextlib.suppress(OSError, ValueError):
         out = json.loads(result.read_text())
     return out, {r: None if r in reaped else p.returncode for r, p in enumerate(procs)}
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES entries."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None and env.strip():
+        return [d.strip() for d in env.split(",") if d.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
 def _main(spec_file: str) -> None:

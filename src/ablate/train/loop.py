@@ -145,12 +145,17 @@ def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
         raise UserError(f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
                         "sweep with -e slurm (or set resources.nodes=1)")
     rd = preflight(config, run_dir)
+    backend = distributed.backend_for(config.train.device)
+    gpus = distributed.visible_gpus() if backend == "nccl" else []
+    if backend == "nccl" and len(gpus) < res.world:
+        raise UserError(f"resources.nproc={res.nproc} ranks on CUDA need a GPU each, and {len(gpus)} are visible here; "
+                        f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes")
     distributed.clear_reports(rd.path, res.world)
     with stop_on_signals(stop) as stop_event:
         summary, codes = distributed.spawn(
             "ablate.train.loop:_rank", res.world,
             {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads}, rd.logs_dir,
-            backend=distributed.backend_for(config.train.device), timeout_s=res.collective_timeout_s, stop=stop_event)
+            backend=backend, timeout_s=res.collective_timeout_s, stop=stop_event)
     if codes.get(0) == 0 and summary is not None:
         return summary
     reports = distributed.read_reports(rd.path, res.world)
