@@ -9,8 +9,10 @@
 #      EOS/max-length semantics, tokens/s at 256 completions;
 #   2. a short RL run (`ablate train ... train.device=cuda`, tiny model, 30 steps, PipelineRL-2: on CUDA its
 #      generator runs in a thread) on the GPU: policy, sampler and optimizer on the device (run.json says cuda),
-#      status done, lag within the bound, a valid metrics file.
-# Each step has its own timeout (60 + 150 + 240 s); the first failure stops the script (set -e).
+#      status done, lag within the bound, a valid metrics file;
+#   3. with 2 or more GPUs: the same run data-parallel on 2 GPUs (resources.nproc=2: two ranks over NCCL, one GPU
+#      each), then bench/scale.py on CUDA (steps/s and tokens/s per GPU at 1 and 2 ranks). Skipped with one GPU.
+# Each step has its own timeout (60 + 150 + 240 + 300 + 300 s); the first failure stops the script (set -e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -83,4 +85,30 @@ assert [r["step"] for r in recs] == [0, 10, 20, 30], recs
 assert all({"step", "gpu_hours", "flops", "samples", "val_pass_rate"} <= set(r) for r in recs)
 print("run:", meta["status"], [round(r["val_pass_rate"], 3) for r in recs], "gpu_hours", round(recs[-1]["gpu_hours"], 5))
 EOF
+echo "== 3. data-parallel on 2 GPUs"
+NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+if [ "$NGPU" -ge 2 ]; then
+  rm -rf "$OUT/gpu-dp"
+  timeout 300 "$PY" -m ablate train recipes/base.yaml \
+    task.digits=1 task.train_size=80 task.unseen_frac=0 train.val_size=20 train.eval_k=8 \
+    batch.prompts=8 batch.generations=8 length.max_new_tokens=4 length.think_budget_min=1 length.think_budget_max=2 \
+    train.warmup.max_steps=300 train.warmup.lr=3e-3 train.warmup.batch=32 train.warmup.target_pass_rate=0.2 \
+    train.warmup.check_every=10 offpolicy=ppo offpolicy.k=1 optim.lr=5e-4 optim.lr_warmup_steps=0 train.max_steps=30 \
+    train.eval_every=10 train.device=cuda resources.nproc=2 --out "$OUT/gpu-dp"
+  timeout 30 "$PY" - "$OUT/gpu-dp" <<'EOF'
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+meta = json.loads((d / "run.json").read_text())
+recs = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines() if l.strip()]
+assert meta["status"] == "done" and meta["ranks"] == 2 and meta["device"].startswith("cuda"), meta
+assert [r["step"] for r in recs] == [0, 10, 20, 30], recs
+assert "eval step 30" in (d / "logs" / "rank-1.log").read_text()
+print("dp run:", meta["status"], [round(r["val_pass_rate"], 3) for r in recs])
+EOF
+  timeout 300 "$PY" bench/scale.py --nproc 2 --steps 20 --json "$OUT/gpu_scale.json" train.device=cuda
+else
+  echo "skipped: $NGPU GPU visible (needs 2)"
+fi
 echo "== gpu_check: all steps passed"
+

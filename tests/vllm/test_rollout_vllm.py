@@ -322,3 +322,17 @@ def test_a_finished_process_leaves_no_engine_folder(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("DIR ")).split(" ", 1)[1])
     assert folder.name.startswith("ablate-vllm-") and not folder.exists()
+
+
+def test_two_ranks_each_generate_with_their_own_engine(tmp_path, capfd):
+    """resources.nproc=2 with rollout=vllm: every rank starts its own engine beside its trainer (colocated) inside
+    the run's process group, trains its share, and the ranks leave cleanly (vLLM's groups taken down first)."""
+    out = tmp_path / "r"
+    cfg = compose_run(ROOT / "recipes" / "base.yaml", RUN + ["train.max_steps=4", "train.eval_every=2", "offpolicy=ppo",
+                                                             "offpolicy.k=1", "resources.nproc=2"])
+    summary = run(cfg, out)
+    assert summary["status"] == "done" and summary["step"] == 4 and summary["samples"] == 4 * 8 * 8
+    meta = store.read_json(out / "run.json")
+    assert meta["ranks"] == 2 and meta["status"] == "done"
+    assert (out / "logs" / "rank-1.log").read_text().count("eval step") == 3
+    assert "Traceback" not in capfd.readouterr().err

@@ -5,7 +5,8 @@ keeps counting from where the run stopped (the wall-clock of a killed, unsaved s
 a real cluster's accounting of a preempted job's useful work).
 
 - gpu_hours: wall-clock seconds of the run x devices it holds / 3600. A CPU run counts 1 device
-  (ScaleRL reports GPU-hours; on a laptop "device-hours" is the honest equivalent).
+  (ScaleRL reports GPU-hours; on a laptop "device-hours" is the honest equivalent); a data-parallel run one
+  device per rank.
 - flops: 2 * params per token a forward pass processes, 6 * params per token trained (forward + backward;
   Kaplan et al. 2020's approximation). Counted on the tokens actually computed: a prompt prefilled once for
   its group counts once, a completion dropped by zero-variance filtering is not trained and does not count.

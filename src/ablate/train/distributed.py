@@ -145,6 +145,13 @@ def init_from_submitit(backend: str, timeout_s: float) -> World:
 
 
 def shutdown() -> None:
+    """Leave the process group. A vLLM engine in this process (rollout=vllm) built its groups inside it, so vLLM
+    takes its own down first (else its exit-time cleanup trips over a group that is gone)."""
+    if "vllm" in sys.modules:
+        with contextlib.suppress(Exception):
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
