@@ -1,6 +1,7 @@
 """Data-parallel scaling of the built-in trainer: steps/s at 1 and N processes, the same global batch.
 
-    .venv/bin/python bench/scale.py [--nproc 2] [--steps 12] [--warmup-steps 2] [--json out.json] [overrides ...]
+    .venv/bin/python bench/scale.py [--nproc 2] [--steps 40] [--warmup-steps 2] [--json out.json] [overrides ...]
+    .venv/bin/python bench/scale.py train.sharding=fsdp          # the N-rank side with FSDP2 instead of DDP
 
 Both sides run the base recipe's model, task and batch (32 prompts x 8 completions per step) on-policy
 (offpolicy=ppo, k=1: one batch, one update), one torch thread per process, measured in one invocation: first one
@@ -30,8 +31,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def config(overrides: list[str], nproc: int):
+    """The measured recipe; the one-process side drops a train.sharding override (it shards over ranks)."""
     from ablate.compose import compose_run
 
+    if nproc == 1:
+        overrides = [o for o in overrides if not o.startswith("train.sharding=")]
     return compose_run(ROOT / "recipes" / "base.yaml",
                        ["offpolicy=ppo", "offpolicy.k=1", f"resources.nproc={nproc}", *overrides])
 

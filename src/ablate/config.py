@@ -207,8 +207,9 @@ class TrainConfig:
     checkpoint_every: int = _f(100, "save a checkpoint every this many steps", ge=1)
     device: str = _f("auto", "where the policy trains and the torch sampler runs: cpu | cuda | auto (cuda when visible)",
                      choices=("auto", "cpu", "cuda"), hash=False)
-    sharding: str = _f("ddp", "how data-parallel ranks hold the policy (resources.nproc > 1): ddp = a full copy on "
-                       "every rank, gradients all-reduced", choices=("ddp",), hash=False)
+    sharding: str = _f("ddp", "how data-parallel ranks hold the policy (resources.nproc x nodes > 1): ddp = a whole "
+                       "copy on every rank, gradients all-reduced; fsdp = parameters, gradients and optimizer state "
+                       "sharded (FSDP2), whole weights kept only for generation", choices=("ddp", "fsdp"), hash=False)
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
 
 

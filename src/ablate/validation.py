@@ -195,6 +195,9 @@ def _check_combinations(cfg: dict[str, Any]) -> list[str]:
                     "pick sizes with hidden % n_heads == 0")
     res = cfg["resources"]
     world = res["nproc"] * res["nodes"]
+    if cfg["train"]["sharding"] == "fsdp" and world == 1:
+        errs.append("train.sharding=fsdp shards the policy over data-parallel ranks: set resources.nproc (or nodes) "
+                    "above 1, or use train.sharding=ddp")
     if world > 1 and cfg["batch"]["prompts"] < world:
         errs.append(f"batch.prompts ({cfg['batch']['prompts']}) < resources.nproc x resources.nodes ({world}): every "
                     "rank needs at least one prompt group per step; use fewer ranks or more prompts")

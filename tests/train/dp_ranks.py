@@ -30,20 +30,31 @@ def shard_batch(b: Batch, world: World) -> Batch:
     return Batch(ro, b.rewards[rows], b.correct[rows], [b.prompt_ids[g] for g in groups], b.version)
 
 
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A tensor whole (a DTensor shard under fsdp is gathered: every rank must call this)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
 def flat_params(learner: Learner) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).double() for p in learner.policy.model.parameters()])
+    return torch.cat([_whole(p.detach()).reshape(-1).double() for p in learner.policy.model.parameters()])
 
 
-def grad_identity(world: World, cases: str, out: str) -> dict:
+def flat_grads(learner: Learner) -> torch.Tensor:
+    return torch.cat([_whole(p.grad).reshape(-1).double() for p in learner.policy.model.parameters()])
+
+
+def grad_identity(world: World, cases: str, out: str, sharding: str = "ddp") -> dict:
     saved = torch.load(cases, weights_only=False)
     results = []
     for case in saved:
-        learner = Learner(validate(case["config"]), world)
+        learner = Learner(validate({**case["config"], "train": {**case["config"]["train"], "sharding": sharding},
+                                    "resources": {**case["config"]["resources"], "nproc": world.size}}), world)
         before = flat_params(learner)
         m = learner.step(shard_batch(case["batch"], world), 0)
-        grad = torch.cat([p.grad.reshape(-1).double() for p in learner.policy.model.parameters()])
+        grad = flat_grads(learner)
         results.append({"delta": flat_params(learner) - before, "grad": grad, "metrics": m,
-                        "pool": learner.pool.state_dict()})
+                        "pool": learner.pool.state_dict(),
+                        "sampled": torch.cat([p.detach().reshape(-1).double() for p in learner.sampled.model.parameters()])})
     if world.lead:
         torch.save(results, out)
     return {"cases": len(results)}

@@ -88,7 +88,7 @@ class PPOFeeder(Feeder):
 def _generator_side(learner: Learner, step: int) -> tuple[Any, torch.Generator, torch.Generator | None]:
     """PipelineRL's generator: a sampler over its own copy of the weights (version = `step`) and its own RNGs, one
     for the prompt draws (the same on every rank) and, in a data-parallel run, one for this rank's rollouts."""
-    pol = learner.policy
+    pol = learner.sampled  # the trained weights, whole (under fsdp: the copy refreshed after every step)
     sampler = learner.sampler(Policy(copy.deepcopy(pol.model), pol.tokenizer, pol.head_dtype))
     sampler.version = step
     seed = learner.cfg.seed * 7919 + step + 1
@@ -124,7 +124,7 @@ class InlinePipelineFeeder(Feeder):
 
     def after_step(self, step: int) -> None:
         """The new weights (version = steps taken) reach the generator before its next batch."""
-        sd = {k: v.detach() for k, v in self.learner.policy.model.state_dict().items()}
+        sd = {k: v.detach() for k, v in self.learner.sampled.model.state_dict().items()}
         self.sampler.load_weights(sd, step)
 
     def close(self) -> None:
@@ -182,7 +182,7 @@ class ThreadPipelineFeeder(Feeder):
 
     def after_step(self, step: int) -> None:
         """Publish the trainer's new weights; the generator loads them before its next batch."""
-        sd = {k: v.detach().clone() for k, v in self.learner.policy.model.state_dict().items()}
+        sd = {k: v.detach().clone() for k, v in self.learner.sampled.model.state_dict().items()}
         with self.lock:
             self.latest = (step, sd)
 

@@ -291,14 +291,16 @@ class RunLoop:
     # ---- checkpoints ----
 
     def save(self) -> None:
-        """Every rank calls it (the ranks' rollout RNG states are gathered); rank 0 writes."""
+        """Every rank calls it (the ranks' rollout RNG states, and under fsdp the shards, are gathered); rank 0
+        writes."""
         rngs = {}
         if self.world.size > 1:
             rngs = {"rollout_rngs": self.world.gather(self.learner.rollout_gen.get_state())}
+        learner_state = self.learner.state_dict()
         if not self.lead:
             return
         self.rd.guard()
-        self.ckpt.save({"step": self.step, **self.learner.state_dict(), "compute": self.compute.state_dict(),
+        self.ckpt.save({"step": self.step, **learner_state, "compute": self.compute.state_dict(),
                         "acc": self.acc.state_dict(), "health": self.health.state_dict(), "eval": self.last_eval,
                         "world": self.world.size, **rngs})
 

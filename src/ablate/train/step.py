@@ -17,7 +17,6 @@ runs a zero-weight forward/backward), so no rank waits on a collective the other
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import torch
 
 from ablate.config import RunConfig
 from ablate.errors import UserError
-from ablate.train import advantages, filters, length, losses
+from ablate.train import advantages, filters, length, losses, sharding
 from ablate.train.distributed import World, rank_seed
 from ablate.train.policy import Policy, build_policy
 from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, make_sampler
@@ -59,19 +58,6 @@ class Batch:
     version: int
 
 
-class Scorer(torch.nn.Module):
-    """Policy.completion_logits as a module's forward, so that DDP sees the forward it must synchronise."""
-
-    def __init__(self, policy: Policy) -> None:
-        super().__init__()
-        self.model = policy.model  # registered: DDP finds the parameters here
-        self.policy = policy
-
-    def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor,
-                tokens: torch.Tensor) -> torch.Tensor:
-        return self.policy.completion_logits(prompt_ids, prompt_mask, group, tokens)
-
-
 class Learner:
     """Everything one optimizer step needs (see the module docstring)."""
 
@@ -93,14 +79,9 @@ class Learner:
         if world.lead:
             world.barrier()
         self.policy.model.to(self.device)  # sampler and trainer follow the parameters' device
-        self.scorer: torch.nn.Module = Scorer(self.policy)
-        if world.size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
-            # no buffer sync per forward: the samplers run the model outside DDP, at their own pace
-            self.scorer = DistributedDataParallel(
-                self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                forward_sync_buffers=False)
+        # the module the training forward goes through (DDP / FSDP in a data-parallel run), and the policy the
+        # samplers read (the trained one, or under fsdp a whole copy refreshed after every step): sharding.py
+        self.scorer, self.sampled = sharding.wrap(self.policy, world, self.device, cfg.train.sharding)
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))
         o = cfg.optim
         self.opt = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr, betas=tuple(o.betas),
@@ -115,13 +96,13 @@ class Learner:
     # ---- samplers ----
 
     def sampler(self, policy: Policy | None = None) -> PolicySampler:
-        """A sampler of the recipe's backend over `policy` (default: the trained policy itself)."""
+        """A sampler of the recipe's backend over `policy` (default: the trained policy's weights)."""
         opts = {}
         if self.cfg.rollout.name == "vllm":
             from ablate.train.rollout_vllm import engine_options
 
             opts = engine_options(self.cfg.rollout)
-        return make_sampler(self.cfg.rollout.name, policy or self.policy, **opts)
+        return make_sampler(self.cfg.rollout.name, policy or self.sampled, **opts)
 
     def spec(self, N: int, gen: torch.Generator | None) -> SampleSpec:
         """Sampling settings for N completions; gen=None (evaluation) uses the top of the thinking-budget window."""
@@ -196,6 +177,7 @@ class Learner:
             for grp in self.opt.param_groups:  # linear lr warm-up, a function of the step: restarts resume it exactly
                 grp["lr"] = lr * min(1.0, (step + 1) / max(1, warm))
             self.opt.step()
+            sharding.refresh(self.policy, self.sampled)
         t = dict(zip(sums, world.totals(list(sums.values()))))
         m = {
             "train_reward": t["reward"] / t["rows"],
@@ -258,7 +240,7 @@ class Learner:
         bad: float | None = None
         for c in range(total_chunks):
             sync = c == total_chunks - 1
-            with self.scorer.no_sync() if world.size > 1 and not sync else contextlib.nullcontext():
+            with sharding.grad_sync(self.scorer, sync):
                 if c < chunks:
                     sl = slice(c * chunk, (c + 1) * chunk)
                     logits = self.scorer(pids, pmask, gsub[sl], tokens[sl]).float()
@@ -279,7 +261,7 @@ class Learner:
                 sums["loss"] += float(loss.detach())
         if world.any(bad is not None):
             raise Diverged(f"non-finite loss ({bad if bad is not None else 'on another rank'}) at step {step + 1}")
-        gn = float(torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.optim.grad_clip))
+        gn = sharding.grad_norm(torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.optim.grad_clip))
         if not math.isfinite(gn):
             raise Diverged(f"non-finite gradient norm at step {step + 1}")
         sums["tokens"] = float(mask.sum())
@@ -289,13 +271,12 @@ class Learner:
     # ---- checkpoint state ----
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.policy.model.state_dict(), "optim": self.opt.state_dict(), "rng": self.gen.get_state(),
-                "pool": self.pool.state_dict()}
+        """Model, optimizer, prompt RNG and pool (under fsdp every rank calls it: the shards are gathered)."""
+        return {**sharding.state(self.policy, self.opt), "rng": self.gen.get_state(), "pool": self.pool.state_dict()}
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
-        # load_state_dict copies weights and optimizer state onto the parameters' device; the RNG state stays a CPU
-        # tensor (checkpoints are loaded on the CPU)
-        self.policy.model.load_state_dict(st["model"])
-        self.opt.load_state_dict(st["optim"])
+        # weights and optimizer state are copied onto the parameters' device; the RNG state stays a CPU tensor
+        # (checkpoints are loaded on the CPU)
+        sharding.load_state(self.policy, self.sampled, self.opt, st)
         self.gen.set_state(st["rng"])
         self.pool.load_state_dict(st["pool"])
