@@ -103,12 +103,12 @@ def main() -> None:
     print(f"1 process : {one['steps_per_s']:.3f} steps/s, {one['tokens_per_s']:.0f} completion tokens/s", flush=True)
     cfg = config(a.overrides, a.nproc)
     with tempfile.TemporaryDirectory() as tmp:
-        many, codes = distributed.spawn("scale:_rank", a.nproc, {"cfg": cfg.to_dict(), "steps": a.steps,
-                                                                 "warm": a.warmup_steps}, Path(tmp),
-                                        backend=distributed.backend_for(cfg.train.device), timeout_s=600,
-                                        stop=threading.Event())
-    if many is None or any(codes.values()):
-        sys.exit(f"the {a.nproc}-rank measurement failed: exit codes {codes}")
+        sp = distributed.spawn("scale:_rank", a.nproc, {"cfg": cfg.to_dict(), "steps": a.steps, "warm": a.warmup_steps},
+                               Path(tmp), backend=distributed.backend_for(cfg.train.device), timeout_s=600,
+                               stop=threading.Event())
+    many = sp.result
+    if many is None or any(sp.codes.values()):
+        sys.exit(f"the {a.nproc}-rank measurement failed: exit codes {sp.codes}")
     speedup = many["steps_per_s"] / one["steps_per_s"]
     share = many["comm_s"] / many["wall_s"]
     print(f"{a.nproc} processes: {many['steps_per_s']:.3f} steps/s, {many['tokens_per_s']:.0f} completion tokens/s "
@@ -120,7 +120,7 @@ def main() -> None:
         a.json.write_text(json.dumps({"one": one, "many": many, "speedup": speedup, "comm_share": share}, indent=1))
 
 
-def _rank(world, cfg: dict, steps: int, warm: int) -> dict:
+def _rank(world, cfg: dict, steps: int, warm: int, stop=None) -> dict:
     return measure(world, cfg, steps, warm)
 
 

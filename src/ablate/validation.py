@@ -198,6 +198,12 @@ def _check_combinations(cfg: dict[str, Any]) -> list[str]:
     if cfg["train"]["sharding"] == "fsdp" and world == 1:
         errs.append("train.sharding=fsdp shards the policy over data-parallel ranks: set resources.nproc (or nodes) "
                     "above 1, or use train.sharding=ddp")
+    off = cfg["offpolicy"]
+    if (world > 1 and off["name"] == "pipeline" and off.get("generator") == "thread"
+            and cfg["filtering"]["no_positive_resampling"]):
+        errs.append(f"offpolicy.generator=thread with {world} ranks and filtering.no_positive_resampling: each rank's "
+                    "generator thread would draw from the shared prompt pool at its own moment, so the ranks would "
+                    "train on different prompts; use offpolicy.generator=inline (or auto)")
     if world > 1 and cfg["batch"]["prompts"] < world:
         errs.append(f"batch.prompts ({cfg['batch']['prompts']}) < resources.nproc x resources.nodes ({world}): every "
                     "rank needs at least one prompt group per step; use fewer ranks or more prompts")

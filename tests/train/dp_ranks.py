@@ -43,7 +43,7 @@ def flat_grads(learner: Learner) -> torch.Tensor:
     return torch.cat([_whole(p.grad).reshape(-1).double() for p in learner.policy.model.parameters()])
 
 
-def grad_identity(world: World, cases: str, out: str, sharding: str = "ddp") -> dict:
+def grad_identity(world: World, cases: str, out: str, sharding: str = "ddp", stop=None) -> dict:
     saved = torch.load(cases, weights_only=False)
     results = []
     for case in saved:

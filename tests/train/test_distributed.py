@@ -95,10 +95,10 @@ def test_two_ranks_take_the_one_process_step_for_every_loss_and_aggregation(tmp_
         ref.append({"delta": after - before, "grad": grad, "metrics": m, "pool": learner.pool.state_dict(),
                     "sampled": after})
     torch.save(cases, tmp_path / "cases.pt")
-    out, codes = distributed.spawn("dp_ranks:grad_identity", 2, {"cases": str(tmp_path / "cases.pt"),
-                                                                 "out": str(tmp_path / "out.pt"), "sharding": sharding},
-                                   tmp_path / "spawn", backend="gloo", timeout_s=300, stop=threading.Event())
-    assert codes == {0: 0, 1: 0} and out == {"cases": len(CASES)}
+    sp = distributed.spawn("dp_ranks:grad_identity", 2, {"cases": str(tmp_path / "cases.pt"),
+                                                         "out": str(tmp_path / "out.pt"), "sharding": sharding},
+                           tmp_path / "spawn", backend="gloo", timeout_s=300, stop=threading.Event())
+    assert sp.codes == {0: 0, 1: 0} and sp.result == {"cases": len(CASES)}
     got = torch.load(tmp_path / "out.pt", weights_only=False)
     for (loss, agg), one, two in zip(CASES, ref, got):
         what = f"loss={loss} aggregation={agg}"
@@ -169,7 +169,8 @@ def test_the_two_rank_curve_agrees_with_the_one_process_curve_within_noise(tmp_p
     """Same seed, same recipe, 1 and 2 processes: the rollouts differ (each rank samples its own stream), so the
     curves are two draws of the same process. Every evaluation must agree within 4 standard errors of the
     difference of two binomial estimates, and the means over the run within 4 standard errors too."""
-    extra = ["train.max_steps=40", "train.eval_every=5", "task.train_size=60", "train.val_size=40", "train.eval_k=8"]
+    extra = ["train.max_steps=40", "train.eval_every=5", "task.train_size=60", "train.val_size=40", "train.eval_k=8",
+             "filtering.no_positive_resampling=false"]  # both runs surely reach step 40
     run(_cfg(*extra), tmp_path / "one")
     run(_cfg(*extra, "resources.nproc=2"), tmp_path / "two")
     a, b = (store.read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("one", "two"))
@@ -188,15 +189,29 @@ def test_the_two_rank_curve_agrees_with_the_one_process_curve_within_noise(tmp_p
 
 @pytest.mark.parametrize("generator", ["thread", "inline"])
 def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
-    """PipelineRL-2 with each rank's own generator (a thread, or in turn): every rank's batches stay within k."""
+    """PipelineRL-2 with each rank's own generator (a thread, or in turn): every rank's batches stay within k.
+    (A thread per rank needs a pool that does not change under it: see the next test.)"""
     out = tmp_path / "r"
     summary = run(_cfg("offpolicy=pipeline", "offpolicy.k=2", f"offpolicy.generator={generator}",
-                       "train.max_steps=8", "resources.nproc=2"), out)
+                       "train.max_steps=8", "resources.nproc=2", "filtering.no_positive_resampling=false"), out)
     assert summary["status"] == "done" and summary["step"] == 8 and summary["max_lag"] <= 2
     if generator == "inline":
         assert summary["max_lag"] == 2
     assert all(0 <= r["lag"] <= 2 for r in store.read_jsonl(out / "metrics.jsonl") if "lag" in r)
     assert "done at step 8" in (out / "logs" / "rank-1.log").read_text()
+
+
+def test_a_generator_thread_per_rank_with_a_shared_pool_is_refused_and_auto_takes_turns(tmp_path):
+    """With no-positive-resampling, each rank's generator thread would draw from the shared pool at its own
+    moment and the ranks would train on different prompts: refused in one line; `auto` picks `inline` there."""
+    with pytest.raises(UserError, match="offpolicy.generator=thread with 2 ranks"):
+        _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2")
+    _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2",
+         "filtering.no_positive_resampling=false")  # a pool that never changes: every thread draws the same prompts
+    out = tmp_path / "r"
+    summary = run(_cfg("offpolicy=pipeline", "offpolicy.k=2", "train.max_steps=4", "resources.nproc=2"), out)
+    assert summary["max_lag"] == 2  # in turn: exactly k steps stale
+    assert "generator inline" in (out / "logs" / "rank-1.log").read_text()
 
 
 def test_the_ranks_share_one_prompt_pool_and_end_together_when_it_runs_dry(tmp_path):
@@ -251,6 +266,40 @@ def test_a_rank_killed_mid_run_fails_the_run_and_status_names_it(tmp_path, monke
                            capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert "rank 1 of 2 was killed by SIGKILL" in shown.stdout, shown.stdout
     assert store.read_json(rd.info_path)["status"] == "failed"
+
+
+def test_a_stop_that_arrives_while_the_ranks_start_is_a_clean_preemption(tmp_path):
+    """SIGTERM as soon as the ranks are spawned (their spec file is written), before they have imported torch:
+    they keep the request and stop at the first step boundary; the run is preempted (resumable), never failed."""
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--out", str(out)]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    until(lambda: (out / "logs" / "ranks.json").exists() or p.poll() is not None, "the ranks to be spawned")
+    p.send_signal(signal.SIGTERM)
+    text = p.communicate(timeout=300)[0].decode()
+    assert p.returncode == 0, text[-3000:]
+    meta = store.read_json(out / "run.json")
+    assert meta["status"] == "preempted" and meta["step"] == 0, meta
+    summary = run(_cfg("train.max_steps=4", "resources.nproc=2", *LONG[1:3]), tmp_path / "again")
+    assert summary["status"] == "done"
+
+
+def test_a_second_launch_on_a_running_two_rank_run_is_refused_and_leaves_it_alone(tmp_path):
+    """`ablate train` again on the directory of a live two-rank run: one line naming the writer, exit 2, and the
+    live run goes on untouched (no report planted, its ranks still writing)."""
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--out", str(out)]
+    live = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    until(lambda: live.poll() is not None or (out.exists() and len(_steps(out)) >= 2), "two evaluations")
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert second.returncode == 2 and "is being written by pid" in second.stderr, second.stderr[-2000:]
+    n = len(_steps(out))
+    until(lambda: live.poll() is not None or len(_steps(out)) > n + 1, "the live run to go on")
+    assert live.poll() is None
+    live.send_signal(signal.SIGTERM)
+    live.communicate(timeout=300)
+    assert store.read_json(out / "run.json")["status"] == "preempted"
+    assert not list((out / "logs").glob("rank-*.failed.json"))
 
 
 # ---- (c) on SLURM: one job of two tasks ----

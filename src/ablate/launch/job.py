@@ -194,20 +194,24 @@ class RunJob(submitit.helpers.Checkpointable):
         ledger = Ledger(self.sweep_dir)
         job_id, logs = _job_env()
         log_path = logs.get("stderr")
-        with ledger.lock():
-            rec = ledger.fold().get(self.run_id)
-            # The claim: only the current submission of a run that has not ended may run it.
-            if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
-                _tell_ranks(world, False)
-                return {"run_id": self.run_id, "skipped": "superseded"}
-            events = []
-            if rec.state == "requeued":
-                events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
-            events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
-                                      log=log_path, **me()))
-            ledger.append(*events)
-            st = os.stat(self.sweep_dir)
-            self._sweep_inode = (st.st_dev, st.st_ino)
+        try:
+            with ledger.lock():
+                rec = ledger.fold().get(self.run_id)
+                # The claim: only the current submission of a run that has not ended may run it.
+                if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
+                    _tell_ranks(world, False)
+                    return {"run_id": self.run_id, "skipped": "superseded"}
+                events = []
+                if rec.state == "requeued":
+                    events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
+                events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
+                                          log=log_path, **me()))
+                ledger.append(*events)
+                st = os.stat(self.sweep_dir)
+                self._sweep_inode = (st.st_dev, st.st_ino)
+        except BaseException:
+            _tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
+            raise
         _tell_ranks(world, True)
         rd = self._run_dir()
         # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).

@@ -139,7 +139,8 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
         raise UserError(f"--max-parallel {max_parallel}: must be at least 1")
     asked_parallel = max_parallel or lcfg.max_parallel
     # as many runs as the cores hold: a run takes `threads` cores per rank
-    parallel = asked_parallel or max(1, store.cpu_count() // (lcfg.threads * runs[0].config.resources.nproc))
+    per_run = lcfg.threads * max(s.config.resources.nproc for s in runs)
+    parallel = asked_parallel or max(1, store.cpu_count() // per_run)
     resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
     if kind in ("local", "debug"):
         _check_devices_here(runs)

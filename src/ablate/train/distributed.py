@@ -200,20 +200,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, backend: str, timeout_s: float,
-          stop: threading.Event) -> tuple[Any, dict[int, int]]:
-    """Run `target` ("module:function", called as fn(world, **payload) with a JSON payload) on `size` local ranks,
-    each a fresh interpreter (`python -m ablate.train.distributed`, as torchrun starts its workers), and wait.
+@dataclass
+class Spawned:
+    """What `spawn` saw: rank 0's return value, each rank's exit code (None: this function had to kill it) and
+    when each exit was seen (time.time())."""
 
-    When `stop` is set (a signal reached this process), the ranks get SIGTERM, which they handle as a stop
-    request: they agree on a step boundary, checkpoint and return. Returns (rank 0's return value, JSON, or None;
-    {rank: exit code, None for a rank this function had to kill}). Ranks that outlive a failed peer by the
-    collective timeout are killed."""
+    result: Any
+    codes: dict[int, int | None]
+    ended_at: dict[int, float]
+
+
+EXIT_GRACE_S = 60.0
+"""After a rank has exited, how long the others may take to end by themselves before they are killed: far more
+than a normal teardown takes, and a peer that waits on a dead rank in a collective (NCCL notices a dead peer only
+at its timeout) is not left hanging."""
+
+
+def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, backend: str, timeout_s: float,
+          stop: threading.Event) -> Spawned:
+    """Run `target` ("module:function", called as fn(world, stop=event, **payload) with a JSON payload) on `size`
+    local ranks, each a fresh interpreter (`python -m ablate.train.rank_entry`, as torchrun starts its workers),
+    and wait for all of them.
+
+    When `stop` is set (a signal reached this process), the ranks get SIGTERM, which they take as a stop request
+    from the moment they start (they agree on a step boundary, checkpoint and return). Once a rank has exited, the
+    others have EXIT_GRACE_S to follow before they are killed."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec = workdir / "ranks.json"
     result = workdir / "rank-0.result.json"
     result.unlink(missing_ok=True)
     spec.write_text(json.dumps({"target": target, "payload": payload, "result": str(result)}))
+    ready = [workdir / f"rank-{r}.ready" for r in range(size)]  # rank_entry: its signal handlers are in place
+    for f in ready:
+        f.unlink(missing_ok=True)
     port = _free_port()
     src = str(Path(__file__).resolve().parents[2])  # the ranks import this very ablate
     gpus = visible_gpus() if backend == "nccl" else []
@@ -224,38 +243,47 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
                "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(size), SPAWNED: "1",
                "ABLATE_BACKEND": backend, "ABLATE_COLLECTIVE_TIMEOUT_S": str(timeout_s),
                "PYTHONPATH": src + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
-        procs.append(subprocess.Popen([sys.executable, "-m", "ablate.train.distributed", str(spec)], env=env))
+        procs.append(subprocess.Popen([sys.executable, "-m", "ablate.train.rank_entry", str(spec)], env=env))
 
     def forward() -> None:
         stop.wait()
-        for p in procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
+        todo = set(range(size))
+        while todo:  # each rank once it can take the signal as a stop request (or has ended)
+            for r in sorted(todo):
+                p = procs[r]
+                if p.poll() is not None:
+                    todo.discard(r)
+                elif ready[r].exists():
+                    with contextlib.suppress(ProcessLookupError):
+                        p.send_signal(signal.SIGTERM)
+                    todo.discard(r)
+            time.sleep(0.05)
 
     threading.Thread(target=forward, name="ablate-stop-forwarder", daemon=True).start()
-    deadline, reaped = None, set()
+    ended: dict[int, float] = {}
+    reaped: set[int] = set()
     try:
-        while any(p.poll() is None for p in procs):
-            failed = any(p.returncode not in (None, 0) for p in procs)
-            if failed and deadline is None:  # a failed rank: its peers fail at their next collective
-                deadline = time.monotonic() + timeout_s + 30
-            if deadline is not None and time.monotonic() > deadline:
+        while len(ended) < size:
+            for r, p in enumerate(procs):
+                if r not in ended and p.poll() is not None:
+                    ended[r] = time.time()
+            if ended and len(ended) < size and time.time() > min(ended.values()) + EXIT_GRACE_S:
                 for r, p in enumerate(procs):
                     if p.poll() is None:
                         p.kill()
                         reaped.add(r)
-            time.sleep(0.2)
+            time.sleep(0.1)
     finally:
         for r, p in enumerate(procs):
             if p.poll() is None:
                 p.kill()
                 reaped.add(r)
             p.wait()
+            ended.setdefault(r, time.time())
     out = None
     with contextlib.suppress(OSError, ValueError):
         out = json.loads(result.read_text())
-    return out, {r: None if r in reaped else p.returncode for r, p in enumerate(procs)}
+    return Spawned(out, {r: None if r in reaped else p.returncode for r, p in enumerate(procs)}, ended)
 
 
 def visible_gpus() -> list[str]:
@@ -266,14 +294,15 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
-def _main(spec_file: str) -> None:
-    """A spawned rank: join the group from the environment `spawn` set, run the target, write rank 0's result."""
+def main(spec_file: str, stop: threading.Event) -> None:
+    """A spawned rank (see rank_entry): join the group from the environment `spawn` set, run the target with the
+    stop event, write rank 0's result."""
     spec = json.loads(Path(spec_file).read_text())
     world = init(os.environ["ABLATE_BACKEND"], float(os.environ["ABLATE_COLLECTIVE_TIMEOUT_S"]))
     mod, _, name = spec["target"].partition(":")
     fn = getattr(importlib.import_module(mod), name)
     try:
-        out = fn(world, **spec["payload"])
+        out = fn(world, stop=stop, **spec["payload"])
         if world.lead:
             tmp = Path(spec["result"] + ".tmp")
             tmp.write_text(json.dumps(out))
@@ -283,19 +312,11 @@ def _main(spec_file: str) -> None:
 
 
 def exit_reason(code: int | None) -> str:
+    """How a rank ended, in words: 'exited with code 1', 'was killed by SIGKILL', 'did not exit'."""
     if code is None:
-        return "did not exit"
+        return "did not exit (killed after its peers had ended)"
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"was killed by {signal.Signals(-code).name}"
         return f"was killed by signal {-code}"
     return f"exited with code {code}"
-
-
-if __name__ == "__main__":
-    try:
-        _main(sys.argv[1])
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BaseException:
-        sys.exit(1)  # the rank logged its error and wrote its report; its traceback is in its log

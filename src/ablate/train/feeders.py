@@ -12,7 +12,9 @@
   optimizer step, and a batch made with version v is trained at version <= v + k (the trainer never runs more
   than k steps ahead). Two ways to run it (`offpolicy.generator`):
   - `thread`: a generator thread keeps generating into a queue of at most k batches, concurrently with training
-    (the default with vLLM or on CUDA). Not bit-reproducible: batch contents depend on timing.
+    (the default with vLLM or on CUDA). Not bit-reproducible: batch contents depend on timing. Not with several
+    ranks and no-positive-resampling: each rank's thread would draw from the pool at its own moment, so the ranks
+    would not agree on the step's prompts (validation refuses it; `auto` picks `inline` there).
   - `inline`: generator and trainer take turns in one thread, in the steady state of a generator faster than the
     trainer: every batch is trained exactly k steps after the weights that made it (the first k batches come from
     version 0). Deterministic given the seed; with the torch sampler on a CPU (`auto`) the two could only share
@@ -203,7 +205,11 @@ def make_feeder(learner: Learner, step: int) -> Feeder:
     if off.name == "ppo":
         return PPOFeeder(learner, off.k)
     mode = off.generator
-    if mode == "auto":  # on one CPU the generator thread would only time-share the trainer's core
-        mode = "inline" if learner.cfg.rollout.name == "torch" and learner.device.type == "cpu" else "thread"
+    if mode == "auto":  # on one CPU the generator thread would only time-share the trainer's core; across ranks
+        # with no-positive-resampling, threads would draw from the shared pool at different moments (validation
+        # refuses `thread` there), so the ranks take turns with their generators
+        cpu = learner.cfg.rollout.name == "torch" and learner.device.type == "cpu"
+        shared_pool = learner.world.size > 1 and learner.cfg.filtering.no_positive_resampling
+        mode = "inline" if cpu or shared_pool else "thread"
     log.info("PipelineRL-%d: generator %s", off.k, mode)
     return InlinePipelineFeeder(learner, off.k, step) if mode == "inline" else ThreadPipelineFeeder(learner, off.k, step)

@@ -15,12 +15,19 @@ talks to a scheduler: the launcher's job side decides what a stop means (submiti
 Status at the end: done (train.max_steps reached, or the prompt pool exhausted), preempted, diverged (a non-finite
 loss, gradient or sampler logit, or a collapsed pass rate: `reason` says which), or failed (an exception, recorded
 in run.json with its class, message and traceback, then re-raised).
+
+Data-parallel runs (resources.nproc x nodes > 1; distributed.py, docs/distributed.md): every rank runs this loop
+and agrees with the others at each step boundary (stop, end of pool); rank 0 alone writes the run directory, the
+others (`_follow`) their own log and, when they fail, a report, so that rank 0 records the rank that broke first
+(`_guarded`). Started here, the ranks are spawned and waited for (`_spawn_ranks`), which names a rank killed
+without a word.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -65,6 +72,19 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threa
                         f"{world.size} ranks; launch with as many tasks as the run has ranks")
     if not world.lead:
         return _follow(world, config, run_dir, threads, stop)
+    try:
+        return _lead(world, config, run_dir, threads, stop)
+    except DirectoryGone:
+        raise  # the directory is another run's now: nothing goes into it
+    except BaseException as e:
+        if world.size > 1:  # what rank 0 ended on, for whoever attributes the run's end (a peer that broke first
+            distributed.write_report(run_dir, 0, e)  # has written its report earlier)
+        raise
+
+
+def _lead(world: distributed.World, config: RunConfig, run_dir: Path | str, threads: int,
+          stop: threading.Event | None) -> dict[str, Any]:
+    """Rank 0 (or the one process): the writer of the run directory."""
     rd = preflight(config, run_dir)
     torch.set_num_threads(int(threads))
     with rd.writer():
@@ -81,11 +101,12 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threa
             handler.close()
 
 
-def _rank(world: distributed.World, config: dict[str, Any], run_dir: str, threads: int) -> dict[str, Any]:
+def _rank(world: distributed.World, config: dict[str, Any], run_dir: str, threads: int,
+          stop: threading.Event) -> dict[str, Any]:
     """What a spawned rank runs (distributed.spawn): the config comes as plain JSON."""
     from ablate.config import validate
 
-    return run(validate(config), run_dir, threads=threads)
+    return run(validate(config), run_dir, threads=threads, stop=stop)
 
 
 def _follow(world: distributed.World, config: RunConfig, run_dir: Path | str, threads: int,
@@ -136,10 +157,16 @@ def _peer_failure(rd: RunDir, world: distributed.World, wait_s: float = 5.0) -> 
         time.sleep(0.1)
 
 
+def _ended_early(status: str, reason: str) -> dict[str, Any]:
+    """The summary of a data-parallel run whose rank 0 could not give one."""
+    return {"status": status, "reason": reason, "step": None, "r0": None, "val_pass_rate": None, "gpu_hours": None,
+            "samples": None, "warnings": [], "max_lag": None}
+
+
 def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
                  stop: threading.Event | None) -> dict[str, Any]:
-    """Start the run's ranks on this machine, wait for them, and return rank 0's summary (see distributed.spawn).
-    A rank killed without a word (SIGKILL, the OOM killer) is recorded here: the others only saw a broken peer."""
+    """Start the run's ranks on this machine, wait for them, and return rank 0's summary (see distributed.spawn);
+    when rank 0 gives none, say (and record) what ended the run (`_rank_outcome`)."""
     res = config.resources
     if res.nodes > 1:
         raise UserError(f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
@@ -150,29 +177,48 @@ def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
     if backend == "nccl" and len(gpus) < res.world:
         raise UserError(f"resources.nproc={res.nproc} ranks on CUDA need a GPU each, and {len(gpus)} are visible here; "
                         f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes")
+    with rd.writer():
+        pass  # another process writing this run is refused now, in one line, before anything of it is touched
     distributed.clear_reports(rd.path, res.world)
     with stop_on_signals(stop) as stop_event:
-        summary, codes = distributed.spawn(
-            "ablate.train.loop:_rank", res.world,
-            {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads}, rd.logs_dir,
-            backend=backend, timeout_s=res.collective_timeout_s, stop=stop_event)
-    if codes.get(0) == 0 and summary is not None:
-        return summary
-    reports = distributed.read_reports(rd.path, res.world)
-    killed = [r for r, c in sorted(codes.items()) if c is not None and c < 0 and r not in {d["rank"] for d in reports}]
-    if killed:  # by a signal (SIGKILL, the OOM killer) without a word: its peers only saw a broken connection
-        r = killed[0]
-        err = RankFailed(f"rank {r} of {res.world} {distributed.exit_reason(codes[r])} (its log: "
-                         f"{rd.logs_dir / ('train.log' if r == 0 else f'rank-{r}.log')})", cause="killed")
-        rd.try_failed("killed", err)
+        sp = distributed.spawn("ablate.train.loop:_rank", res.world,
+                               {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads},
+                               rd.logs_dir, backend=backend, timeout_s=res.collective_timeout_s, stop=stop_event)
+    if sp.result is not None:
+        return sp.result
+    return _rank_outcome(rd, res.world, sp, stopped=stop_event.is_set())
+
+
+def _rank_outcome(rd: RunDir, size: int, sp: distributed.Spawned, *, stopped: bool) -> dict[str, Any]:
+    """Rank 0 gave no summary: what broke first, from the ranks' reports and the exits by a signal (which leave
+    none), by time. Recorded in run.json (rank 0 may have been killed before it could) and raised."""
+    reports = {d["rank"]: d for d in distributed.read_reports(rd.path, size)}
+    events = [(d.get("time", 0.0), r, d) for r, d in reports.items()]
+    events += [(sp.ended_at[r], r, c) for r, c in sp.codes.items() if c is not None and c < 0 and r not in reports]
+    if not events:
+        r = next((r for r, c in sorted(sp.codes.items()) if c != 0), 0)
+        err = RankFailed(f"rank {r} of {size} {distributed.exit_reason(sp.codes.get(r))}")
+        rd.try_failed(err.cause, err)
         raise err
-    if not reports:
-        r = next((r for r, c in sorted(codes.items()) if c != 0), 0)
-        raise RankFailed(f"rank {r} of {res.world} {distributed.exit_reason(codes.get(r))}")
-    first = reports[0]  # the earliest: what broke first (rank 0 has recorded it in run.json already)
-    if first.get("class") == "UserError":
-        raise UserError(first.get("message", ""))
-    raise RankFailed(f"rank {first['rank']} of {res.world} failed: {first.get('class')}: {first.get('message')}")
+    _, r, what = min(events, key=lambda e: e[0])
+    log_path = rd.logs_dir / ("train.log" if r == 0 else f"rank-{r}.log")
+    if isinstance(what, int):  # killed by a signal without a word (SIGKILL, the OOM killer)
+        if stopped and -what in (signal.SIGTERM, signal.SIGINT):  # a stop that reached it before it was ready
+            reason = f"stopped by a signal before rank {r} had started: resumes from the last checkpoint"
+            rd.ended("preempted", reason=reason)
+            return _ended_early("preempted", reason)
+        err = RankFailed(f"rank {r} of {size} {distributed.exit_reason(what)} (its log: {log_path})", cause="killed")
+    elif what.get("status") == "diverged":
+        reason = f"rank {r}: {what.get('message')}"
+        rd.ended("diverged", reason=reason, diverged_reason=reason)
+        return _ended_early("diverged", reason)
+    elif what.get("class") in ("UserError", "ConfigErrors"):
+        raise UserError(what.get("message", ""))  # bad input: rank 0 recorded it where it had a run to record
+    else:
+        err = RankFailed(f"rank {r} of {size} failed: {what.get('class')}: {what.get('message')}",
+                         cause="oom" if "OutOfMemory" in str(what.get("class")) else "exception")
+    rd.try_failed(err.cause, err)
+    raise err
 
 
 def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distributed.World) -> dict[str, Any]:
@@ -187,8 +233,6 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distri
         raise
     except UserError as e:  # bad input found once the run had started: say so in run.json, not "running"
         rd.try_failed("input", e)
-        if world.size > 1:
-            distributed.write_report(rd.path, world.rank, e)
         raise
     except Exception as e:
         peer = _peer_failure(rd, world)
@@ -196,16 +240,13 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distri
             reason = f"rank {peer['rank']}: {peer.get('message')}"
             rd.ended("diverged", reason=reason, diverged_reason=reason)
             log.error("diverged on %s", reason)
-            return {"status": "diverged", "reason": reason, "step": None, "r0": None, "val_pass_rate": None,
-                    "gpu_hours": None, "samples": None, "warnings": [], "max_lag": None}
+            return _ended_early("diverged", reason)
         if peer is not None:
             err = RankFailed(f"rank {peer['rank']} of {world.size} failed: {peer.get('class')}: {peer.get('message')}",
                              cause="oom" if "OutOfMemory" in str(peer.get("class")) else "exception")
             rd.try_failed(err.cause, err)
             log.error("%s", err)
             raise err from e
-        if world.size > 1:
-            distributed.write_report(rd.path, world.rank, e)
         if no_space(e):
             rd.try_failed("no_space", e)
             raise UserError(f"no space left on the device while writing {rd.path}: free some space and run again "
@@ -391,10 +432,9 @@ class RunLoop:
                     reason = "prompt pool exhausted (every prompt passed no-positive-resampling)"
                     log.info(reason)
                     break
+                self.compute.add_generation(*self.learner.generated(b))
                 m = self.learner.step(b, self.step)
                 self.step += 1
-                self.compute.add_generation(int(m.pop("prompt_tokens")), int(m.pop("new_tokens")),
-                                            int(m.pop("completions")))
                 self.compute.add_training(int(m.pop("trained_tokens")))
                 feeder.after_step(self.step)
                 self.acc.add(m)
@@ -407,6 +447,7 @@ class RunLoop:
                     self.log_eval()
                 if self.step % tr.checkpoint_every == 0 or self.step == tr.max_steps:
                     self.save()
+            stopping = stopping or self.stop_requested()  # a stop that came while the pool ran dry
             if stopping and self.step < tr.max_steps:
                 status, reason = "preempted", f"stopped by a signal at step {self.step}"
                 self.save()

@@ -146,8 +146,8 @@ class Learner:
 
     def step(self, b: Batch, step: int) -> dict[str, float]:
         """One optimizer step on batch `b`; `step` = optimizer steps taken before this one. Returns its metrics,
-        over the whole step (all ranks), with the compute counters `prompt_tokens`, `new_tokens`, `completions`
-        and `trained_tokens` for the loop to pop."""
+        over the whole step (all ranks), with `trained_tokens` for the loop's compute count (popped) and
+        `new_tokens` (completion tokens generated: the benchmarks' throughput)."""
         ro, fc, world = b.ro, self.cfg.filtering, self.world
         reduce = world.sum if world.size > 1 else None
         group = ro.group
@@ -166,8 +166,7 @@ class Learner:
             "entropy": float(ro.entropy.double().sum()) if ro.entropy is not None else 0.0,
             "entropy_rows": float(N) if ro.entropy is not None else 0.0,
             "dropped_groups": filters.zero_variance_frac(keep_m, group) * n_groups,
-            "prompt_tokens": float(ro.prompt_mask.sum()), "new_tokens": float(ro.present.sum()),
-            "kept_rows": float(rows.numel()), "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,
+            "new_tokens": float(ro.present.sum()), "kept_rows": float(rows.numel()), "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,
         }
         trained = world.totals([rows.numel()])[0] > 0 if world.size > 1 else rows.numel() > 0
         gn = 0.0
@@ -192,12 +191,18 @@ class Learner:
             "grad_norm": gn,
             "is_clip_frac": t["clipped"] / max(t["tokens"], 1.0),
             "trained_frac": t["kept_rows"] / t["rows"],
-            "prompt_tokens": t["prompt_tokens"], "new_tokens": t["new_tokens"], "completions": t["rows"],
-            "trained_tokens": t["trained_tokens"],
+            "new_tokens": t["new_tokens"], "trained_tokens": t["trained_tokens"],
         }
         if trained:
             m["loss"] = t["loss"]
         return m
+
+    def generated(self, b: Batch) -> tuple[int, int, int]:
+        """(prompt tokens prefilled, tokens decoded, completions) of the step's batch on all ranks: compute.py's
+        generation count."""
+        ro = b.ro
+        local = [int(ro.prompt_mask.sum()), int(ro.present.sum()), ro.group.numel()]
+        return tuple(int(v) for v in self.world.totals(local)) if self.world.size > 1 else tuple(local)  # type: ignore[return-value]
 
     def _update_pool(self, b: Batch) -> None:
         """No-positive-resampling: record every completion of the step, from every rank, in the pool."""
