@@ -247,6 +247,17 @@ class RunDir:
         except OSError:
             return False
 
+    def first_rank_failure(self) -> dict[str, Any] | None:
+        """A data-parallel run's earliest rank failure report (`logs/rank-<r>.failed.json`: rank, status, class,
+        message, traceback, time), or None. Plain JSON: `ablate status` reads it without importing torch."""
+        reports = []
+        for path in sorted(self.logs_dir.glob("rank-*.failed.json")):
+            with contextlib.suppress(OSError, ValueError, RecursionError):
+                d = json.loads(path.read_text())
+                if isinstance(d, dict) and isinstance(d.get("time"), (int, float)):
+                    reports.append(d)
+        return min(reports, key=lambda d: d["time"]) if reports else None
+
     # ---- metrics.jsonl ----
 
     def metric_lines(self) -> list[tuple[int, dict[str, Any]]]:

@@ -377,3 +377,25 @@ def test_a_preempted_two_task_job_checkpoints_once_and_the_whole_job_requeues(tm
     log1 = (rd.logs_dir / "rank-1.log").read_text()
     assert log1.count("resumed from step") == 1 and f"resumed from step {resumed}" in log1  # rank 1 came back too
     assert torch.load(rd.ckpt_dir / "last.pt", weights_only=True)["step"] == store.read_json(rd.info_path)["step"]
+
+
+@pytest.mark.slurm
+def test_a_failing_task_fails_the_slurm_job_with_that_ranks_error(tmp_path, slurm_cluster):
+    """Rank 1 of a 2-task job cannot open its log (a directory is in the way): the job ends (its other task sees
+    a broken peer, and srun ends the step on a failed task), and `ablate status` names rank 1 and its error."""
+    from ablate.identity import arm_id, run_id
+    from ablate.launch import launch_sweep
+    from ablate.rundir import RunDir
+    from ablate.spec import RunSpec
+    from ablate.status import wait_for
+    from ablate.sweep import Sweep
+
+    cfg = _cfg("resources.nproc=2")
+    spec = RunSpec("dpf", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
+    (RunDir.of(tmp_path, "dpf", spec.run_id).logs_dir / "rank-1.log").mkdir(parents=True)
+    launch_sweep(Sweep("dpf", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local", echo=None)
+    st = wait_for(tmp_path, "dpf", [spec.run_id], timeout=300)[spec.run_id]
+    assert st.state == "failed" and "rank 1" in st.error and "IsADirectoryError" in st.error, st
+    shown = subprocess.run([sys.executable, "-m", "ablate", "status", "dpf", "--root", str(tmp_path)], cwd=ROOT,
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert "IsADirectoryError" in shown.stdout, shown.stdout

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ablate.launch.slurm import SACCT_CAUSE, SACCT_LIVE, sacct_states
 from ablate.ledger import LIVE, Ledger, RunRecord, proc_alive
+from ablate.rundir import RunDir
 
 
 @dataclass
@@ -68,4 +69,10 @@ def current_states(ledger: Ledger, *, locked: bool = False) -> tuple[dict[str, R
     if verdicts and not locked:
         recs = ledger.fold()
         verdicts = {k: v for k, v in verdicts.items() if recs[k].state in LIVE}
+    for rid, v in verdicts.items():
+        if v.state == "failed":  # a data-parallel run whose job died: the rank that broke first says why
+            first = RunDir.of(ledger.dir.parent, ledger.dir.name, rid).first_rank_failure()
+            if first is not None:
+                v.error = (f"{v.error}; rank {first.get('rank')} {first.get('status', 'failed')} first: "
+                           f"{first.get('class')}: {first.get('message')}")
     return recs, verdicts

@@ -253,10 +253,13 @@ def _submit_slurm(ledger: Ledger, plan: Plan, jobs: list[RunJob], params: dict[s
     done: list[tuple[RunJob, Any]] = []
     for (nproc, nodes, gpu_per_task), group in shapes.items():
         ex = submitit.SlurmExecutor(folder=str(ledger.dir / "jobs" / "%j"), max_num_timeout=max_requeues)
-        shape = {"ntasks_per_node": nproc, "nodes": nodes} if nproc * nodes > 1 else {}
+        shape: dict[str, Any] = {}
+        if nproc * nodes > 1:  # one task per rank; a task that fails ends the job (a dead NCCL peer is not noticed)
+            shape = {"ntasks_per_node": nproc, "nodes": nodes,
+                     "srun_args": [*params.get("srun_args", []), "--kill-on-bad-exit=1"]}
         if gpu_per_task:
             shape["gpus_per_task"] = 1
-        ex.update_parameters(**params, **shape)
+        ex.update_parameters(**{**params, **shape})
         for j in group:
             j.timeout_min = params["time"]
         done += zip(group, ex.submit_array(group))  # one sbatch call per shape: a job array
