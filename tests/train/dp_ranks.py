@@ -54,7 +54,8 @@ def grad_identity(world: World, cases: str, out: str, sharding: str = "ddp", sto
         grad = flat_grads(learner)
         results.append({"delta": flat_params(learner) - before, "grad": grad, "metrics": m,
                         "pool": learner.pool.state_dict(),
-                        "sampled": torch.cat([p.detach().reshape(-1).double() for p in learner.sampled.model.parameters()])})
+                        "sampled": torch.cat([p.detach().reshape(-1).double()
+                                              for p in learner.sampled.model.parameters()])})
     if world.lead:
         torch.save(results, out)
     return {"cases": len(results)}

@@ -4,7 +4,8 @@ Who starts the ranks:
 - under SLURM, submitit starts one task per rank and each task joins the process group from SLURM's environment
   (`init_from_submitit`: submitit's TorchDistributedEnvironment names rank, world size and the master node);
 - anywhere else, `run()` spawns the ranks on this machine (`spawn`, torchrun-style: one fresh interpreter per
-  rank, a free port on 127.0.0.1, env:// rendezvous) and waits for them. The backend is gloo on the CPU and NCCL on CUDA.
+  rank, a free port on 127.0.0.1, env:// rendezvous) and waits for them.
+The backend is gloo on the CPU and NCCL on CUDA.
 
 What a rank does (the contract the trainer keeps, written out in docs/distributed.md):
 - every rank draws the step's prompts from the same pool with the same generator, so all ranks agree on the

@@ -2,8 +2,8 @@
 
 Signals come first, before torch is imported: a stop request (SIGTERM, SIGINT, SIGUSR1/2) that arrives while the
 rank is still starting is kept and honoured at the first step boundary, never fatal. The rank then says it is
-ready for signals (`rank-<r>.ready` beside the spec file); the spawner forwards stops only to ready ranks. Then the rank runs
-(distributed.main). Exit status 1 on an error: the rank has logged it and written its report.
+ready for signals (`rank-<r>.ready` beside the spec file); the spawner forwards stops only to ready ranks. Then
+the rank runs (distributed.main). Exit status 1 on an error: the rank has logged it and written its report.
 """
 
 import os

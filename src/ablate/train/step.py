@@ -166,11 +166,12 @@ class Learner:
             "entropy": float(ro.entropy.double().sum()) if ro.entropy is not None else 0.0,
             "entropy_rows": float(N) if ro.entropy is not None else 0.0,
             "dropped_groups": filters.zero_variance_frac(keep_m, group) * n_groups,
-            "new_tokens": float(ro.present.sum()), "kept_rows": float(rows.numel()), "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,
+            "new_tokens": float(ro.present.sum()), "kept_rows": float(rows.numel()),
+            "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,  # filled in by _backward
         }
         trained = world.totals([rows.numel()])[0] > 0 if world.size > 1 else rows.numel() > 0
         gn = 0.0
-        if trained:  # every group of the step had equal rewards: nothing to learn from this batch
+        if trained:  # (not when every group of the step had equal rewards: nothing to learn from this batch)
             gn = self._backward(b, adv, rows, step, reduce, sums)
             lr, warm = self.cfg.optim.lr, self.cfg.optim.lr_warmup_steps
             for grp in self.opt.param_groups:  # linear lr warm-up, a function of the step: restarts resume it exactly
@@ -202,7 +203,9 @@ class Learner:
         generation count."""
         ro = b.ro
         local = [int(ro.prompt_mask.sum()), int(ro.present.sum()), ro.group.numel()]
-        return tuple(int(v) for v in self.world.totals(local)) if self.world.size > 1 else tuple(local)  # type: ignore[return-value]
+        if self.world.size > 1:
+            local = [int(v) for v in self.world.totals(local)]
+        return local[0], local[1], local[2]
 
     def _update_pool(self, b: Batch) -> None:
         """No-positive-resampling: record every completion of the step, from every rank, in the pool."""
@@ -266,7 +269,8 @@ class Learner:
                 sums["loss"] += float(loss.detach())
         if world.any(bad is not None):
             raise Diverged(f"non-finite loss ({bad if bad is not None else 'on another rank'}) at step {step + 1}")
-        gn = sharding.grad_norm(torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.optim.grad_clip))
+        params = self.policy.model.parameters()
+        gn = sharding.grad_norm(torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip))
         if not math.isfinite(gn):
             raise Diverged(f"non-finite gradient norm at step {step + 1}")
         sums["tokens"] = float(mask.sum())
