@@ -1,8 +1,8 @@
 """What the ranks of the data-parallel tests run (targets of ablate.train.distributed.spawn, imported by module name).
 
 `grad_identity`: for each case (a config and a global batch saved by the test), take one optimizer step on this
-rank's share of the batch's groups and, on rank 0, save the parameters after it. The test compares them with one
-process stepping on the whole batch.
+rank's share of the batch's groups and save the gradient, the update, the metrics and the pool it ends with. The
+test compares every rank's with one process stepping on the whole batch.
 """
 
 from __future__ import annotations
@@ -56,6 +56,5 @@ def grad_identity(world: World, cases: str, out: str, sharding: str = "ddp", sto
                         "pool": learner.pool.state_dict(),
                         "sampled": torch.cat([p.detach().reshape(-1).double()
                                               for p in learner.sampled.model.parameters()])})
-    if world.lead:
-        torch.save(results, out)
+    torch.save(results, out if world.lead else f"{out}.rank{world.rank}")  # every rank's view, for the test
     return {"cases": len(results)}

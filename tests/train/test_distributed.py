@@ -100,7 +100,8 @@ def test_two_ranks_take_the_one_process_step_for_every_loss_and_aggregation(tmp_
                            tmp_path / "spawn", backend="gloo", timeout_s=300, stop=threading.Event())
     assert sp.codes == {0: 0, 1: 0} and sp.result == {"cases": len(CASES)}
     got = torch.load(tmp_path / "out.pt", weights_only=False)
-    for (loss, agg), one, two in zip(CASES, ref, got):
+    other = torch.load(tmp_path / "out.pt.rank1", weights_only=False)
+    for (loss, agg), one, two, two_1 in zip(CASES, ref, got, other):
         what = f"loss={loss} aggregation={agg}"
         assert one["grad"].norm() > 1e-4, what  # a step that learns something, or the comparison means nothing
         gap = (two["grad"] - one["grad"]).abs().max()
@@ -112,7 +113,9 @@ def test_two_ranks_take_the_one_process_step_for_every_loss_and_aggregation(tmp_
             if k == "entropy" or not math.isfinite(v):
                 continue
             assert two["metrics"][k] == pytest.approx(v, rel=1e-5, abs=1e-7), (what, k)
-        assert two["pool"] == one["pool"], what
+        assert two["pool"] == one["pool"] == two_1["pool"], what  # every rank holds the same pool
+        assert torch.allclose(two_1["delta"], two["delta"], rtol=0, atol=0), what  # and the same weights
+        assert two_1["metrics"] == two["metrics"], what  # and takes the same decisions
         assert torch.allclose(two["sampled"], one["sampled"], rtol=1e-4, atol=3e-7), what  # the samplers' copy too
 
 
