@@ -103,6 +103,21 @@ def assert_complete(run_dir: Path, steps: int) -> None:
     assert [m["step"] for m in store.read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, steps + 1))
 
 
+def assert_resumed_without_gap(run_dir: Path, first: list[int], stopped: int) -> list[dict]:
+    """A run stopped at step `stopped` (its metrics then at steps `first`), run again and stopped again: run.json
+    says it resumed there, metrics.jsonl holds every evaluation (every 2 steps) once with the first attempt's lines
+    kept, and samples and wall time only grow. Returns the metrics records."""
+    run_dir = Path(run_dir)
+    meta = store.read_json(run_dir / "run.json")
+    assert meta["status"] == "preempted" and meta["resumed_from"] == stopped, meta
+    recs = store.read_jsonl(run_dir / "metrics.jsonl")
+    steps = [r["step"] for r in recs]
+    assert steps == list(range(0, steps[-1] + 1, 2)), steps  # every line once, none missing
+    assert steps[: len(first)] == first
+    assert all(a["samples"] < b["samples"] and a["wall_s"] < b["wall_s"] for a, b in zip(recs, recs[1:]))
+    return recs
+
+
 GUARD = 300.0
 """Seconds before a wait on a state counts as a failure: a guard against a hung build, not a speed requirement."""
 

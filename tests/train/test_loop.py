@@ -22,7 +22,7 @@ from ablate.compose import compose_run
 from ablate.errors import UserError
 from ablate.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
-from jobs import SMALL_TRAIN, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "base.yaml"
@@ -148,13 +148,7 @@ def test_a_signal_mid_run_checkpoints_and_a_rerun_resumes_without_gap_or_duplica
     assert stopped >= 6 and torch.load(out / "ckpt" / "last.pt", weights_only=True)["step"] == stopped
     first = _steps(out)
     _stop_after(cmd, out, len(first) + 3, sig)
-    meta = store.read_json(out / "run.json")
-    assert meta["status"] == "preempted" and meta["resumed_from"] == stopped
-    steps = _steps(out)
-    assert steps == list(range(0, steps[-1] + 1, 2)), steps  # every line once, none missing
-    assert steps[: len(first)] == first
-    recs = store.read_jsonl(out / "metrics.jsonl")
-    assert all(a["samples"] < b["samples"] and a["wall_s"] < b["wall_s"] for a, b in zip(recs, recs[1:]))
+    assert_resumed_without_gap(out, first, stopped)
 
 
 def test_a_killed_run_drops_metrics_written_after_its_last_checkpoint(tmp_path):
