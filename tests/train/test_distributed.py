@@ -280,8 +280,8 @@ def test_a_stop_that_arrives_while_the_ranks_start_is_a_clean_preemption(tmp_pat
     assert p.returncode == 0, text[-3000:]
     meta = store.read_json(out / "run.json")
     assert meta["status"] == "preempted" and meta["step"] == 0, meta
-    summary = run(_cfg("train.max_steps=4", "resources.nproc=2", *LONG[1:3]), tmp_path / "again")
-    assert summary["status"] == "done"
+    _stop_after(cmd, out, 3)  # and it resumes from there like any preempted run
+    assert store.read_json(out / "run.json")["resumed_from"] == 0
 
 
 def test_a_second_launch_on_a_running_two_rank_run_is_refused_and_leaves_it_alone(tmp_path):
