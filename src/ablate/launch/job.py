@@ -194,11 +194,13 @@ class RunJob(submitit.helpers.Checkpointable):
         ledger = Ledger(self.sweep_dir)
         job_id, logs = _job_env()
         log_path = logs.get("stderr")
+        told = False  # the other tasks of a data-parallel job hear once whether to run
         try:
             with ledger.lock():
                 rec = ledger.fold().get(self.run_id)
                 # The claim: only the current submission of a run that has not ended may run it.
                 if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
+                    told = True
                     _tell_ranks(world, False)
                     return {"run_id": self.run_id, "skipped": "superseded"}
                 events = []
@@ -210,7 +212,8 @@ class RunJob(submitit.helpers.Checkpointable):
                 st = os.stat(self.sweep_dir)
                 self._sweep_inode = (st.st_dev, st.st_ino)
         except BaseException:
-            _tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
+            if not told:
+                _tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
             raise
         _tell_ranks(world, True)
         rd = self._run_dir()
