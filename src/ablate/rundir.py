@@ -247,6 +247,11 @@ class RunDir:
         except OSError:
             return False
 
+    def clear_rank_reports(self) -> None:
+        """Remove a previous attempt's rank failure reports (before the run's ranks start again)."""
+        for path in self.logs_dir.glob("rank-*.failed.json"):
+            path.unlink(missing_ok=True)
+
     def first_rank_failure(self) -> dict[str, Any] | None:
         """A data-parallel run's earliest rank failure report (`logs/rank-<r>.failed.json`: rank, status, class,
         message, traceback, time), or None. Plain JSON: `ablate status` reads it without importing torch."""

@@ -236,6 +236,7 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
             arch.parent.mkdir(parents=True, exist_ok=True)
             rd.path.rename(arch)
+        rd.clear_rank_reports()  # a failed data-parallel attempt's: its tasks start afresh
         rd.submitted(run_id=spec.run_id, arm_id=spec.arm_id, label=spec.label, sweep=spec.sweep,
                      overrides=list(spec.overrides), baseline=spec.baseline, executor=kind, batch=plan.batch or "")
 

@@ -44,9 +44,6 @@ import torch.distributed as dist
 
 log = logging.getLogger("ablate.train")
 
-SPAWNED = "ABLATE_SPAWNED_RANK"
-"""Set in the ranks `spawn` starts (their spawner has cleared the failure reports already)."""
-
 
 @dataclass(frozen=True)
 class World:
@@ -187,11 +184,6 @@ def read_reports(run_dir: Path | str, size: int) -> list[dict[str, Any]]:
     return sorted(out, key=lambda d: d.get("time", 0.0))
 
 
-def clear_reports(run_dir: Path | str, size: int) -> None:
-    for r in range(size):
-        report_path(run_dir, r).unlink(missing_ok=True)
-
-
 # ---- local spawning ----
 
 
@@ -241,7 +233,7 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
     for r in range(size):
         one_gpu = {"CUDA_VISIBLE_DEVICES": gpus[r]} if gpus else {}  # each rank (and its vLLM engine) on its own GPU
         env = {**os.environ, **one_gpu, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
-               "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(size), SPAWNED: "1",
+               "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(size),
                "ABLATE_BACKEND": backend, "ABLATE_COLLECTIVE_TIMEOUT_S": str(timeout_s),
                "PYTHONPATH": src + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
         procs.append(subprocess.Popen([sys.executable, "-m", "ablate.train.rank_entry", str(spec)], env=env))

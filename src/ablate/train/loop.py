@@ -88,9 +88,8 @@ def _lead(world: distributed.World, config: RunConfig, run_dir: Path | str, thre
     rd = preflight(config, run_dir)
     torch.set_num_threads(int(threads))
     with rd.writer():
-        _check_config(config, rd)  # again, now that no one else can write it
-        if world.size > 1 and not os.environ.get(distributed.SPAWNED):
-            distributed.clear_reports(rd.path, world.size)  # a previous attempt's (the spawner clears its own)
+        _check_config(config, rd)  # again, now that no one else can write it (a previous attempt's rank reports
+        # were cleared by whoever started the ranks: the local spawner, or the sweep's submission for SLURM tasks)
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
         handler = _attach_log(rd.train_log)
         try:
@@ -179,7 +178,7 @@ def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
                         f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes")
     with rd.writer():
         pass  # another process writing this run is refused now, in one line, before anything of it is touched
-    distributed.clear_reports(rd.path, res.world)
+    rd.clear_rank_reports()  # a previous attempt's
     with stop_on_signals(stop) as stop_event:
         sp = distributed.spawn("ablate.train.loop:_rank", res.world,
                                {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads},
