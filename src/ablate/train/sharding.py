@@ -90,9 +90,15 @@ def wrap(policy: Policy, world: World, device: torch.device, sharding: str) -> t
     from torch.distributed.fsdp import fully_shard
 
     model = policy.model
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None:
+        from ablate.errors import UserError
+
+        raise UserError(f"train.sharding=fsdp shards a decoder's layers (model.model.layers, the Llama layout); "
+                        f"{type(model).__name__} has none: use train.sharding=ddp")
     sampled = Policy(copy.deepcopy(model), policy.tokenizer, policy.head_dtype)
     model.set_output_embeddings(_HeadInDtype(model.get_output_embeddings(), policy.head_dtype))
-    for layer in model.model.layers:
+    for layer in layers:
         fully_shard(layer)
     fully_shard(model)
     return FullForwardScorer(policy), sampled
