@@ -247,21 +247,37 @@ class RunDir:
         except OSError:
             return False
 
-    def clear_rank_reports(self) -> None:
-        """Remove a previous attempt's rank failure reports (before the run's ranks start again)."""
-        for path in self.logs_dir.glob("rank-*.failed.json"):
-            path.unlink(missing_ok=True)
+    # ---- a data-parallel run's rank failure reports: logs/rank-<r>.failed.json ----
 
-    def first_rank_failure(self) -> dict[str, Any] | None:
-        """A data-parallel run's earliest rank failure report (`logs/rank-<r>.failed.json`: rank, status, class,
-        message, traceback, time), or None. Plain JSON: `ablate status` reads it without importing torch."""
+    def write_rank_report(self, rank: int, exc: BaseException, status: str = "failed") -> None:
+        """Before a rank exits on an error (or a divergence it found alone), say so: rank, status, the error's
+        class, message and traceback, when, where. Written before the process closes its sockets, so a peer that
+        sees the broken collective finds it. A failed write is dropped: the rank's log still has the error."""
+        rec = {"rank": rank, "status": status, **error_record(exc), "time": time.time(),
+               "host": socket.gethostname(), "pid": os.getpid()}
+        with contextlib.suppress(OSError):
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            store.write_json(self.logs_dir / f"rank-{rank}.failed.json", rec)
+
+    def rank_reports(self) -> list[dict[str, Any]]:
+        """The ranks' failure reports, earliest first. Plain JSON: `ablate status` reads them without torch."""
         reports = []
-        for path in sorted(self.logs_dir.glob("rank-*.failed.json")):
+        for path in self.logs_dir.glob("rank-*.failed.json"):
             with contextlib.suppress(OSError, ValueError, RecursionError):
                 d = json.loads(path.read_text())
                 if isinstance(d, dict) and isinstance(d.get("time"), (int, float)):
                     reports.append(d)
-        return min(reports, key=lambda d: d["time"]) if reports else None
+        return sorted(reports, key=lambda d: d["time"])
+
+    def first_rank_failure(self) -> dict[str, Any] | None:
+        """The earliest rank failure report, or None."""
+        reports = self.rank_reports()
+        return reports[0] if reports else None
+
+    def clear_rank_reports(self) -> None:
+        """Remove a previous attempt's reports (before the run's ranks start again)."""
+        for path in self.logs_dir.glob("rank-*.failed.json"):
+            path.unlink(missing_ok=True)
 
     # ---- metrics.jsonl ----
 

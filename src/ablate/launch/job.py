@@ -178,15 +178,20 @@ class RunJob(submitit.helpers.Checkpointable):
         dist.broadcast_object_list(go, src=0)
         if not go[0]:
             return {"run_id": self.run_id, "skipped": "superseded", "rank": world.rank}
+        summary, _ = self._call(threading.Event())  # submitit lets task 0 alone requeue: no handover here
+        return {"run_id": self.run_id, "rank": world.rank, **(summary if isinstance(summary, dict) else {})}
+
+    def _call(self, stop: threading.Event) -> tuple[Any, Callable[..., Any] | None]:
+        """Call the job function on this run (with `stop`, USR2 intercepted, when it takes one); returns its
+        summary and submitit's USR2 handler to hand the signal to afterwards (None when not intercepted)."""
         _set_threads(self.threads)
-        stop = threading.Event()
         fn = resolve_job(self.job)
         kwargs: dict[str, Any] = {"threads": self.threads}
+        handover = None
         if _takes_stop(fn):
             kwargs["stop"] = stop
-            self._intercept_usr2(stop)
-        summary = fn(self.spec.config, self._run_dir().path, **kwargs)
-        return {"run_id": self.run_id, "rank": world.rank, **(summary if isinstance(summary, dict) else {})}
+            handover = self._intercept_usr2(stop)
+        return fn(self.spec.config, self._run_dir().path, **kwargs), handover
 
     def _run(self, world: Any = None) -> dict[str, Any]:
         """The job (task 0 of a data-parallel one): claim, run, record."""
@@ -219,15 +224,9 @@ class RunJob(submitit.helpers.Checkpointable):
         rd = self._run_dir()
         # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).
         rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)
-        _set_threads(self.threads)
-        stop, handover = threading.Event(), None
+        stop = threading.Event()
         try:
-            fn = resolve_job(self.job)
-            kwargs: dict[str, Any] = {"threads": self.threads}
-            if _takes_stop(fn):
-                kwargs["stop"] = stop
-                handover = self._intercept_usr2(stop)
-            summary = fn(self.spec.config, rd.path, **kwargs)
+            summary, handover = self._call(stop)
         except DirectoryGone as e:
             # the sweep directory was removed (and perhaps made again by another launch): its ledger and run.json
             # are not this job's any more, so it records nothing

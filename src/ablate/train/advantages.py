@@ -68,7 +68,7 @@ def group_advantages(
 
 def _group_mean(x: Tensor, inv: Tensor) -> Tensor:
     """Mean of x [N] per group; inv [N] in 0..G-1. Returns [G]."""
-    g = int(inv.max()) + 1
+    g = int(inv.max()) + 1 if inv.numel() else 0
     sums = torch.zeros(g, dtype=x.dtype, device=x.device).index_add_(0, inv, x)
     counts = torch.zeros(g, dtype=x.dtype, device=x.device).index_add_(0, inv, torch.ones_like(x))
     return sums / counts

@@ -16,7 +16,7 @@ What a rank does (the contract the trainer keeps, written out in docs/distribute
 - DDP all-reduces the gradients; the pool, the step's metrics and the compute counters are reduced the same way,
   so every rank holds the same pool and takes the same decisions (stop, divergence, end of pool);
 - rank 0 alone writes metrics.jsonl, run.json and the checkpoints; every rank keeps its own log
-  (`logs/rank-<r>.log`) and, when it fails, a report (`logs/rank-<r>.failed.json`) that says which rank broke
+  (`logs/rank-<r>.log`) and, when it fails, a report (RunDir.write_rank_report) that says which rank broke
   first and why.
 """
 
@@ -34,13 +34,14 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
+
+from ablate import store
 
 log = logging.getLogger("ablate.train")
 
@@ -152,36 +153,6 @@ def shutdown() -> None:
             cleanup_dist_env_and_memory()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-# ---- failure reports: which rank broke first, and why ----
-
-
-def report_path(run_dir: Path | str, rank: int) -> Path:
-    return Path(run_dir) / "logs" / f"rank-{rank}.failed.json"
-
-
-def write_report(run_dir: Path | str, rank: int, exc: BaseException, status: str = "failed") -> None:
-    """Before a rank exits on an error (or a divergence it found alone), say so: the file is written before the
-    process closes its sockets, so a peer that sees the broken collective finds the report."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()[-30:]
-    rec = {"rank": rank, "status": status, "class": type(exc).__name__, "message": str(exc), "traceback": tb,
-           "time": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
-    path = report_path(run_dir, rank)
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec))
-        os.replace(tmp, path)
-
-
-def read_reports(run_dir: Path | str, size: int) -> list[dict[str, Any]]:
-    """The ranks' failure reports, earliest first."""
-    out = []
-    for r in range(size):
-        with contextlib.suppress(OSError, ValueError):
-            out.append(json.loads(report_path(run_dir, r).read_text()))
-    return sorted(out, key=lambda d: d.get("time", 0.0))
 
 
 # ---- local spawning ----
@@ -297,9 +268,7 @@ def main(spec_file: str, stop: threading.Event) -> None:
     try:
         out = fn(world, stop=stop, **spec["payload"])
         if world.lead:
-            tmp = Path(spec["result"] + ".tmp")
-            tmp.write_text(json.dumps(out))
-            os.replace(tmp, spec["result"])
+            store.write_json(spec["result"], out)
     finally:
         shutdown()
 

@@ -78,7 +78,7 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threa
         raise  # the directory is another run's now: nothing goes into it
     except BaseException as e:
         if world.size > 1:  # what rank 0 ended on, for whoever attributes the run's end (a peer that broke first
-            distributed.write_report(run_dir, 0, e)  # has written its report earlier)
+            RunDir(run_dir).write_rank_report(0, e)  # has written its report earlier)
         raise
 
 
@@ -88,8 +88,7 @@ def _lead(world: distributed.World, config: RunConfig, run_dir: Path | str, thre
     rd = preflight(config, run_dir)
     torch.set_num_threads(int(threads))
     with rd.writer():
-        _check_config(config, rd)  # again, now that no one else can write it (a previous attempt's rank reports
-        # were cleared by whoever started the ranks: the local spawner, or the sweep's submission for SLURM tasks)
+        _check_config(config, rd)  # again, now that no one else can write it
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
         handler = _attach_log(rd.train_log)
         try:
@@ -116,17 +115,17 @@ def _follow(world: distributed.World, config: RunConfig, run_dir: Path | str, th
     try:
         handler = _attach_log(rd.logs_dir / f"rank-{world.rank}.log")
     except OSError as e:
-        distributed.write_report(rd.path, world.rank, e)
+        rd.write_rank_report(world.rank, e)
         raise
     log.info("rank %d of %d: pid %d on %s", world.rank, world.size, os.getpid(), socket.gethostname())
     try:
         with stop_on_signals(stop) as stop_event:
             summary = RunLoop(config, rd, stop_event, world).main()
         if summary["status"] == "diverged":  # perhaps found here alone (a sampler's logits): rank 0 reads this
-            distributed.write_report(rd.path, world.rank, Diverged(summary["reason"]), status="diverged")
+            rd.write_rank_report(world.rank, Diverged(summary["reason"]), status="diverged")
         return summary
     except BaseException as e:
-        distributed.write_report(rd.path, world.rank, e)
+        rd.write_rank_report(world.rank, e)
         log.exception("rank %d failed", world.rank)
         raise
     finally:
@@ -150,7 +149,7 @@ def _peer_failure(rd: RunDir, world: distributed.World, wait_s: float = 5.0) -> 
         return None
     t_end = time.monotonic() + wait_s
     while True:
-        reports = [r for r in distributed.read_reports(rd.path, world.size) if r.get("rank") != world.rank]
+        reports = [r for r in rd.rank_reports() if r.get("rank") != world.rank]
         if reports or time.monotonic() > t_end:
             return reports[0] if reports else None
         time.sleep(0.1)
@@ -160,6 +159,20 @@ def _ended_early(status: str, reason: str) -> dict[str, Any]:
     """The summary of a data-parallel run whose rank 0 could not give one."""
     return {"status": status, "reason": reason, "step": None, "r0": None, "val_pass_rate": None, "gpu_hours": None,
             "samples": None, "warnings": [], "max_lag": None}
+
+
+def _peer_diverged(rd: RunDir, report: dict[str, Any]) -> dict[str, Any]:
+    """A rank that found a divergence alone (its report says so): the run ended diverged; recorded, summarised."""
+    reason = f"rank {report['rank']}: {report.get('message')}"
+    rd.ended("diverged", reason=reason, diverged_reason=reason)
+    log.error("diverged on %s", reason)
+    return _ended_early("diverged", reason)
+
+
+def _peer_error(report: dict[str, Any], size: int) -> RankFailed:
+    """The error a failed rank's report makes of the run."""
+    return RankFailed(f"rank {report['rank']} of {size} failed: {report.get('class')}: {report.get('message')}",
+                      cause="oom" if "OutOfMemory" in str(report.get("class")) else "exception")
 
 
 def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
@@ -191,7 +204,7 @@ def _spawn_ranks(config: RunConfig, run_dir: Path | str, *, threads: int,
 def _rank_outcome(rd: RunDir, size: int, sp: distributed.Spawned, *, stopped: bool) -> dict[str, Any]:
     """Rank 0 gave no summary: what broke first, from the ranks' reports and the exits by a signal (which leave
     none), by time. Recorded in run.json (rank 0 may have been killed before it could) and raised."""
-    reports = {d["rank"]: d for d in distributed.read_reports(rd.path, size)}
+    reports = {d["rank"]: d for d in rd.rank_reports()}
     events = [(d.get("time", 0.0), r, d) for r, d in reports.items()]
     events += [(sp.ended_at[r], r, c) for r, c in sp.codes.items() if c is not None and c < 0 and r not in reports]
     if not events:
@@ -208,14 +221,11 @@ def _rank_outcome(rd: RunDir, size: int, sp: distributed.Spawned, *, stopped: bo
             return _ended_early("preempted", reason)
         err = RankFailed(f"rank {r} of {size} {distributed.exit_reason(what)} (its log: {log_path})", cause="killed")
     elif what.get("status") == "diverged":
-        reason = f"rank {r}: {what.get('message')}"
-        rd.ended("diverged", reason=reason, diverged_reason=reason)
-        return _ended_early("diverged", reason)
+        return _peer_diverged(rd, what)
     elif what.get("class") in ("UserError", "ConfigErrors"):
         raise UserError(what.get("message", ""))  # bad input: rank 0 recorded it where it had a run to record
     else:
-        err = RankFailed(f"rank {r} of {size} failed: {what.get('class')}: {what.get('message')}",
-                         cause="oom" if "OutOfMemory" in str(what.get("class")) else "exception")
+        err = _peer_error(what, size)
     rd.try_failed(err.cause, err)
     raise err
 
@@ -236,13 +246,9 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distri
     except Exception as e:
         peer = _peer_failure(rd, world)
         if peer is not None and peer.get("status") == "diverged":
-            reason = f"rank {peer['rank']}: {peer.get('message')}"
-            rd.ended("diverged", reason=reason, diverged_reason=reason)
-            log.error("diverged on %s", reason)
-            return _ended_early("diverged", reason)
+            return _peer_diverged(rd, peer)
         if peer is not None:
-            err = RankFailed(f"rank {peer['rank']} of {world.size} failed: {peer.get('class')}: {peer.get('message')}",
-                             cause="oom" if "OutOfMemory" in str(peer.get("class")) else "exception")
+            err = _peer_error(peer, world.size)
             rd.try_failed(err.cause, err)
             log.error("%s", err)
             raise err from e

@@ -169,7 +169,7 @@ class Learner:
             "new_tokens": float(ro.present.sum()), "kept_rows": float(rows.numel()),
             "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,  # filled in by _backward
         }
-        trained = world.totals([rows.numel()])[0] > 0 if world.size > 1 else rows.numel() > 0
+        trained = world.totals([rows.numel()])[0] > 0
         gn = 0.0
         if trained:  # (not when every group of the step had equal rewards: nothing to learn from this batch)
             gn = self._backward(b, adv, rows, step, reduce, sums)
@@ -202,10 +202,9 @@ class Learner:
         """(prompt tokens prefilled, tokens decoded, completions) of the step's batch on all ranks: compute.py's
         generation count."""
         ro = b.ro
-        local = [int(ro.prompt_mask.sum()), int(ro.present.sum()), ro.group.numel()]
-        if self.world.size > 1:
-            local = [int(v) for v in self.world.totals(local)]
-        return local[0], local[1], local[2]
+        prompt_tokens, new_tokens, completions = self.world.totals(
+            [int(ro.prompt_mask.sum()), int(ro.present.sum()), ro.group.numel()])
+        return int(prompt_tokens), int(new_tokens), int(completions)
 
     def _update_pool(self, b: Batch) -> None:
         """No-positive-resampling: record every completion of the step, from every rank, in the pool."""
@@ -242,7 +241,7 @@ class Learner:
         chunk = micro if micro else max(rows.numel(), 1)
         chunks = -(-rows.numel() // chunk)
         # DDP needs the same number of backward passes on every rank: a rank with fewer chunks runs zero-weight ones
-        total_chunks = world.max(chunks) if world.size > 1 else chunks
+        total_chunks = world.max(chunks)
         temperature = self.cfg.rollout.temperature
         self.opt.zero_grad(set_to_none=True)
         bad: float | None = None
