@@ -1,4 +1,5 @@
-"""Training curves from disk: CSV/JSONL files, run directories and sweep directories, read into `fit.curve.Curve`s.
+"""Training curves from disk: CSV/JSONL files, run directories and sweep directories, read into `fit.curve.Curve`s
+(other tools' logs: `ablate.logs`).
 
 The fitting core (`ablate.fit`) takes arrays; this module is where files are read and every kind of bad input
 becomes one `UserError` line naming the file, the line and the fix. Run directories are read through
@@ -7,7 +8,8 @@ becomes one `UserError` line naming the file, the line and the fix. Run director
     load_curves(path, x=, y=, run=, group=)     one CSV/JSONL file, one row per (run, evaluation) -> [Curve]
     curve_from_run_dir(run_dir, x=, y=)         one run directory -> (Curve or None, meta with the reason)
     curves_from_sweep(sweep_dir, x=, y=)        every run of a sweep -> ([Curve], [runs not fitted, with why])
-    load_inputs(paths, x=, y=, run=, group=)    any mix of the three -> ([Curve], [runs not fitted])
+    load_inputs(paths, x=, y=, run=, group=,    any mix of the three and other tools' logs (`ablate.logs`)
+                fmt=, per_step=)                -> ([Curve], [runs not fitted])
     write_csv(curves, path, x=, y=)             curves as a long CSV that `load_curves` reads back
 """
 
@@ -314,35 +316,76 @@ def _is_run_dir(p: Path) -> bool:
     return rd.metrics_path.exists() or rd.info_path.exists()
 
 
+def _is_sweep(p: Path) -> bool:
+    """A sweep directory: runs/ with a ledger or a run directory in it (a TRL output's runs/ holds TensorBoard
+    logs instead), or with nothing else to read the folder as."""
+    runs = p / "runs"
+    if not runs.is_dir():
+        return False
+    if (p / "ledger.jsonl").exists() or any(_is_run_dir(r) for r in runs.iterdir() if r.is_dir()):
+        return True
+    from ablate import logs
+
+    try:
+        logs.detect(p)
+    except UserError:
+        return True
+    return False
+
+
 def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_rate", run: str | None = "run",
-                group: str | None = None) -> tuple[list[Curve], list[dict[str, Any]]]:
-    """Curves from any mix of sweep directories, single run directories and CSV/JSONL files.
+                group: str | None = None, fmt: str = "auto",
+                per_step: dict[str, float] | None = None) -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Curves from any mix of sweep directories, single run directories, CSV/JSONL files and other tools' logs.
 
     A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
-    (else each run is its own arm). With several inputs, arm names are prefixed by their input's name so that
-    they stay apart. Returns the curves and the runs that can't be fitted (see `curves_from_sweep`).
+    (else each run is its own arm); so does each run of a foreign log (`ablate.logs`: TensorBoard, W&B, TRL,
+    verl), read when `fmt` names its format or, with `auto`, when it is detected. `per_step` ({"samples": S,
+    "gpu_hours": H}) makes compute from a foreign log's steps; sweeps, run directories and tables log their own.
+    With several inputs, arm names are prefixed by their input's name so that they stay apart. Returns the curves
+    and the runs that can't be fitted (see `curves_from_sweep`).
     """
+    from ablate import logs
+
     if not paths:
-        raise UserError("give a sweep directory (sweeps/NAME), a run directory or a CSV/JSONL file")
+        raise UserError("give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
+                        "(TensorBoard, W&B, TRL, verl)")
+    if fmt != "auto" and fmt not in logs.FORMATS:
+        raise UserError(f"--format {fmt}: unknown; valid: auto, {', '.join(logs.FORMATS)}")
+    per_step = {k: v for k, v in (per_step or {}).items() if v is not None}
+    for axis, v in per_step.items():
+        if not (math.isfinite(v) and v > 0):
+            raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0")
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
     for p in paths:
         p = Path(p)
         if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
             p = Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
-        if p.is_dir() and (p / "runs").is_dir():
+        ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
+        kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else logs.detect(p)
+        if ours and kind != ours:
+            raise UserError(f"{p}: a {ours} directory, read as such: drop --format {fmt}")
+        if per_step and kind not in logs.FOREIGN:
+            flag = logs.PER_STEP[next(iter(per_step))]
+            raise UserError(f"{flag}: {p} is a {'CSV/JSONL table' if kind == 'table' else kind + ' directory'}, "
+                            "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x")
+        if kind in logs.FOREIGN and (group is not None or run != "run"):
+            raise UserError(f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
+                            "its arms; --run and --group name columns of CSV/JSONL tables: drop it")
+        if kind == "sweep":
             cs, sk = curves_from_sweep(p, x=x, y=y)
-        elif p.is_dir() and _is_run_dir(p):
+        elif kind == "run":
             if x not in COMPUTE_AXES:
                 raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
             c, why = curve_from_run_dir(RunDir(p), x=x, y=y)
             if c is None:
                 raise UserError(f"{p}: {why['reason']}")
             cs, sk = [c], []
-        elif p.is_dir():
-            raise UserError(f"{p}: neither a sweep directory (no runs/) nor a run directory (no metrics.jsonl)")
-        else:
+        elif kind == "table":
             cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
+        else:
+            cs, sk = logs.load(p, kind, x=x, y=y, per_step=per_step), []
         if len(paths) > 1:
             for c in cs:
                 c.group = f"{p.name}:{c.group or c.run}"
