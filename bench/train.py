@@ -1,31 +1,28 @@
 """Throughput of one RL step: ablate's trainer vs Hugging Face TRL's GRPOTrainer, same model, task, batch and loss.
 
-    .venv/bin/python bench/train.py [--steps 20] [--warmup-steps 3] [--threads 1] [--json out.json]
+    .venv/bin/python bench/train.py [--steps 20] [--warmup-steps 3] [--threads 1] [--json out.json] [key=value ...]
 
-Both sides: the warmed-up tiny Llama of recipes/base.yaml (the cached warm-up folder, so the same weights),
-the base recipe's task (3-digit sums, 20% unseen subtractions) and batch (32 prompts x 8 completions per step), the CISPO loss (eps_max 5), batch-std advantages,
-at most `length.max_new_tokens` new tokens, temperature 1, one torch thread, on-policy (one update per batch:
-TRL's default num_iterations=1; ablate's offpolicy=ppo with k=1). Measured: completions/s and completion
-tokens/s over `--steps` steps after `--warmup-steps` untimed ones (the two are measured in turn, in one process),
-per wall-clock second and per CPU-second of the process (`time.process_time`): on a machine other jobs share,
-wall-clock rates swing with their load, CPU-time rates do not.
-ablate is also measured running its default scheme (PipelineRL-8, base.yaml) through `run()` over `--default-steps`
-steps, evaluation excluded (the k batches generated ahead at the start count against it).
+TRL runs through ablate's own backend (`trainer=trl`, src/ablate/train/trl_backend.py): the recipe mapped onto
+GRPOConfig, the task's verifier as the reward. Both sides run one recipe: the base recipe minus what TRL lacks
+(`COMPAT`: token-level CISPO, batch-std advantages, no zero-variance filtering or no-positive-resampling, no length
+control, on-policy: one update per generated batch), on the warmed-up tiny Llama of recipes/base.yaml (the cached
+warm-up folder, so the same weights), its task (3-digit sums, 20% unseen subtractions) and batch (32 prompts x 8
+completions per step), at most `length.max_new_tokens` new tokens, temperature 1, one torch thread.
+Measured: completions/s and completion tokens/s over `--steps` steps after `--warmup-steps` untimed ones (the two
+are measured in turn, in one process), per wall-clock second and per CPU-second of the process
+(`time.process_time`): on a machine other jobs share, wall-clock rates swing with their load, CPU-time rates do not.
+ablate is also measured running its default recipe (base.yaml: PipelineRL-8, zero-variance filtering, ...) through
+`run()` over `--default-steps` steps, evaluation excluded (the k batches generated ahead at the start count
+against it).
 
-TRL is installed into the venv on first use (`pip install trl`; it leaves torch at the pinned CPU build).
-Not like-for-like in one respect, on purpose: ablate skips the backward pass of zero-variance groups (ScaleRL's
-zero-variance filtering); TRL trains on every completion. The unseen subtractions are always zero-variance, so
-`bench/train.py task.unseen_frac=0` (addition only, both sides) is the stricter comparison; record both.
+`make setup` installs TRL (the `trl` extra); run by hand in another venv, `pip install '.[trl]'` first.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,16 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def ensure_trl() -> None:
-    if importlib.util.find_spec("trl") is None:
-        print("installing trl into the venv (bench only) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "trl"], check=True)
+COMPAT = ["aggregation=token", "filtering.zero_variance=false", "filtering.no_positive_resampling=false", "length=none",
+          "offpolicy=ppo", "offpolicy.k=1"]
+"""The base recipe minus what TRL lacks (ablate.trainers): both sides run exactly this recipe."""
 
 
 def ablate_config(extra: list[str]):
     from ablate.compose import compose_run
 
-    return compose_run(ROOT / "recipes" / "base.yaml", ["offpolicy=ppo", "offpolicy.k=1", *extra])
+    return compose_run(ROOT / "recipes" / "base.yaml", [*COMPAT, *extra])
 
 
 def bench_ablate(cfg, steps: int, warm: int) -> dict:
@@ -95,57 +91,32 @@ def bench_ablate_default(extra: list[str], steps: int) -> dict:
     return {"completions_per_s": n / dt, "s_per_step": dt / steps, "completions_per_cpu_s": n / dc}
 
 
-def bench_trl(cfg, steps: int, warm: int) -> dict:
-    """TRL GRPOTrainer on the same folder, task and batch; timed with a callback between optimizer steps."""
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+def bench_trl(extra: list[str], steps: int, warm: int) -> dict:
+    """TRL's GRPOTrainer through ablate's backend (trainer=trl), the same recipe; timed between optimizer steps."""
+    import threading
 
-    from ablate.train.step import TASK_PHRASE
-    from ablate.train.tasks import build_task
-    from ablate.train.warmup import warmed_up_folder
+    from transformers import TrainerCallback
 
-    task = build_task(cfg.task, cfg.train.val_size, TASK_PHRASE[cfg.task.name])
-    folder = warmed_up_folder(cfg, task)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    tok = PreTrainedTokenizerFast.from_pretrained(folder)
-    G, n = cfg.batch.prompts, cfg.batch.generations
-    rows = task.train[: G * (warm + steps + 2)]
-    # ablate prompts start with BOS; TRL tokenizes the text as is, so give it the same token sequence
-    ds = Dataset.from_dict({"prompt": [tok.bos_token + p.prompt for p in rows], "answer": [p.answer for p in rows]})
-    counts = {"tokens": 0, "completions": 0}
+    from ablate.compose import compose_run
+    from ablate.rundir import RunDir
+    from ablate.train.trl_backend import TRLLoop
 
-    def reward(completions, answer, **kw):
-        out = []
-        for c, a in zip(completions, answer):
-            counts["completions"] += 1
-            counts["tokens"] += len(tok.encode(c, add_special_tokens=False)) + 1
-            out.append(1.0 if task.check(c, a) else 0.0)
-        return out
+    cfg = compose_run(ROOT / "recipes" / "base.yaml", [*COMPAT, "trainer=trl", f"train.max_steps={warm + steps}",
+                                                       "train.eval_every=1000000", "train.checkpoint_every=1000000",
+                                                       *extra])
 
-    class Timer(TrainerCallback):
+    class Timer(TrainerCallback):  # called before ablate's callback: the run's last evaluation is not timed
         def __init__(self):
-            self.t = []
-            self.marks = []
+            self.t, self.marks = [], []
 
         def on_step_end(self, args, state, control, **kw):
             self.t.append((time.perf_counter(), time.process_time()))
-            self.marks.append((counts["completions"], counts["tokens"]))
+            self.marks.append((loop.compute.samples, loop.new_tokens))
 
     timer = Timer()
     with tempfile.TemporaryDirectory() as d:
-        args = GRPOConfig(
-            output_dir=d, per_device_train_batch_size=G * n, num_generations=n, gradient_accumulation_steps=1,
-            max_completion_length=cfg.length.max_new_tokens, temperature=1.0, learning_rate=cfg.optim.lr,
-            adam_beta1=0.9, adam_beta2=0.99, max_grad_norm=1.0, loss_type="cispo", epsilon_high=5.0,
-            scale_rewards="batch", beta=0.0, max_steps=warm + steps, logging_steps=1000, save_strategy="no",
-            report_to="none", use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, disable_tqdm=True,
-            shuffle_dataset=False,
-        )
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
-                              callbacks=[timer])
-        trainer.train()
+        loop = TRLLoop(cfg, RunDir(Path(d) / "run"), threading.Event(), callbacks=[timer])
+        loop.main()
     t, m = timer.t, timer.marks
     dt, dc = t[-1][0] - t[warm - 1][0], t[-1][1] - t[warm - 1][1]
     return _rates(m[-1][0] - m[warm - 1][0], m[-1][1] - m[warm - 1][1], dt, dc, steps)
@@ -163,7 +134,9 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides for both sides (key=value)")
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ensure_trl()
+    from ablate.train.trl_backend import require_trl
+
+    require_trl()
     import torch
 
     torch.set_num_threads(a.threads)
@@ -175,7 +148,7 @@ def main() -> None:
 
     res = {"ablate": bench_ablate(cfg, a.steps, a.warmup_steps)}
     show("ablate (on-policy, cispo)", res["ablate"])
-    res["trl"] = bench_trl(cfg, a.steps, a.warmup_steps)
+    res["trl"] = bench_trl(a.overrides, a.steps, a.warmup_steps)
     show("TRL GRPOTrainer (cispo)", res["trl"])
     res["ablate_default"] = bench_ablate_default(a.overrides, a.default_steps)
     show("ablate default run (PipelineRL-8)", res["ablate_default"])

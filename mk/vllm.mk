@@ -26,7 +26,7 @@ $(VLLM_STAMP): pyproject.toml mk/vllm.mk
 
 # The vLLM tests, for real (a missing vllm fails them loudly; nothing is skipped).
 test-vllm: vllm-setup
-	$(VLLM_BIN)/python -m pytest tests/vllm -q
+	$(VLLM_BIN)/python -m pytest tests/vllm_backend -q
 
 # Rollout throughput, vLLM vs the torch sampler, and weight-sync time (writes bench/out/rollout.json; ~3 min).
 bench-rollout: vllm-setup

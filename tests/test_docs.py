@@ -37,3 +37,11 @@ def test_no_file_points_outside_the_repository():
             continue
         hits += [f"{f}:{i}" for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+def test_the_trainers_page_has_the_support_matrix_the_code_has():
+    from ablate.trainers import SUPPORT
+
+    text = (ROOT / "docs" / "trainers.md").read_text()
+    for option, ours, trl in SUPPORT:
+        assert f"| `{option}` | {ours} | {trl} |" in text, option

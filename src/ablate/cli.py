@@ -47,7 +47,7 @@ def main() -> None:
 
 
 # Options of fit, rank and extrapolate, each declared once so that its flag, default and help agree everywhere.
-X_OPT = typer.Option("gpu_hours", "--x", help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step.")
+X_OPT = typer.Option("gpu_hours", "--x", help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for other tools' logs a logged metric, or step (made into compute by --samples-per-step / --gpu-hours-per-step).")
 Y_OPT = typer.Option("val_pass_rate", "--y", help="Pass-rate column or metric (values in [0, 1]).")
 RUN_OPT = typer.Option("run", "--run", help="Column of curve files naming the run (optional: without it a file is one run).")
 GROUP_OPT = typer.Option(None, "--group", help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.")
@@ -61,6 +61,9 @@ JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (
 PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...).")
 SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
 R0_OPT = typer.Option(None, "--r0", help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted).")
+FORMAT_OPT = typer.Option("auto", "--format", help="Input format: auto (told by content), table (CSV/JSONL), tensorboard, wandb (offline run folder), wandb-csv (W&B CSV export), trl (trainer_state.json) or verl (JSONL or console log); sweep and run directories are read as such.")
+SAMPLES_PER_STEP_OPT = typer.Option(None, "--samples-per-step", help="Other tools' logs only: add the column samples = step x this (then --x samples).")
+GPU_HOURS_PER_STEP_OPT = typer.Option(None, "--gpu-hours-per-step", help="Other tools' logs only: add the column gpu_hours = step x this (the default --x).")
 WINDOW_OPT = typer.Option(False, "--window-sensitivity", help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier cutoff's A interval does not overlap the full fit's.")
 
 
@@ -98,11 +101,14 @@ def _check_reach(curves, to: float, x: str, fit_until: Optional[float]) -> None:
 @app.command()
 @user_errors
 def fit(
-    file: Path = typer.Argument(..., help="CSV or JSONL with one row per (run, evaluation), a run directory, or a sweep directory (each run fitted)."),
+    file: Path = typer.Argument(..., help="CSV or JSONL with one row per (run, evaluation), a run directory, a sweep directory (each run fitted), or a TensorBoard, W&B (offline run or CSV export), TRL (trainer_state.json) or verl log (each of its runs fitted)."),
     x: str = X_OPT,
     y: str = Y_OPT,
     run: str = RUN_OPT,
     group: Optional[str] = GROUP_OPT,
+    fmt: str = FORMAT_OPT,
+    samples_per_step: Optional[float] = SAMPLES_PER_STEP_OPT,
+    gpu_hours_per_step: Optional[float] = GPU_HOURS_PER_STEP_OPT,
     method: str = typer.Option("default", "--method", help="default (grid + least_squares + bootstrap) or paper (ScaleRL's grid + curve_fit)."),
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
@@ -132,7 +138,8 @@ def fit(
     opts = _fit_options(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0, loss=loss,
                         n_boot=n_boot, ci=ci, target=to, target_r=target_r, seed=seed)
     plot = _figure(plot)
-    curves, _ = load_inputs([file], x=x, y=y, run=run, group=group)
+    curves, _ = load_inputs([file], x=x, y=y, run=run, group=group, fmt=fmt,
+                            per_step={"samples": samples_per_step, "gpu_hours": gpu_hours_per_step})
     results = fit_table(curves, opts, by_group=group is not None)
     if window:
         results = [window_sensitivity(r, opts) for r in results]
@@ -165,11 +172,14 @@ def fit(
 @app.command()
 @user_errors
 def rank(
-    inputs: list[Path] = typer.Argument(..., help="Sweep directories (sweeps/NAME) and/or CSV/JSONL curve files."),
+    inputs: list[Path] = typer.Argument(..., help="Sweep directories (sweeps/NAME), CSV/JSONL curve files and/or TensorBoard, W&B (offline runs or CSV exports), TRL (trainer_state.json) or verl logs (each of their runs an arm)."),
     x: str = X_OPT,
     y: str = Y_OPT,
     run: str = RUN_OPT,
     group: Optional[str] = GROUP_OPT,
+    fmt: str = FORMAT_OPT,
+    samples_per_step: Optional[float] = SAMPLES_PER_STEP_OPT,
+    gpu_hours_per_step: Optional[float] = GPU_HOURS_PER_STEP_OPT,
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Arm to compare against (default: the sweep file's baseline)."),
     margin: Optional[str] = typer.Option(None, "--margin", help="Use the paper's threshold rule instead of the calibrated tests: `paper` (±0.02 on A, ±15% compute) or a margin on A."),
     noise: Optional[Path] = typer.Option(None, "--noise", help="Seed spread measured before (a file --save-noise wrote) for arms without seeds of their own."),
@@ -210,7 +220,8 @@ def rank(
                         "of 200 or more")
     plot = _figure(plot)
     eff_path = None if plot is None else _figure(plot.with_name(plot.stem + "-efficiency" + plot.suffix))
-    curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group)
+    curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt,
+                                  per_step={"samples": samples_per_step, "gpu_hours": gpu_hours_per_step})
     _check_reach(curves, to, x, fit_until)
     ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, noise=floor, x=x, not_fitted=skipped,
                         jobs=store.cpu_count(), shared_a=mode)
@@ -262,12 +273,15 @@ def rank(
 @app.command()
 @user_errors
 def extrapolate(
-    inputs: list[Path] = typer.Argument(..., help="A sweep directory (its rank winner), a run directory, or a CSV/JSONL file."),
+    inputs: list[Path] = typer.Argument(..., help="A sweep directory (its rank winner), a run directory, a CSV/JSONL file, or a TensorBoard, W&B (offline runs or CSV export), TRL (trainer_state.json) or verl log."),
     arm: Optional[str] = typer.Option(None, "--arm", help="Arm (or run) to project instead of the rank winner."),
     x: str = X_OPT,
     y: str = Y_OPT,
     run: str = RUN_OPT,
     group: Optional[str] = GROUP_OPT,
+    fmt: str = FORMAT_OPT,
+    samples_per_step: Optional[float] = SAMPLES_PER_STEP_OPT,
+    gpu_hours_per_step: Optional[float] = GPU_HOURS_PER_STEP_OPT,
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
     r0: Optional[float] = R0_OPT,
@@ -295,7 +309,8 @@ def extrapolate(
     opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to,
                         target_r=target_r, seed=seed, r0=r0)
     plot = _figure(plot)
-    curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group)
+    curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt,
+                            per_step={"samples": samples_per_step, "gpu_hours": gpu_hours_per_step})
     _check_reach(curves, to, x, fit_until)
     arms = group_arms(curves)
     by_rank = arm is None and len(arms) > 1
@@ -430,6 +445,7 @@ def sweep(
     follow: bool = typer.Option(False, "--follow", help="Wait with a progress bar until the submitted runs end."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps (results in <root>/<sweep>/)."),
     job: str = typer.Option("ablate.train:run", "--job", help="The run function, module:function or file.py:function."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Runs also write their metrics to TensorBoard event files in their tb/ (train.tensorboard=true; not part of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs"),
 ):
     """Expand a sweep into validated runs and launch them; safe to run again at any time.
 
@@ -442,7 +458,7 @@ def sweep(
 
     if executor is not None and executor not in EXECUTORS:  # checked before the plan, so --dry-run says so too
         raise UserError(f"--executor {executor}: unknown; choose one of {', '.join(EXECUTORS)}")
-    plan = load_sweep(recipe, overrides or [])
+    plan = load_sweep(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
     if dry_run:
         report.console().print(plan_table(plan))
         return
@@ -462,8 +478,9 @@ def sweep(
 @app.command()
 @user_errors
 def show(
-    recipe: Path = typer.Argument(..., help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo)."),
+    recipe: Optional[Path] = typer.Argument(None, help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
+    trainers: bool = typer.Option(False, "--trainers", help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config."),
 ):
     """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
 
@@ -472,6 +489,21 @@ def show(
     from ablate.compose import compose_run
     from ablate.sweep import config_yaml
 
+    if trainers:
+        from rich.table import Table
+
+        from ablate import report
+        from ablate.trainers import PRESET_HINT, SUPPORT, TRL_VERSION
+
+        table = Table("option", "trainer=ablate", f"trainer=trl (TRL {TRL_VERSION})", show_lines=False)
+        for row in SUPPORT:
+            table.add_row(*(report.esc(c) for c in row))
+        console = report.console()
+        console.print(table)
+        console.print(f"The base recipe under TRL: ablate train recipes/base.yaml {report.esc(PRESET_HINT)}", soft_wrap=True)
+        return
+    if recipe is None:
+        raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")
     typer.echo(config_yaml(compose_run(recipe, overrides or [])), nl=False)
 
 
@@ -482,6 +514,7 @@ def train(
     overrides: Optional[list[str]] = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: sweeps/train/runs/<run_id>)."),
     threads: int = typer.Option(1, "--threads", help="torch threads for this run (several runs can share a machine)."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Also write the metrics to TensorBoard event files in the run's tb/ (train.tensorboard=true)."),
 ):
     """Execute one RL run in the foreground and write its run directory (resumes it if it has a checkpoint).
 
@@ -492,7 +525,7 @@ def train(
 
     if not 1 <= threads <= 1024:
         raise UserError(f"--threads {threads}: give a number of torch threads from 1 to 1024")
-    config = compose_run(recipe, overrides or [])
+    config = compose_run(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
     run_dir = out if out is not None else Path("sweeps") / "train" / "runs" / run_id(config)
     from ablate.train import preflight
     from ablate.train import run as run_train

@@ -11,8 +11,9 @@ once the recipe option file (`recipes/<group>/<name>.yaml`), the schema value an
 parameters of one option (`loss.eps_max` for cispo, ...) default to null here and are set by that option's file.
 
 Field metadata carries the validation rules (`choices`, `ge`/`gt`/`le`/`lt`) and `hash=False` for resource-only
-fields that must not change a run's id (ablate.identity); `validate` reads both, so a field added here is checked
-and hashed without touching the code below.
+fields that must not change a run's id (ablate.identity), or `hash="unless_default"` for a choice added after runs
+existed, hashed only when it differs from the behaviour those runs had (so their ids stay); `validate` reads them,
+so a field added here is checked and hashed without touching the code below.
 """
 
 from __future__ import annotations
@@ -210,7 +211,22 @@ class TrainConfig:
     sharding: str = _f("ddp", "how data-parallel ranks hold the policy (resources.nproc x nodes > 1): ddp = a whole "
                        "copy on every rank, gradients all-reduced; fsdp = parameters, gradients and optimizer state "
                        "sharded (FSDP2), whole weights kept only for generation", choices=("ddp", "fsdp"), hash=False)
+    tensorboard: bool = _f(False, "also write every metrics line to TensorBoard event files in the run's tb/ "
+                           "(`ablate train|sweep --tensorboard`)", hash=False)
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Which trainer runs the recipe: ablate's own, or Hugging Face TRL's `GRPOTrainer` with the recipe mapped onto
+    its `GRPOConfig` (train/trl_backend.py; what each supports: docs/trainers.md, `ablate show --trainers`)."""
+
+    name: str = _f("ablate", "ablate (the built-in trainer) | trl (TRL's GRPOTrainer; pip install '.[trl]')",
+                   choices=("ablate", "trl"), hash="unless_default")
+    vllm_mode: str = _f("colocate", "trl with rollout=vllm: colocate (an engine inside the trainer process) | server "
+                        "(a separate `trl vllm-serve` process)", choices=("colocate", "server"), hash=False)
+    vllm_server_url: Optional[str] = _f(None, "trl, vllm_mode=server: the server's base URL (null = TRL's default, "
+                                        "http://localhost:8000)", hash=False)
 
 
 @dataclass(frozen=True)
@@ -279,6 +295,7 @@ class RunConfig:
     rollout: RolloutConfig = _f(factory=RolloutConfig)
     optim: OptimConfig = _f(factory=OptimConfig)
     train: TrainConfig = _f(factory=TrainConfig)
+    trainer: TrainerConfig = _f(factory=TrainerConfig)
     launcher: LauncherConfig = _f(factory=LauncherConfig, hash=False)
     resources: ResourcesConfig = _f(factory=ResourcesConfig, hash=False)
     setup: SetupConfig = _f(factory=SetupConfig, hash=False)
@@ -367,6 +384,20 @@ def unhashed_keys(cls: type = RunConfig, prefix: str = "") -> tuple[str, ...]:
             out.append(key)
         elif dataclasses.is_dataclass(hints[f.name]):
             out.extend(unhashed_keys(hints[f.name], key + "."))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def hashed_unless_default(cls: type = RunConfig, prefix: str = "") -> tuple[tuple[str, Any], ...]:
+    """(dotted key, default) of fields marked `hash="unless_default"`: left out of ids while at their default."""
+    out: list[tuple[str, Any]] = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        if f.metadata.get("hash") == "unless_default":
+            out.append((key, f.default))
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out.extend(hashed_unless_default(hints[f.name], key + "."))
     return tuple(out)
 
 

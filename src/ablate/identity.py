@@ -2,7 +2,9 @@
 
     canonical(config)  -> str   sorted keys, numbers as floats (5 == 5.0, 1e-3 == 0.001), nulls dropped (a new
                                 optional field keeps old ids), resource-only fields (`hash=False` in the schema,
-                                the whole `launcher` section) left out
+                                the whole `launcher` section) left out, and so are fields marked
+                                `hash="unless_default"` while at their default (trainer.name=ablate: the ids of
+                                runs made before the field existed stay theirs)
     run_id(config)     -> str   12 hex digits of sha256(canonical): the same config gives the same id anywhere
     arm_id(config)     -> str   the same without the seed: runs that share it are seeds of one arm
 
@@ -46,17 +48,27 @@ def canonical_value(x: Any) -> Any:
 
 def canonical(config: Any, *, seed: bool = True) -> str:
     """The canonical JSON text of a config that ids hash (see the module docstring)."""
-    from ablate.config import unhashed_keys
+    from ablate.config import hashed_unless_default, unhashed_keys
 
     cfg = json.loads(json.dumps(canonical_value(_plain(config))))  # a deep copy of plain containers
-    for dotted in [*unhashed_keys(), *([] if seed else ["seed"])]:
+    at_default = [k for k, default in hashed_unless_default() if _get(cfg, k) == canonical_value(default)]
+    for dotted in [*unhashed_keys(), *at_default, *([] if seed else ["seed"])]:
         *parents, last = dotted.split(".")
         node: Any = cfg
         for p in parents:
             node = node.get(p) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.pop(last, None)
+            if not node and parents:  # a section left empty (trainer at its default) is as if it never existed
+                _get(cfg, ".".join(parents[:-1])).pop(parents[-1])
     return json.dumps(cfg, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for p in dotted.split(".") if dotted else []:
+        node = node.get(p) if isinstance(node, dict) else None
+    return node
 
 
 def _hash(text: str) -> str:

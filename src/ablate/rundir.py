@@ -164,6 +164,8 @@ class RunDir:
     def __init__(self, path: Path | str) -> None:
         self._lock: store.Lock | None = None  # held by writer()
         self.path = Path(path)
+        self.tensorboard = False  # mirror metrics lines to tb/ (train.tensorboard; see append_metrics)
+        self._tb: Any = None
 
     @classmethod
     def of(cls, root: Path | str, sweep: str, run_id: str) -> "RunDir":
@@ -177,6 +179,7 @@ class RunDir:
     metrics_path = property(lambda self: self.path / "metrics.jsonl")
     ckpt_dir = property(lambda self: self.path / "ckpt")
     logs_dir = property(lambda self: self.path / "logs")
+    tb_dir = property(lambda self: self.path / "tb")
     train_log = property(lambda self: self.path / "logs" / "train.log")
 
     # ---- run.json: the reader ----
@@ -328,8 +331,25 @@ class RunDir:
         return None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
+        """One metrics line; with `tensorboard` set, its numbers also go to TensorBoard event files in tb/ (tag =
+        the field, step = `step`). The writer opens at the first line, purging the events a previous attempt wrote
+        from that step on (the work a resumed run redoes), so TensorBoard shows each step once, as metrics.jsonl."""
         self.guard()
         store.append_jsonl(self.metrics_path, record)
+        if self.tensorboard:
+            if self._tb is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.tb_dir), purge_step=record["step"])
+            for k, v in record.items():
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._tb.add_scalar(k, v, global_step=record["step"])
+            self._tb.flush()
+
+    def close_tensorboard(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
 
     def keep_metrics_until(self, step: int) -> list[dict[str, Any]]:
         """Rewrite metrics.jsonl (atomically) keeping the records with step <= `step`: lines written after a

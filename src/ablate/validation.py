@@ -207,6 +207,10 @@ def _check_combinations(cfg: dict[str, Any]) -> list[str]:
     if world > 1 and cfg["batch"]["prompts"] < world:
         errs.append(f"batch.prompts ({cfg['batch']['prompts']}) < resources.nproc x resources.nodes ({world}): every "
                     "rank needs at least one prompt group per step; use fewer ranks or more prompts")
+    if cfg["trainer"]["name"] == "trl":
+        from ablate.trainers import trl_refusals
+
+        errs += trl_refusals(cfg)
     if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
         errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
     return errs

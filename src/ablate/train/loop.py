@@ -91,10 +91,12 @@ def _lead(world: distributed.World, config: RunConfig, run_dir: Path | str, thre
         _check_config(config, rd)  # again, now that no one else can write it
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
         handler = _attach_log(rd.train_log)
+        rd.tensorboard = config.train.tensorboard
         try:
             with stop_on_signals(stop) as stop_event:
                 return _guarded(config, rd, stop_event, world)
         finally:
+            rd.close_tensorboard()
             log.removeHandler(handler)
             handler.close()
 
@@ -234,7 +236,12 @@ def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distri
     """The loop, with whatever stops it recorded in run.json (nothing may stay "running"). In a data-parallel run
     a crash here may be a peer's: when another rank reported first, its error (or divergence) is what is recorded."""
     try:
-        summary = RunLoop(config, rd, stop, world).main()
+        if config.trainer.name == "trl":
+            from ablate.train.trl_backend import TRLLoop
+
+            summary = TRLLoop(config, rd, stop, world).main()
+        else:
+            summary = RunLoop(config, rd, stop, world).main()
     except DirectoryGone:
         raise  # another directory is at this path now: write nothing to it
     except KeyboardInterrupt:
@@ -267,6 +274,10 @@ def preflight(config: RunConfig, run_dir: Path | str) -> RunDir:
     or one that holds another run. Raises UserError."""
     rd = RunDir(run_dir)
     resolve_device(config.train.device)
+    if config.trainer.name == "trl":
+        from ablate.train.trl_backend import require_trl
+
+        require_trl()
     _check_directory(rd.path)
     _check_config(config, rd)
     return rd

