@@ -35,7 +35,7 @@ bench: setup
 	$(BIN)/python bench/rank.py
 	$(BIN)/python bench/launch.py
 
-# The RL run itself (minutes each): throughput against TRL (installs trl into .venv on first use), and the
+# The RL run itself (minutes each): throughput against TRL (trainer=trl, the same recipe on both sides), and the
 # default recipe's curve over three seeds, one core per run, with the sigmoid fitted to each.
 bench-train: setup
 	$(BIN)/python bench/train.py

@@ -39,16 +39,18 @@ SUPPORT: list[Row] = [
     ("length=interrupt", "yes", "no"),
     ("offpolicy=ppo (k)", "yes", "yes: steps_per_generation=k (k optimizer steps per generation round)"),
     ("offpolicy=pipeline", "yes", "no"),
-    ("batch.prompts x generations", "yes", "yes: per_device_train_batch_size, num_generations"),
+    ("batch.prompts x generations", "yes", "yes: per_device_train_batch_size (the step's completions / ranks), "
+                                           "num_generations"),
     ("optim (lr, betas, eps, weight decay, clip)", "yes", "yes: learning_rate, adam_beta1/2, adam_epsilon, "
                                                           "weight_decay, max_grad_norm"),
     ("optim.lr_warmup_steps", "yes", "yes: constant_with_warmup (HF's warm-up starts at lr 0, ablate's at lr/steps)"),
-    ("optim.micro_batch", "yes", "yes: gradient_accumulation_steps (must divide prompts x generations)"),
+    ("optim.micro_batch", "yes", "yes: gradient_accumulation_steps (must divide a rank's share of the step)"),
     ("rollout=torch", "yes", "yes: transformers generate"),
     ("rollout=vllm", "yes", "yes: use_vllm, trainer.vllm_mode colocate or server"),
     ("task.reward binary | signed", "yes", "yes: the task's verifier as the reward function"),
     ("model=tiny | hf", "yes", "yes: the same Hugging Face folder"),
-    ("resources.nproc x nodes > 1", "yes (DDP, FSDP)", "no (one process)"),
+    ("resources.nproc x nodes > 1", "yes (DDP, FSDP)", "yes: DDP through accelerate, one process per rank (the same "
+                                                       "launcher: local ranks or SLURM tasks)"),
     ("train.sharding=fsdp", "yes", "no"),
     ("checkpoint, resume, preemption", "yes", "yes: TRL's checkpoints (checkpoint-N/) and resume_from_checkpoint"),
     ("metrics.jsonl (val_pass_rate mean@k, ...)", "yes", "yes, through a callback (the same fields)"),
@@ -73,19 +75,23 @@ _REFUSE: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
     (lambda c: c["offpolicy"]["name"] == "pipeline",
      "offpolicy=pipeline: TRL has no in-flight weight updates (PipelineRL); use offpolicy=ppo (offpolicy.k=1 is "
      "on-policy), or trainer=ablate"),
-    (lambda c: c["resources"]["nproc"] * c["resources"]["nodes"] > 1,
-     "resources.nproc x resources.nodes > 1 with trainer=trl: ablate runs TRL in one process; use trainer=ablate for "
-     "data-parallel runs, or resources.nproc=1"),
+    (lambda c: c["train"]["sharding"] == "fsdp",
+     "train.sharding=fsdp with trainer=trl: TRL's ranks run DDP here; use train.sharding=ddp, or trainer=ablate"),
 ]
 
 
 def trl_refusals(cfg: dict[str, Any]) -> list[str]:
     """One line per option of a resolved config (plain dict) that `trainer=trl` cannot run."""
     errs = [msg for applies, msg in _REFUSE if applies(cfg)]
-    micro, step = cfg["optim"].get("micro_batch"), cfg["batch"]["prompts"] * cfg["batch"]["generations"]
-    if micro is not None and step % micro:
-        errs.append(f"optim.micro_batch={micro} with trainer=trl: TRL accumulates whole micro-batches, and "
-                    f"{micro} does not divide the step's {step} completions; pick a divisor")
+    world = cfg["resources"]["nproc"] * cfg["resources"]["nodes"]
+    step = cfg["batch"]["prompts"] * cfg["batch"]["generations"]
+    micro = cfg["optim"].get("micro_batch")
+    if step % world:
+        errs.append(f"batch.prompts x batch.generations ({step}) with trainer=trl on {world} ranks: TRL splits the "
+                    f"step's completions evenly over the ranks; use a batch divisible by {world}")
+    elif micro is not None and (step // world) % micro:
+        errs.append(f"optim.micro_batch={micro} with trainer=trl: TRL accumulates whole micro-batches, and {micro} "
+                    f"does not divide the {step // world} completions of a rank's step; pick a divisor")
     return errs
 
 

@@ -104,7 +104,8 @@ def test_what_trl_lacks_is_refused_one_line_each_and_nothing_is_written(tmp_path
         "length=interrupt", "offpolicy=pipeline"]
     assert all("trainer=ablate" in line for line in e.value.errors)
     for extra, culprit in ((["aggregation=sample"], "loss=cispo with aggregation=sample"),
-                           (["resources.nproc=2"], "resources.nproc x resources.nodes > 1"),
+                           (["resources.nproc=2", "train.sharding=fsdp"], "train.sharding=fsdp"),
+                           (["resources.nproc=2", "batch.prompts=3", "batch.generations=3"], "batch.prompts x"),
                            (["optim.micro_batch=100"], "optim.micro_batch=100")):
         with pytest.raises(ConfigErrors) as e:
             compose_run(RECIPE, [*TRL, *extra])
@@ -188,3 +189,44 @@ def test_sigterm_mid_run_checkpoints_and_the_next_train_resumes_there(tmp_path):
     assert "resuming from checkpoint-" in (out / "logs" / "train.log").read_text()
     # the second attempt started from `stopped`: the helper checks run.json's resumed_from, every evaluation once
     assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
+
+
+SMALL = ["task.digits=1", "task.train_size=80", "task.unseen_frac=0", "model.hidden=32", "model.n_layers=1",
+         "model.n_heads=2", "model.mlp=64", "batch.prompts=4", "batch.generations=4", "length.max_new_tokens=4",
+         "train.eval_k=2", "train.val_size=16", "train.warmup.max_steps=300", "train.warmup.lr=3e-3",
+         "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2", "train.warmup.check_every=10",
+         "optim.lr_warmup_steps=0"]
+
+
+def test_data_parallel_per_rank_batch(tmp_path):
+    args = grpo_config(compose_run(RECIPE, [*TRL, "resources.nproc=4", "offpolicy.k=2"]), tmp_path, CPU)
+    # the step's 256 completions split over 4 ranks; k=2 rounds of 2 steps each: 512 generated per round
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation) == (64, 1, 2)
+
+
+@pytest.mark.slow
+def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, monkeypatch):
+    """Two ranks (gloo, spawned like any data-parallel run) under TRL: one run directory written by rank 0, the
+    step's batch split (not doubled), a SIGTERM stops both at one step, and the next `ablate train` resumes."""
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *TRL, *SMALL, "resources.nproc=2",
+           "train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
+
+    def attempt(past: int) -> None:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        until(lambda: any(s >= past for s in _metric_steps(out)), f"an evaluation at step {past}")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate()
+        assert p.returncode == 0, err[-2000:]
+
+    attempt(4)
+    info = store.read_json(out / "run.json")
+    stopped, first = info["step"], _metric_steps(out)
+    assert (info["status"], info["ranks"], info["trainer"]) == ("preempted", 2, "trl")
+    assert (out / "ckpt" / f"checkpoint-{stopped}" / "ablate_state.json").is_file()
+    assert "resuming from" not in (out / "logs" / "rank-1.log").read_text()
+    attempt(stopped + 4)
+    assert f"resuming from checkpoint-{stopped}" in (out / "logs" / "rank-1.log").read_text()  # both ranks resumed
+    recs = assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
+    assert all(r["samples"] == 16 * r["step"] for r in recs)  # 4 prompts x 4 per step, over both ranks

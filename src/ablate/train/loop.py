@@ -122,7 +122,7 @@ def _follow(world: distributed.World, config: RunConfig, run_dir: Path | str, th
     log.info("rank %d of %d: pid %d on %s", world.rank, world.size, os.getpid(), socket.gethostname())
     try:
         with stop_on_signals(stop) as stop_event:
-            summary = RunLoop(config, rd, stop_event, world).main()
+            summary = _loop(config, rd, stop_event, world).main()
         if summary["status"] == "diverged":  # perhaps found here alone (a sampler's logits): rank 0 reads this
             rd.write_rank_report(world.rank, Diverged(summary["reason"]), status="diverged")
         return summary
@@ -232,16 +232,20 @@ def _rank_outcome(rd: RunDir, size: int, sp: distributed.Spawned, *, stopped: bo
     raise err
 
 
+def _loop(config: RunConfig, rd: RunDir, stop: threading.Event, world: distributed.World) -> Any:
+    """The loop of the recipe's trainer: ablate's own (RunLoop) or TRL's GRPOTrainer (trl_backend.TRLLoop)."""
+    if config.trainer.name == "trl":
+        from ablate.train.trl_backend import TRLLoop
+
+        return TRLLoop(config, rd, stop, world)
+    return RunLoop(config, rd, stop, world)
+
+
 def _guarded(config: RunConfig, rd: RunDir, stop: threading.Event, world: distributed.World) -> dict[str, Any]:
     """The loop, with whatever stops it recorded in run.json (nothing may stay "running"). In a data-parallel run
     a crash here may be a peer's: when another rank reported first, its error (or divergence) is what is recorded."""
     try:
-        if config.trainer.name == "trl":
-            from ablate.train.trl_backend import TRLLoop
-
-            summary = TRLLoop(config, rd, stop, world).main()
-        else:
-            summary = RunLoop(config, rd, stop, world).main()
+        summary = _loop(config, rd, stop, world).main()
     except DirectoryGone:
         raise  # another directory is at this path now: write nothing to it
     except KeyboardInterrupt:

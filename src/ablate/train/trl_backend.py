@@ -73,9 +73,9 @@ def grpo_config(cfg: RunConfig, output_dir: Path | str, device: torch.device):
     from trl import GRPOConfig
 
     loss, o, lc = cfg.loss, cfg.optim, cfg.length
-    step = cfg.batch.prompts * cfg.batch.generations
-    micro = o.micro_batch or step
-    accum = step // micro
+    per_rank = cfg.batch.prompts * cfg.batch.generations // cfg.resources.world  # the step's completions per rank
+    micro = o.micro_batch or per_rank
+    accum = per_rank // micro
     eps = {"grpo": {"epsilon": loss.eps, "epsilon_high": loss.eps},  # symmetric
            "dapo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
            "gspo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
@@ -156,16 +156,21 @@ class TRLLoop:
                  world: distributed.World | None = None, callbacks: list[Any] = ()) -> None:
         require_trl()
         self.cfg, self.rd, self.stop = cfg, rd, stop
+        self.world = world = world or distributed.World()
+        self.lead = world.lead  # rank 0 writes the run directory
         self.callbacks = list(callbacks)  # more TrainerCallbacks, called before ablate's (bench/train.py's timer)
         # task, validation split and the policy (the warmed-up tiny folder, or model.path) as the built-in trainer
-        # loads them; TRL trains this very model, and the evaluator samples from it
+        # loads them; TRL trains this very model (accelerate wraps it for the ranks), and the evaluator samples
+        # from it: each rank grades its share of the validation prompts and the counts are summed
         self.learner = Learner(cfg)
         self.learner.opt = None  # TRL brings its own optimizer
+        self.learner.world = world
         self.policy = self.learner.policy
         self.evaluator = Evaluator(self.learner)
         self.task = self.learner.task
         dev = self.learner.device
-        self.compute = Compute(devices=device_count() if dev.type == "cuda" else 1, params=self.policy.n_params)
+        devices = world.size if world.size > 1 else (device_count() if dev.type == "cuda" else 1)
+        self.compute = Compute(devices=devices, params=self.policy.n_params)
         self.acc = Accumulator()
         self.health = Health()
         self.step = 0
@@ -185,16 +190,16 @@ class TRLLoop:
         rewards = torch.tensor([self.task.reward(c) for c in ok], dtype=torch.float32)
         if lc.name == "penalty":
             rewards = rewards + length.length_penalty(lengths, torch.tensor(ok), lc.l_max, lc.l_cache).float()
-        n = len(completions)
         prompt_tokens = sum(len(tok.encode(p, add_special_tokens=False)) for p in prompts)
-        new_tokens = int(lengths.sum())
-        self.new_tokens += new_tokens
-        self.compute.add_generation(prompt_tokens, new_tokens, n)
-        self.compute.add_training(prompt_tokens + new_tokens)  # each completion is trained on once (num_iterations 1)
-        self.round_truncation = sum(truncated) / n
-        self.acc.add({"train_reward": float(rewards.mean()), "train_pass_rate": sum(ok) / n,
-                      "truncation_rate": self.round_truncation, "mean_response_len": float(lengths.float().mean()),
-                      "lag": 0.0})
+        # every rank scores its share of the round, once per round, in step: the round's totals over all ranks
+        n, prompt_tokens, new_tokens, n_trunc, reward_sum, passed = self.world.totals(
+            [len(completions), prompt_tokens, int(lengths.sum()), sum(truncated), float(rewards.sum()), sum(ok)])
+        self.new_tokens += int(new_tokens)
+        self.compute.add_generation(int(prompt_tokens), int(new_tokens), int(n))
+        self.compute.add_training(int(prompt_tokens + new_tokens))  # each completion is trained once (num_iterations 1)
+        self.round_truncation = n_trunc / n
+        self.acc.add({"train_reward": reward_sum / n, "train_pass_rate": passed / n,
+                      "truncation_rate": self.round_truncation, "mean_response_len": new_tokens / n, "lag": 0.0})
         return rewards.tolist()
 
     # ---- evaluation (the same record as the built-in trainer's) ----
@@ -211,14 +216,16 @@ class TRLLoop:
                                "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
                                "wall_s": self.compute.wall_s}
         rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
-        self.rd.append_metrics(rec)
+        if self.lead:
+            self.rd.append_metrics(rec)
         self.last_eval = rec
         self.acc = Accumulator()
         log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
                  ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
         self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
-        self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
-                         gpu_hours=self.compute.gpu_hours)
+        if self.lead:
+            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
+                             gpu_hours=self.compute.gpu_hours)
 
     # ---- ablate's side of a checkpoint ----
 
@@ -230,7 +237,8 @@ class TRLLoop:
         """The checkpoint to resume from (ablate's state loaded, metrics.jsonl mended), or None for a fresh start."""
         found = checkpoints(self.rd.ckpt_dir)
         if not found:
-            self.rd.keep_metrics_until(-1)
+            if self.lead:
+                self.rd.keep_metrics_until(-1)
             return None
         step, path = found[-1]
         st = json.loads((path / STATE).read_text())
@@ -238,10 +246,12 @@ class TRLLoop:
         self.acc.load_state_dict(st["acc"])
         self.health.load_state_dict(st["health"])
         self.step, self.last_eval = st["step"], st["eval"]
+        log.info("resuming from %s (step %d)", path.name, step)
+        if not self.lead:
+            return path
         kept = self.rd.keep_metrics_until(self.step)
         if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
             self.rd.append_metrics(self.last_eval)  # its line was torn by the crash: write it again
-        log.info("resuming from %s (step %d)", path.name, step)
         return path
 
     # ---- the run ----
@@ -257,10 +267,12 @@ class TRLLoop:
             from ablate.train.warmup import warmed_up_folder, warmup_info
 
             info = {k: v for k, v in warmup_info(warmed_up_folder(cfg, self.task)).items() if k != "history"}
-        ids = {} if self.rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
-        self.rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resume_from else None, trainer="trl",
-                        logs={"train": str(self.rd.train_log)}, warmup=info, params=self.policy.n_params,
-                        max_steps=tr.max_steps, device=str(self.learner.device))
+        if self.lead:
+            ids = {} if self.rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
+            ranks = {"ranks": self.world.size} if self.world.size > 1 else {}
+            self.rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resume_from else None, trainer="trl",
+                            logs={"train": str(self.rd.train_log)}, warmup=info, params=self.policy.n_params,
+                            max_steps=tr.max_steps, device=str(self.learner.device), **ranks)
         log.info("run %s under TRL: %d params, %s x %s per step, loss_type %s, %d steps%s", self.rd.path.name,
                  self.policy.n_params, cfg.batch.prompts, cfg.batch.generations, loss_type(cfg), tr.max_steps,
                  f" (resuming at {self.step})" if resume_from else "")
@@ -293,8 +305,9 @@ class TRLLoop:
             status, reason = "diverged", str(e)
             log.error("diverged: %s", reason)
         self.compute.tick()
-        self.rd.ended(status, reason=reason, step=self.step, max_lag=0,
-                      **({"diverged_reason": reason} if status == "diverged" else {}))
+        if self.lead:
+            self.rd.ended(status, reason=reason, step=self.step, max_lag=0,
+                          **({"diverged_reason": reason} if status == "diverged" else {}))
         log.info("run %s: %s at step %d (%s)", self.rd.path.name, status, self.step, reason or "max_steps reached")
         return {"status": status, "step": self.step, "r0": self.health.r0,
                 "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None, "reason": reason,
@@ -332,13 +345,15 @@ class _Callback(_callback_base()):
             lp.rd.progress(warnings=lp.health.warnings, truncation_warning=True)
         if lp.step % tr.eval_every == 0 or lp.step == tr.max_steps:
             lp.log_eval()
-        if lp.stop.is_set() and lp.step < tr.max_steps:
+        if lp.world.any(lp.stop.is_set()) and lp.step < tr.max_steps:  # a stop on any rank stops all, here
             control.should_save = True  # TRL saves this step's checkpoint, then stops
             control.should_training_stop = True
         return control
 
     def on_save(self, args, state, control, **kw):
         lp = self.loop
+        if not lp.lead:
+            return
         lp.rd.guard()
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         store.write_json(path / STATE, lp.state())
