@@ -230,3 +230,26 @@ def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, mo
     assert f"resuming from checkpoint-{stopped}" in (out / "logs" / "rank-1.log").read_text()  # both ranks resumed
     recs = assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
     assert all(r["samples"] == 16 * r["step"] for r in recs)  # 4 prompts x 4 per step, over both ranks
+
+
+@pytest.mark.slow
+def test_one_hugging_face_folder_trains_under_both_trainers(tmp_path, monkeypatch):
+    """model=hf model.path=FOLDER: the same local folder (here the tiny model's warmed-up one, a plain HF folder
+    with its tokenizer) is loaded and trained by the built-in trainer and by TRL, and both start from the same R0."""
+    from ablate.train import run as train_run
+    from ablate.train.tasks import build_task
+    from ablate.train.step import TASK_PHRASE
+    from ablate.train.warmup import warmed_up_folder
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    tiny = compose_run(RECIPE, [*TRL, *SMALL])
+    folder = warmed_up_folder(tiny, build_task(tiny.task, tiny.train.val_size, TASK_PHRASE[tiny.task.name]))
+    hf = ["model=hf", f"model.path={folder}", "train.max_steps=2", "train.eval_every=1"]
+    small = [o for o in SMALL if not o.startswith("model.")]
+    r0 = {}
+    for trainer in ("ablate", "trl"):
+        cfg = compose_run(RECIPE, [*TRL, *small, *hf, f"trainer={trainer}"])
+        summary = train_run(cfg, tmp_path / trainer)
+        assert summary["status"] == "done" and summary["step"] == 2, summary
+        r0[trainer] = summary["r0"]
+    assert r0["ablate"] == r0["trl"]  # the same weights, evaluated by the same evaluator at step 0
