@@ -102,6 +102,15 @@ def _csv_kind(columns: list[str]) -> str | None:
     return None
 
 
+def _console_lines(p: Path) -> bool:
+    """Whether a text file has a verl console line (`step:N - key:value ...`) anywhere."""
+    try:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            return any(_CONSOLE.search(ln) for ln in f)
+    except OSError:
+        return False
+
+
 def detect(path: Path | str) -> str:
     """The format of a log file or folder (one of FORMATS), told by its content; a UserError when unknown."""
     p = Path(path)
@@ -144,10 +153,10 @@ def detect(path: Path | str) -> str:
         kind = _csv_kind(next(csv.reader([first]), []))
         if kind is not None:
             return "wandb-csv"
-    if any(_CONSOLE.search(ln) for ln in text.splitlines()):
-        return "verl"
     if suffix in (".csv", ".jsonl", ".ndjson"):
-        return "table"
+        return "verl" if any(_CONSOLE.search(ln) for ln in text.splitlines()) else "table"
+    if _console_lines(p):  # a console log often opens with long config, Ray and vLLM dumps: read on until a step
+        return "verl"
     raise UserError(f"{p}: can't tell what this file is: not a CSV/JSONL table, a TensorBoard event file, a W&B run "
                     "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --format")
 
@@ -249,7 +258,11 @@ def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
         chunks = body if kind in (1, 2) else chunks + body  # FULL, FIRST | MIDDLE, LAST
         if kind in (1, 4):
             rec = pb.Record()
-            rec.ParseFromString(chunks)
+            try:
+                rec.ParseFromString(chunks)
+            except Exception as e:  # protobuf's DecodeError: a record that passed its checksum but is not one
+                raise UserError(f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history "
+                                "can't be read") from None
             yield rec
 
 
@@ -261,6 +274,9 @@ def read_wandb(p: Path) -> Runs:
         from wandb.proto import wandb_internal_pb2 as pb
     except ImportError:
         raise UserError(f"{p}: reading W&B runs needs the wandb package: pip install wandb") from None
+    except Exception as e:  # a wandb whose protobuf schema does not load with the installed protobuf
+        raise UserError(f"{p}: the installed wandb cannot load its record schema ({type(e).__name__}: {e}); "
+                        "reinstall it (pip install -U wandb protobuf)") from None
     by_id: dict[str, tuple[str, dict[float, dict[str, float]]]] = {}
     for f in files:
         run_id, name, steps = f.stem.removeprefix("run-"), None, {}

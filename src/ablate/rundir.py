@@ -332,19 +332,25 @@ class RunDir:
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         """One metrics line; with `tensorboard` set, its numbers also go to TensorBoard event files in tb/ (tag =
-        the field, step = `step`). The writer opens at the first line, purging the events a previous attempt wrote
-        from that step on (the work a resumed run redoes), so TensorBoard shows each step once, as metrics.jsonl."""
+        the field, step = `step`). The writer opens when a resume cuts metrics.jsonl back (`keep_metrics_until`) or
+        at the first line, purging the events earlier attempts wrote from there on (the work a resumed run redoes),
+        so TensorBoard shows each step once, as metrics.jsonl does."""
         self.guard()
         store.append_jsonl(self.metrics_path, record)
         if self.tensorboard:
             if self._tb is None:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(self.tb_dir), purge_step=record["step"])
+                self._open_tensorboard(purge_from=record["step"])
             for k, v in record.items():
                 if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                     self._tb.add_scalar(k, v, global_step=record["step"])
             self._tb.flush()
+
+    def _open_tensorboard(self, purge_from: int) -> None:
+        """The event writer; what earlier attempts wrote at steps >= purge_from is dropped by TensorBoard's reader."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.close_tensorboard()
+        self._tb = SummaryWriter(str(self.tb_dir), purge_step=max(0, purge_from))
 
     def close_tensorboard(self) -> None:
         if self._tb is not None:
@@ -358,6 +364,8 @@ class RunDir:
         kept = [r for r in store.read_jsonl(self.metrics_path)
                 if isinstance(r.get("step"), int) and r["step"] <= step]
         store.write_jsonl(self.metrics_path, kept)
+        if self.tensorboard:  # the mirror follows at once, even if this attempt ends before its first line
+            self._open_tensorboard(purge_from=step + 1)
         return kept
 
     # ---- the writer lock ----

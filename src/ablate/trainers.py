@@ -27,22 +27,23 @@ SUPPORT: list[Row] = [
     ("aggregation=token", "yes", "yes (loss_type dapo or cispo: tokens averaged over the whole step)"),
     ("aggregation=prompt", "yes", "no"),
     ("normalization=prompt", "yes", "yes: scale_rewards=group"),
-    ("normalization=batch", "yes", "yes: scale_rewards=batch (TRL divides by the std of the step's rewards, ablate by "
-                                   "the std of the group-centred advantages)"),
+    ("normalization=batch", "yes", "yes: scale_rewards=batch (TRL divides by the std of the generation round's "
+                                   "rewards over all ranks, ablate by the std of the step's group-centred advantages)"),
     ("normalization=none", "yes", "yes: scale_rewards=none"),
-    ("precision=fp32_head", "yes", "yes: cast_lm_head_to_fp32"),
-    ("precision=bf16", "yes", "yes"),
+    ("precision=fp32_head", "yes", "yes: cast_lm_head_to_fp32 (the body trains in the model's dtype, as in ablate)"),
+    ("precision=bf16", "yes", "yes: the head in the model's dtype"),
     ("filtering.zero_variance", "yes", "no (set filtering.zero_variance=false)"),
     ("filtering.no_positive_resampling", "yes", "no (set filtering.no_positive_resampling=false)"),
     ("length=none", "yes", "yes: max_completion_length=length.max_new_tokens"),
-    ("length=penalty", "yes", "yes: DAPO's overlong penalty as a second reward function"),
+    ("length=penalty", "yes", "yes: DAPO's overlong penalty, added in the reward function"),
     ("length=interrupt", "yes", "no"),
-    ("offpolicy=ppo (k)", "yes", "yes: steps_per_generation=k (k optimizer steps per generation round)"),
+    ("offpolicy=ppo (k)", "yes", "yes: steps_per_generation = k x gradient accumulation (k optimizer steps per "
+                                 "generation round; TRL shuffles the round's completions across its steps)"),
     ("offpolicy=pipeline", "yes", "no"),
     ("batch.prompts x generations", "yes", "yes: per_device_train_batch_size (the step's completions / ranks), "
                                            "num_generations"),
     ("optim (lr, betas, eps, weight decay, clip)", "yes", "yes: learning_rate, adam_beta1/2, adam_epsilon, "
-                                                          "weight_decay, max_grad_norm"),
+                                                          "weight_decay (HF spares biases and norms), max_grad_norm"),
     ("optim.lr_warmup_steps", "yes", "yes: constant_with_warmup (HF's warm-up starts at lr 0, ablate's at lr/steps)"),
     ("optim.micro_batch", "yes", "yes: gradient_accumulation_steps (must divide a rank's share of the step)"),
     ("rollout=torch", "yes", "yes: transformers generate"),

@@ -43,7 +43,9 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypa
 
     def attempt(past: int, sig: signal.Signals) -> None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        until(lambda: _steps(out) and _steps(out)[-1] >= past, f"an evaluation past step {past}")
+        until(lambda: p.poll() is not None or (_steps(out) and _steps(out)[-1] >= past),
+              f"an evaluation past step {past}")
+        assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
         p.send_signal(sig)
         _, err = p.communicate()
         assert p.returncode == (0 if sig == signal.SIGTERM else -sig), err[-2000:]

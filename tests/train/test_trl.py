@@ -175,7 +175,9 @@ def test_sigterm_mid_run_checkpoints_and_the_next_train_resumes_there(tmp_path):
 
     def attempt(after: int) -> int:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        until(lambda: any(s >= after for s in _metric_steps(out)), f"an evaluation at step {after}")
+        until(lambda: p.poll() is not None or any(s >= after for s in _metric_steps(out)),
+              f"an evaluation at step {after}")
+        assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate()
         assert p.returncode == 0, err[-2000:]
@@ -206,16 +208,19 @@ def test_data_parallel_per_rank_batch(tmp_path):
 
 @pytest.mark.slow
 def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, monkeypatch):
-    """Two ranks (gloo, spawned like any data-parallel run) under TRL: one run directory written by rank 0, the
-    step's batch split (not doubled), a SIGTERM stops both at one step, and the next `ablate train` resumes."""
+    """Two ranks (gloo, spawned like any data-parallel run) under TRL with PPO-off-policy-2: one run directory
+    written by rank 0, the step's batch split (not doubled), a SIGTERM stops both at one step, and the next
+    `ablate train` resumes."""
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *TRL, *SMALL, "resources.nproc=2",
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *TRL, *SMALL, "resources.nproc=2", "offpolicy.k=2",
            "train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
 
     def attempt(past: int) -> None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        until(lambda: any(s >= past for s in _metric_steps(out)), f"an evaluation at step {past}")
+        until(lambda: p.poll() is not None or any(s >= past for s in _metric_steps(out)),
+              f"an evaluation at step {past}")
+        assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate()
         assert p.returncode == 0, err[-2000:]
@@ -229,7 +234,10 @@ def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, mo
     attempt(stopped + 4)
     assert f"resuming from checkpoint-{stopped}" in (out / "logs" / "rank-1.log").read_text()  # both ranks resumed
     recs = assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
-    assert all(r["samples"] == 16 * r["step"] for r in recs)  # 4 prompts x 4 per step, over both ranks
+    # 4 prompts x 4 per step over both ranks, counted step by step although TRL generates k=2 steps at once (and a
+    # round cut by the stop is generated anew on resume)
+    assert all(r["samples"] == 16 * r["step"] for r in recs), [(r["step"], r["samples"]) for r in recs]
+    assert all("entropy" in r and "grad_norm" in r for r in recs[1:])  # TRL's log of the same step
 
 
 @pytest.mark.slow
@@ -253,3 +261,20 @@ def test_one_hugging_face_folder_trains_under_both_trainers(tmp_path, monkeypatc
         assert summary["status"] == "done" and summary["step"] == 2, summary
         r0[trainer] = summary["r0"]
     assert r0["ablate"] == r0["trl"]  # the same weights, evaluated by the same evaluator at step 0
+
+
+def test_prompts_start_with_one_bos_whatever_the_tokenizer_adds():
+    """TRL tokenizes the prompt text with the tokenizer's defaults: the BOS text goes in front only when the
+    tokenizer would not add BOS itself (a Llama-style one does), so both trainers see [BOS, prompt...] once."""
+    from tokenizers import processors
+
+    from ablate.train.policy import build_char_tokenizer
+    from ablate.train.trl_backend import prompt_prefix
+
+    plain = build_char_tokenizer("0123456789+=")
+    adding = build_char_tokenizer("0123456789+=")
+    adding._tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    for tok in (plain, adding):
+        ids = tok(prompt_prefix(tok) + "1+2=")["input_ids"]
+        assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id, ids
+    assert (prompt_prefix(plain), prompt_prefix(adding)) == ("<s>", "")

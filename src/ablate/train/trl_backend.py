@@ -48,9 +48,10 @@ STATE = "ablate_state.json"
 
 _CKPT = re.compile(r"checkpoint-(\d+)")
 
-# TRL's log keys -> metrics.jsonl fields (means since the previous evaluation)
+# TRL's log keys -> metrics.jsonl fields (means since the previous evaluation). Not zero_variance_frac: TRL drops
+# no group, and its frac_reward_zero_std means another thing under scale_rewards=batch.
 TRL_METRICS = {"entropy": "entropy", "grad_norm": "grad_norm", "clip_ratio/region_mean": "is_clip_frac",
-               "cispo_clip_ratio": "is_clip_frac", "frac_reward_zero_std": "zero_variance_frac", "loss": "loss"}
+               "cispo_clip_ratio": "is_clip_frac", "loss": "loss"}
 
 
 def require_trl() -> None:
@@ -59,6 +60,25 @@ def require_trl() -> None:
 
     if importlib.util.find_spec("trl") is None:
         raise UserError("trainer=trl needs Hugging Face TRL: pip install '.[trl]' (or use trainer=ablate)")
+
+
+def check_devices(cfg: RunConfig) -> None:
+    """One process holds one GPU: HF's Trainer would wrap a model in nn.DataParallel over every visible GPU, which
+    TRL refuses. A UserError before anything is written, naming the fix."""
+    if cfg.resources.world == 1 and torch.cuda.is_available() and torch.cuda.device_count() > 1 \
+            and cfg.train.device != "cpu":
+        n = torch.cuda.device_count()
+        raise UserError(f"trainer=trl on one process sees {n} GPUs: set resources.nproc={n} (one rank per GPU), or "
+                        "make one visible (CUDA_VISIBLE_DEVICES=0)")
+
+
+def prompt_prefix(tok: Any) -> str:
+    """The text put before every prompt so that TRL's tokenization starts with BOS once, as ablate's does: the BOS
+    text when the tokenizer does not add it itself, else nothing (a Llama tokenizer would otherwise give two)."""
+    if tok.bos_token is None:
+        return ""
+    adds_bos = tok("1")["input_ids"][:1] == [tok.bos_token_id]
+    return "" if adds_bos else tok.bos_token
 
 
 def loss_type(cfg: RunConfig) -> str:
@@ -132,7 +152,9 @@ def grpo_config(cfg: RunConfig, output_dir: Path | str, device: torch.device):
         report_to="none",
         disable_tqdm=True,
         use_cpu=device.type == "cpu",
-        bf16=device.type == "cuda",
+        bf16=False,  # the model trains in its own dtype (float32), as ablate's does; `precision` sets the head
+        gradient_checkpointing=False,  # TRL's default recomputes the forward: compute the flops count does not see
+        logging_nan_inf_filter=False,  # a non-finite loss must reach on_log (divergence)
         dataloader_num_workers=0,
         remove_unused_columns=False,
     )
@@ -162,7 +184,11 @@ class TRLLoop:
         # task, validation split and the policy (the warmed-up tiny folder, or model.path) as the built-in trainer
         # loads them; TRL trains this very model (accelerate wraps it for the ranks), and the evaluator samples
         # from it: each rank grades its share of the validation prompts and the counts are summed
+        if not world.lead:
+            world.barrier()  # rank 0 builds (and caches) the warmed-up policy first; the others load it
         self.learner = Learner(cfg)
+        if world.lead:
+            world.barrier()
         self.learner.opt = None  # TRL brings its own optimizer
         self.learner.world = world
         self.policy = self.learner.policy
@@ -175,8 +201,11 @@ class TRLLoop:
         self.health = Health()
         self.step = 0
         self.last_eval: dict[str, Any] | None = None
+        self.round: dict[str, float] = {}  # the current generation round's totals over all ranks
+        self.round_left = 0  # its steps not yet counted (a round feeds offpolicy.k optimizer steps)
         self.round_truncation = 0.0
         self.new_tokens = 0  # completion tokens generated for training (the benchmark's throughput)
+        self.seen_step = -1  # the last step whose end was handled (on_log)
 
     # ---- the reward: the task's verifier, and what the run generated ----
 
@@ -195,12 +224,25 @@ class TRLLoop:
         n, prompt_tokens, new_tokens, n_trunc, reward_sum, passed = self.world.totals(
             [len(completions), prompt_tokens, int(lengths.sum()), sum(truncated), float(rewards.sum()), sum(ok)])
         self.new_tokens += int(new_tokens)
-        self.compute.add_generation(int(prompt_tokens), int(new_tokens), int(n))
-        self.compute.add_training(int(prompt_tokens + new_tokens))  # each completion is trained once (num_iterations 1)
-        self.round_truncation = n_trunc / n
-        self.acc.add({"train_reward": reward_sum / n, "train_pass_rate": passed / n,
-                      "truncation_rate": self.round_truncation, "mean_response_len": new_tokens / n, "lag": 0.0})
+        # counted step by step as the round is trained (k steps), like the built-in trainer counts each batch; a
+        # resume mid-round makes TRL generate a new round, which replaces what was left of the old one
+        self.round = {"n": n, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "truncated": n_trunc,
+                      "reward": reward_sum, "passed": passed}
+        self.round_left = self.cfg.offpolicy.k
         return rewards.tolist()
+
+    def count_step(self) -> None:
+        """One optimizer step's share of the current round: compute, samples and the training metrics."""
+        if self.round_left <= 0:
+            return
+        self.round_left -= 1
+        r, k = self.round, self.cfg.offpolicy.k
+        self.compute.add_generation(r["prompt_tokens"] / k, r["new_tokens"] / k, int(r["n"]) // k)
+        self.compute.add_training((r["prompt_tokens"] + r["new_tokens"]) / k)  # each completion is trained once
+        self.round_truncation = r["truncated"] / r["n"]
+        self.acc.add({"train_reward": r["reward"] / r["n"], "train_pass_rate": r["passed"] / r["n"],
+                      "truncation_rate": self.round_truncation, "mean_response_len": r["new_tokens"] / r["n"],
+                      "lag": 0.0})
 
     # ---- evaluation (the same record as the built-in trainer's) ----
 
@@ -236,6 +278,8 @@ class TRLLoop:
     def resume(self) -> Path | None:
         """The checkpoint to resume from (ablate's state loaded, metrics.jsonl mended), or None for a fresh start."""
         found = checkpoints(self.rd.ckpt_dir)
+        if self.lead:  # checkpoints TRL saved but ablate did not finish (a crash between the two): never resumed
+            self._drop_partial(found[-1][0] if found else -1)
         if not found:
             if self.lead:
                 self.rd.keep_metrics_until(-1)
@@ -253,6 +297,16 @@ class TRLLoop:
         if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
             self.rd.append_metrics(self.last_eval)  # its line was torn by the crash: write it again
         return path
+
+    def _drop_partial(self, kept: int) -> None:
+        import shutil
+
+        if not self.rd.ckpt_dir.is_dir():
+            return
+        for p in self.rd.ckpt_dir.iterdir():
+            m = _CKPT.fullmatch(p.name)
+            if m and int(m.group(1)) > kept and not (p / STATE).is_file():
+                shutil.rmtree(p, ignore_errors=True)
 
     # ---- the run ----
 
@@ -277,7 +331,7 @@ class TRLLoop:
                  self.policy.n_params, cfg.batch.prompts, cfg.batch.generations, loss_type(cfg), tr.max_steps,
                  f" (resuming at {self.step})" if resume_from else "")
         tok = self.policy.tokenizer
-        bos = tok.bos_token or ""  # ablate's prompts start with BOS; TRL tokenizes the text as it is
+        bos = prompt_prefix(tok)  # ablate's prompts start with BOS, once
         train = self.task.train
         data = Dataset.from_dict({"prompt": [bos + p.prompt for p in train], "answer": [p.answer for p in train]})
         args = grpo_config(cfg, self.rd.ckpt_dir, self.learner.device)
@@ -297,12 +351,12 @@ class TRLLoop:
         try:
             if resume_from is None:
                 self.log_eval()
-            if self.step < tr.max_steps and not self.stop.is_set():
+            if self.step < tr.max_steps and not self.world.any(self.stop.is_set()):  # every rank, or none
                 trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
             if self.step < tr.max_steps:
                 status, reason = "preempted", f"stopped by a signal at step {self.step}"
-        except Diverged as e:
-            status, reason = "diverged", str(e)
+        except (Diverged, FloatingPointError) as e:
+            status, reason = "diverged", str(e) if isinstance(e, Diverged) else f"{e} at step {self.step}"
             log.error("diverged: %s", reason)
         self.compute.tick()
         if self.lead:
@@ -322,33 +376,41 @@ def _callback_base():
 
 
 class _Callback(_callback_base()):
-    """TRL's step boundaries, seen by ablate: evaluation, metrics, divergence, stop requests, checkpoint state."""
+    """TRL's step boundaries, seen by ablate. HF's Trainer calls, at the end of each optimizer step and on every
+    rank: on_step_end (here: the stop check, so that TRL saves this step and stops), then on_log with the step's
+    metrics (here: divergence, the step's counts, the evaluation), then on_save (here: ablate's state, evaluation
+    included)."""
 
     def __init__(self, loop: TRLLoop) -> None:
         self.loop = loop
 
+    def on_step_end(self, args, state, control, **kw):
+        lp = self.loop
+        if lp.world.any(lp.stop.is_set()) and state.global_step < lp.cfg.train.max_steps:  # one answer on every rank
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
     def on_log(self, args, state, control, logs=None, **kw):
+        lp, tr = self.loop, self.loop.cfg.train
         logs = logs or {}
+        if "loss" not in logs or state.global_step == lp.seen_step:
+            return  # not a training step's log (the end-of-training summary)
         for key in ("loss", "grad_norm"):
             v = logs.get(key)
             if isinstance(v, (int, float)) and not math.isfinite(v):
                 raise Diverged(f"non-finite {key} ({v}) at step {state.global_step}")
-        self.loop.acc.add({ours: float(logs[theirs]) for theirs, ours in TRL_METRICS.items()
-                           if isinstance(logs.get(theirs), (int, float))})
-
-    def on_step_end(self, args, state, control, **kw):
-        lp, tr = self.loop, self.loop.cfg.train
-        lp.step = state.global_step
+        lp.seen_step = lp.step = state.global_step
+        lp.count_step()
+        lp.acc.add({ours: float(logs[theirs]) for theirs, ours in TRL_METRICS.items()
+                    if isinstance(logs.get(theirs), (int, float))})
         warning = lp.health.after_step(lp.round_truncation, lp.step)
         if warning:
             log.warning(warning)
-            lp.rd.progress(warnings=lp.health.warnings, truncation_warning=True)
+            if lp.lead:
+                lp.rd.progress(warnings=lp.health.warnings, truncation_warning=True)
         if lp.step % tr.eval_every == 0 or lp.step == tr.max_steps:
             lp.log_eval()
-        if lp.world.any(lp.stop.is_set()) and lp.step < tr.max_steps:  # a stop on any rank stops all, here
-            control.should_save = True  # TRL saves this step's checkpoint, then stops
-            control.should_training_stop = True
-        return control
 
     def on_save(self, args, state, control, **kw):
         lp = self.loop
