@@ -279,9 +279,10 @@ def preflight(config: RunConfig, run_dir: Path | str) -> RunDir:
     rd = RunDir(run_dir)
     resolve_device(config.train.device)
     if config.trainer.name == "trl":
-        from ablate.train.trl_backend import require_trl
+        from ablate.train.trl_backend import check_devices, require_trl
 
         require_trl()
+        check_devices(config)
     _check_directory(rd.path)
     _check_config(config, rd)
     return rd
