@@ -278,3 +278,35 @@ def test_prompts_start_with_one_bos_whatever_the_tokenizer_adds():
         ids = tok(prompt_prefix(tok) + "1+2=")["input_ids"]
         assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id, ids
     assert (prompt_prefix(plain), prompt_prefix(adding)) == ("<s>", "")
+
+
+@pytest.mark.slurm
+def test_a_trl_run_of_two_slurm_tasks(tmp_path, slurm_cluster):
+    """trainer=trl with resources.nproc=2 under -e slurm: one job of two tasks, each a rank that joined the process
+    group from submitit's view of the job, with TRL (through accelerate) training across them; rank 0 records."""
+    from ablate.identity import arm_id
+    from ablate.launch import launch_sweep
+    from ablate.rundir import RunDir
+    from ablate.spec import RunSpec
+    from ablate.status import wait_for
+    from ablate.sweep import Sweep
+    from ablate.train import run as train_run
+    from jobs import SMALL_TRAIN
+
+    small = [o for o in SMALL_TRAIN if not o.startswith("length.think")]  # length=none under TRL
+    train_run(compose_run(RECIPE, SMALL_TRAIN), tmp_path / "warm")  # the warm-up, cached once for the jobs
+    cfg = compose_run(RECIPE, [*small, *TRL, "resources.nproc=2"])
+    spec = RunSpec("trls", "trl,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
+    plan = launch_sweep(Sweep("trls", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
+                        echo=None)
+    st = wait_for(tmp_path, "trls", [spec.run_id], timeout=300)[spec.run_id]
+    rd = RunDir.of(tmp_path, "trls", spec.run_id)
+    assert st.state == "done", (st, (rd.logs_dir / "train.log").read_text()[-2000:] if rd.train_log.exists() else "")
+    meta = store.read_json(rd.info_path)
+    assert (meta["ranks"], meta["trainer"], meta["step"]) == (2, "trl", 6)
+    recs = store.read_jsonl(rd.metrics_path)
+    assert [r["step"] for r in recs] == [0, 2, 4, 6] and [r["samples"] for r in recs] == [0, 32, 64, 96]
+    assert (rd.logs_dir / "rank-1.log").read_text().count("eval step") == 4
+    sacct = subprocess.run(["sacct", "-j", plan.job_ids[spec.run_id], "-n", "-P", "-o", "JobID,NTasks"],
+                           capture_output=True, text=True).stdout
+    assert any(line.split("|")[1] == "2" for line in sacct.splitlines() if "|" in line), sacct

@@ -81,6 +81,17 @@ def prompt_prefix(tok: Any) -> str:
     return "" if adds_bos else tok.bos_token
 
 
+def _quiet() -> None:
+    """No progress bars from transformers, and not the deprecation notices TRL's own settings trigger in it (they
+    are TRL's to fix, and would fill every run's log)."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
+
+
 def loss_type(cfg: RunConfig) -> str:
     """TRL's loss_type for the recipe's loss x aggregation (validation has refused the pairs TRL lacks)."""
     if cfg.loss.name == "cispo":
@@ -177,6 +188,7 @@ class TRLLoop:
     def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event,
                  world: distributed.World | None = None, callbacks: list[Any] = ()) -> None:
         require_trl()
+        _quiet()
         self.cfg, self.rd, self.stop = cfg, rd, stop
         self.world = world = world or distributed.World()
         self.lead = world.lead  # rank 0 writes the run directory
@@ -340,12 +352,10 @@ class TRLLoop:
             return self.reward(**kw)
 
         from transformers import PrinterCallback
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # train.log has ablate's evaluations; TRL's per-step dicts stay out of it
         trainer = GRPOTrainer(model=self.policy.model, reward_funcs=verifier, args=args, train_dataset=data,
                               processing_class=tok, callbacks=[*self.callbacks, _Callback(self)])
-        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(PrinterCallback)  # train.log has ablate's evaluations; TRL's per-step dicts stay out
         self.compute.start()
         status, reason = "done", None
         try:
