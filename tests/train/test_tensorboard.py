@@ -13,17 +13,9 @@ from typer.testing import CliRunner
 
 from ablate import store
 from ablate.cli import app
-from jobs import until
+from jobs import SMALL_TRAIN, until
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
-SMALL = ["task.digits=1", "task.train_size=80", "task.unseen_frac=0", "model.hidden=32", "model.n_layers=1",
-         "model.n_heads=2", "model.mlp=64", "batch.prompts=4", "batch.generations=4", "length.max_new_tokens=4",
-         "length.think_budget_min=1", "length.think_budget_max=2", "train.eval_k=2", "train.val_size=16",
-         "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32",
-         "train.warmup.target_pass_rate=0.2", "train.warmup.check_every=10", "offpolicy=ppo", "offpolicy.k=1",
-         "optim.lr_warmup_steps=0"]
-
-
 def _steps(out: Path) -> list[int]:
     path = out / "metrics.jsonl"
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
@@ -38,7 +30,7 @@ def _scalars(out: Path, tag: str) -> list[tuple[int, float]]:
 def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL, "train.max_steps=1000000",
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=1000000",
            "train.eval_every=2", "train.checkpoint_every=1000000", "--tensorboard", "--out", str(out)]
 
     def attempt(past: int, sig: signal.Signals) -> None:
@@ -68,7 +60,7 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypa
 
 def test_without_the_flag_nothing_is_mirrored(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    res = CliRunner().invoke(app, ["train", str(RECIPE), *SMALL, "train.max_steps=2", "train.eval_every=1",
+    res = CliRunner().invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "train.eval_every=1",
                                    "--out", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output
     assert _steps(tmp_path / "run") == [0, 1, 2] and not (tmp_path / "run" / "tb").exists()

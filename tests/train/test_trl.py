@@ -26,7 +26,7 @@ from ablate.identity import run_id
 from ablate.rundir import REQUIRED_METRICS
 from ablate.trainers import PRESET_HINT, SUPPORT
 from ablate.train.trl_backend import grpo_config
-from jobs import assert_resumed_without_gap, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
 TRL = PRESET_HINT.split()  # the base recipe, minus what TRL lacks
@@ -167,37 +167,34 @@ def _metric_steps(run_dir: Path) -> list[int]:
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
 
 
+def _stop_after(cmd: list[str], out: Path, past: int) -> None:
+    """Start `ablate train` (cmd), SIGTERM it once it has written an evaluation at step >= past, and check that it
+    stopped cleanly (driven by the run's own state, never by time)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    until(lambda: p.poll() is not None or any(s >= past for s in _metric_steps(out)), f"an evaluation at step {past}")
+    assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate()
+    assert p.returncode == 0, err[-2000:]
+
+
 @pytest.mark.slow
 def test_sigterm_mid_run_checkpoints_and_the_next_train_resumes_there(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *RUN, "train.max_steps=1000000",
            "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
 
-    def attempt(after: int) -> int:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        until(lambda: p.poll() is not None or any(s >= after for s in _metric_steps(out)),
-              f"an evaluation at step {after}")
-        assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate()
-        assert p.returncode == 0, err[-2000:]
-        return store.read_json(out / "run.json")["step"]
-
-    stopped = attempt(4)
-    first = _metric_steps(out)
+    _stop_after(cmd, out, 4)
+    stopped, first = store.read_json(out / "run.json")["step"], _metric_steps(out)
     assert store.read_json(out / "run.json")["status"] == "preempted"
     assert (out / "ckpt" / f"checkpoint-{stopped}" / "ablate_state.json").is_file()
-    attempt(stopped + 4)
+    _stop_after(cmd, out, stopped + 4)
     assert "resuming from checkpoint-" in (out / "logs" / "train.log").read_text()
     # the second attempt started from `stopped`: the helper checks run.json's resumed_from, every evaluation once
     assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
 
 
-SMALL = ["task.digits=1", "task.train_size=80", "task.unseen_frac=0", "model.hidden=32", "model.n_layers=1",
-         "model.n_heads=2", "model.mlp=64", "batch.prompts=4", "batch.generations=4", "length.max_new_tokens=4",
-         "train.eval_k=2", "train.val_size=16", "train.warmup.max_steps=300", "train.warmup.lr=3e-3",
-         "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2", "train.warmup.check_every=10",
-         "optim.lr_warmup_steps=0"]
+SMALL = [o for o in SMALL_TRAIN if not o.startswith("length.think")]  # the small test run, with length=none
 
 
 def test_data_parallel_per_rank_batch(tmp_path):
@@ -216,22 +213,13 @@ def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, mo
     cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *TRL, *SMALL, "resources.nproc=2", "offpolicy.k=2",
            "train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
 
-    def attempt(past: int) -> None:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        until(lambda: p.poll() is not None or any(s >= past for s in _metric_steps(out)),
-              f"an evaluation at step {past}")
-        assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate()
-        assert p.returncode == 0, err[-2000:]
-
-    attempt(4)
+    _stop_after(cmd, out, 4)
     info = store.read_json(out / "run.json")
     stopped, first = info["step"], _metric_steps(out)
     assert (info["status"], info["ranks"], info["trainer"]) == ("preempted", 2, "trl")
     assert (out / "ckpt" / f"checkpoint-{stopped}" / "ablate_state.json").is_file()
     assert "resuming from" not in (out / "logs" / "rank-1.log").read_text()
-    attempt(stopped + 4)
+    _stop_after(cmd, out, stopped + 4)
     assert f"resuming from checkpoint-{stopped}" in (out / "logs" / "rank-1.log").read_text()  # both ranks resumed
     recs = assert_resumed_without_gap(out, [s for s in first if s <= stopped], stopped)
     # 4 prompts x 4 per step over both ranks, counted step by step although TRL generates k=2 steps at once (and a
@@ -291,11 +279,8 @@ def test_a_trl_run_of_two_slurm_tasks(tmp_path, slurm_cluster):
     from ablate.status import wait_for
     from ablate.sweep import Sweep
     from ablate.train import run as train_run
-    from jobs import SMALL_TRAIN
-
-    small = [o for o in SMALL_TRAIN if not o.startswith("length.think")]  # length=none under TRL
     train_run(compose_run(RECIPE, SMALL_TRAIN), tmp_path / "warm")  # the warm-up, cached once for the jobs
-    cfg = compose_run(RECIPE, [*small, *TRL, "resources.nproc=2"])
+    cfg = compose_run(RECIPE, [*SMALL, *TRL, "resources.nproc=2"])
     spec = RunSpec("trls", "trl,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
     plan = launch_sweep(Sweep("trls", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
                         echo=None)

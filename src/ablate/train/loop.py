@@ -330,7 +330,40 @@ def _attach_log(path: Path) -> logging.Handler:
     return h
 
 
-class RunLoop:
+class Recorder:
+    """What the loops of both trainers (RunLoop here, trl_backend.TRLLoop) share: the evaluation record written to
+    metrics.jsonl and run.json, and the mending of metrics.jsonl on resume. A subclass sets rd, lead, evaluator,
+    compute, acc, health, step and last_eval."""
+
+    def log_eval(self) -> None:
+        self.compute.tick()
+        rate = self.evaluator.pass_rate(self.step)  # (the torch sampler samples in eval mode, whatever TRL set)
+        self.compute.tick()
+        means = self.acc.means()
+        rec: dict[str, Any] = {"step": self.step, "gpu_hours": self.compute.gpu_hours, "flops": self.compute.flops,
+                               "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
+                               "wall_s": self.compute.wall_s}
+        rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
+        if self.lead:
+            self.rd.append_metrics(rec)
+        self.last_eval = rec
+        self.acc = Accumulator()
+        log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
+                 ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
+        self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
+        if self.lead:
+            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
+                             gpu_hours=self.compute.gpu_hours)
+
+    def mend_metrics(self) -> None:
+        """Rank 0, on resume at self.step: cut metrics.jsonl back to the checkpoint's lines (later ones belong to
+        work that is redone) and write the checkpoint's own evaluation again if a crash tore its line."""
+        kept = self.rd.keep_metrics_until(self.step)
+        if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
+            self.rd.append_metrics(self.last_eval)
+
+
+class RunLoop(Recorder):
     """The loop of one run over its run directory (see the module docstring)."""
 
     def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event,
@@ -390,33 +423,9 @@ class RunLoop:
         if not self.lead:
             log.info("resumed from step %d", self.step)
             return True
-        kept = self.rd.keep_metrics_until(self.step)
-        if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
-            self.rd.append_metrics(self.last_eval)  # its line was torn by the crash: write it again
+        self.mend_metrics()
         log.info("resumed from step %d", self.step)
         return True
-
-    # ---- evaluation ----
-
-    def log_eval(self) -> None:
-        self.compute.tick()
-        rate = self.evaluator.pass_rate(self.step)
-        self.compute.tick()
-        means = self.acc.means()
-        rec: dict[str, Any] = {"step": self.step, "gpu_hours": self.compute.gpu_hours, "flops": self.compute.flops,
-                               "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
-                               "wall_s": self.compute.wall_s}
-        rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
-        if self.lead:
-            self.rd.append_metrics(rec)
-        self.last_eval = rec
-        self.acc = Accumulator()
-        log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
-                 ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
-        self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
-        if self.lead:
-            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
-                         gpu_hours=self.compute.gpu_hours)
 
     def stop_requested(self) -> bool:
         """Whether the run stops at this step boundary: a stop request on any rank stops every rank here."""

@@ -178,7 +178,9 @@ def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
 def load_hf(path: str | Path):
     """(model, tokenizer) from a local Hugging Face folder; a UserError if it is missing or not loadable."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a tiny model's "Loading weights" bar would fill the run's output
     p = Path(path)
     if not (p / "config.json").is_file():
         raise UserError(f"model.path: {str(p)!r} is not a Hugging Face model folder (no config.json)")

@@ -35,10 +35,11 @@ from ablate import store
 from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.identity import arm_id, run_id
-from ablate.rundir import METRICS, RunDir
+from ablate.rundir import RunDir
 from ablate.train import distributed, length
 from ablate.train.compute import Compute, device_count
 from ablate.train.evaluate import Accumulator, Evaluator, Health
+from ablate.train.loop import Recorder
 from ablate.train.step import Diverged, Learner
 
 log = logging.getLogger("ablate.train")
@@ -182,8 +183,9 @@ def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-class TRLLoop:
-    """One run under TRL over its run directory: what loop.RunLoop is for the built-in trainer."""
+class TRLLoop(Recorder):
+    """One run under TRL over its run directory: what loop.RunLoop is for the built-in trainer (the evaluation
+    record and the mending of metrics.jsonl are theirs in common: loop.Recorder)."""
 
     def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event,
                  world: distributed.World | None = None, callbacks: list[Any] = ()) -> None:
@@ -256,31 +258,6 @@ class TRLLoop:
                       "truncation_rate": self.round_truncation, "mean_response_len": r["new_tokens"] / r["n"],
                       "lag": 0.0})
 
-    # ---- evaluation (the same record as the built-in trainer's) ----
-
-    def log_eval(self) -> None:
-        self.compute.tick()
-        was_training = self.policy.model.training
-        self.policy.model.eval()
-        rate = self.evaluator.pass_rate(self.step)
-        self.policy.model.train(was_training)
-        self.compute.tick()
-        means = self.acc.means()
-        rec: dict[str, Any] = {"step": self.step, "gpu_hours": self.compute.gpu_hours, "flops": self.compute.flops,
-                               "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
-                               "wall_s": self.compute.wall_s}
-        rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
-        if self.lead:
-            self.rd.append_metrics(rec)
-        self.last_eval = rec
-        self.acc = Accumulator()
-        log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
-                 ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
-        self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
-        if self.lead:
-            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
-                             gpu_hours=self.compute.gpu_hours)
-
     # ---- ablate's side of a checkpoint ----
 
     def state(self) -> dict[str, Any]:
@@ -303,11 +280,8 @@ class TRLLoop:
         self.health.load_state_dict(st["health"])
         self.step, self.last_eval = st["step"], st["eval"]
         log.info("resuming from %s (step %d)", path.name, step)
-        if not self.lead:
-            return path
-        kept = self.rd.keep_metrics_until(self.step)
-        if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
-            self.rd.append_metrics(self.last_eval)  # its line was torn by the crash: write it again
+        if self.lead:
+            self.mend_metrics()
         return path
 
     def _drop_partial(self, kept: int) -> None:
