@@ -332,8 +332,8 @@ def _attach_log(path: Path) -> logging.Handler:
 
 class Recorder:
     """What the loops of both trainers (RunLoop here, trl_backend.TRLLoop) share: the evaluation record written to
-    metrics.jsonl and run.json, and the mending of metrics.jsonl on resume. A subclass sets rd, lead, evaluator,
-    compute, acc, health, step and last_eval."""
+    metrics.jsonl and run.json after each step, and the mending of metrics.jsonl on resume. A subclass sets cfg,
+    rd, lead, evaluator, compute, acc, health, step and last_eval."""
 
     def log_eval(self) -> None:
         self.compute.tick()
@@ -354,6 +354,16 @@ class Recorder:
         if self.lead:
             self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
                              gpu_hours=self.compute.gpu_hours)
+
+    def after_step(self, truncation_rate: float) -> None:
+        """Step self.step was taken: ScaleRL's truncation warning, and the evaluation when one is due."""
+        warning = self.health.after_step(truncation_rate, self.step)
+        if warning:
+            log.warning(warning)
+            if self.lead:
+                self.rd.progress(warnings=self.health.warnings, truncation_warning=True)
+        if self.step % self.cfg.train.eval_every == 0 or self.step == self.cfg.train.max_steps:
+            self.log_eval()
 
     def mend_metrics(self) -> None:
         """Rank 0, on resume at self.step: cut metrics.jsonl back to the checkpoint's lines (later ones belong to
@@ -468,13 +478,7 @@ class RunLoop(Recorder):
                 self.compute.add_training(int(m.pop("trained_tokens")))
                 feeder.after_step(self.step)
                 self.acc.add(m)
-                warning = self.health.after_step(m["truncation_rate"], self.step)
-                if warning:
-                    log.warning(warning)
-                    if self.lead:
-                        self.rd.progress(warnings=self.health.warnings, truncation_warning=True)
-                if self.step % tr.eval_every == 0 or self.step == tr.max_steps:
-                    self.log_eval()
+                self.after_step(m["truncation_rate"])
                 if self.step % tr.checkpoint_every == 0 or self.step == tr.max_steps:
                     self.save()
             stopping = stopping or self.stop_requested()  # a stop that came while the pool ran dry

@@ -376,7 +376,7 @@ class _Callback(_callback_base()):
         return control
 
     def on_log(self, args, state, control, logs=None, **kw):
-        lp, tr = self.loop, self.loop.cfg.train
+        lp = self.loop
         logs = logs or {}
         if "loss" not in logs or state.global_step == lp.seen_step:
             return  # not a training step's log (the end-of-training summary)
@@ -388,13 +388,7 @@ class _Callback(_callback_base()):
         lp.count_step()
         lp.acc.add({ours: float(logs[theirs]) for theirs, ours in TRL_METRICS.items()
                     if isinstance(logs.get(theirs), (int, float))})
-        warning = lp.health.after_step(lp.round_truncation, lp.step)
-        if warning:
-            log.warning(warning)
-            if lp.lead:
-                lp.rd.progress(warnings=lp.health.warnings, truncation_warning=True)
-        if lp.step % tr.eval_every == 0 or lp.step == tr.max_steps:
-            lp.log_eval()
+        lp.after_step(lp.round_truncation)
 
     def on_save(self, args, state, control, **kw):
         lp = self.loop
