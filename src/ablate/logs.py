@@ -429,9 +429,11 @@ def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[
     for name, steps in runs.items():
         xs: list[float] = []
         ys: list[float] = []
+        def at(step: float, key: str) -> float | None:  # a logged metric, or a column made from the step
+            return step if key == "step" else step * per_step[key] if key in per_step else steps[step].get(key)
+
         for step in sorted(steps):
-            m = {**steps[step], "step": step, **{k: step * v for k, v in per_step.items()}}
-            vx, vy = m.get(x), m.get(y)
+            vx, vy = at(step, x), at(step, y)
             if vx is None or vy is None or not (math.isfinite(vx) and math.isfinite(vy)):
                 continue
             where = f"{source}: run '{name}' step {int(step) if step.is_integer() else step}"

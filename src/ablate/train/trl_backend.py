@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -172,14 +173,15 @@ def grpo_config(cfg: RunConfig, output_dir: Path | str, device: torch.device):
     )
 
 
-def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path]]:
-    """TRL checkpoints that ablate finished saving (its state file is there), oldest first."""
+def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path, bool]]:
+    """TRL's checkpoint-N folders, oldest first, each with whether ablate finished saving it (its state file is
+    there: only those are resumed from)."""
     found = []
     if ckpt_dir.is_dir():
         for p in ckpt_dir.iterdir():
             m = _CKPT.fullmatch(p.name)
-            if m and (p / STATE).is_file():
-                found.append((int(m.group(1)), p))
+            if m:
+                found.append((int(m.group(1)), p, (p / STATE).is_file()))
     return sorted(found)
 
 
@@ -266,9 +268,13 @@ class TRLLoop(Recorder):
 
     def resume(self) -> Path | None:
         """The checkpoint to resume from (ablate's state loaded, metrics.jsonl mended), or None for a fresh start."""
-        found = checkpoints(self.rd.ckpt_dir)
+        every = checkpoints(self.rd.ckpt_dir)
+        found = [(step, path) for step, path, complete in every if complete]
         if self.lead:  # checkpoints TRL saved but ablate did not finish (a crash between the two): never resumed
-            self._drop_partial(found[-1][0] if found else -1)
+            newest = found[-1][0] if found else -1
+            for step, path, complete in every:
+                if step > newest and not complete:
+                    shutil.rmtree(path, ignore_errors=True)
         if not found:
             if self.lead:
                 self.rd.keep_metrics_until(-1)
@@ -283,16 +289,6 @@ class TRLLoop(Recorder):
         if self.lead:
             self.mend_metrics()
         return path
-
-    def _drop_partial(self, kept: int) -> None:
-        import shutil
-
-        if not self.rd.ckpt_dir.is_dir():
-            return
-        for p in self.rd.ckpt_dir.iterdir():
-            m = _CKPT.fullmatch(p.name)
-            if m and int(m.group(1)) > kept and not (p / STATE).is_file():
-                shutil.rmtree(p, ignore_errors=True)
 
     # ---- the run ----
 
