@@ -407,6 +407,77 @@ def calibrate(
 
 @app.command()
 @user_errors
+def plan(
+    source: Path = typer.Argument(..., help="A sweep directory (sweeps/NAME) or curves `rank` reads: plan from what they measured. Or a sweep file (recipes/NAME.yaml) with --calibration: plan before any run."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="With a sweep file: Hydra overrides, as `ablate sweep` takes them (e.g. train.max_steps=2000)."),
+    delta_a: float = typer.Option(0.02, "--delta-a", help="Ceiling change to detect (the paper's ±0.02 on A)."),
+    ratio: float = typer.Option(1.25, "--ratio", help="Efficiency change to detect: the arm needs 1/ratio of the compute."),
+    power: float = typer.Option(0.8, "--power", help="Power the plan must reach."),
+    question: str = typer.Option("ceiling,efficiency", "--question", help="Which questions to plan: ceiling, efficiency or both."),
+    x: str = X_OPT,
+    fmt: str = FORMAT_OPT,
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Arm the others are compared with (default: the sweep file's baseline)."),
+    to: Optional[float] = typer.Option(None, "--to", help="Compute the verdicts rank at (default: twice the budget), in the units of --x."),
+    noise: Optional[Path] = typer.Option(None, "--noise", help="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="A stored task model (--save-calibration) to plan a sweep file from, before any run."),
+    save_calibration: Optional[Path] = typer.Option(None, "--save-calibration", help="Write the task model measured on SOURCE to this file (for --calibration)."),
+    trials: int = typer.Option(100, "--trials", help="Most simulated sweeps per design (a design stops early once its power is clearly above or below the goal)."),
+    futures: int = typer.Option(40, "--futures", help="Simulated futures per running arm (0: skip the running arms)."),
+    as_json: bool = JSON_OPT,
+    seed: int = SEED_OPT,
+):
+    """How many seeds and how much compute per arm a question needs, and where running arms can stop.
+
+    Every answer is simulated: sweeps drawn from the measured curve and noise (evaluation noise, drift, seed
+    spread) are ranked by the exact code `ablate rank` runs, and the power is the share that find the effect. The
+    table gives, per compute per run, the fewest seeds per arm that reach --power at a 5% false-discovery rate and
+    the GPU-hours; arms still running are continued in simulation to their max_steps to see whether their verdict
+    could still change (settled: it can stop now).
+    Examples: ablate plan sweeps/loss --x samples;  ablate plan recipes/loss.yaml --calibration cal.json
+    """
+    from ablate import report, store
+    from ablate import plan as planner
+    from ablate.fit.planning import QUESTIONS
+
+    qs = [q.strip() for q in question.split(",") if q.strip()]
+    bad = [q for q in qs if q not in QUESTIONS]
+    if bad or not qs:
+        raise UserError(f"--question {question!r}: give ceiling, efficiency or both (comma-separated)")
+    for flag, value, ok in (("--delta-a", delta_a, 0 < delta_a < 0.5), ("--ratio", ratio, 1.0 < ratio <= 10.0),
+                            ("--power", power, 0.5 <= power < 1.0), ("--trials", trials, trials >= 20),
+                            ("--futures", futures, futures >= 0), ("--seed", seed, seed >= 0),
+                            ("--to", to, to is None or (math.isfinite(to) and to > 0))):
+        if not ok:
+            raise UserError(f"{flag} {value}: out of range (--delta-a in (0, 0.5), --ratio in (1, 10], --power in "
+                            "[0.5, 1), --trials >= 20, --futures >= 0, --to > 0)")
+    if not source.exists():
+        raise UserError(f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
+                        "or a sweep file with --calibration")
+    console = report.console(stderr=True)
+    progress = None if as_json else (lambda msg: console.print(f"[dim]  {report.esc(msg)}[/]"))
+    common = dict(questions=qs, delta_a=delta_a, ratio=ratio, goal=power, trials=trials, seed=seed,
+                  jobs=store.cpu_count(), progress=progress, noise=noise)
+    if source.is_file() and source.suffix in (".yaml", ".yml"):
+        result = planner.plan_from_file(source, list(overrides or []), calibration, **common)
+    else:
+        if overrides:
+            raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")
+        if calibration is not None:
+            raise UserError("--calibration plans a sweep file before any run; SOURCE has measurements of its own")
+        result = planner.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, **common)
+    if save_calibration is not None:
+        store.write_json(save_calibration, result.model.to_json())
+    if as_json:
+        typer.echo(report.dump_json(result.to_json()))
+        return
+    planner.render(result, report.console())
+    if save_calibration is not None:
+        report.console().print(f"task model written to {report.esc(str(save_calibration))} (plan a sweep file with "
+                               "--calibration)")
+
+
+@app.command()
+@user_errors
 def status(
     sweep: Optional[str] = typer.Argument(None, help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps."),
@@ -446,10 +517,15 @@ def sweep(
     root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps (results in <root>/<sweep>/)."),
     job: str = typer.Option("ablate.train:run", "--job", help="The run function, module:function or file.py:function."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Runs also write their metrics to TensorBoard event files in their tb/ (train.tensorboard=true; not part of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs"),
+    prune: bool = typer.Option(False, "--prune", help="Stop runs that can no longer decide anything while the sweep runs: arms whose verdict against the baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both keep their files; see `ablate status`."),
+    prune_x: str = typer.Option("gpu_hours", "--prune-x", help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is load-independent on a shared CPU)."),
+    prune_to: Optional[float] = typer.Option(None, "--prune-to", help="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run reaches at max_steps)."),
+    resume_pruned: bool = typer.Option(False, "--resume-pruned", help="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not pruned again)."),
 ):
     """Expand a sweep into validated runs and launch them; safe to run again at any time.
 
     Re-running prints the plan (N done, M running, K failed, J new) and submits only new and preempted runs.
+    With --prune, a monitor stops the runs that can no longer change a verdict (and broken ones) as the sweep goes.
     Example: ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4 --dry-run
     """
     from ablate import report
@@ -463,10 +539,27 @@ def sweep(
         report.console().print(plan_table(plan))
         return
 
+    from ablate.rundir import COMPUTE_AXES
+
+    if prune_x not in COMPUTE_AXES:
+        raise UserError(f"--prune-x {prune_x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+    if prune_to is not None and not (math.isfinite(prune_to) and prune_to > 0):
+        raise UserError(f"--prune-to {prune_to:g}: a compute > 0, in units of --prune-x")
+    if (prune_to is not None or prune_x != "gpu_hours") and not prune:
+        raise UserError("--prune-x / --prune-to set how --prune ranks; add --prune")
+    settings = None
+    if prune:
+        from ablate.prune import PruneSettings
+
+        if plan.baseline is None:
+            raise UserError(f"--prune: sweep {plan.name!r} has no baseline arm to read verdicts against; name one "
+                            "with `baseline:` in the sweep file")
+        settings = PruneSettings(x=prune_x, to=prune_to)
     for note in plan.notes:
         typer.echo(f"note: {note}")
     launched = launch_sweep(plan, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
-                            retry_failed=retry_failed, force=force, job=job, echo=typer.echo)
+                            retry_failed=retry_failed, force=force, job=job, echo=typer.echo, prune=settings,
+                            resume_pruned=resume_pruned)
     if follow and (launched.submit or launched.running):
         from ablate.status import follow_runs
 

@@ -9,11 +9,12 @@ Events (one JSON object per line; every event carries `event`, `t` (unix time), 
     started     job_id, pid, start, host, attempt, log               the job process claimed the run
     preempted   job_id, requeue (bool), requeues, reason             signal caught; checkpoint taken
     requeued    job_id, requeues                                     submitit requeued it (same job id)
-    finished    job_id, status (done | diverged)
+    finished    job_id, status (done | diverged | pruned | unstable), reason (pruned, unstable: why)
     failed      job_id, cause, error, log                            cause: exception | oom | no_space | timeout |
                                                                      node_failure | cancelled | killed | submit
 
-`batch` is a random token per submission. The *current* batch of a run is the one of its latest `submitting`
+A `submitting` event also carries `prune` (true when `ablate sweep --prune` launched it: the prune monitor may
+stop it). `batch` is a random token per submission. The *current* batch of a run is the one of its latest `submitting`
 event; events of any older batch are ignored. That is what makes re-runs safe: a job process must *claim* its run
 before it starts (under the lock, its batch must still be current and the run not ended), so a job orphaned by a
 launcher that died between `sbatch` and writing `submitted` either ran (and its `started` event is in the ledger
@@ -45,7 +46,8 @@ from ablate.identity import is_name
 # Folded states. `submitting` means the launcher wrote its intent but not the executor's answer;
 # under the lock that can only mean the launcher died, so the plan treats such runs as new.
 LIVE = ("submitting", "queued", "running", "requeued")
-TERMINAL = ("done", "diverged", "failed", "preempted")
+TERMINAL = ("done", "diverged", "failed", "preempted", "pruned", "unstable")
+STOPPED = ("pruned", "unstable")  # ended by the prune monitor: resumable with `ablate sweep --resume-pruned`
 
 
 @dataclass
@@ -71,6 +73,10 @@ class RunRecord:
     error: str | None = None
     log: str | None = None
     max_steps: int | None = None
+    prune: bool = False
+    """The current submission let the prune monitor stop it (`ablate sweep --prune`)."""
+    reason: str | None = None
+    """pruned / unstable: why the monitor stopped it."""
     submitted_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
@@ -86,6 +92,7 @@ class RunRecord:
             self.executor = _str(ev, "executor") or ""
             self.launcher = _proc(ev, "launcher")
             self.max_steps = _int(ev, "max_steps")
+            self.prune = ev.get("prune") is True
             self.submitted_at = _num(ev, "t")
             self.state = "submitting"
             self.events = 1
@@ -120,7 +127,8 @@ class RunRecord:
             self.requeues = _int(ev, "requeues") or self.requeues
         elif kind == "finished":
             status = _str(ev, "status")
-            self.state = status if status in ("done", "diverged") else "done"
+            self.state = status if status in ("done", "diverged", *STOPPED) else "done"
+            self.reason = _str(ev, "reason") if status in STOPPED else None
             self.ended_at = _num(ev, "t")
         elif kind == "failed":
             self.state = "failed"

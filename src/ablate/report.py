@@ -254,6 +254,8 @@ def rank_table(ranking) -> Table:
             arm.append("  partial", style="yellow")
         if a.truncation_warning:
             arm.append("  truncation >10%", style="red")
+        for s in a.stopped:
+            arm.append(f"  {s}", style="magenta" if s == "unstable" else "blue")
         verdict = Text(VERDICT_TEXT[a.verdict], style=VERDICT_STYLE.get(a.verdict, "white"))
         t.add_row(str(i), arm, str(a.seeds), _fmt(f.R0), fmt_pm(f.A, f.A_ci), fmt_pm(f.B, f.B_ci, 2),
                   fmt_range(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, Text(a.detail))

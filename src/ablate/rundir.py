@@ -18,6 +18,13 @@ run.json `status` is one of RUN_STATES:
     done       reached train.max_steps          diverged   stopped by a divergence check (`reason` says which)
     failed     crashed or was killed (`cause`, `error`: class, message, last traceback lines)
     preempted  stopped by a signal after a checkpoint; re-running the sweep resumes it
+    pruned     stopped by `ablate sweep --prune`: its verdict was settled (`reason` says why); keeps its files and
+               checkpoint, `ablate sweep --resume-pruned` continues it
+    unstable   stopped by `ablate sweep --prune` as broken (truncation, a collapsed pass rate; `reason`); resumable
+               the same way
+
+`<run>/stop.json` is a stop request ({"state": "pruned" | "unstable", "reason"}) the prune monitor writes and the
+run's job reads: the run checkpoints at its next step boundary and ends in that state.
 """
 
 from __future__ import annotations
@@ -60,7 +67,9 @@ REQUIRED_METRICS = ("step", "gpu_hours", "flops", "samples", "val_pass_rate")
 COMPUTE_AXES = ("gpu_hours", "flops", "samples", "step")
 TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
 
-RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged")
+RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged", "pruned", "unstable")
+STOPPED = ("pruned", "unstable")
+"""States `ablate sweep --prune` ends runs in (resumable with --resume-pruned)."""
 TRACEBACK_LINES = 15
 
 
@@ -181,6 +190,28 @@ class RunDir:
     logs_dir = property(lambda self: self.path / "logs")
     tb_dir = property(lambda self: self.path / "tb")
     train_log = property(lambda self: self.path / "logs" / "train.log")
+    stop_path = property(lambda self: self.path / "stop.json")
+
+    # ---- stop requests (the prune monitor asks, the run's job obeys) ----
+
+    def request_stop(self, state: str, reason: str, **facts: Any) -> None:
+        """Ask the run to stop at its next step boundary and end in `state` (pruned | unstable)."""
+        if state not in STOPPED:
+            raise ValueError(f"a stop request ends a run pruned or unstable, not {state!r}")
+        store.write_json(self.stop_path, {"state": state, "reason": reason, "t": round(time.time(), 3), **facts})
+
+    def stop_request(self) -> dict[str, Any] | None:
+        """The pending stop request, or None (a damaged file reads as none)."""
+        try:
+            d = store.read_json(self.stop_path)
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(d, dict) or d.get("state") not in STOPPED:
+            return None
+        return {"state": d["state"], "reason": str(d.get("reason") or "stopped by the prune monitor")}
+
+    def clear_stop_request(self) -> None:
+        self.stop_path.unlink(missing_ok=True)
 
     # ---- run.json: the reader ----
 
@@ -228,9 +259,10 @@ class RunDir:
         self._update(**facts)
 
     def ended(self, status: str, *, reason: str | None = None, **facts: Any) -> None:
-        """The run stopped by itself: done, diverged, or preempted (a signal; resumable)."""
-        if status not in ("done", "diverged", "preempted"):
-            raise ValueError(f"ended() takes done, diverged or preempted, not {status!r}")
+        """The run stopped: done, diverged, preempted (a signal; resumable), or pruned / unstable (stopped by the
+        prune monitor; resumable)."""
+        if status not in ("done", "diverged", "preempted", *STOPPED):
+            raise ValueError(f"ended() takes done, diverged, preempted, pruned or unstable, not {status!r}")
         self._update(status=status, reason=reason, ended_at=time.time(), **facts)
 
     def failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> None:

@@ -16,6 +16,7 @@ from rich.text import Span, Text
 
 from ablate.launch.liveness import current_states
 from ablate.ledger import TERMINAL, Ledger
+from ablate.prune import saved
 from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir
 
 ENDED = TERMINAL  # states a run does not leave by itself
@@ -26,7 +27,7 @@ class RunStatus:
     run_id: str
     label: str
     state: str
-    """pending (submitting/queued), running, requeued, done, diverged, failed, preempted"""
+    """pending (submitting/queued), running, requeued, done, diverged, failed, preempted, pruned, unstable"""
     cause: str | None
     job_id: str | None
     executor: str
@@ -40,6 +41,8 @@ class RunStatus:
     requeues: int
     error: str | None
     log: str | None
+    reason: str | None = None
+    """pruned / unstable: why the prune monitor stopped it."""
 
     @property
     def progress(self) -> float | None:
@@ -73,7 +76,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
             step=m["step"] if isinstance(m.get("step"), int) else None, max_steps=r.max_steps,
             val_pass_rate=_number(m.get("val_pass_rate")), gpu_hours=_number(m.get("gpu_hours")), truncation_rate=trunc,
             truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
-            attempts=r.attempts, requeues=r.requeues, error=error, log=r.log))
+            attempts=r.attempts, requeues=r.requeues, error=error, log=r.log, reason=r.reason))
     return out
 
 
@@ -99,21 +102,26 @@ def list_sweeps(root: Path | str) -> list[str]:
 def summary(statuses: Sequence[RunStatus]) -> dict[str, Any]:
     counts = Counter(s.state for s in statuses)
     return {"runs": len(statuses), **{k: counts.get(k, 0) for k in
-            ("done", "diverged", "running", "requeued", "pending", "failed", "preempted", "lost")},
+            ("done", "diverged", "running", "requeued", "pending", "failed", "preempted", "lost", "pruned",
+             "unstable")},
             "gpu_hours": round(sum(s.gpu_hours or 0.0 for s in statuses), 4),
-            "truncation_warnings": sum(s.truncation_warning for s in statuses)}
+            "truncation_warnings": sum(s.truncation_warning for s in statuses),
+            "pruning": saved(statuses)}
 
 
 def summary_line(name: str, statuses: Sequence[RunStatus]) -> str:
     s = summary(statuses)
     parts = [f"{s[k]} {k}" for k in ("done", "running", "pending", "requeued", "failed", "preempted", "diverged",
-                                       "lost") if s[k] or k in ("done", "running", "failed")]
+                                       "pruned", "unstable", "lost") if s[k] or k in ("done", "running", "failed")]
     warn = f", {s['truncation_warnings']} truncation warnings" if s["truncation_warnings"] else ""
-    return f"{name}: {s['runs']} runs: " + ", ".join(parts) + f"; {s['gpu_hours']:.3g} GPU-hours{warn}"
+    p = s["pruning"]
+    kept = (f"; pruning saved {p['gpu_hours_saved']:.3g} of {p['gpu_hours_full']:.3g} GPU-hours ({p['share']:.0%}) "
+            "against running every run to its max_steps") if p else ""
+    return f"{name}: {s['runs']} runs: " + ", ".join(parts) + f"; {s['gpu_hours']:.3g} GPU-hours{warn}{kept}"
 
 
 STYLE = {"done": "green", "running": "cyan", "pending": "dim", "requeued": "yellow", "failed": "red",
-         "preempted": "yellow", "diverged": "magenta", "lost": "red"}
+         "preempted": "yellow", "diverged": "magenta", "lost": "red", "pruned": "blue", "unstable": "magenta"}
 
 
 COLUMNS = (("label", "left"), ("run", "left"), ("state", "left"), ("job", "left"), ("step", "right"),
@@ -251,6 +259,9 @@ def show_status(root: Path | str, sweep: str | None, *, watch: bool = False, int
                     last = s.error.strip().splitlines()[-1]
                     parts.append(Text(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}",
                                       style="red"))
+                elif s.state in ("pruned", "unstable") and s.reason:
+                    parts.append(Text(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}",
+                                      style=STYLE[s.state]))
         return Group(*parts)
 
     console = Console()

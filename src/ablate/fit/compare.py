@@ -63,6 +63,8 @@ class ArmResult:
     p_at_end: float | None = None
     r_call: str | None = None
     """Not identified: `higher` / `lower` when the test at the shared window's end finds a difference, else None."""
+    stopped: list[str] = field(default_factory=list)
+    """`pruned` / `unstable` when `ablate sweep --prune` stopped some of its runs: ranked on what they have."""
     log_compute_seeds: list[float] | None = field(default=None, repr=False)
     """Each seed's log compute to the baseline's pass rate at the target, under the shared A."""
 
@@ -81,7 +83,8 @@ class ArmResult:
                 "verdict": self.verdict, "margin": self.margin, "delta_A": r(self.delta_A), "detail": self.detail,
                 "partial": self.partial, "truncation_warning": self.truncation_warning, "shared_A": self.shared,
                 "p_ceiling": r(self.p_ceiling), "p_efficiency": r(self.p_efficiency),
-                "delta_R_end": r(self.delta_R_end), "p_at_end": r(self.p_at_end), "r_call": self.r_call}
+                "delta_R_end": r(self.delta_R_end), "p_at_end": r(self.p_at_end), "r_call": self.r_call,
+                "stopped": self.stopped}
 
 
 @dataclass
@@ -211,7 +214,8 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str,
         return {"label": label, "arm": label, "reason": str(e)}
     return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs),
                      partial=any(c.meta.get("partial") for c in cs),
-                     truncation_warning=any(c.meta.get("truncation_warning") for c in cs))
+                     truncation_warning=any(c.meta.get("truncation_warning") for c in cs),
+                     stopped=sorted({c.meta["status"] for c in cs if c.meta.get("status") in ("pruned", "unstable")}))
 
 
 def _efficiency(item: tuple[FitResult, FitResult, FitOptions, float | None]) -> dict[str, Any]:

@@ -11,6 +11,11 @@ a `stop` event (the trainer does), USR2 first only sets it: the run checkpoints 
 returns, and then the signal is handed to submitit's handler, which requeues the job. So a requeued run resumes
 from the step the signal arrived at. A job function without `stop` resumes from its own last checkpoint.
 
+The prune monitor (`ablate sweep --prune`) stops a run through a file, not a signal, so it works the same on every
+executor: while the job function runs, a watcher thread polls `<run>/stop.json` and sets `stop`; the run
+checkpoints at its next step boundary, and the job records it `pruned` or `unstable` with the request's reason
+(never requeued).
+
 A data-parallel run (resources.nproc x nodes > 1) is one job of that many SLURM tasks. Every task joins the
 process group from submitit's view of the job (ablate.train.distributed); task 0 alone claims the run and
 records it, and tells the others whether to run; the others only train (SLURM signals every task, so all stop at
@@ -35,7 +40,7 @@ from typing import Any, Callable
 import submitit
 
 from ablate.errors import UserError
-from ablate.ledger import TERMINAL, Ledger, hostname, me, proc_start
+from ablate.ledger import STOPPED, TERMINAL, Ledger, hostname, me, proc_start
 from ablate.rundir import DirectoryGone, RunDir, cause_of, error_record
 from ablate.spec import RunSpec
 
@@ -113,6 +118,16 @@ def _tell_ranks(world: Any, go: bool) -> None:
         import torch.distributed as dist
 
         dist.broadcast_object_list([go], src=0)
+
+
+def _watch_stop_requests(rd: RunDir, stop: threading.Event, done: threading.Event, every_s: float = 1.0) -> None:
+    """Set `stop` once the run directory holds a stop request (the prune monitor's); return when `done` is set."""
+    while not done.wait(every_s):
+        if rd.stop_request() is not None:
+            log.warning("stop requested (%s): the run checkpoints at its next step boundary",
+                        (rd.stop_request() or {}).get("reason"))
+            stop.set()
+            return
 
 
 def _process_age() -> float | None:
@@ -225,6 +240,9 @@ class RunJob(submitit.helpers.Checkpointable):
         # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).
         rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)
         stop = threading.Event()
+        finished = threading.Event()
+        threading.Thread(target=_watch_stop_requests, args=(rd, stop, finished), daemon=True,
+                         name="ablate-stop-watch").start()
         try:
             summary, handover = self._call(stop)
         except DirectoryGone as e:
@@ -244,28 +262,39 @@ class RunJob(submitit.helpers.Checkpointable):
             sys.stderr.flush()
             self._fail(cause_of(e), e, log_path)
             raise
+        finally:
+            finished.set()
         status = summary.get("status", "done") if isinstance(summary, dict) else "done"
-        if status == "preempted" and stop.is_set() and handover is not None:
+        request = rd.stop_request() if stop.is_set() else None
+        reason = None
+        if status == "preempted" and request is not None:  # the prune monitor's stop: recorded, never requeued
+            status, reason = request["state"], request["reason"]
+            log.warning("stopped by the prune monitor: %s (%s)", status, reason)
+        elif status == "preempted" and stop.is_set() and handover is not None:
             log.warning("checkpointed at step %s; handing SIGUSR2 to submitit (record, requeue, exit)",
                         summary.get("step") if isinstance(summary, dict) else "?")
             signal.signal(signal.SIGUSR2, handover)
             handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
         if status != "preempted":
-            status = status if status in ("done", "diverged") else "done"
+            status = status if status in ("done", "diverged", *STOPPED) else "done"
         if self._sweep_moved():
             log.error("the sweep directory %s was removed or replaced while this run trained: recording nothing",
                       self.sweep_dir)
             return {"run_id": self.run_id, "abandoned": "sweep directory removed or replaced"}
         # run.json first (for a job function that keeps none): whoever sees the ledger say the run ended finds
         # run.json saying so too
-        if rd.info().status not in ("done", "diverged", "preempted"):
+        if status in STOPPED:
+            rd.ended(status, reason=reason)
+        elif rd.info().status not in ("done", "diverged", "preempted"):
             rd.ended(status)
+        rd.clear_stop_request()  # obeyed, or too late: the run's state says what happened
         with ledger.lock():
             if status == "preempted":  # the job stopped itself on a signal that was not the scheduler's: resume later
                 ledger.append(self._event("preempted", job_id=job_id, reason="signal", requeue=False,
                                           requeues=rec.requeues))
             else:
-                ledger.append(self._event("finished", job_id=job_id, status=status))
+                ledger.append(self._event("finished", job_id=job_id, status=status,
+                                          **({"reason": reason} if reason else {})))
         return summary if isinstance(summary, dict) else {"result": summary}
 
     def _intercept_usr2(self, stop: threading.Event) -> Callable[..., Any] | None:

@@ -38,7 +38,7 @@ from ablate.launch.job import DEFAULT_JOB, RunJob, resolve_job
 from ablate.launch.liveness import Verdict, current_states
 from ablate.launch.local import spawn_runner
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
-from ablate.ledger import LIVE, Ledger, RunRecord, me
+from ablate.ledger import LIVE, STOPPED, Ledger, RunRecord, me
 from ablate.rundir import RunDir, sweep_dir as sweep_path
 from ablate.spec import RunSpec
 
@@ -63,6 +63,8 @@ class Plan:
     running: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    """Stopped by the prune monitor (pruned or unstable); resubmitted only with --resume-pruned."""
     new: list[str] = field(default_factory=list)
     submit: list[str] = field(default_factory=list)
     """Run ids submitted by this call, in sweep order."""
@@ -75,13 +77,15 @@ class Plan:
         parts = [f"{len(self.done)} done", f"{len(self.running)} running", f"{len(self.failed)} failed"]
         if self.preempted:
             parts.append(f"{len(self.preempted)} preempted")
+        if self.pruned:
+            parts.append(f"{len(self.pruned)} pruned")
         parts.append(f"{len(self.new)} new")
         verb = f"submitting {len(self.submit)} via {self.executor}" if self.submit else "nothing to submit"
         return f"{self.sweep}: " + ", ".join(parts) + f" -> {verb}"
 
 
 def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord], verdicts: dict[str, Verdict],
-              executor: str, *, retry_failed: bool = False, force: bool = False) -> Plan:
+              executor: str, *, retry_failed: bool = False, force: bool = False, resume_pruned: bool = False) -> Plan:
     plan = Plan(sweep_name, executor)
     for rid in run_ids:
         rec = recs.get(rid)
@@ -95,12 +99,15 @@ def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord
             plan.failed.append(rid)
         elif state == "preempted":
             plan.preempted.append(rid)
+        elif state in STOPPED:
+            plan.pruned.append(rid)
         elif state in LIVE:
             plan.running.append(rid)  # queued or running: never submitted twice, not even with --force
             continue
         else:
             plan.new.append(rid)
-        if state in ("new", "preempted") or force or (state == "failed" and retry_failed):
+        if (state in ("new", "preempted") or force or (state == "failed" and retry_failed)
+                or (state in STOPPED and resume_pruned)):
             plan.submit.append(rid)
     return plan
 
@@ -126,10 +133,13 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
 
 def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
                  max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
-                 force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print) -> Plan:
+                 force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print,
+                 prune: Any = None, resume_pruned: bool = False) -> Plan:
     """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that the plan says to;
     return the plan. Safe to call again at any time. `echo` prints the plan (None: silent). `profile`: a SLURM
-    profile name or path (default: slurm/local.yaml); recipes cannot name one."""
+    profile name or path (default: slurm/local.yaml); recipes cannot name one. `prune`: ablate.prune.PruneSettings
+    to start the prune monitor on the runs this call submits (runs resumed with `resume_pruned` are not pruned
+    again)."""
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
         raise UserError(f"sweep {sweep.name!r} has no runs")
@@ -161,15 +171,21 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     with ledger.lock():
         recs, verdicts = current_states(ledger, locked=True)
         _record_deaths(ledger, root, sweep.name, recs, verdicts)
-        plan = make_plan(sweep.name, list(by_id), recs, verdicts, kind, retry_failed=retry_failed, force=force)
+        plan = make_plan(sweep.name, list(by_id), recs, verdicts, kind, retry_failed=retry_failed, force=force,
+                         resume_pruned=resume_pruned)
         if echo:
             echo(plan.summary())
         if plan.submit:
             plan.batch = batch = secrets.token_hex(6)
             specs = [by_id[rid] for rid in plan.submit]
+            if prune is not None:
+                # the monitor decides on what runs: the baseline first, then every arm's first seed, then the next
+                seed_rank = {s: i for i, s in enumerate(dict.fromkeys(r.config.seed for r in specs))}
+                specs.sort(key=lambda r: (seed_rank[r.config.seed], not r.baseline))
             _prepare_dirs(root, sdir, specs, plan, kind, force)
             ledger.append(*({"event": "submitting", "run_id": s.run_id, "batch": batch, "label": s.label,
-                             "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps}
+                             "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps,
+                             "prune": prune is not None and plan.previous.get(s.run_id) not in STOPPED}
                             for s in specs))
             _crashpoint("after_submitting")
             jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min)
@@ -193,6 +209,13 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
                 ledger.append(*({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit",
                                  "error": msg} for j in jobs))
                 raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
+    if prune is not None and any(r.prune and r.state in LIVE for r in ledger.fold().values()):
+        from ablate.prune import ensure_monitor
+
+        started = ensure_monitor(sdir, prune)
+        if echo:
+            echo(f"prune monitor {'started' if started else 'already watching'}: decisions in "
+                 f"{sdir / 'prune' / 'decisions.jsonl'}")
     # Debug runs execute here, in this process, after the lock is released (each job claims its run).
     for dj in debug_jobs:
         try:
@@ -237,6 +260,7 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
             arch.parent.mkdir(parents=True, exist_ok=True)
             rd.path.rename(arch)
         rd.clear_rank_reports()  # a failed data-parallel attempt's: its tasks start afresh
+        rd.clear_stop_request()  # a prune request the last attempt did not live to obey
         rd.submitted(run_id=spec.run_id, arm_id=spec.arm_id, label=spec.label, sweep=spec.sweep,
                      overrides=list(spec.overrides), baseline=spec.baseline, executor=kind, batch=plan.batch or "")
 

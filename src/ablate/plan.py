@@ -1,0 +1,260 @@
+"""`ablate plan`: read a sweep (or a sweep file and a stored calibration), build the task model, and answer by
+simulation (fit/planning.py) how many seeds and how much compute per arm each question needs, and, for arms still
+running, whether more compute could change their verdict.
+
+Budget (the compute a run reaches at its max_steps): for a sweep directory, each run's last evaluation scaled to
+its max_steps (compute grows with steps); for other inputs, where the curves end; for a sweep file, max_steps times
+the calibration's compute per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ablate.errors import UserError
+from ablate.fit import planning
+from ablate.fit.analysis import FitOptions
+from ablate.fit.compare import NoiseFloor, Ranking, rank
+
+SETTLED_P = 0.05
+"""An identified arm is settled when at most this share of its futures changes its verdict."""
+
+
+@dataclass
+class RunEnd:
+    """Where one run is and where its max_steps will take it, on the compute axis."""
+
+    run: str
+    arm: str
+    x_now: float
+    x_end: float
+    step: int | None
+    max_steps: int | None
+    gpu_hours_per_x: float | None
+    ended: bool
+
+
+@dataclass
+class PlanResult:
+    model: planning.TaskModel
+    designs: list[dict[str, Any]]
+    arms: list[dict[str, Any]] = field(default_factory=list)
+    ranking: Ranking | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model.to_json(), "questions": self.designs, "arms": self.arms}
+
+
+def run_ends(source: Path, curves: list, x: str) -> dict[str, RunEnd]:
+    """Each curve's run: its compute now and at its max_steps (read from the run directories of a sweep)."""
+    from ablate.rundir import RunDir
+
+    out = {}
+    runs_dir = source / "runs"
+    by_label = {}
+    if runs_dir.is_dir():
+        for p in sorted(runs_dir.iterdir()):
+            if (p / "run.json").exists():
+                info = RunDir(p).info()
+                by_label[info.label or p.name] = RunDir(p)
+    for c in curves:
+        x_now = float(c.x[-1])
+        rd = by_label.get(c.run)
+        step = max_steps = None
+        ghx = None
+        ended = True
+        if rd is not None:
+            info = rd.info()
+            last = rd.last_metrics() or {}
+            step = last.get("step") if isinstance(last.get("step"), int) else None
+            max_steps = info.max_steps
+            ended = info.status not in ("pending", "running", "preempted")
+            g = last.get("gpu_hours")
+            if isinstance(g, (int, float)) and x_now > 0:
+                ghx = float(g) / x_now
+        x_end = x_now
+        if step and max_steps and not ended and step < max_steps:
+            x_end = x_now * max_steps / step
+        out[c.run] = RunEnd(run=c.run, arm=c.group or c.run, x_now=x_now, x_end=x_end, step=step,
+                            max_steps=max_steps, gpu_hours_per_x=ghx, ended=ended)
+    return out
+
+
+def _median(values) -> float | None:
+    v = [float(x) for x in values if x is not None and math.isfinite(x)]
+    return float(np.median(v)) if v else None
+
+
+def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | None, noise: Path | None,
+                  questions: list[str], delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
+                  n_futures: int, progress: Callable[[str], None] | None, fmt: str = "auto") -> PlanResult:
+    """A plan from measured curves (a sweep directory or any input `rank` reads)."""
+    from ablate.curves import load_inputs
+
+    curves, skipped = load_inputs([source], x=x, fmt=fmt)
+    ends = run_ends(source, curves, x) if source.is_dir() else {
+        c.run: RunEnd(c.run, c.group or c.run, float(c.x[-1]), float(c.x[-1]), None, None, None, True) for c in curves}
+    budget = max(e.x_end for e in ends.values())
+    target = to if to is not None else 2.0 * budget
+    floor = None if noise is None else NoiseFloor.load(noise)
+    if progress:
+        progress(f"fitting {len(curves)} runs")
+    ranking = rank(curves, FitOptions(n_boot=200, target=target, seed=seed), baseline=baseline, noise=floor, x=x,
+                   not_fitted=skipped)
+    seeds = max((a.seeds for a in ranking.arms), default=1)
+    steps_per_x = _median(e.step / e.x_now for e in ends.values() if e.step and e.x_now > 0)
+    ghx = 1.0 if x == "gpu_hours" else _median(e.gpu_hours_per_x for e in ends.values())
+    model = planning.from_ranking(ranking, budget=budget, seeds=seeds, gpu_hours_per_x=ghx, steps_per_x=steps_per_x,
+                                  source=f"measured on {source}", seed=seed)
+    designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
+                               jobs=jobs, noise=floor, progress=progress) for q in questions]
+    arms = running_arms(ranking, ends, n_futures, seed, floor, progress)
+    return PlanResult(model=model, designs=designs, arms=arms, ranking=ranking)
+
+
+def running_arms(ranking: Ranking, ends: dict[str, RunEnd], n: int, seed: int, floor: NoiseFloor | None,
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Per arm: its verdict now and whether more compute (up to its runs' max_steps) could change it."""
+    live = {e.arm for e in ends.values() if e.x_end > e.x_now}
+    fut = {}
+    if live and n > 0:
+        if progress:
+            progress(f"simulating {n} futures of the {len(live)} running arm(s)")
+        fut = planning.futures(ranking, {r: e.x_end for r, e in ends.items()}, n=n, seed=seed, noise=floor)
+    out = []
+    for a in ranking.arms:
+        row: dict[str, Any] = {"arm": a.arm, "verdict": planning._verdict_key(a), "identified": a.fit.identifiable,
+                               "compute_now": max(float(c.x[-1]) for c in a.fit.curves),
+                               "compute_end": max(ends[c.run].x_end if c.run in ends else float(c.x[-1])
+                                                  for c in a.fit.curves),
+                               "running": a.arm in live, "p_change": None}
+        f = fut.get(a.arm)
+        if f is not None and a.arm in live:
+            row["p_change"] = f["p_change"]
+            row["futures"] = f["future"]
+        row["state"], row["advice"] = _advice(a, row, ranking)
+        out.append(row)
+    return out
+
+
+def _advice(a, row: dict[str, Any], ranking: Ranking) -> tuple[str, str]:
+    if not row["running"]:
+        return "ended", "its runs have ended"
+    if a.arm == ranking.baseline:
+        return "reference", "the baseline: every verdict is read against it, so it runs to the end"
+    if not a.fit.identifiable:
+        return "open", "not identified: A is not measured until the window passes C_mid; keep it running"
+    p = row["p_change"]
+    if p is None:
+        return "open", "no futures simulated"
+    if p <= SETTLED_P:
+        return "settled", f"its verdict changed in {p:.0%} of futures: it can stop at {row['compute_now']:.4g}"
+    return "open", f"its verdict changed in {p:.0%} of futures: more compute can still decide it"
+
+
+def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | None, *, questions: list[str],
+                   delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
+                   progress: Callable[[str], None] | None, noise: Path | None) -> PlanResult:
+    """A plan before any run: the sweep file says how many arms and steps, a stored calibration the rest."""
+    from ablate.sweep import load_sweep
+
+    sweep = load_sweep(sweep_file, overrides)
+    if calibration is None:
+        raise UserError(f"{sweep_file}: a sweep file has no measurements yet; give --calibration FILE (written by "
+                        "`ablate plan SWEEP_DIR --save-calibration FILE` on a sweep of the same task that ran with "
+                        "seeds), or plan from a sweep directory")
+    model = planning.TaskModel.load(calibration)
+    model.arms = len(sweep.arms)
+    max_steps = max(r.config.train.max_steps for r in sweep.runs)
+    if model.steps_per_x:
+        model.budget = max_steps / model.steps_per_x
+    model.source = f"{calibration} ({model.source})"
+    floor = None if noise is None else NoiseFloor.load(noise)
+    designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
+                               jobs=jobs, noise=floor, progress=progress) for q in questions]
+    return PlanResult(model=model, designs=designs)
+
+
+# ---- output ----
+
+
+def _gpu_hours(model: planning.TaskModel, compute: float, runs: int) -> float | None:
+    return None if model.gpu_hours_per_x is None else compute * model.gpu_hours_per_x * runs
+
+
+def design_rows(result: PlanResult) -> list[dict[str, Any]]:
+    """One row per (question, compute rung): what a sweep of the model's arms needs there."""
+    m = result.model
+    rows = []
+    for d in result.designs:
+        best = d["best"]
+        for r in d["rungs"]:
+            s = r["seeds"]
+            rows.append({
+                "question": d["question"], "compute": r["compute"],
+                "steps": None if not m.steps_per_x else int(round(r["compute"] * m.steps_per_x)),
+                "seeds": s, "power": r["power"], "se": r["se"], "why": r.get("why", ""),
+                "gpu_hours_arm": None if s is None else _gpu_hours(m, r["compute"], s),
+                "gpu_hours_sweep": None if s is None else _gpu_hours(m, r["compute"], s * m.arms),
+                "best": best is not None and best["compute"] == r["compute"] and best["seeds"] == s})
+    return rows
+
+
+def question_text(d: dict[str, Any]) -> str:
+    e = d["effect"]
+    if d["question"] == "ceiling":
+        return f"ceiling ΔA +{e['a']:g}"
+    return f"efficiency {1.0 / e['c_mid']:.3g}x"
+
+
+def render(result: PlanResult, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    m = result.model
+    console.print(Text(f"task model ({m.x}): {m.describe()}"))
+    console.print(Text(f"  from {m.source}; budget {m.budget:.4g} {m.x} per run"
+                       + (f" ({int(round(m.budget * m.steps_per_x))} steps)" if m.steps_per_x else "")))
+    for n in m.notes:
+        console.print(Text(f"  note: {n}", style="yellow"))
+    goal = result.designs[0]["goal"] if result.designs else 0.8
+    t = Table(title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate "
+                    "(simulated through `ablate rank`)", header_style="bold")
+    for col in ("question", f"compute per run ({m.x})", "steps", "seeds per arm", "power", "GPU-h per arm",
+                "GPU-h sweep", ""):
+        t.add_column(col, justify="left" if col in ("question", "") else "right")
+    qtext = {d["question"]: question_text(d) for d in result.designs}
+    for r in design_rows(result):
+        fmt = (lambda v: "" if v is None else f"{v:.3g}")
+        t.add_row(Text(qtext[r["question"]]), f"{r['compute']:.4g}", "" if r["steps"] is None else str(r["steps"]),
+                  "—" if r["seeds"] is None else str(r["seeds"]),
+                  "" if r["power"] is None else f"{r['power']:.2f} ±{r['se']:.2f}",
+                  fmt(r["gpu_hours_arm"]), fmt(r["gpu_hours_sweep"]),
+                  Text("★ cheapest" if r["best"] else r["why"], style="bold green" if r["best"] else "dim"))
+    console.print(t)
+    for d in result.designs:
+        b = d["best"]
+        if b is None:
+            console.print(Text(f"{question_text(d)}: no design in the ladder reaches {goal:.0%} power; a larger "
+                               "effect, or more compute than the rungs tried, is needed", style="yellow"))
+            continue
+        gh = _gpu_hours(m, b["compute"], b["seeds"] * m.arms)
+        console.print(Text(f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {m.x} per arm "
+                           f"= {b['seeds'] * m.arms} runs" + (f", {gh:.3g} GPU-hours in all" if gh is not None else "")
+                           + f" (power {b['power']:.2f} ±{b['se']:.2f})"))
+    if result.arms:
+        t = Table(title="running arms: would more compute change the verdict?", header_style="bold")
+        for col in ("arm", "verdict now", f"{m.x} now", "at max_steps", "futures changed", "state", "advice"):
+            t.add_column(col)
+        for a in result.arms:
+            p = a["p_change"]
+            t.add_row(Text(a["arm"]), a["verdict"], f"{a['compute_now']:.4g}", f"{a['compute_end']:.4g}",
+                      "" if p is None else f"{p:.0%}",
+                      Text(a["state"], style={"settled": "green", "open": "yellow"}.get(a["state"], "")),
+                      Text(a["advice"], style="dim"))
+        console.print(t)

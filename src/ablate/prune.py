@@ -1,0 +1,236 @@
+"""`ablate sweep --prune`: a monitor that stops the runs that can no longer decide anything, while the sweep runs.
+
+It is one detached process per sweep (like the local runner, it needs nothing else to stay up), started by
+`ablate sweep --prune` unless one is already watching the sweep. It reads only files (the ledger, each run's
+metrics) and acts only through stop requests (`<run>/stop.json`, see ablate.rundir): the run's job checkpoints
+at its next step boundary and ends `pruned` or `unstable` with the reason. It watches the runs whose current
+submission asked for it, and exits when none of them is live.
+
+Two kinds of stop:
+- **broken** (`unstable`), checked at every new evaluation of a run: the truncation rate above 10% at
+  `truncation_evals` evaluations in a row (ScaleRL's sign of instability), or the pass rate below R0 by more than
+  `collapse_sd` evaluation-noise sd (sqrt(R0 (1 - R0) / val_n)) at `collapse_evals` evaluations in a row. A run
+  whose loss or gradients diverge is already stopped by its trainer (`diverged`).
+- **settled** (`pruned`): once every running run has advanced by `check_every` of its max_steps since the last check,
+  the sweep is ranked as `ablate rank` would (on `x`, at `to`), and each arm's future is simulated up to its runs'
+  max_steps (fit/planning.futures). An arm other than the baseline whose A is identified (its window has passed
+  C_mid) and whose verdict changed in at most `settled_p` of the futures cannot be decided differently within
+  the budget: its live runs are stopped. The baseline runs to the end, since every verdict is read against it.
+
+Every decision goes to `<sweep>/prune/decisions.jsonl`; the monitor's own log to `<sweep>/prune/monitor.log`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ablate import store
+from ablate.ledger import LIVE, Ledger, proc_alive, proc_start
+from ablate.rundir import RunDir, TRUNCATION_WARN
+
+
+@dataclass
+class PruneSettings:
+    x: str = "gpu_hours"
+    """Compute axis of the ranking the settled check makes."""
+    to: float | None = None
+    """Compute the verdicts are ranked at (None: twice the budget, the compute a run reaches at max_steps)."""
+    truncation_evals: int = 3
+    collapse_sd: float = 4.0
+    collapse_evals: int = 3
+    check_every: float = 0.1
+    """Settled check each time every live run has advanced by this share of its max_steps."""
+    futures: int = 20
+    settled_p: float = 0.05
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def broken(metrics: list[dict[str, Any]], s: PruneSettings) -> str | None:
+    """Why a run's metrics say it is broken (see the module docstring), or None."""
+    evals = [m for m in metrics if isinstance(m.get("val_pass_rate"), (int, float))]
+    trunc = [m for m in evals if isinstance(m.get("truncation_rate"), (int, float))]
+    last = trunc[-s.truncation_evals:]
+    if len(last) >= s.truncation_evals and all(m["truncation_rate"] > TRUNCATION_WARN for m in last):
+        steps = ", ".join(str(m.get("step")) for m in last)
+        return (f"truncation above {TRUNCATION_WARN:.0%} at {len(last)} evaluations in a row (steps {steps}; "
+                f"last {last[-1]['truncation_rate']:.0%}): unstable")
+    r0 = next((m for m in evals if m.get("step") == 0), None)
+    if r0 is None or len(evals) < s.collapse_evals + 1:
+        return None
+    p0 = float(r0["val_pass_rate"])
+    n = r0.get("val_n")
+    if not isinstance(n, (int, float)) or n <= 0 or not 0.0 < p0 < 1.0:
+        return None
+    floor = p0 - s.collapse_sd * math.sqrt(p0 * (1 - p0) / float(n))
+    tail = evals[-s.collapse_evals:]
+    if all(m.get("step") != 0 and float(m["val_pass_rate"]) < floor for m in tail):
+        return (f"pass rate {float(tail[-1]['val_pass_rate']):.3f} below R0 {p0:.3f} by more than {s.collapse_sd:g} "
+                f"sd of evaluation noise at {len(tail)} evaluations in a row: collapsed")
+    return None
+
+
+class Monitor:
+    """The monitor's state over one sweep (see the module docstring)."""
+
+    def __init__(self, sweep_dir: Path | str, settings: PruneSettings, log=print):
+        self.sdir = Path(sweep_dir)
+        self.ledger = Ledger(self.sdir)
+        self.s = settings
+        self.log = log
+        self.seen: dict[str, int] = {}  # run id -> metrics lines read at the last broken check
+        self.checked_at: dict[str, int] = {}  # run id -> step at the last settled check
+        self.decisions = self.sdir / "prune" / "decisions.jsonl"
+
+    def rd(self, run_id: str) -> RunDir:
+        return RunDir.of(self.sdir.parent, self.sdir.name, run_id)
+
+    def watched(self) -> dict[str, Any]:
+        """Live runs whose current submission asked for pruning."""
+        return {rid: r for rid, r in self.ledger.fold().items() if r.prune and r.state in LIVE}
+
+    def stop(self, run_id: str, state: str, reason: str, step: int | None) -> None:
+        rd = self.rd(run_id)
+        if rd.stop_request() is not None:
+            return
+        rd.request_stop(state, reason, step=step)
+        store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "run_id": run_id, "state": state,
+                                            "reason": reason, "step": step})
+        self.log(f"{time.strftime('%H:%M:%S')} {state} {run_id} at step {step}: {reason}")
+
+    def tick(self) -> bool:
+        """One pass; False once nothing is left to watch."""
+        live = self.watched()
+        if not live:
+            return False
+        steps: dict[str, tuple[int, int]] = {}
+        for rid, rec in live.items():
+            rd = self.rd(rid)
+            lines = rd.metrics()
+            if lines and len(lines) != self.seen.get(rid):
+                self.seen[rid] = len(lines)
+                why = broken(lines, self.s)
+                if why:
+                    self.stop(rid, "unstable", why, lines[-1].get("step"))
+            step = lines[-1].get("step") if lines else None
+            if isinstance(step, int) and rec.max_steps:
+                steps[rid] = (step, rec.max_steps)
+        # pending runs have nothing to check yet; the running ones must all have moved on
+        due = bool(steps) and all(st - self.checked_at.get(rid, 0) >= self.s.check_every * mx
+                                  for rid, (st, mx) in steps.items())
+        if due:
+            for rid, (st, _) in steps.items():
+                self.checked_at[rid] = st
+            self.settled_check(set(live))
+        return True
+
+    def settled_check(self, live: set[str]) -> None:
+        """Rank the sweep as it stands and stop the live runs of arms whose verdict is settled."""
+        from ablate.curves import curves_from_sweep
+        from ablate.errors import UserError
+        from ablate.fit.analysis import FitOptions
+        from ablate.fit.compare import rank
+        from ablate.plan import run_ends, running_arms
+
+        try:
+            curves, skipped = curves_from_sweep(self.sdir, x=self.s.x)
+        except UserError as e:
+            self.log(f"settled check skipped: {e}")
+            return
+        if not curves:
+            return
+        ends = run_ends(self.sdir, curves, self.s.x)
+        budget = max(e.x_end for e in ends.values())
+        to = self.s.to or 2.0 * budget
+        try:
+            ranking = rank(curves, FitOptions(n_boot=200, target=to, seed=self.s.seed), x=self.s.x,
+                           not_fitted=skipped)
+        except UserError as e:
+            self.log(f"settled check skipped: {e}")
+            return
+        if ranking.baseline is None:
+            self.log("settled check skipped: the sweep has no baseline arm to read verdicts against")
+            return
+        by_label = {}
+        for rid in live:
+            info = self.rd(rid).info()
+            by_label[info.label] = (rid, info)
+        arms = running_arms(ranking, ends, self.s.futures, self.s.seed, None)
+        for a in arms:
+            if a["state"] != "settled":
+                continue
+            for c in next(r for r in ranking.arms if r.arm == a["arm"]).fit.curves:
+                hit = by_label.get(c.run)
+                if hit is None:
+                    continue
+                rid, info = hit
+                self.stop(rid, "pruned", f"verdict {a['verdict']} settled at {a['compute_now']:.4g} {self.s.x}: it "
+                          f"changed in {a['p_change']:.0%} of {self.s.futures} simulated futures to max_steps",
+                          info.step)
+
+
+def monitor(sweep_dir: str | Path, settings: dict[str, Any] | None = None, poll_s: float = 2.0) -> None:
+    """The monitor process: tick until no watched run is live."""
+    m = Monitor(sweep_dir, PruneSettings(**(settings or {})), log=lambda msg: print(msg, flush=True))
+    print(f"{time.strftime('%H:%M:%S')} prune monitor watching {sweep_dir}: {m.s.to_json()}", flush=True)
+    while m.tick():
+        time.sleep(poll_s)
+    print(f"{time.strftime('%H:%M:%S')} no watched run is live: exiting", flush=True)
+
+
+def monitor_alive(sweep_dir: Path) -> bool:
+    info = sweep_dir / "prune" / "monitor.json"
+    try:
+        d = store.read_json(info)
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and proc_alive(d.get("pid"), d.get("start"))
+
+
+def ensure_monitor(sweep_dir: Path, settings: PruneSettings) -> dict[str, int] | None:
+    """Start the detached monitor unless one is already watching the sweep; returns its {pid, start} or None."""
+    pdir = sweep_dir / "prune"
+    pdir.mkdir(parents=True, exist_ok=True)
+    with store.dir_lock(pdir):
+        if monitor_alive(sweep_dir):
+            return None
+        env = dict(os.environ)
+        src = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        import json
+
+        with open(pdir / "monitor.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "import sys, json; from ablate.prune import monitor; "
+                 "monitor(sys.argv[1], json.loads(sys.argv[2]))", str(sweep_dir), json.dumps(settings.to_json())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                close_fds=True)
+        me = {"pid": proc.pid, "start": proc_start(proc.pid) or 0}
+        store.write_json(pdir / "monitor.json", {**me, "settings": settings.to_json()})
+        return me
+
+
+def saved(statuses) -> dict[str, float] | None:
+    """Compute the pruned and unstable runs did not spend, against running every run to its max_steps (GPU-hours,
+    each stopped run's spend per step times the steps it had left), or None when nothing was stopped."""
+    stopped = [s for s in statuses if s.state in ("pruned", "unstable")]
+    if not stopped:
+        return None
+    def at_end(s) -> float:
+        g = s.gpu_hours or 0.0
+        return g * s.max_steps / s.step if s.step and s.max_steps and s.step < s.max_steps else g
+
+    full = sum(at_end(s) for s in statuses)
+    kept = sum(at_end(s) - (s.gpu_hours or 0.0) for s in stopped)
+    return {"runs": len(stopped), "gpu_hours_saved": kept, "gpu_hours_full": full,
+            "share": kept / full if full > 0 else 0.0}

@@ -1,0 +1,105 @@
+"""`ablate plan`'s science: a plan made from a pilot sweep of simulated runs with known truth, followed on fresh
+sweeps drawn from that truth, reaches the power it states; and the futures of running arms say which verdicts
+more compute could still change."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ablate.fit import planning
+from ablate.fit.analysis import FitOptions
+from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
+from ablate.fit.compare import rank
+
+SHAPE, NOISE = SHAPES["scalerl-8b"], NOISES["seeds"]
+
+
+def _pilot(arms: int, seeds: int, f: float, seed: int, effect: dict | None = None):
+    """A ranked pilot sweep of `arms` arms (arm `a1` with `effect`), its window ending at gain fraction f."""
+    rng = np.random.default_rng(seed)
+    c = window_end(SHAPE, f)
+    curves = []
+    for k in range(arms):
+        cs, _ = simulate_arm(SHAPE, NOISE, (effect or {}) if k == 1 else {}, seeds, f, rng, "base" if k == 0 else f"a{k}")
+        curves += [replace(x, x=x.x[x.x <= c * 1.0001], y=x.y[x.x <= c * 1.0001], n=x.n[x.x <= c * 1.0001]) for x in cs]
+    return curves, c
+
+
+def _truth(budget: float, arms: int) -> planning.TaskModel:
+    """The truth as a task model: exact seed spread (a huge dof: no redraw), no fit error to remove."""
+    return planning.TaskModel(x="gpu_hours", r0=SHAPE.r0, a=SHAPE.a, b=SHAPE.b, c_mid=SHAPE.c_mid,
+                              val_n=SHAPE.prompts * SHAPE.k, eval_every=budget / 40, drift_sd=NOISE.drift_sd,
+                              drift_rho=NOISE.drift_phi, seed_sd_a=NOISE.seed_sd_a, seed_sd_logc=NOISE.seed_sd_logc,
+                              seed_dof=10**9, fit_sd_a=0.0, fit_sd_logc=0.0, budget=budget, arms=arms)
+
+
+@pytest.mark.parametrize("question,kw,rungs", [("efficiency", {"ratio": 1.5}, (1.0, 2.0)),
+                                               ("ceiling", {"delta_a": 0.05}, (2.0,))])
+def test_following_the_plan_reaches_the_stated_power(question, kw, rungs):
+    curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=5)
+    ranking = rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base")
+    model = planning.from_ranking(ranking, budget=c, seeds=3)
+    assert model.arms == 3 and model.seed_dof >= 2
+    plan = planning.design(model, question, trials=60, rungs=rungs, seed=1, jobs=2, **kw)
+    best = plan["best"]
+    assert best is not None, plan
+    # fresh sweeps from the truth, run as the plan says: the power reached is at least the stated goal, within the
+    # simulation error of both estimates
+    truth = _truth(c, 3)
+    rng = np.random.default_rng(99)
+    effect = planning.effect_of(question, kw.get("delta_a", 0.02), kw.get("ratio", 1.25))
+    n = 150
+    hits = sum(planning.trial(truth, best["seeds"], best["compute"], effect, rng, seed=10_000 + i)
+               == planning.WANTED[question] for i in range(n))
+    achieved = hits / n
+    se = np.sqrt(0.8 * 0.2 / n + best["se"] ** 2)
+    assert achieved >= 0.8 - 2.5 * se, (best, achieved)
+    # and the plan is not a blanket "as many seeds as possible": a smaller design it rejected falls short
+    assert best["seeds"] < planning.SEED_LADDER[-1]
+
+
+def test_null_arms_are_not_called_in_planned_sweeps():
+    """The plan's own trials keep the false-discovery rate: an arm with no effect is rarely given a verdict."""
+    curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=6)
+    model = planning.from_ranking(rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base"),
+                                  budget=c, seeds=3)
+    rng = np.random.default_rng(3)
+    calls = [planning.trial(model, 4, c, {}, rng, seed=i) for i in range(80)]
+    false = sum(v in ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down") for v in calls)
+    assert false / 80 <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / 80), calls
+
+
+def test_futures_settle_a_clear_difference_and_not_an_open_one():
+    """An arm with a large ceiling gain, well past C_mid, keeps its verdict in (nearly) every future; a smaller
+    gain on a shorter window, not yet called, gets a different verdict in most futures."""
+    curves, c = _pilot(arms=3, seeds=3, f=0.95, seed=8, effect={"a": 0.15})
+    ranking = rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base")
+    by = {a.arm: a for a in ranking.arms}
+    assert by["a1"].verdict == "ceiling_up"
+    fut = planning.futures(ranking, {x.run: 2 * c for x in curves}, n=20, seed=1)
+    assert fut["a1"]["p_change"] <= 0.1, fut["a1"]
+    short, c2 = _pilot(arms=2, seeds=3, f=0.8, seed=8, effect={"a": 0.04})
+    r2 = rank(short, FitOptions(n_boot=200, target=2 * c2), baseline="base")
+    fut2 = planning.futures(r2, {x.run: 3 * c2 for x in short}, n=20, seed=1)
+    assert not fut2["a1"]["verdict"].startswith("ceiling")
+    assert fut2["a1"]["p_change"] >= 0.5, fut2["a1"]
+    assert fut2["a1"]["future"].get("ceiling_up", 0) >= 3  # the gain it has shows in the futures
+
+
+def test_calibration_file_round_trips_and_bad_files_are_one_line(tmp_path):
+    m = _truth(1000.0, 4)
+    p = tmp_path / "cal.json"
+    import json
+
+    p.write_text(json.dumps(m.to_json()))
+    assert planning.TaskModel.load(p) == m
+    from ablate.errors import UserError
+
+    (tmp_path / "bad.json").write_text('{"r0": 0.3}')
+    with pytest.raises(UserError, match="not a calibration file"):
+        planning.TaskModel.load(tmp_path / "bad.json")
+    with pytest.raises(UserError, match="no such file"):
+        planning.TaskModel.load(tmp_path / "missing.json")

@@ -1,0 +1,133 @@
+"""`ablate sweep --prune`: the monitor stops a broken run of a real sweep (its truncation rate above 10% at three
+evaluations in a row), the run ends `unstable` with its reason in run.json, the ledger, `ablate status` and
+`ablate rank`, keeps its files, and `--resume-pruned` continues it from where it stopped.
+
+Driven by state: the broken run is far too long to finish by itself; the monitor's stop is what ends it. The
+decision rules themselves (broken, settled) are checked on their inputs below and, for settled arms, by
+simulation in tests/fit/test_planning.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from ablate import store
+from ablate.cli import app
+from ablate.ledger import Ledger
+from ablate.prune import PruneSettings, broken, monitor_alive
+from ablate.rundir import RunDir
+from ablate.status import wait_for
+from ablate.sweep import load_sweep
+from jobs import GUARD, until
+from test_launch_train import RECIPE, SMALL
+
+runner = CliRunner()
+
+
+def _sweep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "guarded.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": str(RECIPE), "baseline": "base", "seeds": [0],
+        "overrides": SMALL + ["train.eval_every=5", "train.checkpoint_every=1000000"],
+        "runs": [{"label": "base", "overrides": ["train.max_steps=20"]},
+                 # every completion cut at one token: truncated, from the first evaluation on; far too long to end
+                 {"label": "cut", "overrides": ["length=none", "length.max_new_tokens=1", "train.max_steps=1000000"]}],
+    }))
+    return path
+
+
+def test_prune_stops_a_broken_run_and_resume_pruned_continues_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    path = _sweep_file(tmp_path)
+    sweep = load_sweep(path)
+    base, cut = (r.run_id for r in sweep.runs)
+    res = runner.invoke(app, ["sweep", str(path), "--prune", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "prune monitor started" in res.output
+    sdir = tmp_path / "guarded"
+    got = wait_for(tmp_path, "guarded", [base, cut], timeout=GUARD)
+    assert got[base].state == "done"
+    st = got[cut]
+    assert st.state == "unstable" and "truncation above 10% at 3 evaluations in a row" in st.reason
+    rd = RunDir.of(tmp_path, "guarded", cut)
+    info = store.read_json(rd.info_path)
+    assert info["status"] == "unstable" and info["reason"] == st.reason
+    assert not rd.stop_path.exists()  # obeyed: the state now lives in run.json and the ledger
+    finished = [e for e in Ledger(sdir).events() if e["event"] == "finished" and e["run_id"] == cut]
+    assert finished[-1]["status"] == "unstable" and finished[-1]["reason"] == st.reason
+    decisions = store.read_jsonl(sdir / "prune" / "decisions.jsonl")
+    assert [(d["run_id"], d["state"]) for d in decisions] == [(cut, "unstable")]
+    stopped_at = st.step
+    assert stopped_at is not None and stopped_at < 1000000
+    until(lambda: not monitor_alive(sdir), "the monitor to exit once nothing it watches is live")
+
+    out = runner.invoke(app, ["status", "guarded", "--root", str(tmp_path)]).output
+    assert "1 unstable" in out and f"cut,seed=0 ({cut}) unstable at step {stopped_at}: truncation" in out
+    assert "pruning saved" in out
+    ranked = json.loads(runner.invoke(app, ["rank", str(sdir), "--x", "samples", "--json", "--n-boot", "200"]).output)
+    arms = {a["arm"]: a for a in ranked["arms"]}
+    assert arms["cut"]["stopped"] == ["unstable"] and arms["base"]["stopped"] == []
+
+    # a plain re-run leaves it stopped; --resume-pruned continues it from its checkpoint
+    again = runner.invoke(app, ["sweep", str(path), "--root", str(tmp_path)])
+    assert "1 pruned" in again.output and "nothing to submit" in again.output
+    res = runner.invoke(app, ["sweep", str(path), "--resume-pruned", "--root", str(tmp_path)])
+    assert res.exit_code == 0 and "submitting 1" in res.output, res.output
+    until(lambda: "resumed from step" in rd.train_log.read_text(), "the run to resume")
+    steps = lambda: [r["step"] for r in store.read_jsonl(rd.metrics_path)]  # noqa: E731
+    until(lambda: steps()[-1] >= stopped_at + 10, "two evaluations past the stop")
+    log = rd.train_log.read_text()
+    stop_step = int(log.split(": preempted at step ", 1)[1].split()[0])  # its checkpoint: where the stop arrived
+    assert stop_step >= stopped_at and f"resumed from step {stop_step}" in log
+    # resumed without --prune: no monitor watches it now; a stop request by hand still ends it where it is
+    assert not Ledger(sdir).fold()[cut].prune and not monitor_alive(sdir)
+    rd.request_stop("pruned", "stopped by hand")
+    final = wait_for(tmp_path, "guarded", [cut], timeout=GUARD)[cut]
+    assert (final.state, final.reason) == ("pruned", "stopped by hand")
+    got = steps()
+    assert got == list(range(0, got[-1] + 1, 5))  # every evaluation once, across the stop and the resume
+
+
+def _evals(trunc, rates, n=800):
+    return [{"step": 5 * i, "val_pass_rate": r, "val_n": n, **({} if i == 0 else {"truncation_rate": t})}
+            for i, (t, r) in enumerate(zip(trunc, rates))]
+
+
+def test_broken_runs_are_named_and_noise_is_not():
+    s = PruneSettings()
+    # truncation: three in a row above 10%, not two, not three with a dip between
+    assert "truncation above 10%" in broken(_evals([0, .2, .3, .4], [.5] * 4), s)
+    assert broken(_evals([0, .05, .3, .4], [.5] * 4), s) is None
+    assert broken(_evals([0, .3, .05, .3, .3], [.5] * 5), s) is None
+    # collapse: below R0 by more than 4 sd of evaluation noise (sd 0.0177 at p 0.5, n 800) three times in a row
+    assert "collapsed" in broken(_evals([0] * 5, [.5, .45, .40, .41, .39]), s)
+    assert broken(_evals([0] * 5, [.5, .45, .46, .45, .47]), s) is None  # within the noise
+    assert broken(_evals([0] * 5, [.5, .40, .41, .50, .39]), s) is None  # not three in a row
+    assert broken([{"step": 0, "val_pass_rate": .5}], s) is None
+
+
+def test_prune_needs_a_baseline_and_its_options_need_prune(tmp_path):
+    path = tmp_path / "nobase.yaml"
+    path.write_text(yaml.safe_dump({"base": str(RECIPE), "grid": {"loss": ["grpo", "dapo"]}}))
+    res = runner.invoke(app, ["sweep", str(path), "--prune", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "no baseline arm" in res.output
+    res = runner.invoke(app, ["sweep", str(path), "--prune-x", "samples", "--root", str(tmp_path)])
+    assert res.exit_code == 2 and "add --prune" in res.output
+    assert not (tmp_path / "nobase").exists()  # nothing written
+
+
+def test_saved_compute_counts_only_what_stopped_runs_had_left():
+    from ablate.prune import saved
+    from ablate.status import RunStatus
+
+    def st(state, step, gh):
+        return RunStatus(run_id=state + str(step), label="x", state=state, cause=None, job_id=None, executor="local",
+                         step=step, max_steps=100, val_pass_rate=None, gpu_hours=gh, truncation_rate=None,
+                         truncation_warning=False, attempts=1, requeues=0, error=None, log=None)
+
+    assert saved([st("done", 100, 1.0)]) is None
+    got = saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("running", 50, 0.5)])
+    assert got["runs"] == 1 and abs(got["gpu_hours_saved"] - 0.75) < 1e-9 and abs(got["gpu_hours_full"] - 3.0) < 1e-9
