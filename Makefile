@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate clean
+.PHONY: setup test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune clean
 
 include mk/vllm.mk
 
@@ -50,6 +50,10 @@ bench-scale: setup
 
 # Are the verdicts honest? A real A/A (six seeds of the base recipe, about half an hour on 2 cores) and the full
 # calibration grid on simulated arms (writes bench/out/calibration.json; about half an hour on 2 cores).
+# the loss sweep with 3 seeds, in full and with --prune (bench/out/prune; about 25 minutes on 2 cores)
+bench-prune: setup
+	$(BIN)/python bench/prune.py
+
 bench-aa: setup
 	$(BIN)/python bench/aa.py
 

@@ -415,6 +415,8 @@ def plan(
     power: float = typer.Option(0.8, "--power", help="Power the plan must reach."),
     question: str = typer.Option("ceiling,efficiency", "--question", help="Which questions to plan: ceiling, efficiency or both."),
     x: str = X_OPT,
+    run: str = RUN_OPT,
+    group: Optional[str] = GROUP_OPT,
     fmt: str = FORMAT_OPT,
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Arm the others are compared with (default: the sweep file's baseline)."),
     to: Optional[float] = typer.Option(None, "--to", help="Compute the verdicts rank at (default: twice the budget), in the units of --x."),
@@ -464,7 +466,8 @@ def plan(
             raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")
         if calibration is not None:
             raise UserError("--calibration plans a sweep file before any run; SOURCE has measurements of its own")
-        result = planner.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, **common)
+        result = planner.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, run=run,
+                                       group=group, **common)
     if save_calibration is not None:
         store.write_json(save_calibration, result.model.to_json())
     if as_json:

@@ -92,11 +92,12 @@ def _median(values) -> float | None:
 
 def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | None, noise: Path | None,
                   questions: list[str], delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
-                  n_futures: int, progress: Callable[[str], None] | None, fmt: str = "auto") -> PlanResult:
+                  n_futures: int, progress: Callable[[str], None] | None, fmt: str = "auto", run: str | None = "run",
+                  group: str | None = None) -> PlanResult:
     """A plan from measured curves (a sweep directory or any input `rank` reads)."""
     from ablate.curves import load_inputs
 
-    curves, skipped = load_inputs([source], x=x, fmt=fmt)
+    curves, skipped = load_inputs([source], x=x, fmt=fmt, run=run, group=group)
     ends = run_ends(source, curves, x) if source.is_dir() else {
         c.run: RunEnd(c.run, c.group or c.run, float(c.x[-1]), float(c.x[-1]), None, None, None, True) for c in curves}
     budget = max(e.x_end for e in ends.values())

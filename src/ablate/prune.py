@@ -130,7 +130,13 @@ class Monitor:
         if due:
             for rid, (st, _) in steps.items():
                 self.checked_at[rid] = st
-            self.settled_check(set(live))
+            try:
+                self.settled_check(set(live))
+            except Exception as e:  # a check that breaks must not end the monitor: the broken checks go on
+                import traceback
+
+                self.log(f"settled check failed ({type(e).__name__}: {e}); the next one retries\n"
+                         + traceback.format_exc())
         return True
 
     def settled_check(self, live: set[str]) -> None:

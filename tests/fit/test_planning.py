@@ -5,6 +5,7 @@ more compute could still change."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,3 +104,41 @@ def test_calibration_file_round_trips_and_bad_files_are_one_line(tmp_path):
         planning.TaskModel.load(tmp_path / "bad.json")
     with pytest.raises(UserError, match="no such file"):
         planning.TaskModel.load(tmp_path / "missing.json")
+
+
+def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path):
+    """`ablate plan` on a curves file (one arm per group) writes a calibration that plans a sweep file before any
+    run; bad input is one line and exit 2."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.curves import write_csv
+
+    runner = CliRunner()
+    curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=5)
+    csv = tmp_path / "pilot.csv"
+    write_csv(curves, csv)
+    cal = tmp_path / "cal.json"
+    fast = ["--question", "efficiency", "--ratio", "2", "--trials", "20", "--json"]
+    res = runner.invoke(app, ["plan", str(csv), "--group", "group", "--baseline", "base", *fast,
+                              "--save-calibration", str(cal)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["model"]["arms"] == 3 and out["model"]["val_n"] == SHAPE.prompts * SHAPE.k
+    (q,) = out["questions"]
+    assert q["question"] == "efficiency" and q["best"] is not None and q["best"]["power"] >= 0.8
+    assert {a["arm"] for a in out["arms"]} == {"base", "a1", "a2"} and all(a["state"] == "ended" for a in out["arms"])
+    assert planning.TaskModel.load(cal).arms == 3
+    sweep_file = str(Path(__file__).resolve().parents[2] / "recipes" / "loss.yaml")
+    res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["model"]["arms"] == 4 and json.loads(res.stdout)["arms"] == []
+    for args, msg in ((["plan", sweep_file], "give --calibration"),
+                      (["plan", str(csv), "--calibration", str(cal)], "has measurements of its own"),
+                      (["plan", str(tmp_path / "nope")], "no such file or directory"),
+                      (["plan", str(csv), "--ratio", "1"], "--ratio 1.0: out of range"),
+                      (["plan", str(csv), "--question", "speed"], "give ceiling, efficiency or both")):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and msg in res.output, (args, res.output)

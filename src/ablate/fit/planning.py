@@ -252,8 +252,9 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """For each compute rung (multiples of the budget), the fewest seeds per arm that reach `goal` power, by
     bisection over `ladder` (power grows with seeds). Rungs whose window cannot pass C_mid are reported, not
-    simulated; a rung that could not be cheaper than the best found so far is skipped. Returns the rungs and the
-    cheapest design (`best`, None when no rung reaches the goal within the ladder)."""
+    simulated; a rung that could not be cheaper than the best found so far is skipped. Seed counts are tried
+    doubling from the fewest (the cheap cells first), then bisected below the first that reaches the goal. Returns
+    the rungs and the cheapest design (`best`, None when no rung reaches the goal within the ladder)."""
     kw = dict(delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise)
     rows, best = [], None
     pool = _pool(jobs)
@@ -275,37 +276,43 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
                 if hi < 0:
                     row["why"] = "cannot be cheaper than a shorter run"
                     continue
-            # the most seeds this rung may use first: when even that falls short, the rung is out
-            top = _cell((m, ladder[hi], compute, question, kw))
-            row["tried"].append(top)
-            if progress:
-                progress(f"{question} at {compute:.4g}: {top['seeds']} seeds -> power {top['power']:.2f} "
-                         f"({top['trials']} trials)")
-            found = hi if top["reached"] else None
-            hi = hi - 1 if top["reached"] else -1
-            while lo <= hi:
-                # probe several seed counts at once (one per worker), then narrow
-                k = max(1, min(jobs, hi - lo + 1))
-                probes = sorted({lo + (hi - lo) * (i + 1) // (k + 1) for i in range(k)} if k > 1 else {(lo + hi) // 2})
-                cells = [(m, ladder[i], compute, question, kw) for i in probes]
+            def run(idx: list[int]) -> list[dict[str, Any]]:
+                cells = [(m, ladder[i], compute, question, kw) for i in idx]
                 res = list(pool.map(_cell, cells)) if pool and len(cells) > 1 else [_cell(c) for c in cells]
-                for i, r in zip(probes, res):
+                for r in res:
                     row["tried"].append(r)
                     if progress:
                         progress(f"{question} at {compute:.4g}: {r['seeds']} seeds -> power {r['power']:.2f} "
                                  f"({r['trials']} trials)")
-                ok = [i for i, r in zip(probes, res) if r["reached"]]
-                bad = [i for i, r in zip(probes, res) if not r["reached"]]
+                return res
+
+            # doubling from the fewest seeds (cheap cells first, `jobs` at a time), then bisection below the first
+            # count that reaches the goal
+            doubling = [i for i in range(lo, hi + 1) if i == lo or ladder[i] >= 2 * ladder[lo] and
+                        (ladder[i] & (ladder[i] - 1) == 0)] + [hi]
+            doubling = sorted(set(doubling))
+            found, last_bad = None, lo - 1
+            for k in range(0, len(doubling), max(1, jobs)):
+                idx = doubling[k:k + max(1, jobs)]
+                res = run(idx)
+                ok = [i for i, r in zip(idx, res) if r["reached"]]
                 if ok:
                     found = min(ok)
-                    hi = found - 1
-                    lo = max([lo] + [b + 1 for b in bad if b < found])
-                else:
-                    lo = max(bad) + 1
+                    last_bad = max([last_bad] + [i for i, r in zip(idx, res) if not r["reached"] and i < found])
+                    break
+                last_bad = max(idx)
             if found is None:
+                top = row["tried"][-1]
                 row["why"] = (f"{top['seeds']} seeds reach {top['power']:.0%} power" + ("" if best is None else
                               " (more would cost more than the cheapest design)"))
                 continue
+            lo, hi = last_bad + 1, found - 1
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if run([mid])[0]["reached"]:
+                    found, hi = mid, mid - 1
+                else:
+                    lo = mid + 1
             r = next(t for t in row["tried"] if t["seeds"] == ladder[found])
             row.update(seeds=r["seeds"], power=r["power"], se=r["se"], trials=r["trials"])
             if best is None or r["seeds"] * compute < best["seeds"] * best["compute"]:
