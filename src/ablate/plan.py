@@ -150,6 +150,11 @@ def _advice(a, row: dict[str, Any], ranking: Ranking) -> tuple[str, str]:
         return "reference", "the baseline: every verdict is read against it, so it runs to the end"
     if not a.fit.identifiable:
         return "open", "not identified: A is not measured until the window passes C_mid; keep it running"
+    base = next((b for b in ranking.arms if b.arm == ranking.baseline), None)
+    if base is None or not base.fit.identifiable:
+        return "open", "the baseline's A is not identified yet: no verdict to settle"
+    if ranking.floor is None:
+        return "open", "no seed spread measured yet (needs seeds): its verdict is not a test, so it cannot settle"
     p = row["p_change"]
     if p is None:
         return "open", "no futures simulated"

@@ -255,7 +255,8 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
     now = int(time.time())
     for spec in specs:
         rd = RunDir.of(root, spec.sweep, spec.run_id)
-        if force and plan.previous.get(spec.run_id) in ("done", "diverged", "failed", "preempted") and rd.path.exists():
+        if force and plan.previous.get(spec.run_id) in ("done", "diverged", "failed", "preempted", *STOPPED) \
+                and rd.path.exists():
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
             arch.parent.mkdir(parents=True, exist_ok=True)
             rd.path.rename(arch)
