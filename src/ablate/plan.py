@@ -21,8 +21,9 @@ from ablate.fit import planning
 from ablate.fit.analysis import FitOptions
 from ablate.fit.compare import NoiseFloor, Ranking, rank
 
-SETTLED_P = 0.05
-"""An identified arm is settled when at most this share of its futures changes its verdict."""
+SETTLED_BOUND = 0.10
+"""An arm is settled when the one-sided 95% upper bound on the chance that its verdict changes (continued to the end,
+or stopped now while the rest go on) is at most this: with 40 futures, none may change it."""
 
 
 @dataclass
@@ -118,32 +119,46 @@ def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | Non
     return PlanResult(model=model, designs=designs, arms=arms, ranking=ranking)
 
 
+def candidates(ranking: Ranking, live: set[str]) -> set[str]:
+    """The running arms that could be stopped: identified, read against an identified baseline with a measured
+    seed spread (else their verdict is no test)."""
+    base = next((b for b in ranking.arms if b.arm == ranking.baseline), None)
+    if base is None or not base.fit.identifiable or ranking.floor is None:
+        return set()
+    return {a.arm for a in ranking.arms if a.arm in live and a is not base and a.fit.identifiable}
+
+
 def running_arms(ranking: Ranking, ends: dict[str, RunEnd], n: int, seed: int, floor: NoiseFloor | None,
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Per arm: its verdict now and whether more compute (up to its runs' max_steps) could change it."""
+                 progress: Callable[[str], None] | None = None, bound: float = SETTLED_BOUND,
+                 settle_only: bool = False) -> list[dict[str, Any]]:
+    """Per arm: its verdict now and whether more compute (up to its runs' max_steps) could change it, or stopping
+    it now could. `settle_only`: no futures at all when no arm could be settled (the monitor's question)."""
     live = {e.arm for e in ends.values() if e.x_end > e.x_now}
+    can = candidates(ranking, live)
     fut = {}
-    if live and n > 0:
+    if live and n > 0 and (can or not settle_only):
         if progress:
             progress(f"simulating {n} futures of the {len(live)} running arm(s)")
-        fut = planning.futures(ranking, {r: e.x_end for r, e in ends.items()}, n=n, seed=seed, noise=floor)
+        fut = planning.futures(ranking, {r: e.x_end for r, e in ends.items()}, n=n, seed=seed, noise=floor,
+                               frozen=can)
     out = []
     for a in ranking.arms:
         row: dict[str, Any] = {"arm": a.arm, "verdict": planning._verdict_key(a), "identified": a.fit.identifiable,
                                "compute_now": max(float(c.x[-1]) for c in a.fit.curves),
                                "compute_end": max(ends[c.run].x_end if c.run in ends else float(c.x[-1])
                                                   for c in a.fit.curves),
-                               "running": a.arm in live, "p_change": None}
+                               "running": a.arm in live, "p_change": None, "bound": None, "futures_n": 0}
         f = fut.get(a.arm)
         if f is not None and a.arm in live:
-            row["p_change"] = f["p_change"]
-            row["futures"] = f["future"]
-        row["state"], row["advice"] = _advice(a, row, ranking)
+            row.update(p_change=f["p_change"], bound=f["bound"], futures_n=f["n"], futures=f["future"])
+            if f["stopped"]:
+                row["if_stopped"] = f["stopped"]
+        row["state"], row["advice"] = _advice(a, row, ranking, bound)
         out.append(row)
     return out
 
 
-def _advice(a, row: dict[str, Any], ranking: Ranking) -> tuple[str, str]:
+def _advice(a, row: dict[str, Any], ranking: Ranking, bound: float) -> tuple[str, str]:
     if not row["running"]:
         return "ended", "its runs have ended"
     if a.arm == ranking.baseline:
@@ -158,9 +173,11 @@ def _advice(a, row: dict[str, Any], ranking: Ranking) -> tuple[str, str]:
     p = row["p_change"]
     if p is None:
         return "open", "no futures simulated"
-    if p <= SETTLED_P:
-        return "settled", f"its verdict changed in {p:.0%} of futures: it can stop at {row['compute_now']:.4g}"
-    return "open", f"its verdict changed in {p:.0%} of futures: more compute can still decide it"
+    said = (f"its verdict changed in {row['p_change'] * row['futures_n']:.0f} of {row['futures_n']} futures "
+            f"(continued, or stopped now; ≤{row['bound']:.0%} at 95%)")
+    if row["bound"] <= bound:
+        return "settled", f"{said}: it can stop at {row['compute_now']:.4g}"
+    return "open", f"{said}: more compute can still decide it"
 
 
 def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | None, *, questions: list[str],

@@ -12,10 +12,14 @@ Two kinds of stop:
   `collapse_sd` evaluation-noise sd (sqrt(R0 (1 - R0) / val_n)) at `collapse_evals` evaluations in a row. A run
   whose loss or gradients diverge is already stopped by its trainer (`diverged`).
 - **settled** (`pruned`): once every running run has advanced by `check_every` of its max_steps since the last check,
-  the sweep is ranked as `ablate rank` would (on `x`, at `to`), and each arm's future is simulated up to its runs'
-  max_steps (fit/planning.futures). An arm other than the baseline whose A is identified (its window has passed
-  C_mid) and whose verdict changed in at most `settled_p` of the futures cannot be decided differently within
-  the budget: its live runs are stopped. The baseline runs to the end, since every verdict is read against it.
+  the sweep is ranked as `ablate rank` would (on `x`, at `to`, fixed at the first check), and its future is
+  simulated `futures` times up to the runs' max_steps (fit/planning.futures): each future is ranked with every arm
+  continued (what the full sweep would say) and with the candidate arms stopped now (what the pruned sweep will
+  say: `rank` reads a stopped arm against the baseline fitted on the stopped arm's window). A candidate is an arm
+  other than the baseline whose A is identified (its window has passed C_mid), read against an identified
+  baseline with a measured seed spread. It is settled, and its live runs are stopped, when the one-sided 95%
+  upper bound on the chance that either ranking changes its verdict is at most `settled_bound` (with 40
+  futures: no change in any). The baseline runs to the end, since every verdict is read against it.
 
 Every decision goes to `<sweep>/prune/decisions.jsonl`; the monitor's own log to `<sweep>/prune/monitor.log`.
 """
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +52,8 @@ class PruneSettings:
     collapse_evals: int = 3
     check_every: float = 0.1
     """Settled check each time every live run has advanced by this share of its max_steps."""
-    futures: int = 20
-    settled_p: float = 0.05
+    futures: int = 40
+    settled_bound: float = 0.10
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -90,18 +95,25 @@ class Monitor:
         self.seen: dict[str, int] = {}  # run id -> metrics lines read at the last broken check
         self.checked_at: dict[str, int] = {}  # run id -> step at the last settled check
         self.decisions = self.sdir / "prune" / "decisions.jsonl"
+        self.target: float | None = settings.to
+        """The compute every settled check ranks at: --prune-to, else twice the budget the first check sees."""
 
     def rd(self, run_id: str) -> RunDir:
         return RunDir.of(self.sdir.parent, self.sdir.name, run_id)
 
     def watched(self) -> dict[str, Any]:
-        """Live runs whose current submission asked for pruning."""
-        return {rid: r for rid, r in self.ledger.fold().items() if r.prune and r.state in LIVE}
+        """Live runs whose current submission asked for pruning (a job found dead is not live)."""
+        from ablate.launch.liveness import current_states
 
-    def stop(self, run_id: str, state: str, reason: str, step: int | None) -> None:
+        recs, dead = current_states(self.ledger)
+        return {rid: r for rid, r in recs.items() if r.prune and r.state in LIVE and rid not in dead}
+
+    def stop(self, run_id: str, state: str, reason: str, step: int | None, max_steps: int | None = None) -> None:
         rd = self.rd(run_id)
         if rd.stop_request() is not None:
             return
+        if step is not None and max_steps and step >= max_steps:
+            return  # it is ending anyway: a request now could only race with its own end
         rd.request_stop(state, reason, step=step)
         store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "run_id": run_id, "state": state,
                                             "reason": reason, "step": step})
@@ -120,7 +132,7 @@ class Monitor:
                 self.seen[rid] = len(lines)
                 why = broken(lines, self.s)
                 if why:
-                    self.stop(rid, "unstable", why, lines[-1].get("step"))
+                    self.stop(rid, "unstable", why, lines[-1].get("step"), rec.max_steps)
             step = lines[-1].get("step") if lines else None
             if isinstance(step, int) and rec.max_steps:
                 steps[rid] = (step, rec.max_steps)
@@ -143,9 +155,7 @@ class Monitor:
         """Rank the sweep as it stands and stop the live runs of arms whose verdict is settled."""
         from ablate.curves import curves_from_sweep
         from ablate.errors import UserError
-        from ablate.fit.analysis import FitOptions
-        from ablate.fit.compare import rank
-        from ablate.plan import run_ends, running_arms
+        from ablate.plan import run_ends
 
         try:
             curves, skipped = curves_from_sweep(self.sdir, x=self.s.x)
@@ -155,11 +165,13 @@ class Monitor:
         if not curves:
             return
         ends = run_ends(self.sdir, curves, self.s.x)
-        budget = max(e.x_end for e in ends.values())
-        to = self.s.to or 2.0 * budget
+        if self.target is None:
+            self.target = 2.0 * max(e.x_end for e in ends.values())
+            store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "target": self.target, "x": self.s.x,
+                                                "why": "verdicts are read at twice the budget (--prune-to not given)"})
+            self.log(f"settled checks rank at {self.target:.4g} {self.s.x} (twice the budget)")
         try:
-            ranking = rank(curves, FitOptions(n_boot=200, target=to, seed=self.s.seed), x=self.s.x,
-                           not_fitted=skipped)
+            ranking, arms = settled(curves, ends, self.target, self.s, skipped)
         except UserError as e:
             self.log(f"settled check skipped: {e}")
             return
@@ -170,7 +182,6 @@ class Monitor:
         for rid in live:
             info = self.rd(rid).info()
             by_label[info.label] = (rid, info)
-        arms = running_arms(ranking, ends, self.s.futures, self.s.seed, None)
         for a in arms:
             if a["state"] != "settled":
                 continue
@@ -179,9 +190,70 @@ class Monitor:
                 if hit is None:
                     continue
                 rid, info = hit
-                self.stop(rid, "pruned", f"verdict {a['verdict']} settled at {a['compute_now']:.4g} {self.s.x}: it "
-                          f"changed in {a['p_change']:.0%} of {self.s.futures} simulated futures to max_steps",
-                          info.step)
+                self.stop(rid, "pruned", f"verdict {a['verdict']} settled at {a['compute_now']:.4g} {self.s.x}: "
+                          f"{a['advice'].split(':')[0]}", info.step, info.max_steps)
+
+
+def settled(curves: list, ends: dict[str, Any], target: float, s: PruneSettings,
+            not_fitted: list[dict[str, Any]] | None = None):
+    """The settled check on curves as they stand: the ranking (at `target`) and plan.running_arms' row per arm,
+    whose `state` is `settled` for the arms to stop. `ends`: plan.RunEnd per run."""
+    from ablate.fit.analysis import FitOptions
+    from ablate.fit.compare import rank
+    from ablate.plan import running_arms
+
+    ranking = rank(curves, FitOptions(n_boot=200, target=target, seed=s.seed), x=s.x, not_fitted=not_fitted)
+    if ranking.baseline is None:
+        return ranking, []
+    return ranking, running_arms(ranking, ends, s.futures, s.seed, None, bound=s.settled_bound, settle_only=True)
+
+
+def replay(curves: list, target: float, s: PruneSettings) -> dict[str, Any]:
+    """The monitor's settled rule replayed on finished curves (each run's last point is its max_steps): every run
+    advances together, a settled check at each `check_every` of the way, the runs of settled arms cut where they
+    were stopped. Returns {"stopped": {run: share of its compute it ran}, "full": the ranking of the whole curves,
+    "pruned": the ranking of the pruned sweep, "spent": compute of the pruned sweep / the full one}. What
+    bench/prune.py and the simulations check the rule with: the same decision the live monitor makes, without
+    the runs."""
+    from dataclasses import replace
+
+    from ablate.errors import UserError
+    from ablate.fit.analysis import FitOptions
+    from ablate.fit.compare import rank
+    from ablate.plan import RunEnd
+
+    end = {c.run: float(c.x[-1]) for c in curves}
+    stopped: dict[str, float] = {}
+
+    def cut(c, share: float, pruned: bool):
+        keep = c.x <= share * end[c.run] * (1 + 1e-9)
+        meta = {**c.meta, "status": "pruned"} if pruned else dict(c.meta)
+        return replace(c, x=c.x[keep], y=c.y[keep], n=None if c.n is None else c.n[keep], meta=meta)
+
+    k = 1
+    while k * s.check_every < 1.0 - 1e-9:
+        share = k * s.check_every
+        k += 1
+        now = [cut(c, stopped.get(c.run, share), c.run in stopped) for c in curves]
+        ends = {c.run: RunEnd(run=c.run, arm=c.group or c.run, x_now=float(c.x[-1]),
+                              x_end=float(c.x[-1]) if c.run in stopped else end[c.run], step=None, max_steps=None,
+                              gpu_hours_per_x=None, ended=c.run in stopped) for c in now}
+        if all(e.ended for e in ends.values()):
+            break
+        try:
+            ranking, arms = settled(now, ends, target, s)
+        except UserError:  # nothing can be fitted yet
+            continue
+        for a in arms:
+            if a["state"] == "settled":
+                for c in next(r for r in ranking.arms if r.arm == a["arm"]).fit.curves:
+                    stopped[c.run] = share
+    opts = FitOptions(n_boot=200, target=target, seed=s.seed)
+    full = rank(curves, opts, x=s.x)
+    pruned = rank([cut(c, stopped.get(c.run, 1.0), c.run in stopped) for c in curves], opts, x=s.x)
+    total = sum(end.values())
+    return {"stopped": stopped, "full": full, "pruned": pruned,
+            "spent": sum(end[r] * stopped.get(r, 1.0) for r in end) / total if total > 0 else 1.0}
 
 
 def monitor(sweep_dir: str | Path, settings: dict[str, Any] | None = None, poll_s: float = 2.0) -> None:
@@ -240,3 +312,33 @@ def saved(statuses) -> dict[str, float] | None:
     kept = sum(at_end(s) - (s.gpu_hours or 0.0) for s in stopped)
     return {"runs": len(stopped), "gpu_hours_saved": kept, "gpu_hours_full": full,
             "share": kept / full if full > 0 else 0.0}
+
+
+def simulate(arms: dict[str, dict[str, float]], *, shape: str = "scalerl-8b", noise: str = "seeds", seeds: int = 3,
+             f: float = 0.9, seed: int = 0, settings: PruneSettings | None = None) -> dict[str, Any]:
+    """One simulated sweep with known truth, run in full and pruned by `replay`: `arms` maps each arm to its
+    effect on the baseline's curve (fit/calibrate's shapes and noises; the first arm is the baseline, every run
+    ends where the baseline has made a share `f` of its gain, verdicts are read at twice that). Returns
+    {"full": {arm: verdict}, "pruned": {arm: verdict}, "stopped": {arm: share of the budget it ran, for stopped
+    arms}, "spent": compute of the pruned sweep / the full one}."""
+    import numpy as np
+
+    from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
+    from ablate.fit.planning import _verdict_key
+
+    sh, nz = SHAPES[shape], NOISES[noise]
+    budget = window_end(sh, f)
+    rng = np.random.default_rng([seed, 17])
+    curves = []
+    for k, (arm, effect) in enumerate(arms.items()):
+        made, _ = simulate_arm(sh, nz, effect, seeds, f, rng, arm)
+        for c in made:
+            keep = c.x <= budget * (1 + 1e-9)  # the continuation past the window is the held-out truth: not run
+            curves.append(dataclass_replace(c, x=c.x[keep], y=c.y[keep], n=None if c.n is None else c.n[keep],
+                                            meta={**c.meta, "baseline": k == 0}))
+    s = settings or PruneSettings(x="gpu_hours", seed=seed)
+    r = replay(curves, 2.0 * budget, s)
+    arm_of = {c.run: c.group for c in curves}
+    return {"full": {a.arm: _verdict_key(a) for a in r["full"].arms},
+            "pruned": {a.arm: _verdict_key(a) for a in r["pruned"].arms},
+            "stopped": {arm_of[run]: share for run, share in r["stopped"].items()}, "spent": r["spent"]}

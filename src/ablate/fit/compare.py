@@ -15,7 +15,7 @@ seed spread they are judged against, the false-discovery control, the paper's th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -277,6 +277,32 @@ def _pmap(fn, items: list, jobs: int) -> list:
         return list(pool.map(fn, items, chunksize=max(1, len(items) // (4 * jobs))))
 
 
+def _x_end(a: ArmResult) -> float:
+    return max(float(c.x[-1]) for c in a.fit.curves)
+
+
+def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -> dict[str, ArmResult | str]:
+    """For each arm `ablate sweep --prune` stopped short of the baseline's window: the baseline fitted on the
+    stopped arm's window (its curves cut at the arm's last evaluation), so that the two are compared at the same
+    compute and a stopped arm does not lose A it had no compute to show; a string says why that fit failed."""
+    out: dict[str, ArmResult | str] = {}
+    base_end = _x_end(base)
+    for a in arms:
+        if a is base or not a.stopped:
+            continue
+        end = _x_end(a)
+        if end >= base_end:
+            continue
+        until = end if opts.fit_until is None else min(end, opts.fit_until)
+        fit = _fit_arm((base.arm, base.fit.curves, replace(opts, fit_until=until)))
+        if isinstance(fit, ArmResult):
+            out[a.arm] = fit
+        else:
+            out[a.arm] = (f"stopped at {end:.4g}: the baseline's first {end:.4g} can't be fitted to compare it "
+                          f"with ({fit['reason']})")
+    return out
+
+
 def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: str | float | None = None,
          noise: NoiseFloor | None = None, x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None,
          jobs: int = 1, shared_a: str | float | None = None) -> Ranking:
@@ -313,24 +339,30 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
         base.verdict, base.detail = "baseline", "the reference arm"
         if not base.fit.identifiable:
             base.detail += "; A not measured (it has not passed C_mid): no ceiling or efficiency verdicts"
+        bases = _stopped_windows(arms, base, opts)
         compared = []
         for a in arms:
             if a is base:
                 continue
-            a.delta_A = a.fit.A - base.fit.A
-            if not (a.fit.identifiable and base.fit.identifiable):
+            b = bases.get(a.arm, base)
+            if isinstance(b, str):
+                a.verdict, a.detail = "not_identified", b
+                continue
+            a.delta_A = a.fit.A - b.fit.A
+            if not (a.fit.identifiable and b.fit.identifiable):
                 who = "this arm" if not a.fit.identifiable else "the baseline"  # the footer says how it is ranked
                 a.verdict = "not_identified"
                 a.detail = f"A not measured ({who} has not passed C_mid)"
             else:
                 compared.append(a)
         a_all, shared_mode = _one_a(shared_a, arms, base, compared)
-        shared = _pmap(_efficiency, [(a.fit, base.fit, opts, a_all) for a in compared], jobs)
+        shared = _pmap(_efficiency, [(a.fit, bases.get(a.arm, base).fit, opts, a_all) for a in compared], jobs)
         for a, sh in zip(compared, shared):
+            b = bases.get(a.arm, base)
             a.log_compute_seeds = sh.pop("_seeds_arm")
             base_seeds = sh.pop("_seeds_base")
-            if base.log_compute_seeds is None and base_seeds:
-                base.log_compute_seeds = base_seeds  # the baseline's spread, measured in its first comparison
+            if b.log_compute_seeds is None and base_seeds:
+                b.log_compute_seeds = base_seeds  # the baseline's spread, measured in its first comparison
             a.shared = sh
         for a in arms:
             if a.log_compute_seeds is None:  # the baseline without comparisons, or an arm not identified
@@ -348,7 +380,11 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 "no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
             at_end, end_spread = end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
-            decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread)
+            decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread,
+                            {k: v for k, v in bases.items() if isinstance(v, ArmResult)})
+        for a in arms:
+            if isinstance(bases.get(a.arm), ArmResult):
+                a.detail += f"; read against the baseline's first {_x_end(a):.4g} {x} (this arm was stopped there)"
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
                    not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread, shared_mode=shared_mode,

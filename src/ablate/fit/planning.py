@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy.stats import beta as beta_dist
 
 from ablate.errors import UserError
 from ablate.fit.analysis import FitOptions
@@ -434,17 +435,44 @@ def _continue(c: Curve, fit_pf, shift: Callable[[np.ndarray], np.ndarray], est, 
     return replace(c, x=np.concatenate([c.x, xf]), y=np.concatenate([c.y, yf]), n=nf, meta=dict(c.meta))
 
 
+def change_bound(changes: int, n: int, level: float = 0.95) -> float:
+    """One-sided `level` Clopper-Pearson upper bound on the chance of a change seen `changes` times in `n`."""
+    if n <= 0:
+        return 1.0
+    return 1.0 if changes >= n else float(beta_dist.ppf(level, changes + 1, n - changes))
+
+
 def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int = 0,
-            noise: NoiseFloor | None = None) -> dict[str, dict[str, Any]]:
-    """For each arm: today's verdict, and in how many of `n` simulated futures (every run continued to its compute
-    in `ends`, keyed by run name; runs not in it are over) the re-ranked sweep gives it a different one. Returns
-    {arm: {"verdict", "changes", "n", "p_change", "to": Counter of future verdicts}}."""
+            noise: NoiseFloor | None = None, frozen: set[str] | frozenset[str] = frozenset()) -> dict[str, dict[str, Any]]:
+    """For each arm: today's verdict, and in how many of `n` simulated futures it changes. In each future every run
+    goes on to its compute in `ends` (keyed by run name; runs not in it are over) from its own fit plus a bootstrap
+    draw of its arm's curve, with its drift and evaluation noise, and the sweep is re-ranked: what the full sweep
+    would say. The arms in `frozen` (candidates for stopping) are ranked a second time stopped where they are, the
+    rest going on: what the sweep would say if they were stopped now. A change is a different verdict in either
+    ranking, or an arm that can no longer be fitted. Returns {arm: {"verdict", "changes", "n", "p_change", "bound"
+    (the one-sided 95% upper bound on the chance of a change), "future": Counter of future verdicts, "stopped":
+    Counter of verdicts when stopped now}}."""
     rng = np.random.default_rng([seed, 11])
     now = {a.arm: _verdict_key(a) for a in ranking.arms}
-    out = {arm: {"verdict": v, "changes": 0, "n": 0, "future": {}} for arm, v in now.items()}
+    out = {arm: {"verdict": v, "changes": 0, "n": 0, "future": {}, "stopped": {}} for arm, v in now.items()}
     opts = replace(ranking.opts, n_boot=min(ranking.opts.n_boot, PLAN_BOOT) or PLAN_BOOT)
+
+    def tally(r: Ranking | None, key: str, arms: set[str], changed: dict[str, bool]) -> None:
+        got = {} if r is None else {a.arm: _verdict_key(a) for a in r.arms}
+        for arm in arms:
+            v = got.get(arm, "not_fitted")
+            out[arm][key][v] = out[arm][key].get(v, 0) + 1
+            changed[arm] = changed.get(arm, False) or v != out[arm]["verdict"]
+
+    def ranked(curves: list[Curve], i: int) -> Ranking | None:
+        try:
+            return rank(curves, replace(opts, seed=seed * 7919 + i), baseline=ranking.baseline, noise=noise,
+                        x=ranking.x)
+        except UserError:  # the baseline can't be fitted: no arm keeps its verdict
+            return None
+
     for i in range(n):
-        curves = []
+        going, stopped = [], []
         for a in ranking.arms:
             f = a.fit
             draw = f.draws[rng.integers(len(f.draws))] if f.draws is not None and len(f.draws) else None
@@ -456,16 +484,17 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
             for j, c in enumerate(f.curves):
                 pf = f.seeds.fits[j] if f.seeds is not None and f.seeds.fits[j] is not None else f.fit
                 est = f.noise[j] if f.noise is not None and j < len(f.noise) else None
-                curves.append(_continue(c, pf, shift, est, ends.get(c.run, float(c.x[-1])), rng))
-        r = rank(curves, replace(opts, seed=seed * 7919 + i), baseline=ranking.baseline, noise=noise, x=ranking.x)
-        for a in r.arms:
-            o = out.get(a.arm)
-            if o is None:
-                continue
-            v = _verdict_key(a)
-            o["n"] += 1
-            o["changes"] += v != o["verdict"]
-            o["future"][v] = o["future"].get(v, 0) + 1
+                cont = _continue(c, pf, shift, est, ends.get(c.run, float(c.x[-1])), rng)
+                going.append(cont)
+                stopped.append(replace(c, meta={**c.meta, "status": "pruned"}) if a.arm in frozen else cont)
+        changed: dict[str, bool] = {}
+        tally(ranked(going, i), "future", set(out), changed)
+        if frozen:
+            tally(ranked(stopped, i), "stopped", set(frozen) & set(out), changed)
+        for arm, ch in changed.items():
+            out[arm]["n"] += 1
+            out[arm]["changes"] += ch
     for o in out.values():
         o["p_change"] = o["changes"] / o["n"] if o["n"] else None
+        o["bound"] = change_bound(o["changes"], o["n"])
     return out

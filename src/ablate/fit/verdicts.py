@@ -184,10 +184,13 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
 
 
 def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
-                   unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None) -> None:
+                   unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None,
+                   bases: dict[str, ArmResult] | None = None) -> None:
     """t-tests of dA and of the log compute ratio against the seed spread, and of the pass rate at the end of the
-    shared window for the arms whose A is not identified, FDR-controlled together over the ranking."""
+    shared window for the arms whose A is not identified, FDR-controlled together over the ranking. `bases`: the
+    baseline each arm is read against where it is not `base` (a stopped arm: the baseline fitted on its window)."""
     pvals: list[float] = []
+    base_all = base
     if floor is None:
         one = all(x.seeds == 1 for x in compared + [base])
         why = ("1 seed: needs seeds (one seed per arm cannot measure the seed spread, and there is no --noise file)"
@@ -199,6 +202,7 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
     else:
         crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
         for a in compared:
+            base = (bases or {}).get(a.arm, base_all)
             # the tested differences are those of the seeds' means, as the seed spread describes one seed
             n_a = max(1, int(np.isfinite(a.seed_A).sum()))
             n_b = max(1, int(np.isfinite(base.seed_A).sum()))
@@ -216,6 +220,7 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
                 a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
             a.detail = f"ΔA {a.delta_A:+.3f} ±{crit * se_a:.3f} (p={a.p_ceiling:.2g})"
             pvals += [a.p_ceiling, a.p_efficiency]
+    base = base_all
     tested = []
     base_end = at_end.get(base.arm, np.array([]))
     for a in unidentified:
