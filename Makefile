@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune clean
+.PHONY: setup test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune bench-prune-sim clean
 
 include mk/vllm.mk
 
@@ -53,6 +53,10 @@ bench-scale: setup
 # the loss sweep with 3 seeds, in full and with --prune (bench/out/prune; about 25 minutes on 2 cores)
 bench-prune: setup
 	$(BIN)/python bench/prune.py
+
+# the settled rule on simulated sweeps with known truth (about 20 minutes on 2 cores)
+bench-prune-sim: setup
+	$(BIN)/python bench/prune_sim.py
 
 bench-aa: setup
 	$(BIN)/python bench/aa.py

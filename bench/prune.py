@@ -90,6 +90,8 @@ def main() -> None:
         print("\nprune decisions:")
         for line in decisions.read_text().splitlines():
             d = json.loads(line)
+            if "run_id" not in d:  # the ranking target, fixed at the first check
+                continue
             print(f"  {d['run_id']} {d['state']} at step {d['step']}: {d['reason']}")
 
 

@@ -460,7 +460,7 @@ def plan(
     common = dict(questions=qs, delta_a=delta_a, ratio=ratio, goal=power, trials=trials, seed=seed,
                   jobs=store.cpu_count(), progress=progress, noise=noise)
     if source.is_file() and source.suffix in (".yaml", ".yml"):
-        result = planner.plan_from_file(source, list(overrides or []), calibration, **common)
+        result = planner.plan_from_file(source, list(overrides or []), calibration, to=to, **common)
     else:
         if overrides:
             raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")

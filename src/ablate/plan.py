@@ -114,7 +114,7 @@ def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | Non
     model = planning.from_ranking(ranking, budget=budget, seeds=seeds, gpu_hours_per_x=ghx, steps_per_x=steps_per_x,
                                   source=f"measured on {source}", seed=seed)
     designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
-                               jobs=jobs, noise=floor, progress=progress) for q in questions]
+                               jobs=jobs, noise=floor, to=to, progress=progress) for q in questions]
     arms = running_arms(ranking, ends, n_futures, seed, floor, progress)
     return PlanResult(model=model, designs=designs, arms=arms, ranking=ranking)
 
@@ -182,7 +182,8 @@ def _advice(a, row: dict[str, Any], ranking: Ranking, bound: float) -> tuple[str
 
 def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | None, *, questions: list[str],
                    delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
-                   progress: Callable[[str], None] | None, noise: Path | None) -> PlanResult:
+                   progress: Callable[[str], None] | None, noise: Path | None,
+                   to: float | None = None) -> PlanResult:
     """A plan before any run: the sweep file says how many arms and steps, a stored calibration the rest."""
     from ablate.sweep import load_sweep
 
@@ -196,10 +197,13 @@ def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | N
     max_steps = max(r.config.train.max_steps for r in sweep.runs)
     if model.steps_per_x:
         model.budget = max_steps / model.steps_per_x
+    else:
+        model.notes.append(f"the calibration has no steps per unit of {model.x}: the budget is the calibrated "
+                           f"sweep's ({model.budget:.4g}), not this file's max_steps {max_steps}")
     model.source = f"{calibration} ({model.source})"
     floor = None if noise is None else NoiseFloor.load(noise)
     designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
-                               jobs=jobs, noise=floor, progress=progress) for q in questions]
+                               jobs=jobs, noise=floor, to=to, progress=progress) for q in questions]
     return PlanResult(model=model, designs=designs)
 
 

@@ -178,6 +178,9 @@ class Monitor:
         if ranking.baseline is None:
             self.log("settled check skipped: the sweep has no baseline arm to read verdicts against")
             return
+        self.log(f"{time.strftime('%H:%M:%S')} settled check: " + "; ".join(
+            f"{a['arm']} {a['verdict']} {a['state']}" + (f" ({a['p_change'] * a['futures_n']:.0f}/{a['futures_n']} "
+                                                        "futures changed)" if a["futures_n"] else "") for a in arms))
         by_label = {}
         for rid in live:
             info = self.rd(rid).info()

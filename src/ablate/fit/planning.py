@@ -166,12 +166,13 @@ def effect_of(question: str, delta_a: float, ratio: float) -> dict[str, float]:
     raise ValueError(question)
 
 
-def _opts(compute: float, seed: int) -> FitOptions:
-    return FitOptions(n_boot=PLAN_BOOT, target=2.0 * compute, seed=seed)
+def _opts(compute: float, seed: int, to: float | None = None) -> FitOptions:
+    """Fit options of a simulated sweep whose runs reach `compute`: verdicts ranked at `to` (default: twice that)."""
+    return FitOptions(n_boot=PLAN_BOOT, target=to if to is not None else 2.0 * compute, seed=seed)
 
 
 def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rng: np.random.Generator,
-          seed: int, noise: NoiseFloor | None = None) -> str:
+          seed: int, noise: NoiseFloor | None = None, to: float | None = None) -> str:
     """One simulated sweep (see the module docstring); the effect arm's verdict (`not_fitted` when it could not be
     fitted). The tests of arms beyond MAX_SIM_ARMS enter the false-discovery control as uniform p-values (a null
     arm's calibrated p-value is at least uniform, so this never makes a discovery easier than the full sweep)."""
@@ -182,7 +183,7 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
     for i in range(sim_arms - 1):
         curves += simulate_runs(m, m.a, m.b, m.c_mid, seeds, compute, rng, "base" if i == 0 else f"null{i}",
                                 sd_a, sd_logc)
-    ranking = rank(curves, _opts(compute, seed), baseline="base", noise=noise)
+    ranking = rank(curves, _opts(compute, seed, to), baseline="base", noise=noise)
     by = {a.arm: a for a in ranking.arms}
     arm = by.get("arm")
     if arm is None:
@@ -212,7 +213,8 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
 
 
 def power_cell(m: TaskModel, seeds: int, compute: float, question: str, *, delta_a: float, ratio: float,
-               trials: int, goal: float, seed: int, noise: NoiseFloor | None = None) -> dict[str, Any]:
+               trials: int, goal: float, seed: int, noise: NoiseFloor | None = None,
+               to: float | None = None) -> dict[str, Any]:
     """Power of one design: trials in blocks of 20, stopping once the 99% interval of the power is clearly below
     `goal` (from 20 trials) or clearly above it (from 40). Its random numbers depend only on the design and
     `seed`."""
@@ -222,7 +224,7 @@ def power_cell(m: TaskModel, seeds: int, compute: float, question: str, *, delta
     hits = n = 0
     while n < trials:
         for _ in range(min(20, trials - n)):
-            hits += trial(m, seeds, compute, effect, rng, seed * 1009 + n, noise) == wanted
+            hits += trial(m, seeds, compute, effect, rng, seed * 1009 + n, noise, to) == wanted
             n += 1
         p = hits / n
         half = 2.58 * math.sqrt(max(p * (1 - p), 0.02) / n)
@@ -249,14 +251,15 @@ def _pool(jobs: int):
 
 def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float = 1.25, goal: float = 0.8,
            trials: int = 100, rungs: Sequence[float] = COMPUTE_RUNGS, ladder: Sequence[int] = SEED_LADDER,
-           seed: int = 0, jobs: int = 1, noise: NoiseFloor | None = None,
+           seed: int = 0, jobs: int = 1, noise: NoiseFloor | None = None, to: float | None = None,
            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """For each compute rung (multiples of the budget), the fewest seeds per arm that reach `goal` power, by
     bisection over `ladder` (power grows with seeds). Rungs whose window cannot pass C_mid are reported, not
     simulated; a rung that could not be cheaper than the best found so far is skipped. Seed counts are tried
-    doubling from the fewest (the cheap cells first), then bisected below the first that reaches the goal. Returns
-    the rungs and the cheapest design (`best`, None when no rung reaches the goal within the ladder)."""
-    kw = dict(delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise)
+    doubling from the fewest (the cheap cells first), then bisected below the first that reaches the goal. The
+    simulated verdicts are ranked at `to` (default: twice each rung's compute). Returns the rungs and the cheapest
+    design (`best`, None when no rung reaches the goal within the ladder)."""
+    kw = dict(delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise, to=to)
     rows, best = [], None
     pool = _pool(jobs)
     try:
@@ -366,6 +369,9 @@ def from_ranking(ranking: Ranking, *, budget: float, seeds: int, gpu_hours_per_x
         notes.append(f"arm {base.arm!r}'s A is not identified: its point fit (A {f.A:.3f}) is what is simulated; "
                      "run longer to measure it")
     floor = ranking.floor
+    if floor is None and ranking.baseline is None:
+        raise UserError("no baseline arm to plan against: the seed spread is measured in comparisons with it; give "
+                        "--baseline ARM")
     if floor is None:
         raise UserError("no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
                         "(seed=0,1,2) or give --noise FILE")
@@ -376,7 +382,8 @@ def from_ranking(ranking: Ranking, *, budget: float, seeds: int, gpu_hours_per_x
         known = all(e.eval_known for e in est)
     else:
         drift_sd, rho, known = 0.0, 0.0, False
-        notes.append("no noise measured (no bootstrap): only the evaluation noise is simulated")
+        notes.append("no drift measured (the fits' noise estimates are missing): only the evaluation noise and the "
+                     "seed spread are simulated")
     curves = [c for a in ranking.arms for c in a.fit.curves]
     ns = [float(np.median(c.n)) for c in curves if c.n is not None]
     val_n = float(np.median(ns)) if ns and known else None

@@ -77,8 +77,10 @@ class Plan:
         parts = [f"{len(self.done)} done", f"{len(self.running)} running", f"{len(self.failed)} failed"]
         if self.preempted:
             parts.append(f"{len(self.preempted)} preempted")
-        if self.pruned:
-            parts.append(f"{len(self.pruned)} pruned")
+        for state in STOPPED:  # pruned, unstable
+            n = sum(self.previous.get(rid) == state for rid in self.pruned)
+            if n:
+                parts.append(f"{n} {state}")
         parts.append(f"{len(self.new)} new")
         verb = f"submitting {len(self.submit)} via {self.executor}" if self.submit else "nothing to submit"
         return f"{self.sweep}: " + ", ".join(parts) + f" -> {verb}"

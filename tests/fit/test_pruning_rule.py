@@ -1,0 +1,70 @@
+"""The settled rule of `ablate sweep --prune`, on simulated sweeps with known truth (evaluation noise,
+autocorrelated drift, seed-to-seed spread): a pruned sweep reaches the full sweep's verdicts with less compute, and
+a stopped arm is read against the baseline on the stopped arm's own window. bench/prune_sim.py measures the same
+over many more sweeps."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+
+from ablate.fit.analysis import FitOptions
+from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
+from ablate.fit.compare import rank
+from ablate.prune import simulate
+
+NULL = {"base": {}, "b": {}, "c": {}, "d": {}}
+MIXED = {"base": {}, "null": {}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}}
+
+
+def _cut(c, end: float, status: str | None):
+    keep = c.x <= end * (1 + 1e-9)
+    meta = {**c.meta, "status": status} if status else dict(c.meta)
+    return replace(c, x=c.x[keep], y=c.y[keep], n=c.n[keep], meta=meta)
+
+
+def test_a_stopped_arm_is_compared_on_its_own_window():
+    """A null arm stopped at 40% of the budget is read against the baseline's first 40%: false calls stay at the
+    tests' rate, and the verdict says so."""
+    shape, noise = SHAPES["scalerl-8b"], NOISES["seeds"]
+    budget = window_end(shape, 0.9)
+    rng = np.random.default_rng(3)
+    calls, n = 0, 40
+    for i in range(n):
+        base, _ = simulate_arm(shape, noise, {}, 3, 0.9, rng, "base")
+        arm, _ = simulate_arm(shape, noise, {}, 3, 0.9, rng, "arm")
+        curves = [_cut(c, budget, None) for c in base] + [_cut(c, 0.4 * budget, "pruned") for c in arm]
+        r = rank(curves, FitOptions(n_boot=100, target=2 * budget, seed=i), baseline="base")
+        a = next(x for x in r.arms if x.arm == "arm")
+        assert a.stopped == ["pruned"]
+        if a.verdict not in ("no_effect", "not_identified"):
+            calls += 1
+        elif a.verdict == "no_effect":
+            assert "read against the baseline's first" in a.detail, a.detail
+    assert calls <= 0.1 * n, calls
+
+
+def _sweep(args):
+    arms, shape, seed = args
+    return simulate(arms, shape=shape, seed=seed)
+
+
+def test_a_pruned_sweep_reaches_the_full_sweeps_verdicts_with_less_compute():
+    jobs = [(NULL, "embedded", s) for s in range(2)] + [(MIXED, "scalerl-8b", 0)]
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        out = list(pool.map(_sweep, jobs))
+    pairs = [(r["full"][a], r["pruned"][a]) for r in out for a in r["full"] if a != "base"]
+    same = sum(f == p for f, p in pairs)
+    assert same >= len(pairs) - 1, out
+    # the real effects are still called after pruning
+    mixed = out[2]["pruned"]
+    assert mixed["a+0.05"] == "ceiling_up" and mixed["cmid/2"] != "no_effect", mixed
+    null = out[:2]
+    # the loss sweep's situation: arms that do not differ stop early, and the saving is real
+    assert sum(len(r["stopped"]) for r in null) >= 2, null
+    assert np.mean([r["spent"] for r in null]) < 0.95, null
+    # a pruned sweep never spends more, and the baseline is never stopped
+    assert all(r["spent"] <= 1.0 and "base" not in r["stopped"] for r in out)
