@@ -1,16 +1,19 @@
 """`ablate sweep --prune` on real runs: the loss sweep with three seeds, once in full and once pruned; the same
 verdicts, and the compute the pruned one did not spend.
 
-    .venv/bin/python bench/prune.py [--root bench/out/prune] [--seeds 0,1,2] [--max-parallel 12]
+    .venv/bin/python bench/prune.py [--root bench/out/prune] [--seeds 0,1,2] [--max-parallel 12] [--replay]
 
 1. `ablate sweep recipes/loss.yaml seed=0,1,2 --follow` into ROOT/full: every run to its max_steps.
 2. The same sweep with `--prune --prune-x samples --prune-to 2x` into ROOT/pruned: the monitor stops the runs of
    arms whose verdict against the baseline is settled, and broken runs.
 3. `ablate rank` on both (samples, at twice the budget): the verdicts side by side, and the compute each sweep
    spent (samples, the load-independent count; GPU-hours as the status reports them).
+4. The monitor's rule replayed offline on the full sweep's curves (ablate.prune.replay: the same settled checks at
+   every 10% of the way, the runs of settled arms cut where they would have stopped): its verdicts and saving.
+   `--replay` does steps 1 and 4 only (the live pruned sweep costs as much again).
 All runs of a sweep go at once (--max-parallel, default: all twelve), as on a cluster: the monitor can only stop
 runs that are running. Re-running reuses finished sweeps (a sweep never repeats finished work); delete ROOT to
-measure again.
+measure again. On 2 cores each sweep takes one to two hours.
 """
 
 from __future__ import annotations
@@ -50,11 +53,36 @@ def spent(root: Path) -> dict[str, float]:
     return {"samples": samples, "gpu_hours": gpu, "runs": runs, "stopped": stopped}
 
 
+def replayed(sweep_dir: Path, to: float) -> None:
+    """The monitor's settled rule replayed on the full sweep's real curves: verdicts and saving."""
+    from ablate.curves import curves_from_sweep
+    from ablate.fit.planning import _verdict_key
+    from ablate.prune import PruneSettings, replay
+
+    curves, _ = curves_from_sweep(sweep_dir, x="samples")
+    print(f"\nreplaying the settled rule on {len(curves)} runs of {sweep_dir} (a check at every 10% of the way)",
+          flush=True)
+    r = replay(curves, to, PruneSettings(x="samples", to=to))
+    full = {a.arm: _verdict_key(a) for a in r["full"].arms}
+    pruned = {a.arm: _verdict_key(a) for a in r["pruned"].arms}
+    arm_of = {c.run: c.group or c.run for c in curves}
+    at: dict[str, float] = {}
+    for run, share in r["stopped"].items():
+        at[arm_of[run]] = share
+    print(f"{'arm':<14}{'full':<22}{'replayed pruned':<30}same")
+    for arm, v in full.items():
+        tag = f" (stopped at {at[arm]:.0%})" if arm in at else ""
+        print(f"{arm:<14}{v:<22}{pruned.get(arm, 'missing') + tag:<30}{'yes' if pruned.get(arm) == v else 'NO'}")
+    print(f"replay saving: {1 - r['spent']:.1%} of the samples; same verdicts: "
+          f"{'yes' if all(pruned.get(a) == v for a, v in full.items()) else 'NO'}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=ROOT / "bench" / "out" / "prune")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--max-parallel", type=int, default=12)
+    ap.add_argument("--replay", action="store_true", help="the full sweep and the offline replay only")
     args = ap.parse_args()
     from ablate.sweep import load_sweep
 
@@ -64,6 +92,9 @@ def main() -> None:
     full, pruned = args.root / "full", args.root / "pruned"
     common = [SWEEP, f"seed={args.seeds}", "--max-parallel", str(args.max_parallel), "--follow"]
     ablate("sweep", *common, "--root", str(full))
+    replayed(full / "loss", float(to))
+    if args.replay:
+        return
     ablate("sweep", *common, "--root", str(pruned), "--prune", "--prune-x", "samples", "--prune-to", to)
     verdicts = {}
     for name, root in (("full", full), ("pruned", pruned)):

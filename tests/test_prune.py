@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.ledger import Ledger
-from ablate.prune import PruneSettings, broken, monitor_alive
+from ablate.prune import Monitor, PruneSettings, broken, monitor_alive
 from ablate.rundir import RunDir
 from ablate.status import wait_for
 from ablate.sweep import load_sweep
@@ -74,6 +74,7 @@ def test_prune_stops_a_broken_run_and_resume_pruned_continues_it(tmp_path, monke
     # a plain re-run leaves it stopped; --resume-pruned continues it from its checkpoint
     again = runner.invoke(app, ["sweep", str(path), "--root", str(tmp_path)])
     assert "1 unstable" in again.output and "nothing to submit" in again.output
+    old_batch = Ledger(sdir).fold()[cut].batch
     res = runner.invoke(app, ["sweep", str(path), "--resume-pruned", "--root", str(tmp_path)])
     assert res.exit_code == 0 and "submitting 1" in res.output, res.output
     until(lambda: "resumed from step" in rd.train_log.read_text(), "the run to resume")
@@ -84,6 +85,10 @@ def test_prune_stops_a_broken_run_and_resume_pruned_continues_it(tmp_path, monke
     assert stop_step >= stopped_at and f"resumed from step {stop_step}" in log
     # resumed without --prune: no monitor watches it now; a stop request by hand still ends it where it is
     assert not Ledger(sdir).fold()[cut].prune and not monitor_alive(sdir)
+    # a monitor's decision about the earlier submission (made while the run was resubmitted) is not obeyed
+    assert Ledger(sdir).fold()[cut].batch != old_batch
+    Monitor(sdir, PruneSettings()).stop(cut, "pruned", "a stale decision", stopped_at, 1000000, old_batch)
+    assert not rd.stop_path.exists()
     rd.request_stop("pruned", "stopped by hand")
     final = wait_for(tmp_path, "guarded", [cut], timeout=GUARD)[cut]
     assert (final.state, final.reason) == ("pruned", "stopped by hand")

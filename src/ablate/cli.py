@@ -266,6 +266,15 @@ def rank(
         console.print(f"  [yellow]note[/]: {esc(far[0])}")
     for s in ranking.not_fitted:
         console.print(f"  [red]not fitted[/] {esc(s['label'])}: {esc(s['reason'])}")
+    if any(a.stopped for a in ranking.arms):
+        from ablate.prune import recorded_target
+
+        settled_at = [(p, t) for p in inputs if p.is_dir() for t in [recorded_target(p, x)] if t is not None]
+        if settled_at and not any(math.isclose(t, to, rel_tol=1e-6) for _, t in settled_at):
+            p, t = settled_at[0]
+            console.print(f"  [yellow]pruned[/]: {esc(str(p))}'s stopped arms were settled on verdicts at --to {t:g} "
+                          f"(--x {esc(x)}); at another --to their verdicts were not checked: `ablate rank "
+                          f"{esc(str(p))} --x {esc(x)} --to {t:g}`")
     if plot is not None:
         console.print(f"figures: {esc(str(plot))}" + (f", {esc(str(eff))}" if eff else " (no arm was compared on efficiency: no efficiency figure)"))
 

@@ -139,8 +139,17 @@ def running_arms(ranking: Ranking, ends: dict[str, RunEnd], n: int, seed: int, f
     if live and n > 0 and (can or not settle_only):
         if progress:
             progress(f"simulating {n} futures of the {len(live)} running arm(s)")
-        fut = planning.futures(ranking, {r: e.x_end for r, e in ends.items()}, n=n, seed=seed, noise=floor,
-                               frozen=can)
+        x_end = {r: e.x_end for r, e in ends.items()}
+        fut = planning.futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
+        # only the candidates that settle are stopped: check that future again with just them stopped, until the
+        # set holds (it shrinks each time, so this ends)
+        while True:
+            settle = {arm for arm in can if fut[arm]["n"] and fut[arm]["bound"] <= bound}
+            if not settle or settle == can:
+                break
+            can = settle
+            again = planning.futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
+            fut.update({arm: again[arm] for arm in can})
     out = []
     for a in ranking.arms:
         row: dict[str, Any] = {"arm": a.arm, "verdict": planning._verdict_key(a), "identified": a.fit.identifiable,

@@ -12,16 +12,19 @@ Two kinds of stop:
   `collapse_sd` evaluation-noise sd (sqrt(R0 (1 - R0) / val_n)) at `collapse_evals` evaluations in a row. A run
   whose loss or gradients diverge is already stopped by its trainer (`diverged`).
 - **settled** (`pruned`): once every running run has advanced by `check_every` of its max_steps since the last check,
-  the sweep is ranked as `ablate rank` would (on `x`, at `to`, fixed at the first check), and its future is
-  simulated `futures` times up to the runs' max_steps (fit/planning.futures): each future is ranked with every arm
-  continued (what the full sweep would say) and with the candidate arms stopped now (what the pruned sweep will
-  say: `rank` reads a stopped arm against the baseline fitted on the stopped arm's window). A candidate is an arm
-  other than the baseline whose A is identified (its window has passed C_mid), read against an identified
-  baseline with a measured seed spread. It is settled, and its live runs are stopped, when the one-sided 95%
-  upper bound on the chance that either ranking changes its verdict is at most `settled_bound` (with 40
-  futures: no change in any). The baseline runs to the end, since every verdict is read against it.
+  the sweep is ranked as `ablate rank --x X --to TO` would (on `x`, at `to`, fixed at the first check and
+  recorded), and its future is simulated `futures` times up to the runs' max_steps (fit/planning.futures): each
+  future is ranked with every arm continued (what the full sweep would say) and with the candidate arms stopped now
+  (what the pruned sweep will say: `rank` reads a stopped arm against the baseline fitted on the stopped arm's
+  window). A candidate is an arm other than the baseline whose A is identified (its window has passed C_mid), read
+  against an identified baseline with a measured seed spread. It is settled, and its live runs (pending ones too)
+  are stopped, when the one-sided 95% upper bound on the chance of a change is at most `settled_bound` (with 40
+  futures: no change in any). A change is its verdict differing in either ranking, or stopping it moving another
+  arm's verdict; when only some candidates settle, their futures are checked again with just them stopped. The
+  baseline runs to the end, since every verdict is read against it.
 
-Every decision goes to `<sweep>/prune/decisions.jsonl`; the monitor's own log to `<sweep>/prune/monitor.log`.
+Every decision goes to `<sweep>/prune/decisions.jsonl` (its first line: the compute the checks rank at); the
+monitor's own log to `<sweep>/prune/monitor.log`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from typing import Any
 from ablate import store
 from ablate.ledger import LIVE, Ledger, proc_alive, proc_start
 from ablate.rundir import RunDir, TRUNCATION_WARN
+
+LIVENESS_EVERY_S = 30.0
+"""How often the monitor asks whether the watched jobs are alive (sacct on SLURM); the ledger is read each tick."""
 
 
 @dataclass
@@ -95,25 +101,37 @@ class Monitor:
         self.seen: dict[str, int] = {}  # run id -> metrics lines read at the last broken check
         self.checked_at: dict[str, int] = {}  # run id -> step at the last settled check
         self.decisions = self.sdir / "prune" / "decisions.jsonl"
-        self.target: float | None = settings.to
-        """The compute every settled check ranks at: --prune-to, else twice the budget the first check sees."""
+        self.target: float | None = settings.to if settings.to is not None else recorded_target(self.sdir, settings.x)
+        """The compute every settled check ranks at: --prune-to, else the one an earlier monitor of this sweep
+        recorded, else twice the budget the first check sees."""
+        self._dead: set[str] = set()
+        self._checked_live_at = -math.inf
 
     def rd(self, run_id: str) -> RunDir:
         return RunDir.of(self.sdir.parent, self.sdir.name, run_id)
 
     def watched(self) -> dict[str, Any]:
-        """Live runs whose current submission asked for pruning (a job found dead is not live)."""
+        """Live runs whose current submission asked for pruning (a job found dead is not live). The ledger is read
+        every tick; whether the jobs are alive (sacct on SLURM) at most every LIVENESS_EVERY_S."""
         from ablate.launch.liveness import current_states
 
-        recs, dead = current_states(self.ledger)
-        return {rid: r for rid, r in recs.items() if r.prune and r.state in LIVE and rid not in dead}
+        if time.monotonic() - self._checked_live_at >= LIVENESS_EVERY_S:
+            recs, dead = current_states(self.ledger)
+            self._dead, self._checked_live_at = set(dead), time.monotonic()
+        else:
+            recs = self.ledger.fold()
+        return {rid: r for rid, r in recs.items() if r.prune and r.state in LIVE and rid not in self._dead}
 
-    def stop(self, run_id: str, state: str, reason: str, step: int | None, max_steps: int | None = None) -> None:
+    def stop(self, run_id: str, state: str, reason: str, step: int | None, max_steps: int | None,
+             batch: str) -> None:
         rd = self.rd(run_id)
         if rd.stop_request() is not None:
             return
         if step is not None and max_steps and step >= max_steps:
             return  # it is ending anyway: a request now could only race with its own end
+        rec = self.ledger.fold().get(run_id)
+        if rec is None or not rec.prune or rec.state not in LIVE or rec.batch != batch:
+            return  # it ended, or was submitted again, while the check ran: the decision was about another run
         rd.request_stop(state, reason, step=step)
         store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "run_id": run_id, "state": state,
                                             "reason": reason, "step": step})
@@ -132,7 +150,7 @@ class Monitor:
                 self.seen[rid] = len(lines)
                 why = broken(lines, self.s)
                 if why:
-                    self.stop(rid, "unstable", why, lines[-1].get("step"), rec.max_steps)
+                    self.stop(rid, "unstable", why, lines[-1].get("step"), rec.max_steps, rec.batch)
             step = lines[-1].get("step") if lines else None
             if isinstance(step, int) and rec.max_steps:
                 steps[rid] = (step, rec.max_steps)
@@ -143,7 +161,7 @@ class Monitor:
             for rid, (st, _) in steps.items():
                 self.checked_at[rid] = st
             try:
-                self.settled_check(set(live))
+                self.settled_check(live)
             except Exception as e:  # a check that breaks must not end the monitor: the broken checks go on
                 import traceback
 
@@ -151,7 +169,7 @@ class Monitor:
                          + traceback.format_exc())
         return True
 
-    def settled_check(self, live: set[str]) -> None:
+    def settled_check(self, live: dict[str, Any]) -> None:
         """Rank the sweep as it stands and stop the live runs of arms whose verdict is settled."""
         from ablate.curves import curves_from_sweep
         from ablate.errors import UserError
@@ -181,20 +199,17 @@ class Monitor:
         self.log(f"{time.strftime('%H:%M:%S')} settled check: " + "; ".join(
             f"{a['arm']} {a['verdict']} {a['state']}" + (f" ({a['p_change'] * a['futures_n']:.0f}/{a['futures_n']} "
                                                         "futures changed)" if a["futures_n"] else "") for a in arms))
-        by_label = {}
+        by_arm: dict[str, list] = {}
         for rid in live:
             info = self.rd(rid).info()
-            by_label[info.label] = (rid, info)
+            by_arm.setdefault(info.arm, []).append((rid, info))
         for a in arms:
             if a["state"] != "settled":
                 continue
-            for c in next(r for r in ranking.arms if r.arm == a["arm"]).fit.curves:
-                hit = by_label.get(c.run)
-                if hit is None:
-                    continue
-                rid, info = hit
+            # every live run of the arm, pending ones too: the verdict was settled on the runs it has
+            for rid, info in by_arm.get(a["arm"], []):
                 self.stop(rid, "pruned", f"verdict {a['verdict']} settled at {a['compute_now']:.4g} {self.s.x}: "
-                          f"{a['advice'].split(':')[0]}", info.step, info.max_steps)
+                          f"{a['advice'].split(':')[0]}", info.step, info.max_steps, live[rid].batch)
 
 
 def settled(curves: list, ends: dict[str, Any], target: float, s: PruneSettings,
@@ -257,6 +272,17 @@ def replay(curves: list, target: float, s: PruneSettings) -> dict[str, Any]:
     total = sum(end.values())
     return {"stopped": stopped, "full": full, "pruned": pruned,
             "spent": sum(end[r] * stopped.get(r, 1.0) for r in end) / total if total > 0 else 1.0}
+
+
+def recorded_target(sweep_dir: Path, x: str) -> float | None:
+    """The compute on `x` the sweep's settled checks rank at, as the first monitor recorded it (None: none yet)."""
+    path = sweep_dir / "prune" / "decisions.jsonl"
+    if not path.exists():
+        return None
+    for d in store.read_jsonl(path):
+        if isinstance(d.get("target"), (int, float)) and d.get("x") == x:
+            return float(d["target"])
+    return None
 
 
 def monitor(sweep_dir: str | Path, settings: dict[str, Any] | None = None, poll_s: float = 2.0) -> None:

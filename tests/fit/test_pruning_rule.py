@@ -68,3 +68,23 @@ def test_a_pruned_sweep_reaches_the_full_sweeps_verdicts_with_less_compute():
     assert np.mean([r["spent"] for r in null]) < 0.95, null
     # a pruned sweep never spends more, and the baseline is never stopped
     assert all(r["spent"] <= 1.0 and "base" not in r["stopped"] for r in out)
+
+
+def test_an_arm_whose_other_seeds_ran_on_is_read_on_the_whole_window():
+    """One seed stopped `unstable` early, the others at the end: the arm's window is the baseline's, so it is
+    compared with the whole baseline, not one refitted on the stopped seed's window."""
+    shape, noise = SHAPES["scalerl-8b"], NOISES["seeds"]
+    budget = window_end(shape, 0.9)
+    rng = np.random.default_rng(5)
+    base, _ = simulate_arm(shape, noise, {}, 3, 0.9, rng, "base")
+    arm, _ = simulate_arm(shape, noise, {}, 3, 0.9, rng, "arm")
+    curves = ([_cut(c, budget, None) for c in base] + [_cut(arm[0], 0.3 * budget, "unstable")]
+              + [_cut(c, budget, None) for c in arm[1:]])
+    r = rank(curves, FitOptions(n_boot=100, target=2 * budget, seed=0), baseline="base")
+    a = next(x for x in r.arms if x.arm == "arm")
+    assert a.stopped == ["unstable"] and "read against the baseline's first" not in a.detail, a.detail
+    # and stopped as a whole, it is read on its own window
+    curves = [_cut(c, budget, None) for c in base] + [_cut(c, 0.5 * budget, "pruned") for c in arm]
+    a = next(x for x in rank(curves, FitOptions(n_boot=100, target=2 * budget, seed=0), baseline="base").arms
+             if x.arm == "arm")
+    assert "read against the baseline's first" in a.detail, a.detail

@@ -282,16 +282,18 @@ def _x_end(a: ArmResult) -> float:
 
 
 def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -> dict[str, ArmResult | str]:
-    """For each arm `ablate sweep --prune` stopped short of the baseline's window: the baseline fitted on the
-    stopped arm's window (its curves cut at the arm's last evaluation), so that the two are compared at the same
-    compute and a stopped arm does not lose A it had no compute to show; a string says why that fit failed."""
+    """For each arm whose window `ablate sweep --prune` ended short of the baseline's (its longest run was
+    stopped): the baseline fitted on the stopped arm's window (its curves cut at the arm's last evaluation), so that
+    the two are compared at the same compute and a stopped arm does not lose A it had no compute to show; a string
+    says why that fit failed. An arm with one stopped seed whose other seeds ran on is read on the whole window."""
     out: dict[str, ArmResult | str] = {}
     base_end = _x_end(base)
     for a in arms:
         if a is base or not a.stopped:
             continue
         end = _x_end(a)
-        if end >= base_end:
+        longest = max(a.fit.curves, key=lambda c: float(c.x[-1]))
+        if end >= base_end or longest.meta.get("status") not in ("pruned", "unstable"):
             continue
         until = end if opts.fit_until is None else min(end, opts.fit_until)
         fit = _fit_arm((base.arm, base.fit.curves, replace(opts, fit_until=until)))

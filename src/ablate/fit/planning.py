@@ -392,7 +392,8 @@ def from_ranking(ranking: Ranking, *, budget: float, seeds: int, gpu_hours_per_x
     m = TaskModel(x=ranking.x, r0=f.R0, a=f.A, b=f.B, c_mid=f.C_mid, val_n=val_n, eval_every=eval_every,
                   drift_sd=drift_sd, drift_rho=rho, seed_sd_a=floor.sd_A, seed_sd_logc=floor.sd_logc,
                   seed_dof=floor.dof, fit_sd_a=0.0, fit_sd_logc=0.0, budget=budget,
-                  arms=len(ranking.arms) + len(ranking.not_fitted), gpu_hours_per_x=gpu_hours_per_x,
+                  arms=len({a.arm for a in ranking.arms} | {d.get("arm") or d["label"] for d in ranking.not_fitted}),
+                  gpu_hours_per_x=gpu_hours_per_x,
                   steps_per_x=steps_per_x, source=f"{source}; seed spread: {floor.source}", notes=notes)
     # how much of the measured spread is the fits' own error at the window it was measured on
     window = max(float(c.x.max()) for c in curves)
@@ -456,7 +457,8 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
     draw of its arm's curve, with its drift and evaluation noise, and the sweep is re-ranked: what the full sweep
     would say. The arms in `frozen` (candidates for stopping) are ranked a second time stopped where they are, the
     rest going on: what the sweep would say if they were stopped now. A change is a different verdict in either
-    ranking, or an arm that can no longer be fitted. Returns {arm: {"verdict", "changes", "n", "p_change", "bound"
+    ranking, or an arm that can no longer be fitted; for the frozen arms, also any other arm whose verdict differs
+    between the two rankings of the same future (stopping them moved it). Returns {arm: {"verdict", "changes", "n", "p_change", "bound"
     (the one-sided 95% upper bound on the chance of a change), "future": Counter of future verdicts, "stopped":
     Counter of verdicts when stopped now}}."""
     rng = np.random.default_rng([seed, 11])
@@ -464,12 +466,13 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
     out = {arm: {"verdict": v, "changes": 0, "n": 0, "future": {}, "stopped": {}} for arm, v in now.items()}
     opts = replace(ranking.opts, n_boot=min(ranking.opts.n_boot, PLAN_BOOT) or PLAN_BOOT)
 
-    def tally(r: Ranking | None, key: str, arms: set[str], changed: dict[str, bool]) -> None:
+    def tally(r: Ranking | None, key: str, arms: set[str], changed: dict[str, bool]) -> dict[str, str]:
         got = {} if r is None else {a.arm: _verdict_key(a) for a in r.arms}
         for arm in arms:
             v = got.get(arm, "not_fitted")
             out[arm][key][v] = out[arm][key].get(v, 0) + 1
             changed[arm] = changed.get(arm, False) or v != out[arm]["verdict"]
+        return got
 
     def ranked(curves: list[Curve], i: int) -> Ranking | None:
         try:
@@ -495,9 +498,14 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
                 going.append(cont)
                 stopped.append(replace(c, meta={**c.meta, "status": "pruned"}) if a.arm in frozen else cont)
         changed: dict[str, bool] = {}
-        tally(ranked(going, i), "future", set(out), changed)
+        full = tally(ranked(going, i), "future", set(out), changed)
         if frozen:
-            tally(ranked(stopped, i), "stopped", set(frozen) & set(out), changed)
+            cut = tally(ranked(stopped, i), "stopped", set(frozen) & set(out), changed)
+            # stopping them must not move the others either (they share the seed spread, the false-discovery
+            # control and the end-of-window test): if it does, none of them is settled in this future
+            if any(cut.get(arm, "not_fitted") != full.get(arm, "not_fitted") for arm in set(out) - set(frozen)):
+                for arm in set(frozen) & set(out):
+                    changed[arm] = True
         for arm, ch in changed.items():
             out[arm]["n"] += 1
             out[arm]["changes"] += ch
