@@ -136,3 +136,6 @@ def test_saved_compute_counts_only_what_stopped_runs_had_left():
     assert saved([st("done", 100, 1.0)]) is None
     got = saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("running", 50, 0.5)])
     assert got["runs"] == 1 and abs(got["gpu_hours_saved"] - 0.75) < 1e-9 and abs(got["gpu_hours_full"] - 3.0) < 1e-9
+    # a failed run counts at what it spent, a run not started yet at the median run's cost
+    got = saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("failed", 10, 0.1), st("pending", None, 0.0)])
+    assert abs(got["gpu_hours_full"] - (1.0 + 1.0 + 0.1 + 1.0)) < 1e-9 and abs(got["share"] - 0.75 / 3.1) < 1e-9

@@ -329,15 +329,22 @@ def ensure_monitor(sweep_dir: Path, settings: PruneSettings) -> dict[str, int] |
 
 def saved(statuses) -> dict[str, float] | None:
     """Compute the pruned and unstable runs did not spend, against running every run to its max_steps (GPU-hours,
-    each stopped run's spend per step times the steps it had left), or None when nothing was stopped."""
+    each stopped run's spend per step times the steps it had left), or None when nothing was stopped. In that
+    total, running runs count at their max_steps too, runs that failed or diverged at what they spent, and runs not
+    started yet at the median run's cost."""
     stopped = [s for s in statuses if s.state in ("pruned", "unstable")]
     if not stopped:
         return None
+
     def at_end(s) -> float:
         g = s.gpu_hours or 0.0
+        if s.state in ("failed", "diverged"):
+            return g
         return g * s.max_steps / s.step if s.step and s.max_steps and s.step < s.max_steps else g
 
-    full = sum(at_end(s) for s in statuses)
+    started = [at_end(s) for s in statuses if s.step]
+    typical = float(sorted(started)[len(started) // 2]) if started else 0.0
+    full = sum(at_end(s) if s.step else typical for s in statuses)
     kept = sum(at_end(s) - (s.gpu_hours or 0.0) for s in stopped)
     return {"runs": len(stopped), "gpu_hours_saved": kept, "gpu_hours_full": full,
             "share": kept / full if full > 0 else 0.0}
