@@ -139,3 +139,19 @@ def test_saved_compute_counts_only_what_stopped_runs_had_left():
     # a failed run counts at what it spent, a run not started yet at the median run's cost
     got = saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("failed", 10, 0.1), st("pending", None, 0.0)])
     assert abs(got["gpu_hours_full"] - (1.0 + 1.0 + 0.1 + 1.0)) < 1e-9 and abs(got["share"] - 0.75 / 3.1) < 1e-9
+
+
+def test_the_target_the_checks_rank_at_outlives_the_monitor(tmp_path):
+    """A later monitor of the sweep ranks where the first one did (on the same axis), and `rank` can say where the
+    settled verdicts were read."""
+    from ablate.prune import recorded_target
+
+    sdir = tmp_path / "s"
+    assert recorded_target(sdir, "samples") is None and Monitor(sdir, PruneSettings(x="samples")).target is None
+    store.append_jsonl(sdir / "prune" / "decisions.jsonl", {"t": 1.0, "target": 5e5, "x": "samples", "why": "w"})
+    store.append_jsonl(sdir / "prune" / "decisions.jsonl", {"t": 2.0, "run_id": "r", "state": "pruned"})
+    store.append_jsonl(sdir / "prune" / "decisions.jsonl", {"t": 3.0, "target": 6e5, "x": "samples", "why": "w"})
+    assert recorded_target(sdir, "samples") == 6e5 and recorded_target(sdir, "gpu_hours") is None
+    assert Monitor(sdir, PruneSettings(x="samples")).target == 6e5
+    assert Monitor(sdir, PruneSettings(x="samples", to=7e5)).target == 7e5
+    assert Monitor(sdir, PruneSettings(x="gpu_hours")).target is None

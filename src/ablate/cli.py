@@ -272,9 +272,9 @@ def rank(
         settled_at = [(p, t) for p in inputs if p.is_dir() for t in [recorded_target(p, x)] if t is not None]
         if settled_at and not any(math.isclose(t, to, rel_tol=1e-6) for _, t in settled_at):
             p, t = settled_at[0]
-            console.print(f"  [yellow]pruned[/]: {esc(str(p))}'s stopped arms were settled on verdicts at --to {t:g} "
-                          f"(--x {esc(x)}); at another --to their verdicts were not checked: `ablate rank "
-                          f"{esc(str(p))} --x {esc(x)} --to {t:g}`")
+            console.print(f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
+                          f"--to {t:g} (--x {esc(x)}), not at {to:g}; to read those: `ablate rank {esc(str(p))} "
+                          f"--x {esc(x)} --to {t:g}`")
     if plot is not None:
         console.print(f"figures: {esc(str(plot))}" + (f", {esc(str(eff))}" if eff else " (no arm was compared on efficiency: no efficiency figure)"))
 

@@ -185,9 +185,13 @@ class Monitor:
         ends = run_ends(self.sdir, curves, self.s.x)
         if self.target is None:
             self.target = 2.0 * max(e.x_end for e in ends.values())
+            why = "twice the budget (--prune-to not given)"
+        else:
+            why = "--prune-to" if self.s.to is not None else "an earlier monitor of this sweep"
+        if recorded_target(self.sdir, self.s.x) != self.target:  # what `rank` reads the settled verdicts at
             store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "target": self.target, "x": self.s.x,
-                                                "why": "verdicts are read at twice the budget (--prune-to not given)"})
-            self.log(f"settled checks rank at {self.target:.4g} {self.s.x} (twice the budget)")
+                                                "why": why})
+            self.log(f"settled checks rank at {self.target:.4g} {self.s.x} ({why})")
         try:
             ranking, arms = settled(curves, ends, self.target, self.s, skipped)
         except UserError as e:
@@ -275,14 +279,13 @@ def replay(curves: list, target: float, s: PruneSettings) -> dict[str, Any]:
 
 
 def recorded_target(sweep_dir: Path, x: str) -> float | None:
-    """The compute on `x` the sweep's settled checks rank at, as the first monitor recorded it (None: none yet)."""
+    """The compute on `x` the sweep's settled checks rank at, as its monitor last recorded it (None: none yet)."""
     path = sweep_dir / "prune" / "decisions.jsonl"
     if not path.exists():
         return None
-    for d in store.read_jsonl(path):
-        if isinstance(d.get("target"), (int, float)) and d.get("x") == x:
-            return float(d["target"])
-    return None
+    got = [float(d["target"]) for d in store.read_jsonl(path)
+           if isinstance(d.get("target"), (int, float)) and d.get("x") == x]
+    return got[-1] if got else None
 
 
 def monitor(sweep_dir: str | Path, settings: dict[str, Any] | None = None, poll_s: float = 2.0) -> None:
