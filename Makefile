@@ -50,20 +50,21 @@ bench-scale: setup
 
 # Are the verdicts honest? A real A/A (six seeds of the base recipe, about half an hour on 2 cores) and the full
 # calibration grid on simulated arms (writes bench/out/calibration.json; about half an hour on 2 cores).
-# the loss sweep with 3 seeds, in full and with --prune (bench/out/prune; about 25 minutes on 2 cores)
-bench-prune: setup
-	$(BIN)/python bench/prune.py
-
-# the settled rule on simulated sweeps with known truth (about 20 minutes on 2 cores)
-bench-prune-sim: setup
-	$(BIN)/python bench/prune_sim.py
-
 bench-aa: setup
 	$(BIN)/python bench/aa.py
 
 bench-calibrate: setup
 	$(BIN)/ablate calibrate --shapes scalerl-8b,scalerl-scout,embedded --effects null,a+0.03,a+0.05,cmid/2,b*1.5 \
 		--trials 40 --out bench/out/calibration.json
+
+# Does --prune save compute without changing verdicts? The loss sweep with 3 seeds in full and with --prune, and the
+# rule replayed on the full one (bench/out/prune; about 70 minutes on 2 cores); the settled rule on simulated sweeps
+# with known truth (about half an hour on 2 cores).
+bench-prune: setup
+	$(BIN)/python bench/prune.py
+
+bench-prune-sim: setup
+	$(BIN)/python bench/prune_sim.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) sweeps/*/ demo-out .pytest_cache
