@@ -14,7 +14,7 @@ import numpy as np
 from ablate.fit.analysis import FitOptions
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank
-from ablate.prune import simulate
+from ablate.prune import PruneSettings, simulate
 
 NULL = {"base": {}, "b": {}, "c": {}, "d": {}}
 MIXED = {"base": {}, "null": {}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}}
@@ -49,7 +49,8 @@ def test_a_stopped_arm_is_compared_on_its_own_window():
 
 def _sweep(args):
     arms, shape, seed = args
-    return simulate(arms, shape=shape, seed=seed)
+    # a settled check at every 20% of the way (the monitor's default is 10%; bench/prune_sim.py runs that)
+    return simulate(arms, shape=shape, seed=seed, settings=PruneSettings(x="gpu_hours", seed=seed, check_every=0.2))
 
 
 def test_a_pruned_sweep_reaches_the_full_sweeps_verdicts_with_less_compute():
