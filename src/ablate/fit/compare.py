@@ -27,6 +27,7 @@ from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
 from ablate.fit.verdicts import (FDR, PAPER_A_MARGIN, NoiseFloor, decide_verdicts, end_of_window, measured_floor,
                                  paper_verdict, parse_margin)
+from ablate.rundir import STOPPED
 
 __all__ = ["ArmResult", "Ranking", "rank", "compare_efficiency", "fit_shared_a", "refit_at_a", "parse_shared_a",
            "VERDICTS", "VERDICT_TEXT",
@@ -215,7 +216,7 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str,
     return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs),
                      partial=any(c.meta.get("partial") for c in cs),
                      truncation_warning=any(c.meta.get("truncation_warning") for c in cs),
-                     stopped=sorted({c.meta["status"] for c in cs if c.meta.get("status") in ("pruned", "unstable")}))
+                     stopped=sorted({c.meta["status"] for c in cs if c.meta.get("status") in STOPPED}))
 
 
 def _efficiency(item: tuple[FitResult, FitResult, FitOptions, float | None]) -> dict[str, Any]:
@@ -293,7 +294,7 @@ def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -
             continue
         end = _x_end(a)
         longest = max(a.fit.curves, key=lambda c: float(c.x[-1]))
-        if end >= base_end or longest.meta.get("status") not in ("pruned", "unstable"):
+        if end >= base_end or longest.meta.get("status") not in STOPPED:
             continue
         until = end if opts.fit_until is None else min(end, opts.fit_until)
         fit = _fit_arm((base.arm, base.fit.curves, replace(opts, fit_until=until)))

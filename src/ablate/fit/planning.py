@@ -458,9 +458,9 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
     would say. The arms in `frozen` (candidates for stopping) are ranked a second time stopped where they are, the
     rest going on: what the sweep would say if they were stopped now. A change is a different verdict in either
     ranking, or an arm that can no longer be fitted; for the frozen arms, also any other arm whose verdict differs
-    between the two rankings of the same future (stopping them moved it). Returns {arm: {"verdict", "changes", "n", "p_change", "bound"
-    (the one-sided 95% upper bound on the chance of a change), "future": Counter of future verdicts, "stopped":
-    Counter of verdicts when stopped now}}."""
+    between the two rankings of the same future (stopping them moved it). Returns {arm: {"verdict", "changes", "n",
+    "p_change", "bound" (the one-sided 95% upper bound on the chance of a change), "future": Counter of future
+    verdicts, "stopped": Counter of verdicts when stopped now}}."""
     rng = np.random.default_rng([seed, 11])
     now = {a.arm: _verdict_key(a) for a in ranking.arms}
     out = {arm: {"verdict": v, "changes": 0, "n": 0, "future": {}, "stopped": {}} for arm, v in now.items()}
