@@ -9,11 +9,14 @@ Events (one JSON object per line; every event carries `event`, `t` (unix time), 
     started     job_id, pid, start, host, attempt, log               the job process claimed the run
     preempted   job_id, requeue (bool), requeues, reason             signal caught; checkpoint taken
     requeued    job_id, requeues                                     submitit requeued it (same job id)
-    finished    job_id, status (done | diverged | pruned | unstable), reason (pruned, unstable: why)
+    finished    job_id, status (done | diverged | pruned | unstable), reason (pruned, unstable: why), recovered
+                (written for a job that died after run.json said done or diverged: by the runner, launcher or
+                requeued job that found it gone)
     failed      job_id, cause, error, log                            cause: exception | oom | no_space | timeout |
                                                                      node_failure | cancelled | killed | submit
 
-A `submitting` event also carries `prune` (true when `ablate sweep --prune` launched it: the prune monitor may
+A run that finished (done, diverged) stays so: later events of its batch are ignored. A `submitting` event also
+carries `prune` (true when `ablate sweep --prune` launched it: the prune monitor may
 stop it). `batch` is a random token per submission. The *current* batch of a run is the one of its latest `submitting`
 event; events of any older batch are ignored. That is what makes re-runs safe: a job process must *claim* its run
 before it starts (under the lock, its batch must still be current and the run not ended), so a job orphaned by a
@@ -42,6 +45,7 @@ from typing import Any, Iterable, Iterator
 
 from ablate import store
 from ablate.identity import is_name
+from ablate.rundir import FINISHED
 
 # Folded states. `submitting` means the launcher wrote its intent but not the executor's answer;
 # under the lock that can only mean the launcher died, so the plan treats such runs as new.
@@ -99,6 +103,8 @@ class RunRecord:
             return
         if _str(ev, "batch") != self.batch or not self.batch:
             return  # an orphan of a superseded submission
+        if self.state in FINISHED:
+            return  # nothing unfinishes a run: not a signal that came after its end, nor a launcher's late verdict
         self.events += 1
         job_id = ev.get("job_id")
         if isinstance(job_id, (str, int)) and not isinstance(job_id, bool) and job_id != "":

@@ -13,6 +13,12 @@ goes through `RunDir.info()`. One process at a time may train into a directory: 
 exclusive lock on it for the run's lifetime, so a sweep job and an `ablate train --out` on the same directory
 cannot interleave their steps.
 
+No file of a run directory is reached through a symbolic link: every path is checked by `at` (no link below the
+sweep directory, or below the run directory for one made with `ablate train --out`) and opened with O_NOFOLLOW
+(ablate.store), so a link planted at `logs/train.log`, `ckpt/last.pt.tmp`, `run.json` or `runs/<id>` is refused
+in one line instead of writing (or copying a private file) elsewhere. Directories are made as ablate.store says:
+a run directory ablate makes on its own is owner-only, and what it makes inside one takes its permissions.
+
 run.json `status` is one of RUN_STATES:
     pending    submitted, not started          running    a process is training it
     done       reached train.max_steps          diverged   stopped by a divergence check (`reason` says which)
@@ -70,6 +76,11 @@ TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signa
 RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged", "pruned", "unstable")
 STOPPED = ("pruned", "unstable")
 """States `ablate sweep --prune` ends runs in (resumable with --resume-pruned)."""
+FINISHED = ("done", "diverged")
+"""A run's own verdict on its end. Only the run itself moves run.json out of it: a process training the directory
+again (its writer: `ablate train` on it resumes it from its last checkpoint). No one else does (a job killed after
+writing it, a launcher or runner that then finds the job gone, a job that crashes on its way out, a late signal);
+`ablate sweep --force` re-runs it in a fresh directory, archiving this one first."""
 TRACEBACK_LINES = 15
 
 
@@ -170,15 +181,17 @@ class RunInfo:
 class RunDir:
     """One run directory. Paths, the run.json transitions, metrics.jsonl, and the writer lock."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, top: Path | str | None = None) -> None:
         self._lock: store.Lock | None = None  # held by writer()
         self.path = Path(path)
+        self.top = Path(top) if top is not None else self.path
+        """No component of a file's path below `top` may be a link: the sweep directory (`of`), else the run's."""
         self.tensorboard = False  # mirror metrics lines to tb/ (train.tensorboard; see append_metrics)
         self._tb: Any = None
 
     @classmethod
     def of(cls, root: Path | str, sweep: str, run_id: str) -> "RunDir":
-        return cls(run_path(root, sweep, run_id))
+        return cls(run_path(root, sweep, run_id), top=sweep_dir(root, sweep))
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -192,18 +205,33 @@ class RunDir:
     train_log = property(lambda self: self.path / "logs" / "train.log")
     stop_path = property(lambda self: self.path / "stop.json")
 
+    def at(self, path: Path) -> Path:
+        """`path` (a file or folder of this run), once no component of it below `top` is a link (LinkRefused)."""
+        return store.check_no_links(path, self.top)
+
+    def _make(self, folder: Path | None = None) -> Path:
+        """Make the run directory (owner-only when it is the top: `ablate train --out`; in a sweep, as the sweep
+        is) and `folder` in it, which takes the run directory's permissions; links refused. Returns the folder."""
+        self.at(self.path)
+        store.make_dirs(self.path, store.DIR_MODE if self.top == self.path else None)
+        if folder is not None:
+            store.make_dirs(self.at(folder))
+        return folder or self.path
+
     # ---- stop requests (the prune monitor asks, the run's job obeys) ----
 
     def request_stop(self, state: str, reason: str, **facts: Any) -> None:
         """Ask the run to stop at its next step boundary and end in `state` (pruned | unstable)."""
         if state not in STOPPED:
             raise ValueError(f"a stop request ends a run pruned or unstable, not {state!r}")
-        store.write_json(self.stop_path, {"state": state, "reason": reason, "t": round(time.time(), 3), **facts})
+        self._make()
+        record = {"state": state, "reason": reason, "t": round(time.time(), 3), **facts}
+        store.write_json(self.at(self.stop_path), record)
 
     def stop_request(self) -> dict[str, Any] | None:
         """The pending stop request, or None (a damaged file reads as none)."""
         try:
-            d = store.read_json(self.stop_path)
+            d = store.read_json(self.at(self.stop_path))
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(d, dict) or d.get("state") not in STOPPED:
@@ -211,13 +239,13 @@ class RunDir:
         return {"state": d["state"], "reason": str(d.get("reason") or "stopped by the prune monitor")}
 
     def clear_stop_request(self) -> None:
-        self.stop_path.unlink(missing_ok=True)
+        self.at(self.stop_path).unlink(missing_ok=True)
 
     # ---- run.json: the reader ----
 
     def info(self) -> RunInfo:
         try:
-            data = store.read_json(self.info_path)
+            data = store.read_json(self.at(self.info_path))
         except (OSError, ValueError, RecursionError):
             data = {}
         return RunInfo.from_json(data, self.path.name)
@@ -231,54 +259,70 @@ class RunDir:
             raise DirectoryGone(f"{self.path} was removed or replaced while this run was writing into it; the run "
                                 "stopped without writing more (start it again to train into the new directory)")
 
-    def _update(self, **fields: Any) -> None:
+    def _update(self, **fields: Any) -> bool:
+        """Write `fields` into run.json; False (nothing written) for a state change out of a FINISHED run by
+        anyone but the directory's writer (see FINISHED).
+
+        Every transition comes through here, so no caller can unfinish a run, whatever it believes about the
+        run's process. The writers that could race here cannot: a launcher records a death only once the job's
+        process is gone, and one process at a time trains into a directory (`writer`)."""
         self.guard()
         status = fields.get("status")
         if status is not None and status not in RUN_STATES:
             raise ValueError(f"run.json status {status!r} is not one of {RUN_STATES}")
-        store.update_json(self.info_path, **fields)
+        if status is not None and self._lock is None:
+            now = self.info().status
+            if now in FINISHED and status != now:
+                return False
+        self._make()
+        store.update_json(self.at(self.info_path), **fields)
+        return True
 
     def submitted(self, *, run_id: str, arm_id: str, label: str, sweep: str, overrides: list[str], baseline: bool,
-                  executor: str, batch: str) -> None:
-        """The launcher handed the run to an executor: pending, with who it is (error and cause cleared)."""
-        self._update(run_id=run_id, arm_id=arm_id, label=label, sweep=sweep, overrides=overrides, baseline=baseline,
-                     status="pending", executor=executor, batch=batch, job_id=None, submitted_at=time.time(),
-                     error=None, cause=None, reason=None)
+                  executor: str, batch: str) -> bool:
+        """The launcher handed the run to an executor: pending, with who it is (error and cause cleared). False
+        for a FINISHED run (nothing written): its job then finds it finished and records that instead of running."""
+        return self._update(run_id=run_id, arm_id=arm_id, label=label, sweep=sweep, overrides=overrides,
+                            baseline=baseline, status="pending", executor=executor, batch=batch, job_id=None,
+                            submitted_at=time.time(), error=None, cause=None, reason=None)
 
     def job(self, **facts: Any) -> None:
         """Facts about the job that runs (or will run) it: job_id, job_logs, host, attempt. No state change."""
         self._update(**facts)
 
-    def started(self, **facts: Any) -> None:
-        """A process started training it (facts: pid, device, params, resumed_from, ...)."""
-        self._update(status="running", started_at=time.time(), host=socket.gethostname(), error=None, cause=None,
-                     reason=None, **facts)
+    def started(self, **facts: Any) -> bool:
+        """A process started training it (facts: pid, device, params, resumed_from, ...). False for a FINISHED run
+        unless this process holds the writer lock (a job's launcher side claims no finished run)."""
+        return self._update(status="running", started_at=time.time(), host=socket.gethostname(), error=None,
+                            cause=None, reason=None, **facts)
 
     def progress(self, **facts: Any) -> None:
         """An evaluation was written (step, val_pass_rate, r0, samples, gpu_hours) or a warning raised."""
         self._update(**facts)
 
-    def ended(self, status: str, *, reason: str | None = None, **facts: Any) -> None:
+    def ended(self, status: str, *, reason: str | None = None, **facts: Any) -> bool:
         """The run stopped: done, diverged, preempted (a signal; resumable), or pruned / unstable (stopped by the
-        prune monitor; resumable)."""
+        prune monitor; resumable). False (nothing written) for another state than a FINISHED run's own, unless this
+        process holds the writer lock."""
         if status not in ("done", "diverged", "preempted", *STOPPED):
             raise ValueError(f"ended() takes done, diverged, preempted, pruned or unstable, not {status!r}")
-        self._update(status=status, reason=reason, ended_at=time.time(), **facts)
+        return self._update(status=status, reason=reason, ended_at=time.time(), **facts)
 
-    def failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> None:
-        """The run crashed or was killed. `error` is the exception, or a message when none was caught."""
+    def failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> bool:
+        """The run crashed or was killed. `error` is the exception, or a message when none was caught. False
+        (nothing written) for a FINISHED run, unless this process holds the writer lock: whatever died after the
+        run's end, its results are complete."""
         if isinstance(error, BaseException):
             err = error_record(error)
         else:
             err = {"class": None, "message": error, "traceback": []} if error else None
-        self._update(status="failed", cause=cause, error=err, ended_at=time.time(), **facts)
+        return self._update(status="failed", cause=cause, error=err, ended_at=time.time(), **facts)
 
     def try_failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> bool:
-        """`failed`, but never raising for an I/O error (the disk may be full): True when run.json was written.
-        DirectoryGone still raises: the directory is another run's now."""
+        """`failed`, but never raising for an I/O error (the disk may be full): True when run.json was written
+        (False too for a FINISHED run). DirectoryGone still raises: the directory is another run's now."""
         try:
-            self.failed(cause, error, **facts)
-            return True
+            return self.failed(cause, error, **facts)
         except OSError:
             return False
 
@@ -291,15 +335,14 @@ class RunDir:
         rec = {"rank": rank, "status": status, **error_record(exc), "time": time.time(),
                "host": socket.gethostname(), "pid": os.getpid()}
         with contextlib.suppress(OSError):
-            self.logs_dir.mkdir(parents=True, exist_ok=True)
-            store.write_json(self.logs_dir / f"rank-{rank}.failed.json", rec)
+            store.write_json(self._make(self.logs_dir) / f"rank-{rank}.failed.json", rec)
 
     def rank_reports(self) -> list[dict[str, Any]]:
         """The ranks' failure reports, earliest first. Plain JSON: `ablate status` reads them without torch."""
         reports = []
-        for path in self.logs_dir.glob("rank-*.failed.json"):
+        for path in self.at(self.logs_dir).glob("rank-*.failed.json"):
             with contextlib.suppress(OSError, ValueError, RecursionError):
-                d = json.loads(path.read_text())
+                d = store.read_json(path)
                 if isinstance(d, dict) and isinstance(d.get("time"), (int, float)):
                     reports.append(d)
         return sorted(reports, key=lambda d: d["time"])
@@ -311,7 +354,7 @@ class RunDir:
 
     def clear_rank_reports(self) -> None:
         """Remove a previous attempt's reports (before the run's ranks start again)."""
-        for path in self.logs_dir.glob("rank-*.failed.json"):
+        for path in self.at(self.logs_dir).glob("rank-*.failed.json"):
             path.unlink(missing_ok=True)
 
     # ---- metrics.jsonl ----
@@ -319,9 +362,11 @@ class RunDir:
     def metric_lines(self) -> list[tuple[int, dict[str, Any]]]:
         """(line number, record) of metrics.jsonl, in file order. A torn last line (a crash mid-append) is skipped;
         any other line that is not a JSON object is damage, reported as a UserError naming the file and line."""
-        if not self.metrics_path.exists():
+        try:
+            with store.safe_open(self.at(self.metrics_path), "rb") as f:
+                raw = f.read().split(b"\n")
+        except FileNotFoundError:
             return []
-        raw = self.metrics_path.read_bytes().split(b"\n")
         while raw and not raw[-1].strip():
             raw.pop()
         out = []
@@ -347,7 +392,7 @@ class RunDir:
     def last_metrics(self, tail_bytes: int = 8192) -> dict[str, Any] | None:
         """The last complete record, reading only the file's tail (status over 1,000 runs stays fast)."""
         try:
-            with open(self.metrics_path, "rb") as f:
+            with store.safe_open(self.at(self.metrics_path), "rb") as f:
                 f.seek(0, 2)
                 f.seek(max(0, f.tell() - tail_bytes))
                 lines = f.read().splitlines()
@@ -368,7 +413,8 @@ class RunDir:
         at the first line, purging the events earlier attempts wrote from there on (the work a resumed run redoes),
         so TensorBoard shows each step once, as metrics.jsonl does."""
         self.guard()
-        store.append_jsonl(self.metrics_path, record)
+        self._make()
+        store.append_jsonl(self.at(self.metrics_path), record)
         if self.tensorboard:
             if self._tb is None:
                 self._open_tensorboard(purge_from=record["step"])
@@ -382,7 +428,7 @@ class RunDir:
         from torch.utils.tensorboard import SummaryWriter
 
         self.close_tensorboard()
-        self._tb = SummaryWriter(str(self.tb_dir), purge_step=max(0, purge_from))
+        self._tb = SummaryWriter(str(self._make(self.tb_dir)), purge_step=max(0, purge_from))
 
     def close_tensorboard(self) -> None:
         if self._tb is not None:
@@ -393,9 +439,9 @@ class RunDir:
         """Rewrite metrics.jsonl (atomically) keeping the records with step <= `step`: lines written after a
         checkpoint belong to work a resumed run redoes. Damaged lines are dropped too. Returns what was kept."""
         self.guard()
-        kept = [r for r in store.read_jsonl(self.metrics_path)
+        kept = [r for r in store.read_jsonl(self.at(self.metrics_path))
                 if isinstance(r.get("step"), int) and r["step"] <= step]
-        store.write_jsonl(self.metrics_path, kept)
+        store.write_jsonl(self.at(self.metrics_path), kept)
         if self.tensorboard:  # the mirror follows at once, even if this attempt ends before its first line
             self._open_tensorboard(purge_from=step + 1)
         return kept
@@ -408,14 +454,18 @@ class RunDir:
 
         The holder's pid is kept in `.writer` beside the lock so the error can name it.
         """
+        self._make()  # a linked run directory (or one under a link) is refused here, before the lock
         with store.dir_lock(self.path, blocking=False) as lock:
             if not lock.locked:
                 try:
-                    holder = (self.path / ".writer").read_text().strip()
+                    with store.safe_open(self.path / ".writer", "r") as f:
+                        holder = f.read().strip()
                 except OSError:
                     holder = "another process"
                 raise UserError(f"{self.path} is being written by {holder}; wait for that run to end, "
                                 "or give another directory")
+            for folder in (self.ckpt_dir, self.logs_dir, self.tb_dir):  # the trainer's folders: no link either
+                self.at(folder)
             with contextlib.suppress(OSError):
                 store.atomic_write_text(self.path / ".writer", f"pid {os.getpid()} on {socket.gethostname()}\n")
             self._lock = lock

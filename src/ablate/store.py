@@ -2,8 +2,15 @@
 
 Every writer here is crash-safe: whole files are replaced atomically (write to a temp file, fsync, rename), and
 JSONL appends write one complete line per call, so a reader sees either the old or the new state, at worst a torn
-*last* line, which `iter_jsonl` skips. Files are created readable by the group and others (0644 under the usual
-umask), so a sweep directory written by one user can be read by another.
+*last* line, which `iter_jsonl` skips.
+
+Threat model: a sweep directory is safe when only its owner can write it. So the directories ablate makes are
+owner-only (0700), or 0750 when group read is asked for (`dir_mode`); a directory made inside one takes its
+permissions (`make_dirs`), never writable by group or others. Files are 0644 under the usual umask: the directory
+protects them. Launching refuses a directory someone else could change (`check_owned_dir`), loading code or cache
+refuses a file that is not private (`private_problem`), and no file is opened through a symbolic link: every open
+here goes through `open_fd` (O_NOFOLLOW), and `check_no_links` refuses a link among the components below a sweep
+or run directory, so a link planted in a sweep can neither redirect a write nor copy a private file into the sweep.
 
 What the files mean (run directories, metric names, the ledger) is documented in `ablate.rundir` and
 `ablate.ledger`; this module knows bytes, not meanings.
@@ -12,10 +19,12 @@ What the files mean (run directories, metric names, the ledger) is documented in
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +45,193 @@ def _umask() -> int:
 
 
 FILE_MODE = 0o644 & ~_umask()
+DIR_MODE = 0o700
+"""A sweep or run directory: only its owner reads, writes or enters it."""
+GROUP_READ_DIR_MODE = 0o750
+"""`--group-read`: the group may read and enter it, never write it."""
+
+
+def dir_mode(group_read: bool = False) -> int:
+    """The permissions of a sweep or run directory ablate makes: 0700, or 0750 when group read is asked for."""
+    return GROUP_READ_DIR_MODE if group_read else DIR_MODE
+
+
+# ---------------------------------------------------------------------------------------------- safety
+
+
+class LinkRefused(UserError, OSError):
+    """A symbolic link where ablate opens or walks a file of a sweep. An OSError too, so that readers which take an
+    unreadable file as absent (run.json, stop.json) do so; writers let it through as the one-line refusal."""
+
+
+def _link_error(path: Path | str) -> LinkRefused:
+    return LinkRefused(f"{path} is a symbolic link; ablate follows no link inside a sweep or run directory (it "
+                       "could write, or copy, a file elsewhere): remove the link")
+
+
+def open_fd(path: Path | str, flags: int, mode: int | None = None) -> int:
+    """`os.open` that never follows a symbolic link at `path` itself (O_NOFOLLOW, race-free): a link there raises
+    LinkRefused. Every file of a sweep this module opens goes through here (a temp file is made with O_EXCL,
+    which follows no link either). New files get FILE_MODE (`mode` to override)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE if mode is None else mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(path):
+            raise _link_error(path) from None
+        raise
+
+
+_OPEN_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+               "a": os.O_WRONLY | os.O_APPEND | os.O_CREAT}
+
+
+def safe_open(path: Path | str, mode: str = "rb", encoding: str | None = None, errors: str | None = None) -> Any:
+    """`open(path, mode)` for mode r / w / a (text or binary) through `open_fd`: a link at `path` is refused."""
+    fd = open_fd(path, _OPEN_FLAGS[mode.replace("b", "").replace("t", "")])
+    try:
+        if "b" in mode:
+            return os.fdopen(fd, mode)
+        return os.fdopen(fd, mode, encoding=encoding or "utf-8", errors=errors)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_no_links(path: Path | str, top: Path | str) -> Path:
+    """Refuse (LinkRefused) when a component of `path` below `top` (top itself excluded) is a symbolic link, so
+    that every file of a sweep or run directory resolves inside it: a linked `runs/<id>`, `ckpt/` or `logs/`
+    would put a run's files elsewhere. Components that do not exist yet are fine (ablate makes them). Returns
+    `path`. Not race-free on its own: it relies on the directory being writable by its owner only (see
+    `check_owned_dir`); the final component is opened with O_NOFOLLOW anyway."""
+    path, top = Path(path), Path(top)
+    p = top
+    for part in path.relative_to(top).parts:
+        if part in ("..", "."):
+            raise ValueError(f"{path}: not a plain path below {top}")
+        p = p / part
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            raise _link_error(p)
+    return path
+
+
+def make_dirs(path: Path | str, mode: int | None = None) -> Path:
+    """`mkdir -p path` with permissions ablate decides, whatever the umask: `path` gets `mode` when given; every
+    other directory made (and `path` without `mode`) gets the permissions of the directory it is made in, less
+    write for group and others (so what ablate makes in a 0700 sweep is 0700, in a 0750 one 0750). A setgid bit
+    the new directory inherits is kept. Existing directories are left as they are. Returns `path`."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        want = mode if mode is not None and d == path else os.stat(d.parent).st_mode & 0o755
+        try:
+            os.mkdir(d, 0o700)  # never more open than 0700 between mkdir and chmod
+        except FileExistsError:
+            continue  # made meanwhile by another process: its maker set its permissions
+        os.chmod(d, want | (os.stat(d).st_mode & stat.S_ISGID))
+    if not os.path.isdir(path):
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(path))
+    return path
+
+
+def open_to_group(top: Path | str) -> None:
+    """`--group-read` on a directory made owner-only before: let the group read and enter it and every directory
+    below it (g+rx, never g+w; links are not followed). Files are readable already (FILE_MODE). A no-op when
+    `top` already is."""
+    if os.stat(top).st_mode & 0o050 == 0o050:
+        return
+    for dirpath, _, _ in os.walk(top):  # os.walk does not follow links
+        os.chmod(dirpath, (os.lstat(dirpath).st_mode & 0o7777 & ~0o022) | 0o050)
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _writers(mode: int) -> str:
+    return {0o020: "its group", 0o002: "all users", 0o022: "its group and all users"}[mode & 0o022]
+
+
+def _foreign(path: Path | str, st: os.stat_result) -> str | None:
+    """Why someone other than this user can change what is in `path`, or None."""
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to {_owner(st.st_uid)}, not to you"
+    if st.st_mode & 0o022:
+        return f"{path} can be written by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
+    """Refuse (UserError), before anything is written, to launch into directory `path` when someone else could
+    change what is in it, and so plant a file ablate later loads (a job's pickle, a runner's queue) or link one
+    of its files elsewhere: `path` (when it exists) must belong to this user and not be writable by group or
+    others. With `chain`, the folder it is in (or will be made in) must not let others replace it: not writable
+    by group or others unless sticky (as /tmp is), and no folder above it writable by all users unless sticky."""
+    path = Path(path)
+    where = path
+    while not os.path.lexists(where) and where != where.parent:
+        where = where.parent
+    if where == path:
+        st = os.stat(path)  # a sweep directory may be a link its owner made (to scratch space): judge its target
+        if not stat.S_ISDIR(st.st_mode):
+            raise UserError(f"{path} is not a directory; give a directory for the sweep or run")
+        why = _foreign(path, st)
+        if why:
+            fix = (f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "use a directory of your own")
+            raise UserError(f"{why}, so others could plant files ablate loads: {fix} (--root / --out)")
+        where = path.parent
+    if not chain:
+        return
+    for i, p in enumerate((where, *where.parents)):
+        st = os.stat(p)
+        open_bits = 0o022 if i == 0 else 0o002
+        if st.st_mode & open_bits and not st.st_mode & stat.S_ISVTX:
+            raise UserError(f"{p} can be written by {_writers(st.st_mode & open_bits)} and has no sticky bit, so "
+                            f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
+                            "directory of your own (--root / --out)")
+
+
+def private_problem(path: Path | str) -> str | None:
+    """Why `path`, a file ablate would load code or cached results from, is not private to this user, or None:
+    it must not be a symbolic link, and it and its folder must belong to this user and not be writable by group
+    or others. Used for the local runner's queue (it names the job function) and the caches in `cache_dir`."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            return f"{path} is a symbolic link"
+        return _foreign(path.parent, os.stat(path.parent)) or _foreign(path, st)
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+
+
+def private_ok(path: Path | str) -> bool:
+    """Whether `path` is private to this user (see `private_problem`)."""
+    return private_problem(path) is None
+
+
+def private_cache(name: str) -> Path:
+    """`cache_dir()/name`, made owner-only if missing; a UserError when it (or the cache) is not private to this
+    user: warm-up checkpoints and composed configs are loaded from it, so no one else may write there."""
+    make_dirs(cache_dir(), DIR_MODE)
+    folder = make_dirs(cache_dir() / name, DIR_MODE)
+    why = private_problem(folder)
+    if why:
+        raise UserError(f"the cache {folder} is not private ({why}), and ablate loads weights from it: fix it "
+                        "(`chmod go-w`, or remove it) or set ABLATE_CACHE to a folder of your own")
+    return folder
 
 
 def cache_dir() -> Path:
@@ -50,9 +246,12 @@ def cpu_count() -> int:
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Replace `path` with `data` so that readers never see a half-written file; on any failure (a full disk, a
-    signal) the temp file is removed and the old file is left as it was."""
+    signal) the temp file is removed and the old file is left as it was. A link at `path` is refused (LinkRefused):
+    replacing it would be harmless, but someone planted it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
+    if os.path.islink(path):
+        raise _link_error(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600: others could not read the sweep
@@ -75,13 +274,17 @@ def write_json(path: Path | str, obj: Any) -> None:
 
 
 def read_json(path: Path | str) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    with safe_open(path, "rb") as f:
+        return json.loads(f.read().decode("utf-8"))
 
 
 def update_json(path: Path | str, **fields: Any) -> dict[str, Any]:
-    """Read-modify-write of a JSON object file with an atomic replace; a missing, torn or non-object file is {}."""
+    """Read-modify-write of a JSON object file with an atomic replace; a missing, torn or non-object file is {}.
+    A link at `path` is refused (LinkRefused) before anything is read: it could copy a private file in here."""
     try:
         data = read_json(path)
+    except LinkRefused:
+        raise
     except (OSError, ValueError):
         data = {}
     if not isinstance(data, dict):
@@ -99,16 +302,13 @@ def append_jsonl(path: Path | str, *records: dict[str, Any]) -> None:
     with a newline so that the next record starts on a line of its own.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     line = "".join(json.dumps(r, sort_keys=True, default=_json_default, allow_nan=False) + "\n" for r in records)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)  # a link at `path` is refused, not appended through
     try:
         size = os.fstat(fd).st_size
-        if size:
-            with open(path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    line = "\n" + line
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line
         os.write(fd, line.encode())
         os.fsync(fd)
     finally:
@@ -118,10 +318,11 @@ def append_jsonl(path: Path | str, *records: dict[str, Any]) -> None:
 def iter_jsonl(path: Path | str) -> Iterator[dict[str, Any]]:
     """Yield the JSON objects of a JSONL file written by ablate, skipping blank lines and lines that are not a JSON
     object (a line torn by a crash mid-append, or damaged bytes): readers of the ledger must never crash."""
-    path = Path(path)
-    if not path.exists():
+    try:
+        f = safe_open(path, "rb")  # a link is refused (LinkRefused), not read through
+    except FileNotFoundError:
         return
-    with open(path, "rb") as f:
+    with f:
         for raw in f:
             line = raw.strip()
             if not line:
@@ -210,7 +411,7 @@ def dir_lock(directory: Path | str, *, timeout: float | None = None, blocking: b
     directory = Path(directory)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         got = _flock(fd, blocking=blocking and deadline is None, deadline=deadline)
         if got and _same_file(fd, directory):

@@ -40,8 +40,9 @@ from typing import Any, Callable
 import submitit
 
 from ablate.errors import UserError
+from ablate.launch.liveness import finished_event
 from ablate.ledger import STOPPED, TERMINAL, Ledger, hostname, me, proc_start
-from ablate.rundir import DirectoryGone, RunDir, cause_of, error_record
+from ablate.rundir import FINISHED, DirectoryGone, RunDir, cause_of, error_record
 from ablate.spec import RunSpec
 
 DEFAULT_JOB = "ablate.train:run"
@@ -128,6 +129,14 @@ def _watch_stop_requests(rd: RunDir, stop: threading.Event, done: threading.Even
                         (rd.stop_request() or {}).get("reason"))
             stop.set()
             return
+
+
+def crashpoint(name: str) -> None:
+    """Fault injection for the robustness tests: SIGKILL this process at the point named by ABLATE_CRASHPOINT.
+    Submission: after_submitting, after_spawn (launch/submit.py). A job recording its end: job_after_ended (run.json
+    says how it ended, the ledger not yet), job_after_finished (both)."""
+    if os.environ.get("ABLATE_CRASHPOINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _process_age() -> float | None:
@@ -223,6 +232,12 @@ class RunJob(submitit.helpers.Checkpointable):
                     told = True
                     _tell_ranks(world, False)
                     return {"run_id": self.run_id, "skipped": "superseded"}
+                finished = finished_event(ledger, rec)
+                if finished is not None:  # an earlier job of it finished it, then died before the ledger said so
+                    told = True
+                    _tell_ranks(world, False)
+                    ledger.append(finished)
+                    return {"run_id": self.run_id, "skipped": "finished"}
                 events = []
                 if rec.state == "requeued":
                     events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
@@ -287,7 +302,11 @@ class RunJob(submitit.helpers.Checkpointable):
             rd.ended(status, reason=reason)
         elif rd.info().status not in ("done", "diverged", "preempted"):
             rd.ended(status)
+        final = rd.info().status
+        if final in FINISHED and final != status:  # the run's own verdict stands (run.json keeps it): say the same
+            status, reason = final, None
         rd.clear_stop_request()  # obeyed, or too late: the run's state says what happened
+        crashpoint("job_after_ended")
         with ledger.lock():
             if status == "preempted":  # the job stopped itself on a signal that was not the scheduler's: resume later
                 ledger.append(self._event("preempted", job_id=job_id, reason="signal", requeue=False,
@@ -295,6 +314,7 @@ class RunJob(submitit.helpers.Checkpointable):
             else:
                 ledger.append(self._event("finished", job_id=job_id, status=status,
                                           **({"reason": reason} if reason else {})))
+        crashpoint("job_after_finished")
         return summary if isinstance(summary, dict) else {"result": summary}
 
     def _intercept_usr2(self, stop: threading.Event) -> Callable[..., Any] | None:
@@ -320,8 +340,15 @@ class RunJob(submitit.helpers.Checkpointable):
         err = error_record(exc)
         self._run_dir().try_failed(cause, exc, log=log_path)  # run.json first: it agrees once the ledger says failed
         with ledger.lock(timeout=5):
-            ledger.append(self._event("failed", job_id=job_id, cause=cause, error="\n".join(err["traceback"]),
-                                      log=log_path))
+            # A run that finished before the error (the job function wrote its end, then raised) stays finished:
+            # run.json kept its verdict, and the ledger gets the `finished` event rather than `failed`.
+            rec = ledger.fold().get(self.run_id)
+            current = rec is not None and rec.batch == self.batch
+            if current and rec.state in FINISHED:
+                return
+            finished = finished_event(ledger, rec) if current else None
+            ledger.append(finished or self._event("failed", job_id=job_id, cause=cause,
+                                                  error="\n".join(err["traceback"]), log=log_path))
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
         """Called by submitit on USR2 (preemption, or the time limit close): record, then requeue.
@@ -338,6 +365,12 @@ class RunJob(submitit.helpers.Checkpointable):
         reason = "timeout" if elapsed >= min(0.8 * limit, limit - 600) else "preemption"
         with ledger.lock(timeout=5):
             rec = ledger.fold().get(self.run_id)
+            if rec is not None and rec.batch == self.batch and rec.state in FINISHED:
+                return None  # the signal came after the run's end: nothing to resume
+            finished = finished_event(ledger, rec) if rec is not None and rec.batch == self.batch else None
+            if finished is not None:  # it ended before the signal, which came before the ledger said so
+                ledger.append(finished)
+                return None
             done = rec.requeues if rec and rec.batch == self.batch else 0
             requeue = done < self.max_requeues
             self._run_dir().ended("preempted", reason=reason, requeues=done + int(requeue))

@@ -1,13 +1,18 @@
 """Which runs the ledger calls live still are: one batched sacct/squeue call for SLURM runs, /proc for local and
-debug runs (a process id plus its start time, so a recycled pid is never taken for the original process)."""
+debug runs (a process id plus its start time, so a recycled pid is never taken for the original process).
+
+A run whose job is gone is not always dead: the job writes the run's end to run.json before the ledger's
+`finished` event, so a job killed between the two (or whose `finished` line was torn) leaves a finished run.json
+and a ledger that says live. Its verdict is then its run.json's (`finished_event`), never `failed`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ablate.launch.slurm import SACCT_CAUSE, SACCT_LIVE, sacct_states
 from ablate.ledger import LIVE, Ledger, RunRecord, proc_alive
-from ablate.rundir import RunDir
+from ablate.rundir import FINISHED, RunDir
 
 
 @dataclass
@@ -15,8 +20,22 @@ class Verdict:
     """What a liveness check concluded about one run."""
 
     state: str
+    """new, failed, preempted, or done / diverged: it finished, and the ledger is missing its `finished` event"""
     cause: str | None = None
     error: str | None = None
+
+
+def finished_event(ledger: Ledger, rec: RunRecord) -> dict[str, Any] | None:
+    """The `finished` event to append for a run whose run.json says it finished (done or diverged) while the
+    ledger does not (its job died between the two writes, or tore the line), or None. Every path that would record
+    such a run's job as dead or preempted appends this instead, so the run is counted done and never resubmitted."""
+    if rec.state in FINISHED:
+        return None
+    status = RunDir.of(ledger.dir.parent, ledger.dir.name, rec.run_id).info().status
+    if status not in FINISHED:
+        return None
+    return {"event": "finished", "run_id": rec.run_id, "batch": rec.batch, "job_id": rec.job_id, "status": status,
+            "recovered": "run.json says the run finished; its job did not record that here"}
 
 
 def check_live(recs: dict[str, RunRecord], *, locked: bool) -> dict[str, Verdict]:
@@ -70,6 +89,10 @@ def current_states(ledger: Ledger, *, locked: bool = False) -> tuple[dict[str, R
         recs = ledger.fold()
         verdicts = {k: v for k, v in verdicts.items() if recs[k].state in LIVE}
     for rid, v in verdicts.items():
+        ev = finished_event(ledger, recs[rid])
+        if ev is not None:  # it finished; only the ledger's line is missing
+            verdicts[rid] = Verdict(ev["status"])
+            continue
         if v.state == "failed":  # a data-parallel run whose job died: the rank that broke first says why
             first = RunDir.of(ledger.dir.parent, ledger.dir.name, rid).first_rank_failure()
             if first is not None:

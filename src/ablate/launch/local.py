@@ -25,7 +25,9 @@ from typing import Any
 import submitit
 
 from ablate import store
+from ablate.errors import UserError
 from ablate.launch.job import RunJob
+from ablate.launch.liveness import finished_event
 from ablate.ledger import TERMINAL, Ledger, proc_alive, proc_start
 from ablate.rundir import RunDir
 from ablate.spec import RunSpec
@@ -34,8 +36,7 @@ from ablate.spec import RunSpec
 def spawn_runner(ledger: Ledger, batch: str, jobs: list[RunJob], max_parallel: int, timeout_min: float,
                  max_requeues: int, signal_delay_s: int | None = None) -> dict[str, int]:
     """Write the queue and start the detached runner; returns its {pid, start}."""
-    launch_dir = ledger.dir / "launch"
-    launch_dir.mkdir(parents=True, exist_ok=True)
+    launch_dir = store.make_dirs(store.check_no_links(ledger.dir / "launch", ledger.dir))  # as private as the sweep
     queue = launch_dir / f"{batch}.json"
     if signal_delay_s is None:
         signal_delay_s = min(30, int(timeout_min * 60 * 0.1) + 1)
@@ -45,7 +46,7 @@ def spawn_runner(ledger: Ledger, batch: str, jobs: list[RunJob], max_parallel: i
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])  # so the runner imports this very ablate
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open(launch_dir / f"{batch}.log", "ab") as log:
+    with store.safe_open(launch_dir / f"{batch}.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", "import sys; from ablate.launch.local import run_queue; run_queue(sys.argv[1])",
              str(queue)],
@@ -69,9 +70,22 @@ def busy_runs(ledger: Ledger) -> set[str]:
 
 
 def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
-    """The runner (see the module docstring). Runs superseded meanwhile (a later submission) are skipped."""
+    """The runner (see the module docstring). Runs superseded meanwhile (a later submission) are skipped.
+
+    The queue names the job function, code this process imports and runs, and submitit's pickles in jobs/ are
+    unpickled by the jobs: a queue (or its folder) that is a link, or that someone else owns or could write, is
+    refused (UserError, in the runner's log), and so is a jobs/ folder that is not private."""
+    why = store.private_problem(queue_file)
+    if why:
+        raise UserError(f"refusing the runner queue {queue_file}: {why}; only a queue its owner alone can write is "
+                        "run (launch the sweep again from a directory of your own)")
     q = store.read_json(queue_file)
     sweep_dir, batch, limit = Path(q["sweep_dir"]), q["batch"], int(q["max_parallel"])
+    jobs_dir = store.make_dirs(store.check_no_links(sweep_dir / "jobs", sweep_dir))
+    why = store.private_problem(jobs_dir)
+    if why:
+        raise UserError(f"refusing to run jobs from {jobs_dir}: {why}; launch the sweep again from a directory of "
+                        "your own")
     ledger = Ledger(sweep_dir)
     ex = submitit.LocalExecutor(folder=str(sweep_dir / "jobs" / "%j"), max_num_timeout=q["max_requeues"])
     ex.update_parameters(timeout_min=q["timeout_min"], signal_delay_s=q["signal_delay_s"])
@@ -110,10 +124,15 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
 
 
 def _finalize(ledger: Ledger, batch: str, run_id: str, job: Any) -> None:
-    """A local job ended: if it could not record its own end (killed), record it as failed."""
+    """A local job ended: if it could not record its own end (killed), record it as failed, unless its run.json
+    says it finished (it was killed after writing that): then record the `finished` event it did not write."""
     with ledger.lock():
         rec = ledger.fold().get(run_id)
         if rec is None or rec.batch != batch or rec.state in TERMINAL:
+            return
+        finished = finished_event(ledger, rec)
+        if finished is not None:
+            ledger.append(finished)
             return
         state = job.state
         cause = "cancelled" if state == "INTERRUPTED" else "killed"

@@ -1,14 +1,18 @@
 """SLURM: whether a controller answers, cluster profiles, and the queries that tell what became of a job.
 
-Profiles are short YAML files, `slurm/<name>.yaml`, whose keys map onto submitit's SlurmExecutor parameters. They
-are named on the command line only (`ablate sweep ... --profile NAME` or a path), never by a recipe: a profile's
-`setup:` lines are pasted into the sbatch script, so a sweep file someone hands you must not be able to choose one.
+Profiles are short YAML files whose keys map onto submitit's SlurmExecutor parameters. They are chosen, never
+found: a profile's `setup:` lines are pasted into the sbatch script, so neither a recipe nor the folder you run in
+may supply one. `--profile NAME` is ablate's own `slurm/NAME.yaml` (PROFILES_DIR), `--profile path/to/x.yaml`
+(anything with a `/` or a .yaml suffix) is exactly that file, and no `--profile` is the packaged `local`. A
+`slurm/NAME.yaml` in the working directory is used only when named by path (`--profile ./slurm/NAME.yaml`). The
+sbatch script says which file it came from (`# ablate profile: <absolute path>`, its first setup line).
 
 `job_states` asks `sacct` (accounting on) or, without accounting, `squeue` once for a batch of jobs.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +22,8 @@ from ablate.config import closest
 from ablate.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+PROFILES_DIR = REPO_ROOT / "slurm"
+"""ablate's own profiles (the repository's slurm/): the one place `--profile NAME` looks."""
 DEFAULT_PROFILE = "local"
 
 # Profile keys -> submitit SlurmExecutor parameters.
@@ -57,26 +63,39 @@ def slurm_up(timeout: float = 5.0) -> bool:
     return out.returncode == 0 and "UP" in out.stdout
 
 
-def find_profile(profile: str) -> Path:
-    """A profile name (slurm/<name>.yaml in the working directory, then in ablate's own slurm/) or a YAML path."""
-    if profile.endswith((".yaml", ".yml")) or "/" in profile:
-        candidates = [Path(profile)]
-    else:
-        candidates = [Path("slurm") / f"{profile}.yaml", REPO_ROOT / "slurm" / f"{profile}.yaml"]
-    for c in candidates:
-        if c.is_file():
-            return c
-    raise UserError(f"SLURM profile {profile!r} not found (looked for {', '.join(map(str, candidates))}); "
-                    "pass --profile NAME for slurm/NAME.yaml or a path to a YAML file")
+def packaged_profiles() -> list[str]:
+    """The names `--profile NAME` accepts."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")) if PROFILES_DIR.is_dir() else []
 
 
-def load_profile(profile: str) -> dict[str, Any]:
-    """Read a profile into SlurmExecutor parameters; unknown keys are errors naming the closest valid key."""
+def find_profile(profile: str | None = None) -> Path:
+    """The profile file, as an absolute path: a name is ablate's own slurm/<name>.yaml, a path (a `/` or a .yaml/.yml
+    suffix) exactly that file, None the packaged default. Never a file the working directory happens to hold."""
+    name = profile or DEFAULT_PROFILE
+    by_path = name.endswith((".yaml", ".yml")) or "/" in name or os.sep in name
+    path = Path(name) if by_path else PROFILES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        names = ", ".join(packaged_profiles()) or "none"
+        raise UserError(f"SLURM profile {name!r} not found (looked for {path}); --profile NAME takes one of ablate's "
+                        f"own profiles ({names}), a file of your own goes by path: --profile ./slurm/{path.stem}.yaml")
+    path = path.resolve()
+    if not str(path).isprintable():  # it is written into the sbatch script as a comment line
+        raise UserError(f"SLURM profile {str(path)!r}: its path holds control characters; rename the file")
+    return path
+
+
+def load_profile(profile: str | None = None) -> dict[str, Any]:
+    """Read a profile (see `find_profile`) into SlurmExecutor parameters; unknown keys are errors naming the closest
+    valid key. The first setup line names the profile's file, so the sbatch script says where it came from."""
     import yaml
+
+    from ablate.compose import check_yaml
 
     path = find_profile(profile)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        check_yaml(text, str(path))  # an alias bomb is refused before PyYAML expands it
+        data = yaml.safe_load(text) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -91,6 +110,11 @@ def load_profile(profile: str) -> dict[str, Any]:
         if key == "mem_gb":
             value = f"{value}G"
         params[PROFILE_KEYS[key]] = value
+    setup = params.get("setup", [])
+    setup = [setup] if isinstance(setup, str) else setup
+    if not isinstance(setup, list) or not all(isinstance(x, str) for x in setup):
+        raise UserError(f"{path}: setup must be a list of shell lines, e.g. setup: [module load cuda]")
+    params["setup"] = [f"# ablate profile: {path}", *setup]
     return params
 
 

@@ -22,9 +22,7 @@ Deaths a job cannot record (scancel, OOM kill, time limit, node failure, SIGKILL
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +32,12 @@ import submitit
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.launch.job import DEFAULT_JOB, RunJob, resolve_job
-from ablate.launch.liveness import Verdict, current_states
+from ablate.launch.job import DEFAULT_JOB, RunJob, crashpoint, resolve_job
+from ablate.launch.liveness import Verdict, current_states, finished_event
 from ablate.launch.local import spawn_runner
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.ledger import LIVE, STOPPED, Ledger, RunRecord, me
-from ablate.rundir import RunDir, sweep_dir as sweep_path
+from ablate.rundir import FINISHED, RunDir, sweep_dir as sweep_path
 from ablate.spec import RunSpec
 
 EXECUTORS = ("local", "slurm", "debug", "auto")
@@ -114,12 +112,6 @@ def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord
     return plan
 
 
-def _crashpoint(name: str) -> None:
-    """Fault injection for the robustness tests: SIGKILL ourselves at a named point of a submission."""
-    if os.environ.get("ABLATE_CRASHPOINT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _check_devices_here(runs: list[RunSpec]) -> None:
     """Runs that will execute on this machine and need CUDA (train.device=cuda, as preset=scalerl_8b sets) are
     refused here when it has none, before anything is written, rather than failing one by one."""
@@ -136,12 +128,14 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
 def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
                  max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
                  force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print,
-                 prune: Any = None, resume_pruned: bool = False) -> Plan:
+                 prune: Any = None, resume_pruned: bool = False, group_read: bool = False) -> Plan:
     """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that the plan says to;
     return the plan. Safe to call again at any time. `echo` prints the plan (None: silent). `profile`: a SLURM
     profile name or path (default: slurm/local.yaml); recipes cannot name one. `prune`: ablate.prune.PruneSettings
     to start the prune monitor on the runs this call submits (runs resumed with `resume_pruned` are not pruned
-    again)."""
+    again). The sweep directory is made owner-only (0700), or readable by its group with `group_read` (0750;
+    asking for it opens an existing sweep to the group too); a sweep directory others could change is refused
+    before anything is written (`_check_sweep_dir`)."""
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
         raise UserError(f"sweep {sweep.name!r} has no runs")
@@ -167,6 +161,12 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
 
     root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
     sdir = sweep_path(root, sweep.name)
+    _check_sweep_dir(sdir, [s.run_id for s in runs])
+    store.make_dirs(sdir, store.dir_mode(group_read))
+    if group_read:
+        store.open_to_group(sdir)
+    for sub in ("runs", "jobs", "launch"):  # jobs/ holds pickles the jobs load, launch/ the runner's queues
+        store.make_dirs(sdir / sub)
     ledger = Ledger(sdir)
     by_id = {s.run_id: s for s in runs}
     debug_jobs: list[Any] = []
@@ -189,14 +189,14 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
                              "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps,
                              "prune": prune is not None and plan.previous.get(s.run_id) not in STOPPED}
                             for s in specs))
-            _crashpoint("after_submitting")
+            crashpoint("after_submitting")
             jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min)
                     for s in specs]
             try:
                 if kind == "local":
                     runner = spawn_runner(ledger, batch, jobs, parallel, lcfg.timeout_min, lcfg.max_requeues,
                                           lcfg.signal_delay_s)
-                    _crashpoint("after_spawn")
+                    crashpoint("after_spawn")
                     ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner}
                                     for j in jobs))
                     plan.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
@@ -236,12 +236,34 @@ def _first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
+SWEEP_FILES = ("ledger.jsonl", "runs", "jobs", "launch", "archive", "prune")
+"""What ablate keeps directly in a sweep directory."""
+
+
+def _check_sweep_dir(sdir: Path, run_ids: Sequence[str]) -> None:
+    """Refuse (UserError), before anything is written, a sweep directory that someone else could change: one they
+    own or can write, one in a folder they can write that has no sticky bit (they could replace it), or one whose
+    ledger, folders or run directories are links (they would put the sweep's files elsewhere). Plain state
+    readers (status, rank) do not check: they load no code from the sweep."""
+    store.check_owned_dir(sdir)
+    if not sdir.exists():
+        return
+    for p in [*(sdir / f for f in SWEEP_FILES), *(sdir / "runs" / rid for rid in run_ids)]:
+        store.check_no_links(p, sdir)
+        if p.is_dir():
+            store.check_owned_dir(p, chain=False)
+
+
 def _record_deaths(ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord],
                    verdicts: dict[str, Verdict]) -> None:
-    """Persist what the liveness checks found, so the verdict survives sacct forgetting the job."""
+    """Persist what the liveness checks found, so the verdict survives sacct forgetting the job. A run whose job is
+    gone but whose run.json says it finished gets the `finished` event its job did not live to write."""
     dead = []
     for rid, v in verdicts.items():
-        if v.state == "failed":
+        ev = finished_event(ledger, recs[rid])  # whatever happened to its job (v.state done or diverged)
+        if ev is not None:
+            dead.append(ev)
+        elif v.state == "failed":
             dead.append({"event": "failed", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
                          "cause": v.cause, "error": v.error, "log": recs[rid].log})
             RunDir.of(root, name, rid).try_failed(v.cause or "killed", v.error)
@@ -257,10 +279,13 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
     now = int(time.time())
     for spec in specs:
         rd = RunDir.of(root, spec.sweep, spec.run_id)
-        if force and plan.previous.get(spec.run_id) in ("done", "diverged", "failed", "preempted", *STOPPED) \
-                and rd.path.exists():
+        # a run.json that says finished is archived too when the ledger lost the run (it plans as new): run.json
+        # never leaves a finished state in place, so --force must move the directory aside to run it again
+        if force and rd.path.exists() and (plan.previous.get(spec.run_id) in ("done", "diverged", "failed",
+                                                                             "preempted", *STOPPED)
+                                           or rd.info().status in FINISHED):
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
-            arch.parent.mkdir(parents=True, exist_ok=True)
+            store.make_dirs(store.check_no_links(arch.parent, sdir))
             rd.path.rename(arch)
         rd.clear_rank_reports()  # a failed data-parallel attempt's: its tasks start afresh
         rd.clear_stop_request()  # a prune request the last attempt did not live to obey
