@@ -8,9 +8,18 @@ and a recipe's defaults list starts with it (recipes/base.yaml does), so a recip
 the schema and `key=value` works for every schema key. Only public Hydra APIs are used: the compose API, the
 ConfigStore and the override parser.
 
-What a recipe may interpolate: other keys of the same config (`${batch.prompts}`), resolved when the config is
-composed, so config.yaml holds plain values. Resolvers (`${oc.env:HOME}`, `${oc.decode:...}`, any `${name:...}`)
-are refused: a stored config must not carry the environment of the machine that composed it.
+Recipes are data. What a recipe may interpolate: other keys of the same config by a literal name (`${batch.prompts}`,
+`${..x}`), resolved when the config is composed, so config.yaml holds plain values. Anything else is refused, read
+with OmegaConf's own grammar rather than a pattern: resolvers (`${oc.env:HOME}`, `${oc.decode:...}`, any
+`${name:...}`, however the name is built: `${${x}:HOME}`), keys built from other interpolations (`${a.${b}}`) and
+escaped interpolations (`\\${...}`, which would leave `${` in config.yaml for a later reader to resolve). Every
+recipe file of the folder is checked before Hydra reads any (a resolver in a defaults list or an unused option
+too), sweep files when they are read, and the composed config -- command-line overrides included -- before it is
+resolved, with every resolver unregistered while it is; a resolved value that still holds `${` is refused. A
+stored config must not carry the environment of the machine that composed it.
+
+YAML files are parsed without expanding anchors first (`check_yaml`): aliases that would expand a file past
+MAX_YAML_NODES nodes (a "billion laughs" alias bomb) are refused before OmegaConf, Hydra or PyYAML builds them.
 
 Composition costs ~0.1 s and a no-op `ablate sweep` re-run composes every arm again, so composed configs are
 cached, in memory and on disk, keyed by the recipe files' contents, the schema's defaults and the overrides. The
@@ -21,10 +30,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
+import math
 import os
 import re
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -36,7 +48,17 @@ from ablate.config import ConfigErrors, RunConfig, closest
 from ablate.errors import UserError
 
 SCHEMA_CONFIG = "ablate_schema"
-_RESOLVER = re.compile(r"\$\{\s*[\w.-]+\s*:")
+_CACHE_VERSION = b"2"
+"""Salts the compose cache key: entries composed by an older, laxer check are not reused."""
+
+MAX_RUNS = 10_000
+"""The most runs a sweep may expand to. A run costs a config composition (~0.1 s uncached), a run directory and a
+ledger line; the shipped sweeps have at most a few dozen. `seed=range(0,100000000)` is refused before expanding."""
+
+MAX_YAML_NODES = 10_000
+"""The most nodes a YAML file that uses aliases may expand to. The shipped files use none and hold a few hundred
+nodes; OmegaConf builds ~10k nodes in well under a second and a few tens of MB, while nine levels of ten aliases
+(a billion laughs) would be 10^9 nodes. A file without aliases is as large as it is written and is not limited."""
 
 
 # ---- the override grammar (Hydra's parser) ----
@@ -53,11 +75,16 @@ def parse_overrides(overrides: Sequence[str], where: str) -> list[Any]:
         if not isinstance(o, str):
             raise UserError(f"{where}: override {o!r} is not a 'key=value' string")
         try:
-            out.extend(parser.parse_overrides([o]))
+            parsed = parser.parse_overrides([o])
         except HydraException as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise UserError(f"{where}: cannot parse override {o!r} ({first}); the grammar is Hydra's: key=value, "
                             "key=a,b,c, key=range(1,4), key=choice(a,b)") from None
+        for p in parsed:
+            if p.is_hydra_override():  # hydra.searchpath would compose files from anywhere, unchecked
+                raise UserError(f"{where}: {o!r} sets Hydra's own config; ablate composes recipes from the "
+                                "recipe's folder only: drop it")
+        out.extend(parsed)
     return out
 
 
@@ -76,10 +103,60 @@ def value_text(o: Any) -> str:
     return o.get_value_element_as_str()
 
 
+SUPPORTED_SWEEPS = ("a,b,c, choice(a,b), range(start,stop[,step]) with a nonzero step, "
+                    "each optionally in sort(...), shuffle(...) or tag(...)")
+
+
+def sweep_size(o: Any) -> int:
+    """How many values a sweep override expands to, counted without expanding it; a UserError naming the override
+    for a sweep that does not expand to a finite list of runs (interval, glob) or a range that is empty or steps 0."""
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep, Sweep
+
+    v = o.value()
+    if isinstance(v, ChoiceSweep):
+        if not v.list:
+            raise UserError(f"{o.input_line}: a sweep of no values; supported: {SUPPORTED_SWEEPS}")
+        if any(isinstance(x, Sweep) for x in v.list):
+            raise UserError(f"{o.input_line}: a sweep inside a sweep; list the values in one: {SUPPORTED_SWEEPS}")
+        return len(v.list)
+    if isinstance(v, RangeSweep) and v.start is not None and v.stop is not None:
+        try:  # exact values, as Hydra's own float range steps through them
+            start, stop, step = Decimal(v.start), Decimal(v.stop), Decimal(v.step)
+        except (ArithmeticError, TypeError, ValueError):
+            start = stop = step = Decimal(0)
+        if step.is_finite() and step != 0 and start.is_finite() and stop.is_finite():
+            n = max(0, math.ceil((stop - start) / step))
+            if n == 0:
+                raise UserError(f"{o.input_line}: an empty range (no value from {v.start} to {v.stop} by {v.step}); "
+                                "e.g. range(0,3) is 0,1,2")
+            return n
+        raise UserError(f"{o.input_line}: a range needs finite bounds and a nonzero step; e.g. range(0,3) is 0,1,2")
+    what = type(v).__name__.replace("Sweep", "").lower() if v is not None else "this"
+    raise UserError(f"{o.input_line}: {'an' if what[0] in 'aeiou' else 'a'} {what} sweep does not expand to a list "
+                    f"of runs; supported: {SUPPORTED_SWEEPS}")
+
+
+def check_runs(n: int, what: str) -> None:
+    """Refuse a sweep of more than MAX_RUNS runs before anything is expanded."""
+    if n > MAX_RUNS:
+        count = f"{n:,}" if n < 10**12 else f"about {n:.1e}"
+        raise UserError(f"{what} expands to {count} runs, more than the {MAX_RUNS:,} a sweep may have; "
+                        "narrow its axes or seeds (or split it into several sweeps)")
+
+
 def sweep_values(o: Any) -> list[str]:
-    """A sweep override (`a,b`, `range(..)`, `choice(..)`) as its values, each as canonical override text."""
+    """A sweep override (`a,b`, `range(..)`, `choice(..)`) as its values, each as canonical override text.
+    Counted first (`sweep_size`): an unsupported or oversized sweep is one UserError, not a traceback or a hang."""
+    from hydra.errors import HydraException
+
+    check_runs(sweep_size(o), o.input_line)
     key = o.get_key_element()
-    return [value_text(parse_overrides([f"{key}={v}"], "sweep")[0]) for v in o.sweep_string_iterator()]
+    try:
+        texts = list(o.sweep_string_iterator())
+    except (HydraException, ValueError, TypeError, ArithmeticError) as e:
+        raise UserError(f"{o.input_line}: cannot expand ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                        f"supported: {SUPPORTED_SWEEPS}") from None
+    return [value_text(parse_overrides([f"{key}={v}"], "sweep")[0]) for v in texts]
 
 
 # ---- composition ----
@@ -103,12 +180,16 @@ class Composer:
 
     _memory: dict[tuple, dict] = {}
 
+    _checked: set[bytes] = set()  # digests of recipe files that passed `_check_recipe_file` in this process
+
     def __init__(self, recipes_dir: Path) -> None:
         self.dir = recipes_dir
         self.groups = recipe_groups(recipes_dir)
-        h = hashlib.sha256(json.dumps(schema.defaults_tree(), sort_keys=True).encode())
+        h = hashlib.sha256(_CACHE_VERSION + json.dumps(schema.defaults_tree(), sort_keys=True).encode())
         for p in sorted(recipes_dir.rglob("*.yaml")):
-            h.update(str(p.relative_to(recipes_dir)).encode() + b"\0" + p.read_bytes() + b"\0")
+            data = p.read_bytes()
+            _check_recipe_file(p, data)  # before Hydra reads any of them
+            h.update(str(p.relative_to(recipes_dir)).encode() + b"\0" + data + b"\0")
         self.fingerprint = h.hexdigest()
 
     def compose(self, name: str, overrides: Sequence[str]) -> dict[str, Any]:
@@ -143,11 +224,18 @@ class Composer:
             raise ComposeError(" ".join(str(e).split("\n")[:1]) or type(e).__name__) from None
         except Exception as e:  # HydraException, and plain TypeErrors Hydra raises on some bad values
             raise ComposeError(f"cannot compose with {list(overrides)}: {type(e).__name__}: {e}".splitlines()[0]) from None
-        _refuse_resolvers(OmegaConf.to_container(raw, resolve=False), "")
+        problem = _interpolation_problems(OmegaConf.to_container(raw, resolve=False))
+        if problem:
+            raise ComposeError(problem)
         try:
-            return OmegaConf.to_container(raw, resolve=True)
+            with _no_resolvers():
+                cfg = OmegaConf.to_container(raw, resolve=True)
         except Exception as e:  # an interpolation of a key that does not exist
             raise ComposeError(f"cannot resolve an interpolation: {str(e).splitlines()[0]}") from None
+        left = next(((w, v) for w, v in _strings(cfg, "") if "${" in v), None)
+        if left:  # text pieced together across keys into `${...}`: a later reader would resolve it
+            raise ComposeError(f"{left[0]}: resolves to {left[1]!r}, which holds '${{'; {_ONLY_KEYS}")
+        return cfg
 
     def _explain_missing(self, text: str) -> str:
         m = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
@@ -189,36 +277,199 @@ class Composer:
         return f"{key}: unknown key{closest(key, schema.all_keys())}"
 
 
-def _refuse_resolvers(node: Any, where: str) -> None:
+# ---- what a recipe may interpolate (OmegaConf's grammar) and how large a YAML file may expand ----
+
+_ONLY_KEYS = ("recipes may interpolate other keys by name (${batch.prompts}) but not call resolvers such as "
+              "${oc.env:...}: write the value itself")
+
+
+def interpolation_problem(text: str) -> str | None:
+    """What is wrong with a string's interpolations, read with OmegaConf's own grammar (None: nothing).
+
+    Allowed: text and `${key.path}` / `${..key}` whose key parts are literal names or indices. Refused: a resolver
+    call (`${name:...}`, whatever builds the name), a key built from another interpolation, an escaped `\\${`, and
+    a string OmegaConf cannot parse. A string without `${` is never interpolated by OmegaConf."""
+    if "${" not in text:
+        return None
+    from antlr4 import TerminalNode
+    from omegaconf import grammar_parser
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser as G
+
+    try:
+        tree = grammar_parser.parse(text, parser_rule="configValue")
+    except GrammarParseError:
+        return "is not a plain interpolation of a key"
+    allowed = (G.ConfigValueContext, G.TextContext, G.InterpolationContext, G.InterpolationNodeContext,
+               G.ConfigKeyContext)
+    todo = [tree]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, TerminalNode):
+            if t.symbol.type == G.ESC_INTER:
+                return "escapes an interpolation ('\\${'), which would leave '${' in the stored config"
+            continue
+        if isinstance(t, G.InterpolationResolverContext):
+            return "calls a resolver"
+        if not isinstance(t, allowed):
+            return "is not a plain interpolation of a key"
+        children = list(t.getChildren())
+        if isinstance(t, G.ConfigKeyContext) and not all(isinstance(c, TerminalNode) for c in children):
+            return "builds a key from another interpolation"
+        todo.extend(children)
+    return None
+
+
+def _strings(node: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(dotted place, value) of every string in plain containers."""
     if isinstance(node, dict):
         for k, v in node.items():
-            _refuse_resolvers(v, f"{where}.{k}" if where else str(k))
+            yield from _strings(v, f"{where}.{k}" if where else str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            _refuse_resolvers(v, f"{where}[{i}]")
-    elif isinstance(node, str) and _RESOLVER.search(node):
-        raise ComposeError(f"{where}: {node!r} calls a resolver; recipes may interpolate other keys (${{batch.prompts}}) "
-                           "but not resolvers such as ${oc.env:...}: write the value itself")
+            yield from _strings(v, f"{where}[{i}]")
+    elif isinstance(node, str):
+        yield where, node
+
+
+def _interpolation_problems(node: Any, where: str = "") -> str | None:
+    """The first string of plain containers whose interpolations are refused, as a message; None when all pass."""
+    for w, v in _strings(node, where):
+        problem = interpolation_problem(v)
+        if problem:
+            return f"{w}: {v!r} {problem}; {_ONLY_KEYS}"
+    return None
+
+
+@contextmanager
+def _no_resolvers() -> Iterator[None]:
+    """Resolve with no resolver registered (OmegaConf's, Hydra's or anyone's): a resolver call that got past the
+    grammar check still fails instead of running. OmegaConf keeps them in one class attribute; where a later
+    version does not, the grammar check stands alone."""
+    from omegaconf.basecontainer import BaseContainer
+
+    saved = getattr(BaseContainer, "_resolvers", None)
+    if not isinstance(saved, dict):
+        yield
+        return
+    BaseContainer._resolvers = {}
+    try:
+        yield
+    finally:
+        BaseContainer._resolvers = saved
+
+
+def check_yaml(text: str, where: str) -> Any:
+    """Parse YAML text without expanding aliases and refuse it when its aliases would expand it past
+    MAX_YAML_NODES nodes, or refer to themselves; returns the composed node graph (None for an empty document).
+    Every YAML file ablate reads passes here first: recipes, option files, sweep files and SLURM profiles.
+    Raises yaml.YAMLError for text that is not YAML (the callers say so in their own words)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except RecursionError:
+        raise UserError(f"{where}: YAML nested too deeply to read") from None
+    if root is None:
+        return None
+    distinct: set[int] = set()
+    todo = [root]
+    while todo:  # the nodes as written
+        n = todo.pop()
+        if id(n) in distinct:
+            continue
+        distinct.add(id(n))
+        todo.extend(_children(n))
+    cap = len(distinct) + MAX_YAML_NODES
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(n: Any) -> int:  # nodes after expansion, memoised per alias target, counted no further than cap
+        k = id(n)
+        if k in memo:
+            return memo[k]
+        if k in active:
+            raise UserError(f"{where}: a YAML alias refers to the node that holds it; write the value out")
+        active.add(k)
+        total = 1
+        for c in _children(n):
+            total += size(c)
+            if total > cap:
+                break
+        active.discard(k)
+        memo[k] = min(total, cap + 1)
+        return memo[k]
+
+    try:
+        expanded = size(root)
+    except RecursionError:
+        raise UserError(f"{where}: YAML nested too deeply to read") from None
+    if expanded > cap:
+        raise UserError(f"{where}: its YAML aliases (*name) expand it past {MAX_YAML_NODES:,} more nodes than it "
+                        "holds; write the values out instead of repeating anchors")
+    return root
+
+
+def _children(node: Any) -> list[Any]:
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for kv in node.value for x in kv]
+    return []
+
+
+def _check_recipe_file(path: Path, data: bytes) -> None:
+    """A recipe file of the folder Hydra composes from: no alias bomb, no `hydra:` settings, and no string anywhere
+    in it (a defaults list, an option no arm uses) whose interpolations are refused. A file that is not YAML is left
+    to Hydra, which says so if it reads it."""
+    import yaml
+
+    digest = hashlib.sha256(str(path).encode() + b"\0" + data).digest()
+    if digest in Composer._checked:
+        return
+    try:
+        root = check_yaml(data.decode("utf-8"), str(path))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return
+    hydra_node = isinstance(root, yaml.MappingNode) and any(k.value == "hydra" for k, _ in root.value)
+    if hydra_node or re.search(r"^#\s*@package\s+.*\bhydra\b", data.decode("utf-8"), re.M):
+        raise UserError(f"{path}: sets Hydra's own config (`hydra:`, e.g. a searchpath that would compose files from "
+                        "anywhere); ablate composes recipes from this folder only: drop it")
+    todo = [root] if root is not None else []
+    seen: set[int] = set()
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.ScalarNode) and isinstance(n.value, str):
+            problem = interpolation_problem(n.value)
+            if problem:
+                raise UserError(f"{path}:{n.start_mark.line + 1}: {n.value!r} {problem}; {_ONLY_KEYS}")
+        todo.extend(_children(n))
+    Composer._checked.add(digest)
 
 
 def _cache_dir() -> Path:
     d = store.cache_dir() / "compose"
     try:
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store.make_dirs(store.cache_dir(), store.DIR_MODE)  # owner-only whatever the umask, the cache too
+        store.make_dirs(d, store.DIR_MODE)
     except OSError:
         pass
     return d
 
 
 def _read_private(path: Path) -> dict[str, Any] | None:
-    """A cache entry, only if this user owns it and no one else can write it or its folder; else None."""
+    """A cache entry, only if this user owns it and no one else can write it or its folder (`store.private_ok`);
+    else None."""
+    if not store.private_ok(path):
+        return None
     try:
-        for p in (path.parent, path):
-            st = p.stat()
-            if st.st_uid != os.getuid() or st.st_mode & 0o022:
-                return None
         data = store.read_json(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a torn or damaged entry is a cache miss
         return None
     return data if isinstance(data, dict) else None
 
@@ -245,13 +496,20 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     try:
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        text = path.read_text(encoding="utf-8")
+        check_yaml(text, str(path))  # before OmegaConf expands any alias
+        data = OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False)
+    except UserError:
+        raise
     except Exception as e:  # yaml.YAMLError, omegaconf errors, UnicodeDecodeError
         raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping at the top level")
+    problem = _interpolation_problems(data)  # a sweep file's grid, runs and overrides are recipes too
+    if problem:
+        raise UserError(f"{path}: {problem}")
     return data
 
 

@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ablate import config as schema
-from ablate.compose import (ComposeError, Composer, hydra_context, load_yaml, override_key, parse_overrides,
-                            sweep_values, value_text)
+from ablate.compose import (ComposeError, Composer, check_runs, hydra_context, load_yaml, override_key,
+                            parse_overrides, sweep_size, sweep_values, value_text)
 from ablate.config import ConfigErrors, RunConfig, closest
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical_value, check_name, run_id
 from ablate.spec import RunSpec
+from ablate.text import safe
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 """The shipped recipes (a source checkout / editable install)."""
@@ -201,12 +202,14 @@ def _read_sweep(path: Path, overrides: Sequence[str]) -> _Spec:
     for o in parse_overrides(_grid_strings(data.get("grid"), where), f"{where} grid"):
         if override_key(o) == "seed":
             raise UserError(f"{where}: grid axis 'seed': seeds are their own axis; use `seeds: [...]`")
+        if o.is_sweep_override():
+            sweep_size(o)  # an interval or glob, an empty range: one line naming the axis
         axes[override_key(o)] = o
     const_cli: list[tuple[str, str]] = []
     for o in parse_overrides(list(overrides), "command line"):
         k = override_key(o)
-        if o.is_sweep_override() and not o.is_discrete_sweep():
-            raise UserError(f"{o.input_line}: only discrete sweeps (a,b / range / choice) expand to runs")
+        if o.is_sweep_override():  # only sweeps that expand to a list of runs (a,b / range / choice), counted
+            check_runs(sweep_size(o), o.input_line)
         if k == "seed":
             seeds = _seeds(list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()],
                            f"command line {o.input_line!r}")
@@ -280,6 +283,10 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     where = str(path)
     name = check_name(path.stem, f"{where}: sweep name", "results go to <root>/<sweep name>/; rename the file")
     spec = _read_sweep(path, overrides)
+    n_arms = len(spec.runs)
+    for o in spec.axes.values():
+        n_arms *= sweep_size(o) if o.is_sweep_override() else 1
+    check_runs(n_arms * len(spec.seeds), f"{where} ({_n(n_arms, 'arm')} x {_n(len(spec.seeds), 'seed')})")
     with hydra_context(spec.recipes_dir) as hc:
         try:
             base_cfg = schema.validate(hc.compose(spec.base, []))
@@ -360,15 +367,16 @@ def _n(k: int, noun: str) -> str:
 
 def plan_table(sweep: Sweep):
     """The dry-run plan as a rich Table (title: sweep, arms x seeds; caption: baseline, constants, notes). Labels
-    and overrides are shown literally (`[x]` in a value is text, not rich markup)."""
+    and overrides are shown literally: `[x]` in a value is text, not rich markup, and control characters are
+    escaped (ablate.text.safe)."""
     from rich.table import Table
     from rich.text import Text
 
     n_arms = len(sweep.arms)
-    caption = [f"* baseline: {sweep.baseline or 'none'}"]
+    caption = [f"* baseline: {safe(sweep.baseline or 'none')}"]
     if sweep.constants:
-        caption.append("every run: " + " ".join(sweep.constants))
-    caption += [f"note: {n}" for n in sweep.notes]
+        caption.append("every run: " + " ".join(map(safe, sweep.constants)))
+    caption += [f"note: {safe(n)}" for n in sweep.notes]
     table = Table(title=Text(f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = {_n(len(sweep.runs), 'run')} "
                              f"(base recipe: {sweep.base})"),
                   caption=Text("\n".join(caption)), caption_justify="left")
@@ -377,7 +385,7 @@ def plan_table(sweep: Sweep):
     table.add_column("arm id", no_wrap=True)
     table.add_column("overrides vs base", overflow="fold")
     for row in plan_rows(sweep):
-        table.add_row(*(Text(row[k]) for k in ("label", "run_id", "arm_id", "overrides")))
+        table.add_row(*(Text(safe(row[k])) for k in ("label", "run_id", "arm_id", "overrides")))
     return table
 
 
