@@ -16,17 +16,22 @@ becomes one `UserError` line naming the file, the line and the fix. Run director
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from ablate import store
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
-from ablate.rundir import COMPUTE_AXES, TRUNCATION_WARN, RunDir
+from ablate.identity import arm_id, run_id
+from ablate.rundir import COMPUTE_AXES, TRUNCATION_WARN, RunDir, RunInfo
 
 VAL_N = "val_n"
 """The column / metric holding each pass rate's graded-sample count (optional)."""
@@ -219,18 +224,114 @@ def _metric_names(recs: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(k for r in recs for k in r))
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SEED_LINE = re.compile(r"^seed:[^\n]*(?:\n|$)", re.M)  # the top-level seed (nested keys are indented)
+
+
+class _BadYaml(Exception):
+    def __init__(self, line: int | None) -> None:
+        self.line = line
+
+
+def _load_mapping(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise _BadYaml(None if mark is None else mark.line + 1) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _arm_of_text(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A config.yaml's text without its seed line: (the config without its seed, its arm id), or (None, None) when
+    it is not a mapping. The seeds of an arm share it, so a sweep parses and hashes each arm once."""
+    cfg = _load_mapping(text)
+    return (cfg, arm_id(cfg)) if isinstance(cfg, dict) and "seed" not in cfg else (None, None)
+
+
+def _ids_of_text(text: str) -> tuple[str, str, Any] | None:
+    m = _SEED_LINE.search(text)
+    if m is not None:
+        seed_doc = _load_mapping(m.group(0))
+        arm_cfg, aid = _arm_of_text(text[:m.start()] + text[m.end():])
+        if arm_cfg is not None and isinstance(seed_doc, dict) and set(seed_doc) == {"seed"}:
+            cfg = {**arm_cfg, "seed": seed_doc["seed"]}
+            return run_id(cfg), str(aid), cfg["seed"]
+    cfg = _load_mapping(text)  # no top-level seed line, or one that does not stand alone: the whole file
+    if not isinstance(cfg, dict):
+        return None
+    return run_id(cfg), arm_id(cfg), cfg.get("seed")
+
+
+def config_ids(rd: RunDir) -> tuple[str, str, Any] | None:
+    """(run_id, arm_id, seed) of the config in a run directory's config.yaml, or None when it has none (a pending
+    run, another tool's run directory).
+
+    Hashed as written, not validated again: config.yaml is the resolved config the run was validated and launched
+    with (the trainer writes it from the validated config), and its hash is the id the run got at launch (the
+    trainer's own check that a directory holds one config hashes it the same way). Validating it again would fill
+    in fields the schema gained since and refuse fields it dropped, and so turn an old run's ids into others. Cost:
+    the C YAML loader and the hash take about 1.5 ms a config; the seeds of an arm differ in their seed line only,
+    so each arm is parsed and hashed once (`_arm_of_text`): a 1,000-run sweep of 4 seeds an arm loads about a
+    second slower (measured: 2.3 s for 1,000 configs on 2 busy cores). Composing each run with Hydra instead would
+    take minutes."""
+    path = rd.config_path
+    try:
+        with store.safe_open(rd.at(path), "rb") as f:  # no link followed, as for the run's other files
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except UserError:
+        raise
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: can't read the run's config ({getattr(e, 'strerror', None) or type(e).__name__}); "
+                        "restore it or move the run directory out of the sweep") from None
+    try:
+        ids = _ids_of_text(text)
+    except _BadYaml as e:
+        raise UserError(f"{path}{'' if e.line is None else f':{e.line}'}: not valid YAML; restore the run's config "
+                        "or move the run directory out of the sweep") from None
+    if ids is None:
+        raise UserError(f"{path}: not a run config (a YAML mapping); restore it or move the run directory out of "
+                        "the sweep")
+    return ids
+
+
+def _check_ids(rd: RunDir, info: RunInfo, ids: tuple[str, str, Any]) -> None:
+    """A run.json that disagrees with its run's config.yaml (edited, or copied from another run) is refused: its
+    label would put the run's curve into another arm, or count it as another seed."""
+    cfg_run, cfg_arm, cfg_seed = ids
+    fix = "restore its run.json, or move the directory out of the sweep"
+    said = info.raw.get("arm_id")
+    if isinstance(said, str) and said != cfg_arm:
+        raise UserError(f"{rd.path}: run.json says arm {said} ({info.label or 'no label'}) but its config.yaml is arm "
+                        f"{cfg_arm}; {fix}")
+    said = info.raw.get("run_id")
+    if isinstance(said, str) and said != cfg_run:
+        raise UserError(f"{rd.path}: run.json says run {said} ({info.label or 'no label'}) but its config.yaml is run "
+                        f"{cfg_run}; {fix}")
+    seeds = [p.split("=", 1)[1].strip() for p in info.label.split(",") if p.strip().startswith("seed=")]
+    if seeds and not (isinstance(cfg_seed, int) and not isinstance(cfg_seed, bool) and seeds[-1] == str(cfg_seed)):
+        raise UserError(f"{rd.path}: run.json labels it {info.label!r} but its config.yaml has seed={cfg_seed}; {fix}")
+
+
 def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
                        y: str = "val_pass_rate") -> tuple[Curve | None, dict[str, Any]]:
     """One run directory's curve with its meta, or (None, meta with the `reason` it can't be fitted).
 
     meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points) and, for a
-    curve, truncation_warning. The evaluation at step 0 is the run's R0 point: its compute is 0 by definition,
-    whatever the clock said. Non-finite values are dropped; a null or a string in x or y is a UserError.
+    curve, truncation_warning. arm_id is the hash of the run's config.yaml when it has one (a run.json that
+    disagrees with it is a UserError naming the directory), else what run.json says. The evaluation at step 0 is
+    the run's R0 point: its compute is 0 by definition, whatever the clock said. Non-finite values are dropped; a
+    null or a string in x or y is a UserError.
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     info = rd.info()
+    ids = config_ids(rd)
+    if ids is not None:
+        _check_ids(rd, info, ids)
     label = info.label or rd.path.name
-    meta: dict[str, Any] = {"run_id": info.run_id, "arm_id": info.arm_id, "label": label,
+    meta: dict[str, Any] = {"run_id": info.run_id, "arm_id": info.arm_id if ids is None else ids[1], "label": label,
                             "arm": info.arm if info.label else label, "status": info.status,
                             "baseline": info.baseline, "partial": info.status in PARTIAL}
     if info.status in ENDED_BADLY:
@@ -292,10 +393,13 @@ def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
     missing = []
+    labelled: list[tuple[Path, Curve]] = []
     for p in run_dirs:
         curve, why = curve_from_run_dir(RunDir(p), x=x, y=y)
         if curve is not None:
             curves.append(curve)
+            if curve.run != p.name:  # a run with a label (one without is named after its directory)
+                labelled.append((p, curve))
             continue
         if "_missing" in why:
             missing.append(why.pop("_missing"))
@@ -308,7 +412,42 @@ def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
     if not curves:
         reasons = "; ".join(f"{s['label']}: {s['reason']}" for s in skipped[:3])
         raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
+    _arms_by_config(labelled)
     return curves, skipped
+
+
+def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
+    """Make a sweep's arms its configs (arm ids), not its labels: curves' `group` (and `run`) renamed in place.
+
+    One config under two labels (a run.json edited, or a label copied from another run) is refused in one line
+    naming the run whose label most of the config's runs do not carry. One label over several configs (the recipe or
+    a command-line override changed between two launches of the sweep: the same arm name, other runs) keeps them
+    apart as `<label>@<arm id>`, each with its own seeds: they are different arms, and one could be better. Runs
+    with no label of their own (named after their directory) are left as they are, each its own arm."""
+    by_id: dict[str, list[tuple[Path, Curve]]] = {}
+    for p, c in runs:
+        if c.meta.get("arm_id"):
+            by_id.setdefault(c.meta["arm_id"], []).append((p, c))
+    for aid, members in by_id.items():
+        labels: dict[frozenset[str], list[tuple[Path, Curve]]] = {}
+        for p, c in members:  # a label's parts in any order name one arm, as a sweep's baseline does
+            labels.setdefault(frozenset(str(c.group).split(",")), []).append((p, c))
+        if len(labels) > 1:
+            ranked = sorted(labels.values(), key=lambda m: (-len(m), str(m[0][0])))
+            (p0, c0), (p1, c1) = ranked[0][0], ranked[1][0]
+            raise UserError(f"{p1}: run.json labels it {c1.run!r}, but its config.yaml is arm {aid}, whose run "
+                            f"{p0.name} is labelled {c0.run!r}; one config is one arm: fix the label in run.json, "
+                            "or move the run directory out of the sweep")
+        name = members[0][1].group
+        for _, c in members:
+            c.group = name
+    ids_of: dict[str, set[str]] = {}
+    for _, c in runs:
+        ids_of.setdefault(str(c.group), set()).add(c.meta.get("arm_id") or "")
+    for _, c in runs:
+        aid = c.meta.get("arm_id")
+        if aid and len(ids_of[str(c.group)]) > 1:
+            c.group, c.run = f"{c.group}@{aid[:8]}", f"{c.run}@{aid[:8]}"
 
 
 def _is_run_dir(p: Path) -> bool:
@@ -342,8 +481,8 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
     (else each run is its own arm); so does each run of a foreign log (`ablate.logs`: TensorBoard, W&B, TRL,
     verl), read when `fmt` names its format or, with `auto`, when it is detected. `per_step` ({"samples": S,
     "gpu_hours": H}) makes compute from a foreign log's steps; sweeps, run directories and tables log their own.
-    With several inputs, arm names are prefixed by their input's name so that they stay apart. Returns the curves
-    and the runs that can't be fitted (see `curves_from_sweep`).
+    With several inputs, arm names are prefixed by their input's name (`input_names`: distinct inputs get distinct
+    names) so that they stay apart. Returns the curves and the runs that can't be fitted (see `curves_from_sweep`).
     """
     from ablate import logs
 
@@ -358,10 +497,9 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
             raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0")
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
-    for p in paths:
-        p = Path(p)
-        if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
-            p = Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
+    paths = [_bare_sweep(Path(p)) for p in paths]
+    names = input_names(paths)
+    for p, name in zip(paths, names):
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
         kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else logs.detect(p)
         if ours and kind != ours:
@@ -388,10 +526,44 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
             cs, sk = logs.load(p, kind, x=x, y=y, per_step=per_step), []
         if len(paths) > 1:
             for c in cs:
-                c.group = f"{p.name}:{c.group or c.run}"
+                c.group = f"{name}:{c.group or c.run}"
         curves += cs
         skipped += sk
     return curves, skipped
+
+
+def _bare_sweep(p: Path) -> Path:
+    if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
+        return Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
+    return p
+
+
+def input_names(paths: list[Path]) -> list[str]:
+    """The name each input's arms are prefixed with when several are read together: its file or directory name,
+    or, where two inputs share that name (`a/sweeps/loss` and `b/sweeps/loss`, `x/curves.csv` and
+    `y/curves.csv`), the shortest end of its path that no other input shares (`a/sweeps/loss`, `x/curves.csv`).
+
+    Kept apart rather than refused: the same sweep under two roots (two clusters, a copy before and after a change)
+    is what a practitioner puts side by side, and renaming a sweep directory to compare it would part it from the
+    name its runs record. Merged, two sweeps' seeds would pool into one arm: their spread, not their difference,
+    would decide its verdict. One input given twice (the same file or directory by two paths) is refused, as its
+    runs would count twice as seeds."""
+    if len(paths) < 2:
+        return [p.name for p in paths]
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        real = p.resolve()
+        if real in seen:
+            raise UserError(f"{p}: given twice (also as {seen[real]}); its runs would count twice: give it once")
+        seen[real] = p
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    names = []
+    for i, own in enumerate(parts):
+        k = 1
+        while k < len(own) and any(o[-k:] == own[-k:] for j, o in enumerate(parts) if j != i):
+            k += 1
+        names.append(Path(*own[-k:]).as_posix())
+    return names
 
 
 def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:

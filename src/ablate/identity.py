@@ -1,6 +1,7 @@
 """Identity of a run: the canonical text of its config, and the ids hashed from it.
 
-    canonical(config)  -> str   sorted keys, numbers as floats (5 == 5.0, 1e-3 == 0.001), nulls dropped (a new
+    canonical(config)  -> str   sorted keys, numbers as floats (5 == 5.0, 1e-3 == 0.001; integers beyond 2**53,
+                                which no float holds exactly, as their digits), nulls dropped (a new
                                 optional field keeps old ids), resource-only fields (`hash=False` in the schema,
                                 the whole `launcher` section) left out, and so are fields marked
                                 `hash="unless_default"` while at their default (trainer.name=ablate: the ids of
@@ -17,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ablate.errors import UserError
 
 ID_LEN = 12
+_EXACT_INT = 2**53  # every integer of at most this size is exactly a float
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -34,13 +37,19 @@ def _plain(config: Any) -> dict[str, Any]:
 
 
 def canonical_value(x: Any) -> Any:
-    """A config value in the form ids hash: mappings sorted by key, nulls dropped, numbers as floats."""
+    """A config value in the form ids hash: mappings sorted by key, nulls dropped, numbers as floats (5 == 5.0).
+
+    An integer beyond 2**53 stays an integer: a float holds every integer only up to there, so two larger ones
+    (a step count, a seed of another tool) would round to one float and two configs to one id. Up to 2**53 the
+    float is exact, so every id hashed before this rule keeps its value."""
     if isinstance(x, Mapping):
         return {str(k): canonical_value(v) for k, v in x.items() if v is not None}
     if isinstance(x, (list, tuple)):
         return [canonical_value(v) for v in x]
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return x
+    if isinstance(x, int) and abs(x) > _EXACT_INT:
+        return x  # json writes its exact digits: a float would give 2**53 and 2**53 + 1 one text, and one id
     if isinstance(x, (int, float)):
         return float(x)  # json writes repr(float): one text per value
     return str(x)

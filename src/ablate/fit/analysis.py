@@ -30,6 +30,16 @@ from ablate.fit.uncertainty import parametric_bootstrap, percentile_ci, predicti
 
 METHODS = ("default", "paper")
 CI_CLOSED_TOL = 1e-3
+MIN_RISE = 0.10
+"""The share of the gain A - R0 that the fitted curve must climb inside the fit window, from its first point to its
+last, for B, C_mid and so A to be measured. A window of plateau points only (`--fit-from` past the rise) shows a
+level, not a shape: any steep enough (B, C_mid) puts the curve flat across it, so the fit picks one pair and the
+bootstrap refits, which start there and see no gradient, stay on it (intervals of zero width around a guess). In
+simulation (the ScaleRL 8B curve, realistic noise, 16 runs per window, 95% intervals) a window that sees 17% or
+more of the gain covers the true A and B in at least 13 of 16 runs, one that sees 12% in 12, one that sees 7% in
+9 to 10, and one that sees 2% in 1 to 2: the fits get worse smoothly, and a tenth is where the rise is still the
+data's, a few times the evaluation noise for a realistic gain (0.03 in pass rate for a gain of 0.3). The
+bootstrap's lower end is held to the same share, so a noisy window must show it whatever the noise."""
 
 
 @dataclass
@@ -180,6 +190,24 @@ class FitResult:
         }
 
 
+def window_rise(x_lo: float, x_hi: float, b, c_mid):
+    """Share of the gain A - R0 the curve climbs between compute x_lo and x_hi (the window's first and last points):
+    f(x_hi) - f(x_lo) with f the gain fraction; b, c_mid: scalars or [k] arrays (bootstrap draws)."""
+    b, c_mid = np.asarray(b, dtype=float), np.asarray(c_mid, dtype=float)
+    return expit(b * (np.log(x_hi) - np.log(c_mid))) - expit(b * (np.log(x_lo) - np.log(c_mid)))
+
+
+def _collapsed(draws: np.ndarray | None) -> bool:
+    """True when the bootstrap refits of B or C_mid never left the point fit (no gradient there: unconstrained)."""
+    if draws is None:
+        return False
+    for col in (2, 3):
+        d = draws[:, col][np.isfinite(draws[:, col])]
+        if d.size >= 10 and np.ptp(d) <= 1e-6 * max(abs(float(np.median(d))), 1e-12):
+            return True
+    return False
+
+
 def window_points(curves: list[Curve], opts: FitOptions, name: str):
     """The points of `curves` inside the fit window, pooled and sorted by compute: x, y, run_index, n ([m] each;
     n is None unless every curve knows its graded-sample counts) and the window (lo, hi) actually covered."""
@@ -310,6 +338,11 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     f_ci = None
     if draws is not None:
         f_ci = percentile_ci(expit(draws[:, 2] * (np.log(window[1]) - np.log(draws[:, 3]))), opts.ci)
+    x_lo = float(x.min())
+    rise = float(window_rise(x_lo, window[1], pf.b, pf.c_mid)) if np.isfinite(pf.b) else float("nan")
+    rise_ci = None
+    if draws is not None:
+        rise_ci = percentile_ci(window_rise(x_lo, window[1], draws[:, 2], draws[:, 3]), opts.ci)
     reasons = []
     if "A=R0" in pf.at_bound:
         reasons.append("the pass rate does not rise above R0 (a flat or falling curve): there is no gain to fit")
@@ -319,6 +352,19 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         reasons.append(f"the window reached {f:.0%} of the gain (< 50%: it has not passed C_mid)")
     elif f_ci is not None and f_ci[0] < 0.5:
         reasons.append(f"the gain reached could be as low as {f_ci[0]:.0%} (< 50%: C_mid may lie beyond the window)")
+    no_rise = not rise >= MIN_RISE or (rise_ci is not None and rise_ci[0] < MIN_RISE)
+    if not rise >= MIN_RISE:
+        reasons.append(f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
+                       f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
+                       "(--fit-from)")
+    elif rise_ci is not None and rise_ci[0] < MIN_RISE:
+        reasons.append(f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
+                       f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier (--fit-from)")
+    collapsed = _collapsed(draws)
+    if collapsed and not no_rise:
+        reasons.append("the bootstrap refits of B and C_mid never leave the fit: the data do not constrain them")
+    # B and C_mid unconstrained: their intervals open to the search box rather than collapse onto a guess
+    unconstrained = no_rise or collapsed or "B" in pf.at_bound or "C_mid" in pf.at_bound
     if any(b.startswith("A") for b in pf.at_bound):
         reasons.append("A is on its bound")
     if A_ci is not None and (A_ci[1] >= 1.0 - CI_CLOSED_TOL or A_ci[0] <= pf.r0 + CI_CLOSED_TOL):
@@ -364,14 +410,18 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
                          "include the spread between seeds")
     if not identifiable and A_ci is not None:  # A is not measured: its interval opens up to the bound
         A_ci = (min(A_ci[0], pf.a), 1.0)
+    if unconstrained and opts.method != "paper":  # an honest interval: all B and C_mid the search allows
+        m_lo, m_hi = _bounds(x)
+        B_ci = None if B_ci is None else (float(B_BOUNDS[0]), float(B_BOUNDS[1]))
+        C_ci = None if C_ci is None else (float(np.exp(m_lo)), float(np.exp(m_hi)))
     if opts.target_r is not None:
         c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
         if c_to is None:
             notes.append(f"pass rate {opts.target_r:g} is never reached (outside R0..A)")
         if draws is not None:
             reach = np.array([compute_to_reach(opts.target_r, *d) or np.inf for d in draws])
-            if np.isfinite(reach).mean() >= 1.0 - (1.0 - opts.ci) / 2:
-                c_to_ci = percentile_ci(reach, opts.ci)
+            if np.isfinite(reach).mean() >= 1.0 - (1.0 - opts.ci) / 2 and not unconstrained:
+                c_to_ci = percentile_ci(reach, opts.ci)  # unconstrained: the draws hold one value, no interval
     return FitResult(
         run=name, group=group, method=opts.method, n_points=int(x.size), n_runs=len(curves), window=window,
         fit=pf, draws=draws, interval_method=interval_method, A_ci=A_ci, B_ci=B_ci, C_mid_ci=C_ci,
@@ -424,10 +474,19 @@ def rank_key(fit: FitResult) -> tuple[float, float, float]:
 
 
 def group_arms(curves: list[Curve]) -> dict[str, list[Curve]]:
-    """Curves by arm: `group` (a sweep's arm label, or a file's --group column), else each run alone."""
-    arms: dict[str, list[Curve]] = {}
+    """Curves by arm: `group` (a sweep's arm label, or a file's --group column), else each run alone.
+
+    An arm is one config: curves under one name whose `arm_id`s (meta, from their run directories) differ are
+    different arms, kept apart as `<name>@<arm id>` (`curves.curves_from_sweep` names a sweep's so already), so no
+    two configs' seeds pool into one arm's spread."""
+    by_name: dict[str, dict[str | None, list[Curve]]] = {}
     for c in curves:
-        arms.setdefault(c.group or c.run, []).append(c)
+        by_name.setdefault(c.group or c.run, {}).setdefault(c.meta.get("arm_id") or None, []).append(c)
+    arms: dict[str, list[Curve]] = {}
+    for name, by_id in by_name.items():
+        known = [aid for aid in by_id if aid is not None]
+        for aid, cs in by_id.items():
+            arms[name if aid is None or len(known) < 2 else f"{name}@{aid[:8]}"] = cs
     return arms
 
 

@@ -319,7 +319,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
     rule = "test" if a_margin is None else "paper"
     groups = group_arms(curves)
     if baseline is None:
-        flagged = {c.group or c.run for c in curves if c.meta.get("baseline")}
+        flagged = {g for g, cs in groups.items() if any(c.meta.get("baseline") for c in cs)}
         baseline = flagged.pop() if len(flagged) == 1 else None
     elif baseline not in groups:
         raise UserError(f"--baseline {baseline!r}: no such arm; arms are: {', '.join(groups)}")
