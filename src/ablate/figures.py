@@ -59,7 +59,9 @@ def figure_path(path: Path | str) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"--plot {path}: {parent} is a file, not a directory; choose another path")
-    return path
+    from ablate.report import check_writable_output
+
+    return check_writable_output(path, "--plot")  # and writable: not a read-only file system
 
 
 def _save(fig, path: Path) -> Path:
@@ -88,8 +90,11 @@ def _tight(fig, **kw) -> None:
 
 
 def _tex(text: str) -> str:
-    """Text for a figure, shown as written: matplotlib would read `$...$` in a run name as math."""
-    return text.replace("$", r"\$")
+    """Text for a figure, shown as written: matplotlib would read `$...$` in a run name as math, and a control
+    character (an escape sequence, a bidi override) as a glyph it lacks, with a warning on stderr (text.safe)."""
+    from ablate.text import safe
+
+    return safe(text).replace("$", r"\$")
 
 
 # A scatter of millions of points takes minutes to draw and looks like a line: draw every k-th point beyond this.
@@ -215,7 +220,8 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
                 ax.plot([reach], [(r_t - fit.R0) / (a_s - r_t)], marker="o", ms=7, mfc="none", mec=color)
         ci = sh["compute_ratio_ci"]
         ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        ax.set_title(_tex(f"{arm.arm}: {VERDICT_TEXT[arm.verdict]}\n{ratio_text}, A shared {a_s:.3f}"), fontsize=9)
+        ax.set_title(_tex(f"{arm.arm}: {VERDICT_TEXT[arm.verdict]}") + f"\n{ratio_text}, A shared {a_s:.3f}",
+                     fontsize=9)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.grid(alpha=0.25, which="both")

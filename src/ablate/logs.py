@@ -40,6 +40,9 @@ FOREIGN = FORMATS[1:]
 WHAT = {"table": "CSV/JSONL curve table", "tensorboard": "TensorBoard log", "wandb": "W&B run (.wandb)",
         "wandb-csv": "W&B CSV export", "trl": "TRL trainer_state.json", "verl": "verl log"}
 STEP_ALIASES = ("_step", "Step", "global_step")
+MAX_STEP = 2**53
+"""Steps beyond this are refused: past 2^53 floats no longer hold every integer (distinct steps merge), and no
+training run takes that many (a step a microsecond would need 285 years): such a number is not a step count."""
 PER_STEP = {"samples": "--samples-per-step", "gpu_hours": "--gpu-hours-per-step"}
 """Compute axes made from steps: the axis, and the option giving its amount per step."""
 
@@ -141,7 +144,7 @@ def detect(path: Path | str) -> str:
     if first.lstrip().startswith("{"):
         try:
             obj = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to be a table's row
             obj = None
         if isinstance(obj, dict):  # one object per line
             if "log_history" in obj:
@@ -175,7 +178,11 @@ def _wrong(p: Path, fmt: str, why: str) -> UserError:
 # ---- readers ------------------------------------------------------------------------------------------------
 
 def _put(runs: Runs, run: str, step: float, metric: str, value: float) -> None:
-    runs.setdefault(run, {}).setdefault(float(step), {})[metric] = value
+    try:
+        key = float(step)
+    except OverflowError:  # an integer past the floats: to_curves refuses it, naming the run
+        key = math.inf
+    runs.setdefault(run, {}).setdefault(key, {})[metric] = value
 
 
 def _value(v: Any) -> float | None:
@@ -186,6 +193,14 @@ def _value(v: Any) -> float | None:
         return float(v)
     except OverflowError:
         return None
+
+
+def _step(v: Any) -> float | None:
+    """A logged step as a float (an integer past the floats: inf, which to_curves refuses), or None when it is not
+    a number."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_STEP:
+        return math.inf
+    return _value(v)
 
 
 def _f32(v: float) -> float:
@@ -290,7 +305,7 @@ def read_wandb(p: Path) -> Runs:
                     key = item.key or ".".join(item.nested_key)
                     try:
                         v = _value(json.loads(item.value_json))
-                    except ValueError:
+                    except (ValueError, RecursionError):  # not a number: a media object, or nested past reading
                         v = None
                     if v is not None:
                         row[key] = v
@@ -353,13 +368,15 @@ def read_trl(p: Path) -> Runs:
         raise UserError(f"{state}: not UTF-8 text; is it a trainer_state.json?") from None
     except ValueError as e:
         raise _wrong(state, "trl", f"not valid JSON: {str(e).split(':')[0]}") from None
+    except RecursionError:
+        raise _wrong(state, "trl", "JSON nested too deeply") from None
     history = doc.get("log_history") if isinstance(doc, dict) else None
     if not isinstance(history, list):
         raise _wrong(state, "trl", "no log_history list")
     out = state.parent.parent if re.fullmatch(r"checkpoint-\d+", state.parent.name) else state.parent
     name, runs = _label(out), {_label(out): {}}
     for entry in history:
-        step = _value(entry.get("step")) if isinstance(entry, dict) else None
+        step = _step(entry.get("step")) if isinstance(entry, dict) else None
         if step is None:
             continue
         for k, v in entry.items():
@@ -376,7 +393,7 @@ def read_verl(p: Path) -> Runs:
         head = f.read(1 << 12).lstrip()
     if head.startswith(b"{"):  # the file logger's JSONL
         for ln, rec in store.jsonl_rows(p):
-            data, step = rec.get("data"), _value(rec.get("step"))
+            data, step = rec.get("data"), _step(rec.get("step"))
             if not isinstance(data, dict) or step is None:
                 raise _wrong(p, "verl", f"line {ln} is not {{\"step\": N, \"data\": {{...}}}}")
             for k, v in data.items():
@@ -401,7 +418,8 @@ def read_verl(p: Path) -> Runs:
             except ValueError:
                 fv = None
             if fv is not None:
-                _put(runs, name, int(m.group(1)), k.strip(), fv)
+                digits = m.group(1)  # int() refuses 4,300 digits or more: past MAX_STEP anyway
+                _put(runs, name, int(digits) if len(digits) <= 20 else math.inf, k.strip(), fv)
     if not matched:
         raise _wrong(p, "verl", "no line like `step:N - metric:value`")
     return runs
@@ -427,6 +445,11 @@ def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[
         raise UserError(f"{source}: no runs in this {WHAT.get(fmt, 'log')}")
     curves = []
     for name, steps in runs.items():
+        huge = [s for s in steps if not abs(s) <= MAX_STEP]  # NaN too
+        if huge:
+            big = "a step too large for a float" if math.isinf(huge[0]) else f"step {huge[0]:g}"
+            raise UserError(f"{source}: run '{name}' logs {big}, beyond {MAX_STEP:,} (2^53): not a step count; fix "
+                            "or drop those entries")
         xs: list[float] = []
         ys: list[float] = []
         def at(step: float, key: str) -> float | None:  # a logged metric, or a column made from the step

@@ -206,6 +206,11 @@ def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | N
     max_steps = max(r.config.train.max_steps for r in sweep.runs)
     if model.steps_per_x:
         model.budget = max_steps / model.steps_per_x
+        if not planning.MIN_SCALE <= model.budget <= planning.MAX_SCALE:
+            raise UserError(f"--calibration {calibration}: steps_per_x {model.steps_per_x:g} makes {max_steps} steps "
+                            f"a compute of {model.budget:g} {model.x}, outside [{planning.MIN_SCALE:g}, "
+                            f"{planning.MAX_SCALE:g}]; write the calibration again with `ablate plan SWEEP_DIR "
+                            "--save-calibration FILE`")
     else:
         model.notes.append(f"the calibration has no steps per unit of {model.x}: the budget is the calibrated "
                            f"sweep's ({model.budget:.4g}), not this file's max_steps {max_steps}")
@@ -249,19 +254,25 @@ def question_text(d: dict[str, Any]) -> str:
 
 
 def render(result: PlanResult, console) -> None:
+    """The plan as tables and lines. The model's axis, source and notes may come from a calibration file, and arm
+    names from any input: all shown as text (text.safe), never obeyed by the terminal."""
     from rich.table import Table
     from rich.text import Text
 
+    from ablate.report import esc
+    from ablate.text import safe
+
     m = result.model
-    console.print(Text(f"task model ({m.x}): {m.describe()}"))
-    console.print(Text(f"  from {m.source}; budget {m.budget:.4g} {m.x} per run"
-                       + (f" ({int(round(m.budget * m.steps_per_x))} steps)" if m.steps_per_x else "")))
+    x = safe(m.x)
+    console.print(Text(f"task model ({x}): {m.describe()}"))
+    console.print(Text(safe(f"  from {m.source}; budget {m.budget:.4g} {m.x} per run"
+                            + (f" ({int(round(m.budget * m.steps_per_x))} steps)" if m.steps_per_x else ""))))
     for n in m.notes:
-        console.print(Text(f"  note: {n}", style="yellow"))
+        console.print(Text(safe(f"  note: {n}"), style="yellow"))
     goal = result.designs[0]["goal"] if result.designs else 0.8
     t = Table(title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate "
                     "(simulated through `ablate rank`)", header_style="bold")
-    for col in ("question", f"compute per run ({m.x})", "steps", "seeds per arm", "power", "GPU-h per arm",
+    for col in ("question", f"compute per run ({esc(m.x)})", "steps", "seeds per arm", "power", "GPU-h per arm",
                 "GPU-h sweep", ""):
         t.add_column(col, justify="left" if col in ("question", "") else "right")
     qtext = {d["question"]: question_text(d) for d in result.designs}
@@ -280,17 +291,17 @@ def render(result: PlanResult, console) -> None:
                                "effect, or more compute than the rungs tried, is needed", style="yellow"))
             continue
         gh = _gpu_hours(m, b["compute"], b["seeds"] * m.arms)
-        console.print(Text(f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {m.x} per arm "
+        console.print(Text(f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {x} per arm "
                            f"= {b['seeds'] * m.arms} runs" + (f", {gh:.3g} GPU-hours in all" if gh is not None else "")
                            + f" (power {b['power']:.2f} ±{b['se']:.2f})"))
     if result.arms:
         t = Table(title="running arms: would more compute change the verdict?", header_style="bold")
-        for col in ("arm", "verdict now", f"{m.x} now", "at max_steps", "futures changed", "state", "advice"):
+        for col in ("arm", "verdict now", f"{esc(m.x)} now", "at max_steps", "futures changed", "state", "advice"):
             t.add_column(col)
         for a in result.arms:
             p = a["p_change"]
-            t.add_row(Text(a["arm"]), a["verdict"], f"{a['compute_now']:.4g}", f"{a['compute_end']:.4g}",
+            t.add_row(Text(safe(a["arm"])), a["verdict"], f"{a['compute_now']:.4g}", f"{a['compute_end']:.4g}",
                       "" if p is None else f"{p:.0%}",
                       Text(a["state"], style={"settled": "green", "open": "yellow"}.get(a["state"], "")),
-                      Text(a["advice"], style="dim"))
+                      Text(safe(a["advice"]), style="dim"))
         console.print(t)

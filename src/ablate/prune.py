@@ -281,10 +281,20 @@ def replay(curves: list, target: float, s: PruneSettings) -> dict[str, Any]:
 def recorded_target(sweep_dir: Path, x: str) -> float | None:
     """The compute on `x` the sweep's settled checks rank at, as its monitor last recorded it (None: none yet)."""
     path = sweep_dir / "prune" / "decisions.jsonl"
-    if not path.exists():
+    if not path.is_file():
         return None
-    got = [float(d["target"]) for d in store.read_jsonl(path)
-           if isinstance(d.get("target"), (int, float)) and d.get("x") == x]
+
+    def target(v: Any) -> float | None:  # a compute > 0; a bool, NaN or an integer past the floats is none
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        try:
+            v = float(v)
+        except OverflowError:
+            return None
+        return v if math.isfinite(v) and v > 0 else None
+
+    got = [t for d in store.read_jsonl(path)  # read_jsonl skips damaged lines and ones nested too deeply
+           if d.get("x") == x and (t := target(d.get("target"))) is not None]
     return got[-1] if got else None
 
 
@@ -301,15 +311,20 @@ def monitor_alive(sweep_dir: Path) -> bool:
     info = sweep_dir / "prune" / "monitor.json"
     try:
         d = store.read_json(info)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # missing, torn, or nested past reading: no monitor there
         return False
-    return isinstance(d, dict) and proc_alive(d.get("pid"), d.get("start"))
+    if not isinstance(d, dict):
+        return False
+    pid, start = d.get("pid"), d.get("start")
+    ok = (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**22
+          and (start is None or isinstance(start, int) and not isinstance(start, bool) and 0 <= start < 2**63))
+    return ok and proc_alive(pid, start)
 
 
 def ensure_monitor(sweep_dir: Path, settings: PruneSettings) -> dict[str, int] | None:
     """Start the detached monitor unless one is already watching the sweep; returns its {pid, start} or None."""
     pdir = sweep_dir / "prune"
-    pdir.mkdir(parents=True, exist_ok=True)
+    store.make_dirs(pdir)  # as private as the sweep
     with store.dir_lock(pdir):
         if monitor_alive(sweep_dir):
             return None
@@ -319,7 +334,7 @@ def ensure_monitor(sweep_dir: Path, settings: PruneSettings) -> dict[str, int] |
         env.setdefault("OMP_NUM_THREADS", "1")
         import json
 
-        with open(pdir / "monitor.log", "ab") as log:
+        with store.safe_open(pdir / "monitor.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-c", "import sys, json; from ablate.prune import monitor; "
                  "monitor(sys.argv[1], json.loads(sys.argv[2]))", str(sweep_dir), json.dumps(settings.to_json())],

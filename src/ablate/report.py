@@ -1,8 +1,10 @@
 """Reports: rich tables, lines and JSON for fits, ranks and extrapolations (figures: ablate.figures).
 
 Nothing here computes a fit; it only presents `FitResult`s (fit/analysis.py) and what `rank` derived from them.
-Names come from users (run names, arm labels, columns): tables take them as `rich.text.Text` and printed lines
-pass them through `esc`, so that `[bold]` or `[/]` in a name is shown as written, never read as markup.
+Names come from users (run names, arm labels, columns) and from files (noise and calibration files' notes): tables
+take them as `rich.text.Text` of `text.safe(name)` and printed lines pass them through `esc`, so that `[bold]` or
+`[/]` in a name is shown as written, never read as markup, and an escape sequence or a bidi override is shown as
+`\\x1b` or `\\u202e`, never obeyed by the terminal.
 """
 
 from __future__ import annotations
@@ -14,13 +16,59 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 from rich.console import Console
-from rich.markup import escape as esc
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 from rich.text import Text
 
+from ablate.text import safe
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
     from ablate.fit.analysis import FitResult
+
+
+def esc(s: object) -> str:
+    """Untrusted text for a printed line: control characters made visible (text.safe), then markup escaped."""
+    return _markup_escape(safe(s))
+
+
+def cell(s: object) -> Text:
+    """Untrusted text for a table cell: a Text (never markup) with its control characters made visible."""
+    return Text(safe(s))
+
+
+def check_writable_output(path: Path | str, flag: str, *, folder: bool = False) -> Path:
+    """Where a command will write (`--out`, `--plot`, `--save-noise`, `--save-calibration`; `folder`: a directory
+    it creates or fills, `--root`), checked before any work: a folder where a file goes (or a file, or a device,
+    where a folder goes), a path under a file, or a place that can't be written (a read-only file system, no
+    permission) is one UserError line naming the flag. Writes still go through store's atomic writes: this only
+    moves the refusal to before the minutes of fitting it would otherwise follow."""
+    import os
+
+    from ablate.errors import UserError
+
+    p = Path(path)
+    where = f"{flag} {safe(p)}"
+    if folder and p.exists() and not p.is_dir():
+        raise UserError(f"{where}: is a file, not a directory; choose another path")
+    if not folder and p.is_dir():
+        raise UserError(f"{where}: is a directory; give a file name, e.g. {flag} {safe(p / 'out.json')}")
+    if not folder and p.exists() and not p.is_file():
+        raise UserError(f"{where}: not a regular file (a device, a pipe, a socket); give a file name")
+    parent = p if folder and p.exists() else p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{where}: {safe(parent)} is a file, not a directory; choose another path")
+    try:
+        read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise UserError(f"{where}: {safe(parent)} is on a read-only file system; choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{where}: no permission to write in {safe(parent)}; choose another path")
+    return p
+
 
 def console(stderr: bool = False) -> Console:
     """A console that keeps tables whole when output goes to a file or a pipe (rich assumes 80 columns).
@@ -86,7 +134,7 @@ def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Tabl
         t.add_column(col, **kw)
     for r in results:
         t.add_row(
-            Text(r.run),
+            cell(r.run),
             _fmt(r.R0),
             fmt_pm(r.A, r.A_ci),
             fmt_pm(r.B, r.B_ci, 2),
@@ -167,7 +215,7 @@ def sensitivity_table(results: Iterable[FitResult]) -> Table | None:
             mark = "" if row["identifiable"] else "not identified"
             if row["cutoff"] == 1.0 and r.unstable:
                 mark = "[red]unstable[/]"
-            t.add_row(Text(r.run), f"{row['fit_until']:g} ({row['cutoff']:.0%})", _fmt(row["A"]), _fmt(row["B"], 2),
+            t.add_row(cell(r.run), f"{row['fit_until']:g} ({row['cutoff']:.0%})", _fmt(row["A"]), _fmt(row["B"], 2),
                       _fmt(row["C_mid"]), _fmt(row["pred_at_target"]), mark)
     return t
 
@@ -206,7 +254,7 @@ def forms_table(forms: dict[str, dict[str, float]]) -> Table:
     for run, scores in forms.items():
         finite = {k: v for k, v in scores.items() if math.isfinite(v)}
         best = min(finite, key=finite.get) if finite else "—"
-        t.add_row(Text(run), *[_fmt(scores[n], 4) for n in names], best)
+        t.add_row(cell(run), *[_fmt(scores[n], 4) for n in names], best)
     return t
 
 
@@ -249,7 +297,7 @@ def rank_table(ranking) -> Table:
         t.add_column(col, **kw)
     for i, a in enumerate(ranking.arms, start=1):
         f = a.fit
-        arm = Text(a.arm)
+        arm = cell(a.arm)
         if a.partial:
             arm.append("  partial", style="yellow")
         if a.truncation_warning:
@@ -258,7 +306,7 @@ def rank_table(ranking) -> Table:
             arm.append(f"  {s}", style="magenta" if s == "unstable" else "blue")
         verdict = Text(VERDICT_TEXT[a.verdict], style=VERDICT_STYLE.get(a.verdict, "white"))
         t.add_row(str(i), arm, str(a.seeds), _fmt(f.R0), fmt_pm(f.A, f.A_ci), fmt_pm(f.B, f.B_ci, 2),
-                  fmt_range(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, Text(a.detail))
+                  fmt_range(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, cell(a.detail))
     return t
 
 

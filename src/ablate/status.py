@@ -5,6 +5,7 @@ while the sweep runs. Also the progress bar of `ablate sweep --follow` and `wait
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -18,6 +19,7 @@ from ablate.launch.liveness import current_states
 from ablate.ledger import TERMINAL, Ledger
 from ablate.prune import saved
 from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir
+from ablate.text import safe
 
 ENDED = TERMINAL  # states a run does not leave by itself
 
@@ -60,6 +62,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
     sdir = sweep_dir(root, name)
     if not (sdir / "ledger.jsonl").exists():
         raise_missing(root, name)
+    check_ledger(sdir)
     recs, verdicts = current_states(Ledger(sdir))
     out = []
     for rid, r in recs.items():
@@ -73,7 +76,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
         trunc = _number(m.get("truncation_rate"))
         out.append(RunStatus(
             run_id=rid, label=r.label, state=state, cause=cause, job_id=r.job_id, executor=r.executor,
-            step=m["step"] if isinstance(m.get("step"), int) else None, max_steps=r.max_steps,
+            step=_step(m.get("step")), max_steps=_step(r.max_steps),
             val_pass_rate=_number(m.get("val_pass_rate")), gpu_hours=_number(m.get("gpu_hours")), truncation_rate=trunc,
             truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
             attempts=r.attempts, requeues=r.requeues, error=error, log=r.log, reason=r.reason))
@@ -81,8 +84,32 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
 
 
 def _number(v: Any) -> float | None:
-    """A metric value as a float; None when the line has none (or something that is not a number)."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A metric value as a float; None when the line has none (or something that is not a finite number: an
+    integer of hundreds of digits would not even convert)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _step(v: Any) -> int | None:
+    """A step count: an integer in [0, 2^53] (past that, no run's: progress would overflow), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 2**53 else None
+
+
+def check_ledger(sdir: Path | str) -> None:
+    """A ledger that is there but no file (a directory, a device): one UserError line, before anything reads or
+    appends to it."""
+    path = Path(sdir) / "ledger.jsonl"
+    if path.exists() and not path.is_file():
+        from ablate.errors import UserError
+
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise UserError(f"{safe(path)}: {what}, not the sweep's ledger file; move it aside (the run directories keep "
+                        "their results) and run `ablate sweep` again to write a new one")
 
 
 def raise_missing(root: Path | str, name: str) -> None:
@@ -132,11 +159,13 @@ FAST_TABLE_ROWS = 200
 
 
 def _cells(s: RunStatus) -> list[tuple[str, str | None]]:
-    """One row as (text, style) per column."""
+    """One row as (text, style) per column; what the ledger says (label, run id, job id, cause) shown as text
+    (text.safe: an escape sequence in a label is printed, not obeyed)."""
     state = s.state + (f"({s.cause})" if s.cause and s.state in ("failed", "preempted") and s.cause != "preempted" else "")
     step = "" if s.step is None else (f"{s.step}/{s.max_steps} ({s.progress:.0%})" if s.max_steps else str(s.step))
     trunc = "" if s.truncation_rate is None else f"{s.truncation_rate:.0%}" + (" !" if s.truncation_warning else "")
-    return [(s.label, None), (s.run_id, None), (state, STYLE.get(s.state)), (s.job_id or "", None), (step, None),
+    return [(safe(s.label), None), (safe(s.run_id), None), (safe(state), STYLE.get(s.state)),
+            (safe(s.job_id or ""), None), (step, None),
             ("" if s.val_pass_rate is None else f"{s.val_pass_rate:.3f}", None),
             ("" if s.gpu_hours is None else f"{s.gpu_hours:.3g}", None),
             (trunc, "red" if s.truncation_warning else None)]
@@ -147,7 +176,7 @@ def status_table(name: str, statuses: Iterable[RunStatus]) -> Any:
     rows = [_cells(s) for s in statuses]
     if len(rows) > FAST_TABLE_ROWS:
         return _fast_table(name, rows)
-    t = Table(title=f"sweep {name}", title_justify="left")
+    t = Table(title=Text(f"sweep {safe(name)}"), title_justify="left")
     for col, justify in COLUMNS:
         t.add_column(col, no_wrap=True, justify=justify)  # type: ignore[arg-type]
     for row in rows:
@@ -161,7 +190,7 @@ def _fast_table(name: str, rows: list[list[tuple[str, str | None]]]) -> Text:
     def pad(text: str, j: int) -> str:
         return text.rjust(widths[j]) if COLUMNS[j][1] == "right" else text.ljust(widths[j])
 
-    parts = [f"sweep {name}\n", "  ".join(pad(col, j) for j, (col, _) in enumerate(COLUMNS)) + "\n"]
+    parts = [f"sweep {safe(name)}\n", "  ".join(pad(col, j) for j, (col, _) in enumerate(COLUMNS)) + "\n"]
     spans = [Span(0, len(parts[0]) - 1, "italic"), Span(len(parts[0]), len(parts[0]) + len(parts[1]) - 1, "bold")]
     pos = len(parts[0]) + len(parts[1])
     for row in rows:
@@ -253,14 +282,14 @@ def show_status(root: Path | str, sweep: str | None, *, watch: bool = False, int
     def render(data: list[tuple[str, list[RunStatus]]]) -> Group:
         parts: list[Any] = []
         for n, sts in data:
-            parts += [status_table(n, sts), Text(summary_line(n, sts))]
+            parts += [status_table(n, sts), Text(safe(summary_line(n, sts)))]
             for s in sts:
                 if s.state == "failed" and s.error:
-                    last = s.error.strip().splitlines()[-1]
-                    parts.append(Text(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}",
+                    last = (str(s.error).strip().splitlines() or [""])[-1]
+                    parts.append(Text(safe(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}"),
                                       style="red"))
                 elif s.state in ("pruned", "unstable") and s.reason:
-                    parts.append(Text(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}",
+                    parts.append(Text(safe(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}"),
                                       style=STYLE[s.state]))
         return Group(*parts)
 

@@ -31,7 +31,6 @@ arm's verdict differs from today's is how likely more compute is to change it.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -42,11 +41,11 @@ from scipy.stats import beta as beta_dist
 
 from ablate.errors import UserError
 from ablate.fit.analysis import FitOptions
-from ablate.fit.sigmoid import gain_fraction
+from ablate.fit.sigmoid import B_BOUNDS, gain_fraction
 from ablate.fit.compare import NoiseFloor, Ranking, measured_floor, rank
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import sigmoid
-from ablate.fit.verdicts import FDR, benjamini_hochberg
+from ablate.fit.verdicts import FDR, MAX_DOF, MAX_SD_A, MAX_SD_LOGC, benjamini_hochberg
 
 SEED_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 COMPUTE_RUNGS = (0.5, 1.0, 2.0, 4.0)
@@ -60,6 +59,25 @@ QUESTIONS = ("ceiling", "efficiency")
 WANTED = {"ceiling": "ceiling_up", "efficiency": "efficiency_up"}
 PLAN_BOOT = 100
 """Bootstrap resamples per fit inside the simulations (identification reads the gain fraction's interval)."""
+MIN_SCALE, MAX_SCALE = 1e-9, 1e30
+"""Bounds on compute in a calibration file (c_mid, eval_every, budget, and a budget made from steps_per_x), in
+units of its x. Measured: the simulations fit and decide as usual with a real calibration's compute scaled by
+1e-12 up to 1e60, identify nothing from 1e-30 down (every simulated arm `not identified`), and overflow at 1e300;
+these bounds keep inside that, and cover every real axis, from a CPU run's GPU-hours (1e-3) to FLOPs (1e24)."""
+CALIBRATION_BOUNDS = {
+    # field: (lo, hi, kind): "float" in [lo, hi], "above" in (lo, hi], "int" an integer in [lo, hi]
+    "r0": (0.0, 1.0, "float"), "a": (0.0, 1.0, "above"), "b": (B_BOUNDS[0], B_BOUNDS[1], "float"),
+    "c_mid": (MIN_SCALE, MAX_SCALE, "float"), "eval_every": (MIN_SCALE, MAX_SCALE, "float"),
+    "budget": (MIN_SCALE, MAX_SCALE, "float"),
+    "val_n": (1.0, 1e9, "float"),  # graded samples per evaluation (a binomial's n: an int64)
+    "drift_sd": (0.0, 1.0, "float"), "drift_rho": (0.0, 1.0, "float"),  # pass rates: within [0, 1]
+    "seed_sd_a": (0.0, MAX_SD_A, "float"), "seed_sd_logc": (0.0, MAX_SD_LOGC, "float"),
+    "seed_dof": (1, MAX_DOF, "int"),
+    "fit_sd_a": (0.0, MAX_SD_A, "float"), "fit_sd_logc": (0.0, MAX_SD_LOGC, "float"),
+    "arms": (1, 10**6, "int"),
+    # conversions between axes: GPU-hours per FLOP is ~1e-19, steps per FLOP smaller still
+    "gpu_hours_per_x": (0.0, 1e40, "above"), "steps_per_x": (0.0, 1e40, "above"),
+}
 
 
 @dataclass
@@ -94,23 +112,28 @@ class TaskModel:
 
     @classmethod
     def load(cls, path: Path | str) -> "TaskModel":
-        """A stored model (`--save-calibration`); a UserError naming what is wrong with the file."""
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-            m = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-            for k in ("r0", "a", "b", "c_mid", "eval_every", "drift_sd", "seed_sd_a", "seed_sd_logc", "fit_sd_a",
-                      "fit_sd_logc", "budget"):
-                if not (isinstance(getattr(m, k), (int, float)) and math.isfinite(getattr(m, k))):
-                    raise ValueError(f"{k} is not a number")
-        except FileNotFoundError:
-            raise UserError(f"--calibration {path}: no such file; write one with `ablate plan SWEEP_DIR "
-                            "--save-calibration FILE` on a sweep that ran with seeds") from None
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            raise UserError(f"--calibration {path}: not a calibration file ({type(e).__name__}: {e}); write one "
-                            "with `ablate plan SWEEP_DIR --save-calibration FILE`") from None
-        if not (0.0 <= m.r0 < m.a <= 1.0 and m.b > 0 and m.c_mid > 0 and m.eval_every > 0 and m.budget > 0):
-            raise UserError(f"--calibration {path}: needs 0 <= r0 < a <= 1 and b, c_mid, eval_every, budget > 0")
-        return m
+        """A stored model (`--save-calibration`); a UserError naming what is wrong with the file. Every field is
+        type- and range-checked (CALIBRATION_BOUNDS): a number out of range sends the simulations where they
+        cannot end (a compute scale of 1e-300) or overflow."""
+        from ablate.fit.verdicts import number, read_json_object
+
+        where = f"--calibration {path}"
+        fix = "write one with `ablate plan SWEEP_DIR --save-calibration FILE`"
+        d = read_json_object(path, "--calibration", fix + " on a sweep that ran with seeds")
+        fix = f"not a calibration file: {fix}"
+        got: dict[str, Any] = {}
+        for key, (lo, hi, kind) in CALIBRATION_BOUNDS.items():
+            got[key] = number(d, key, where, lo, hi, fix=fix, integer=kind == "int", above=kind == "above",
+                              optional=key in ("val_n", "gpu_hours_per_x", "steps_per_x"))
+        x, source, notes = d.get("x"), d.get("source", ""), d.get("notes", [])
+        if not isinstance(x, str) or not x.strip() or len(x) > 200:
+            raise UserError(f"{where}: x (the compute axis) must be a name such as gpu_hours; {fix}")
+        if not isinstance(source, str) or not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
+            raise UserError(f"{where}: source must be text and notes a list of texts; {fix}")
+        if not got["r0"] < got["a"]:
+            raise UserError(f"{where}: needs r0 < a (the ceiling above the start), got r0 {got['r0']:g}, a "
+                            f"{got['a']:g}; {fix}")
+        return cls(x=x, source=source, notes=list(notes), **got)
 
     def describe(self) -> str:
         ev = f"evaluation n={self.val_n:g}" if self.val_n else "evaluation noise inside the drift"

@@ -56,21 +56,94 @@ class NoiseFloor:
 
     @classmethod
     def load(cls, path: Path | str) -> "NoiseFloor":
-        """A stored measurement (`--save-noise`); a UserError naming what is wrong with the file."""
-        try:
-            d = json.loads(Path(path).read_text(encoding="utf-8"))
-            floor = cls(sd_A=float(d["sd_A"]), sd_logc=float(d["sd_logc"]), dof=int(d["dof"]),
-                        source=f"stored measurement {path} ({d.get('source', '?')})")
-        except FileNotFoundError:
-            raise UserError(f"--noise {path}: no such file; write one with `ablate rank SWEEP --save-noise FILE` "
-                            "on a sweep with seeds") from None
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-            raise UserError(f"--noise {path}: not a noise file ({type(e).__name__}: {e}); it needs sd_A, sd_logc "
-                            "and dof, as --save-noise writes") from None
-        if not (math.isfinite(floor.sd_A) and math.isfinite(floor.sd_logc) and floor.sd_A > 0 and floor.sd_logc > 0
-                and floor.dof >= 1):
-            raise UserError(f"--noise {path}: sd_A and sd_logc must be > 0 and dof >= 1")
-        return floor
+        """A stored measurement (`--save-noise`); a UserError naming what is wrong with the file. Each number is
+        range-checked: a spread is finite and > 0 (a zero spread would make every difference significant), at most
+        MAX_SD_A / MAX_SD_LOGC (beyond them it describes no seeds), and dof an integer in [1, MAX_DOF]."""
+        where = f"--noise {path}"
+        d = read_json_object(path, "--noise", "write one with `ablate rank SWEEP --save-noise FILE` on a sweep with "
+                             "seeds")
+        fix = "it needs sd_A, sd_logc and dof, as --save-noise writes"
+        source = d.get("source", "?")
+        if not isinstance(source, str):
+            raise UserError(f"{where}: not a noise file (source is {_shown(source)}, not text); {fix}")
+        return cls(sd_A=number(d, "sd_A", where, 0.0, MAX_SD_A, fix=fix, above=True),
+                   sd_logc=number(d, "sd_logc", where, 0.0, MAX_SD_LOGC, fix=fix, above=True),
+                   dof=number(d, "dof", where, 1, MAX_DOF, fix=fix, integer=True),
+                   source=f"stored measurement {path} ({source})")
+
+
+# Bounds on what a noise or calibration file may say (fit/planning.py's calibration uses them too).
+MAX_FILE_BYTES = 1 << 20
+"""A noise file is ~200 bytes and a calibration ~1 KB: a file past 1 MiB is not one, and is not read into memory."""
+MAX_SD_A = 1.0
+"""A is a pass rate in [0, 1]: its spread between seeds cannot exceed 1."""
+MAX_SD_LOGC = 10.0
+"""A spread of log compute of 10 is e^10 = 22,000x between seeds: no measurement of seeds of one recipe."""
+MAX_DOF = 10**9
+"""Degrees of freedom behind a spread: beyond a billion the spread is exact in every simulation (and chi-square
+draws stay finite)."""
+
+
+def _shown(v: Any) -> str:
+    """A value from a file, for an error line: its JSON, cut to 40 characters."""
+    try:
+        text = json.dumps(v, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_json_object(path: Path | str, flag: str, fix: str) -> dict[str, Any]:
+    """The JSON object of a small file ablate wrote (`--save-noise`, `--save-calibration`): anything else (no file,
+    a folder, a huge file, not UTF-8, not JSON, nested too deeply, not an object) is one UserError line naming
+    `flag path`, ending with `fix`."""
+    p = Path(path)
+    where = f"{flag} {p}"
+    try:
+        if p.is_dir():
+            raise UserError(f"{where}: is a directory, not a file; {fix}")
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise UserError(f"{where}: {size:,} bytes, more than a {flag[2:]} file ever holds ({MAX_FILE_BYTES:,}); "
+                            f"{fix}")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        d = json.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{where}: no such file; {fix}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: not UTF-8 text, so not a {flag[2:]} file; {fix}") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply, so not a {flag[2:]} file; {fix}") from None
+    except ValueError as e:
+        raise UserError(f"{where}: not valid JSON ({str(e).split(':')[0]}); {fix}") from None
+    except OSError as e:
+        raise UserError(f"{where}: can't read the file ({e.strerror or e}); {fix}") from None
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: not a {flag[2:]} file (a JSON {type(d).__name__}, not an object); {fix}")
+    return d
+
+
+def number(d: dict[str, Any], key: str, where: str, lo: float, hi: float, *, fix: str, integer: bool = False,
+           above: bool = False, optional: bool = False) -> Any:
+    """`d[key]` checked: a JSON number (true/false and "0.1" are not), an integer when `integer`, finite, in
+    [lo, hi] (`above`: > lo). None when `optional` and missing or null. Else one UserError line naming the field."""
+    if d.get(key) is None:
+        if optional:
+            return None
+        raise UserError(f"{where}: no {key}; {fix}")
+    v = d[key]
+    kind = "an integer" if integer else "a number"
+    if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
+        raise UserError(f"{where}: {key} is {_shown(v)}, not {kind}; {fix}")
+    try:
+        fv = float(v)
+    except OverflowError:
+        fv = math.inf
+    low = f"({lo:g}" if above else f"[{lo:g}"
+    if not (math.isfinite(fv) and (fv > lo if above else fv >= lo) and fv <= hi):
+        raise UserError(f"{where}: {key} is {_shown(v)}, out of range: {kind} in {low}, {hi:g}]; {fix}")
+    return int(v) if integer else fv
 
 
 def measured_floor(arms: list[ArmResult]) -> NoiseFloor | None:

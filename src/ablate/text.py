@@ -1,0 +1,34 @@
+"""Untrusted text shown as text: run names, W&B display names, grid values, labels and notes read from files.
+
+Any of these can hold bytes a terminal obeys: ESC sequences (`\\x1b[2J` clears the screen, OSC 8 makes links,
+some terminals answer queries into the input), a carriage return that overwrites the line, bidi overrides
+(U+202E) that show `a.py` for `yp.a`, or a newline that splits one error line in two. `safe` writes each such
+character out as a visible escape (`\\x1b`, `\\r`, `\\u202e`), so what is printed, put in an error line or a
+figure's label is exactly what the file holds, and nothing else. (Rich markup is a separate matter: report.esc.)
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+_HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+"""Unicode categories a terminal acts on or does not show: controls (C0, DEL, C1), format characters (bidi
+overrides and isolates, zero-width ones, the byte-order mark), surrogates (undecodable bytes kept by Python's
+surrogateescape: they cannot even be encoded for the terminal), and the line and paragraph separators."""
+
+
+def _visible(ch: str) -> str:
+    if unicodedata.category(ch) not in _HIDDEN:
+        return ch
+    n = ord(ch)
+    return f"\\x{n:02x}" if n <= 0xFF else f"\\u{n:04x}" if n <= 0xFFFF else f"\\U{n:08x}"
+
+
+def safe(s: object) -> str:
+    """`s` as printable text: each control, format or separator character written as its escape (`\\x1b`,
+    `\\n`, `\\u202e`); anything else, spaces and every script included, unchanged. Idempotent, and fast on the
+    usual name (one `isprintable` check)."""
+    s = s if isinstance(s, str) else str(s)
+    if s.isprintable():
+        return s
+    return "".join(_visible(ch) for ch in s)
