@@ -159,15 +159,21 @@ def test_status_reads_past_damaged_metrics_lines(tmp_path):
     assert (st.step, st.val_pass_rate, st.gpu_hours) == (None, None, None)
 
 
-def test_files_of_a_run_are_readable_by_other_users(tmp_path):
+@pytest.mark.parametrize("group_read", [False, True])
+def test_a_run_is_owner_only_unless_group_read_is_asked_for(tmp_path, group_read):
+    """The directory protects the files (0644): owner-only by default, group read (never write) when asked."""
     old = os.umask(0o022)
     try:
         d = tmp_path / "r"
+        if group_read:
+            store.make_dirs(d, store.dir_mode(group_read=True))  # what `ablate train --group-read` does first
         run(small_config("train.max_steps=2"), d)
     finally:
         os.umask(old)
     for name in ("config.yaml", "run.json", "metrics.jsonl", "ckpt/last.pt"):
         assert (d / name).stat().st_mode & 0o777 == 0o644, name
+    for folder in (d, d / "ckpt", d / "logs"):
+        assert folder.stat().st_mode & 0o777 == (0o750 if group_read else 0o700), folder
 
 
 # ---- faults ----
@@ -247,7 +253,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert [r["step"] for r in store.read_jsonl(d / "metrics.jsonl")] == [0, 2, 4, 6]
     for name in ("last.pt", "prev.pt"):
         (d / "ckpt" / name).write_bytes(b"")
-    with pytest.raises(UserError, match="no readable checkpoint"):
+    with pytest.raises(UserError, match="no usable checkpoint"):
         run(cfg, d)
     assert store.read_json(d / "run.json")["status"] == "failed"
 
@@ -267,7 +273,7 @@ def test_a_crafted_checkpoint_cannot_run_code_on_resume(tmp_path):
     MARK.unlink(missing_ok=True)
     for name in ("last.pt", "prev.pt"):
         torch.save({"step": 6, "model": _Payload()}, d / "ckpt" / name)
-    with pytest.raises(UserError, match="no readable checkpoint"):
+    with pytest.raises(UserError, match="no usable checkpoint"):
         run(cfg, d)
     assert not MARK.exists(), "loading a checkpoint ran code"
 

@@ -40,7 +40,7 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypa
         assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
         p.send_signal(sig)
         _, err = p.communicate()
-        assert p.returncode == (0 if sig == signal.SIGTERM else -sig), err[-2000:]
+        assert p.returncode == (128 + sig if sig == signal.SIGTERM else -sig), err[-2000:]
 
     attempt(4, signal.SIGTERM)  # a stop: the one checkpoint, at the step it came
     stopped = store.read_json(out / "run.json")["step"]

@@ -5,9 +5,11 @@ every `train.eval_every` steps the evaluator measures the held-out pass rate and
 metrics.jsonl (evaluate.py); every `train.checkpoint_every` steps, at the end and on a stop request, a checkpoint is
 saved (checkpoint.py). The run directory's files are written only through ablate.rundir.
 
-Resume: a run directory with a checkpoint continues from it. metrics.jsonl is cut back to the lines with step <= the
-checkpoint's step (lines after it belong to work that is redone), and the checkpoint's own evaluation line is
-written again if a crash tore it, so no line is lost or duplicated.
+Resume: a run directory with a checkpoint continues from it: the newest one that loads, fits the model and agrees
+with metrics.jsonl, else the one before (checkpoint.py; with none usable, a fresh start only while no training is
+recorded). metrics.jsonl is cut back to the lines with step <= the checkpoint's step (lines after it belong to
+work that is redone), and the checkpoint's own evaluation line is written again if a crash tore it, so no line is
+lost or duplicated.
 
 Stop requests (stopping.py): at the next step boundary the run checkpoints and returns status `preempted`. It never
 talks to a scheduler: the launcher's job side decides what a stop means (submitit requeues the job).
@@ -43,7 +45,7 @@ from ablate.errors import UserError
 from ablate.identity import arm_id, canonical, run_id
 from ablate.rundir import METRICS, DirectoryGone, RunDir, cause_of, no_space
 from ablate.train import distributed
-from ablate.train.checkpoint import Checkpoints
+from ablate.train.checkpoint import BadCheckpoint, Checkpoints, check_state, metric_steps
 from ablate.train.compute import Compute, device_count
 from ablate.train.evaluate import Accumulator, Evaluator, Health
 from ablate.train.feeders import make_feeder
@@ -320,9 +322,14 @@ class _LogFile(logging.FileHandler):
     def handleError(self, record: logging.LogRecord) -> None:
         pass
 
+    def _open(self) -> Any:
+        """Opened without following a link (store.safe_open): a link planted at train.log is refused in one line,
+        recorded as the run's failure, instead of appending to the file it points to."""
+        return store.safe_open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
+
 
 def _attach_log(path: Path) -> logging.Handler:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    store.make_dirs(path.parent)  # logs/ takes the run directory's permissions
     log.setLevel(logging.INFO)
     h = _LogFile(path)
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -373,6 +380,17 @@ class Recorder:
             self.rd.append_metrics(self.last_eval)
 
 
+def _check_optimizer(opt: torch.optim.Optimizer) -> None:
+    """BadCheckpoint when a loaded optimizer state does not fit its parameters (torch checks the groups' sizes, not
+    the moments' shapes: a wrong one would fail at the first step, far from its cause)."""
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, v in opt.state.get(p, {}).items():
+                if torch.is_tensor(v) and v.dim() > 0 and v.shape != p.shape:
+                    raise BadCheckpoint(f"its optimizer state {key!r} has shape {tuple(v.shape)} for a parameter of "
+                                        f"shape {tuple(p.shape)}")
+
+
 class RunLoop(Recorder):
     """The loop of one run over its run directory (see the module docstring)."""
 
@@ -381,9 +399,15 @@ class RunLoop(Recorder):
         self.cfg, self.rd, self.stop = cfg, rd, stop
         self.world = world = world or distributed.World()
         self.lead = world.lead  # rank 0 writes the run directory; the other ranks only compute
-        self.learner = Learner(cfg, world)
+        self.ckpt = Checkpoints(rd.ckpt_dir, lead=self.lead)
+        self._build()
+
+    def _build(self) -> None:
+        """The state a run starts from: policy, optimizer, counters at step 0 (built again when a checkpoint failed
+        half-way through being applied and the run starts afresh)."""
+        world = self.world
+        self.learner = Learner(self.cfg, world)
         self.evaluator = Evaluator(self.learner)
-        self.ckpt = Checkpoints(rd.ckpt_dir)
         dev = self.learner.device
         # a data-parallel run holds one device per rank (a CPU rank counts one, as a single CPU run does)
         devices = world.size if world.size > 1 else (device_count() if dev.type == "cuda" else 1)
@@ -410,14 +434,39 @@ class RunLoop(Recorder):
                         "world": self.world.size, **rngs})
 
     def resume(self) -> bool:
-        """Every rank loads rank 0's checkpoint (model, optimizer, pool and prompt RNG are the same on every rank)
-        and its own rollout RNG; rank 0 alone mends metrics.jsonl."""
-        st = self.ckpt.load()
+        """Every rank loads and applies rank 0's checkpoint (model, optimizer, pool and prompt RNG are the same on
+        every rank) and its own rollout RNG, as one step that falls back to the previous checkpoint when anything in
+        it fails (Checkpoints.resume: a fresh start only while metrics.jsonl records no training); rank 0 alone
+        mends metrics.jsonl."""
+        steps = metric_steps(self.rd.metrics_path)
+        self._touched = False
+        st = self.ckpt.resume(lambda st: self._apply(st, steps), fresh_ok=not any(s > 0 for s in steps))
+        touched = self.world.any(self._touched)  # (a collective: every rank is past its attempt, and rebuilds alike)
+        self.ckpt.set_aside()
         if st is None:
+            if touched:
+                del self.learner, self.evaluator  # (a model's memory is freed before the next one is built)
+                self._build()
             if self.lead:
                 self.rd.keep_metrics_until(-1)  # a crash before the first checkpoint left nothing to keep
             return False
+        if not self.lead:
+            log.info("resumed from step %d", self.step)
+            return True
+        self.mend_metrics()
+        log.info("resumed from step %d", self.step)
+        return True
+
+    def _apply(self, st: dict[str, Any], steps: list[int]) -> None:
+        """Put checkpoint `st` into the run, or raise (BadCheckpoint, or whatever loading it raised)."""
+        tr = self.cfg.train
+        check_state(st, max_steps=tr.max_steps, eval_every=tr.eval_every, steps=steps)
+        for key in ("model", "optim", "rng", "pool"):
+            if key not in st:
+                raise BadCheckpoint(f"it has no {key!r}")
+        self._touched = True
         self.learner.load_state_dict(st)
+        _check_optimizer(self.learner.opt)
         rngs = st.get("rollout_rngs") or []
         if self.world.size > 1:
             if len(rngs) == self.world.size:
@@ -429,13 +478,7 @@ class RunLoop(Recorder):
         self.compute.load_state_dict(st["compute"])
         self.acc.load_state_dict(st["acc"])
         self.health.load_state_dict(st["health"])
-        self.step, self.last_eval = st["step"], st["eval"]
-        if not self.lead:
-            log.info("resumed from step %d", self.step)
-            return True
-        self.mend_metrics()
-        log.info("resumed from step %d", self.step)
-        return True
+        self.step, self.last_eval = st["step"], st.get("eval")
 
     def stop_requested(self) -> bool:
         """Whether the run stops at this step boundary: a stop request on any rank stops every rank here."""

@@ -13,7 +13,11 @@ What is ablate's and what is TRL's:
   TRL's own logs (entropy, clip ratio, gradient norm) come in through `on_log`.
 - Checkpoints are TRL's (`ckpt/checkpoint-N/`: weights, optimizer, scheduler, RNG), with ablate's state beside them
   (`ablate_state.json`: compute, accumulators, health, the last evaluation). A resume picks the newest checkpoint
-  that has both, cuts metrics.jsonl back to its step, and calls `train(resume_from_checkpoint=...)`.
+  that has both and passes `check_checkpoint` (every file TRL will load is there, loads, and fits the model;
+  ablate's state fits the run: checkpoint.check_state), else the next older one (a failed one is set aside as
+  `bad-checkpoint-N`, out of TRL's rotation), cuts metrics.jsonl back to its step, and calls
+  `train(resume_from_checkpoint=...)`. With none usable, the run starts afresh only while metrics.jsonl records
+  no training (as the built-in trainer's checkpoint.Checkpoints.resume), else fails in one line.
 - A stop request (SIGTERM, SIGUSR2, ...) makes the callback ask TRL to save and stop at the step's end: the run
   ends `preempted` and resumes there.
 """
@@ -38,6 +42,7 @@ from ablate.errors import UserError
 from ablate.identity import arm_id, run_id
 from ablate.rundir import RunDir
 from ablate.train import distributed, length
+from ablate.train.checkpoint import BadCheckpoint, check_state, faults, first_line, metric_steps
 from ablate.train.compute import Compute, device_count
 from ablate.train.evaluate import Accumulator, Evaluator, Health
 from ablate.train.loop import Recorder
@@ -185,6 +190,55 @@ def checkpoints(ckpt_dir: Path) -> list[tuple[int, Path, bool]]:
     return sorted(found)
 
 
+def check_checkpoint(path: Path, step: int, model: Any, world: distributed.World) -> dict[str, Any]:
+    """ablate's state of TRL checkpoint `path` (checkpoint-`step`), once every file HF's Trainer will load from it
+    is there, loads, and fits `model`; else BadCheckpoint. HF's own loading would take missing weights silently
+    (a warning, and the warmed-up ones stay) and skip a missing optimizer, and fail on the rest only once training
+    has begun; this reads shapes only (memory-mapped), not the tensors' data."""
+    from collections import Counter
+
+    from safetensors import safe_open
+    from transformers.trainer_pt_utils import safe_globals
+
+    st = json.loads((path / STATE).read_text())
+    if not isinstance(st, dict) or st.get("step") != step or type(st.get("step")) is not int:
+        raise BadCheckpoint(f"its {STATE} is for step {st.get('step') if isinstance(st, dict) else st!r}, not {step}")
+    ts = json.loads((path / "trainer_state.json").read_text())
+    if not isinstance(ts, dict) or type(ts.get("global_step")) is not int or ts["global_step"] != step:
+        raise BadCheckpoint(f"its trainer_state.json is not at step {step}")
+    if not (path / "model.safetensors").is_file():
+        raise BadCheckpoint("it has no model.safetensors")
+    ours = model.state_dict()
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    for k, shape in saved.items():
+        if k not in ours or tuple(ours[k].shape) != shape:
+            raise BadCheckpoint(f"its weight {k} {'is not in the model' if k not in ours else f'has shape {shape}'}")
+    # a weight may be left out only when it is tied to one saved (save_pretrained writes a tied tensor once)
+    storage = {ours[k].untyped_storage().data_ptr() for k in saved}
+    missing = [k for k in ours if k not in saved and ours[k].untyped_storage().data_ptr() not in storage]
+    if missing:
+        raise BadCheckpoint(f"its weights lack {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True, mmap=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = opt.get("param_groups") if isinstance(opt, dict) else None
+    if not isinstance(groups, list) or sum(len(g.get("params", ())) for g in groups) != len(params) \
+            or not isinstance(opt.get("state"), dict):
+        raise BadCheckpoint(f"its optimizer.pt is not the state of an optimizer over the model's {len(params)} tensors")
+    moments = Counter(tuple(v.shape) for s in opt["state"].values() for v in s.values()
+                      if torch.is_tensor(v) and v.dim() > 0)
+    if moments - Counter(tuple(p.shape) for p in params for _ in range(2)):
+        raise BadCheckpoint("its optimizer state has shapes the model's parameters do not")
+    if not isinstance(torch.load(path / "scheduler.pt", weights_only=True), dict):
+        raise BadCheckpoint("its scheduler.pt is not a scheduler's state")
+    rng = path / (f"rng_state_{world.rank}.pth" if world.size > 1 else "rng_state.pth")
+    if rng.exists():  # (optional for HF too: a checkpoint of another number of ranks has others)
+        with safe_globals():
+            if not isinstance(torch.load(rng, weights_only=True), dict):
+                raise BadCheckpoint(f"its {rng.name} is not an RNG state")
+    return st
+
+
 class TRLLoop(Recorder):
     """One run under TRL over its run directory: what loop.RunLoop is for the built-in trainer (the evaluation
     record and the mending of metrics.jsonl are theirs in common: loop.Recorder)."""
@@ -267,7 +321,8 @@ class TRLLoop(Recorder):
                 "health": self.health.state_dict(), "eval": self.last_eval}
 
     def resume(self) -> Path | None:
-        """The checkpoint to resume from (ablate's state loaded, metrics.jsonl mended), or None for a fresh start."""
+        """The checkpoint to resume from (ablate's state loaded, metrics.jsonl mended), or None for a fresh start:
+        the newest complete one that passes `check_checkpoint`, else the next older one (see the module docstring)."""
         every = checkpoints(self.rd.ckpt_dir)
         found = [(step, path) for step, path, complete in every if complete]
         if self.lead:  # checkpoints TRL saved but ablate did not finish (a crash between the two): never resumed
@@ -275,20 +330,56 @@ class TRLLoop(Recorder):
             for step, path, complete in every:
                 if step > newest and not complete:
                     shutil.rmtree(path, ignore_errors=True)
-        if not found:
+        steps = metric_steps(self.rd.metrics_path)
+        tr, rejected = self.cfg.train, []
+        for step, path in reversed(found):
+            try:
+                st = check_checkpoint(path, step, self.policy.model, self.world)
+                check_state(st, max_steps=tr.max_steps, eval_every=tr.eval_every, steps=steps)
+                self.compute.load_state_dict(st["compute"])
+                self.acc.load_state_dict(st["acc"])
+                self.health.load_state_dict(st["health"])
+            except (MemoryError, torch.cuda.OutOfMemoryError):
+                raise
+            except Exception as e:
+                why = str(e) if isinstance(e, BadCheckpoint) else f"{type(e).__name__}: {first_line(e)}"
+                log.warning("checkpoint %s cannot be resumed from (%s); trying the one before", path, why)
+                rejected.append((path, why))
+                continue
+            self.step, self.last_eval = st["step"], st.get("eval")
+            self.world.barrier()  # every rank is past its attempt before rank 0 renames what failed
+            self._set_aside(rejected)
+            log.info("resuming from %s (step %d)", path.name, step)
             if self.lead:
-                self.rd.keep_metrics_until(-1)
-            return None
-        step, path = found[-1]
-        st = json.loads((path / STATE).read_text())
-        self.compute.load_state_dict(st["compute"])
-        self.acc.load_state_dict(st["acc"])
-        self.health.load_state_dict(st["health"])
-        self.step, self.last_eval = st["step"], st["eval"]
-        log.info("resuming from %s (step %d)", path.name, step)
+                self.mend_metrics()
+            return path
+        if rejected:
+            what = faults([p.name for p, _ in rejected], [why for _, why in rejected])
+            if any(s > 0 for s in steps):
+                raise UserError(f"{self.rd.ckpt_dir}: no usable checkpoint ({what}), and metrics.jsonl records "
+                                f"training past step 0; delete {self.rd.ckpt_dir} to start the run over (its "
+                                "metrics.jsonl lines after step 0 will be rewritten)")
+            self.world.barrier()
+            self._set_aside(rejected)
+            log.warning("no usable checkpoint (%s) and no training recorded yet: starting afresh", what)
+            self.compute = Compute(devices=self.compute.devices, params=self.policy.n_params)
+            self.acc, self.health = Accumulator(), Health()
         if self.lead:
-            self.mend_metrics()
-        return path
+            self.rd.keep_metrics_until(-1)
+        return None
+
+    def _set_aside(self, rejected: list[tuple[Path, str]]) -> None:
+        """Rank 0 renames failed checkpoints to `bad-checkpoint-N`: kept to look at, never resumed from, and out of
+        TRL's checkpoint rotation (which would otherwise take them for the newest and save over them)."""
+        if not self.lead:
+            return
+        for path, _ in rejected:
+            aside = path.with_name("bad-" + path.name)
+            shutil.rmtree(aside, ignore_errors=True)
+            try:
+                os.replace(path, aside)
+            except FileNotFoundError:
+                pass
 
     # ---- the run ----
 

@@ -6,7 +6,11 @@ mean@k at the rollout temperature on the first problems with targets, every `che
 a tiny model jumps sharply during warm-up, so a coarser check overshoots R0.
 
 The warmed-up model is saved as a Hugging Face folder under the cache (`$ABLATE_CACHE/warmup/<key>/`), keyed by a
-hash of everything the weights depend on, and built under a file lock, so parallel runs build it once.
+hash of everything the weights depend on, and built under a file lock, so parallel runs build it once. The cache
+must be private to the user (store.private_cache: a UserError otherwise), since runs load weights from it. Every
+use checks the entry under the lock (`fault`: private, complete, loadable, the model's own keys and shapes); a
+torn, truncated, garbage or foreign entry is built again. A build writes into a folder of its own and
+renames it into place (the old entry renamed aside first), so no reader ever sees a half-written entry.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +32,8 @@ from torch import Tensor
 from ablate import store
 from ablate.config import RunConfig
 from ablate.errors import UserError
-from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model
+from ablate.train.checkpoint import first_line
+from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import Task
 
 log = logging.getLogger("ablate.train")
@@ -56,28 +62,97 @@ def warmup_key(cfg: RunConfig, task: Task) -> str:
 
 
 def warmed_up_folder(cfg: RunConfig, task: Task) -> Path:
-    """The cached warm-up folder for this config (created under a file lock if missing)."""
+    """The cached warm-up folder for this config: checked under a file lock, and built (again) when it is missing,
+    damaged or not private (`fault`). A UserError when the cache itself is not private."""
     from filelock import FileLock
 
     key = warmup_key(cfg, task)
-    root = store.cache_dir() / "warmup"
-    root.mkdir(parents=True, exist_ok=True)
+    root = store.private_cache("warmup")  # weights are loaded from it: refused unless only this user can write it
     folder = root / key
     with FileLock(str(root / f"{key}.lock")):
-        if not (folder / "warmup.json").is_file():
-            t0 = time.time()
-            tmp = root / f".{key}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)  # left by a process killed mid-save
-            model, tok, info = warm_up(cfg, task)
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            info["seconds"] = round(time.time() - t0, 1)
-            (tmp / "warmup.json").write_text(json.dumps(info, indent=2) + "\n")
-            if folder.exists():  # a stale half-written folder from a killed process
-                shutil.rmtree(folder)
-            os.replace(tmp, folder)
-            log.info("warm-up done in %.1fs: %s (cached at %s)", info["seconds"], info, folder)
+        why = fault(folder, cfg, task) if os.path.lexists(folder) else "missing"
+        if why is not None:
+            if why != "missing":
+                log.warning("the cached warm-up %s is unusable (%s): building it again", folder, why)
+            _build(cfg, task, root, key)
     return folder
+
+
+def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
+    """Why cached warm-up `folder` cannot be this config's warmed-up model, or None: an entry or file of it not
+    private to this user, no warm-up record, a weights file that is torn (its header does not cover the file) or
+    does not hold the model's own keys and shapes (Hugging Face would fill a missing weight with random values and
+    only warn), files that do not load, a tokenizer that is not the task's. Shapes are read from the header and
+    the model's skeleton is built on the meta device: the check costs about what loading the folder does."""
+    from safetensors import safe_open
+
+    try:
+        for p in (folder, *sorted(folder.iterdir())):
+            why = store.private_problem(p)
+            if why:
+                return f"not private: {why}"
+        info = warmup_info(folder)
+        if not (isinstance(info, dict) and type(info.get("steps")) is int
+                and isinstance(info.get("check_pass_rate"), (int, float))):
+            return "warmup.json is not a warm-up record"
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        tok = build_char_tokenizer(task.alphabet)
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):  # (the skeleton seeds torch's generator)
+            skeleton = build_tiny_model(cfg.model, len(tok), SEED)
+        want = {k: tuple(t.shape) for k, t in skeleton.state_dict().items()}
+        for k, shape in saved.items():
+            if k not in want:
+                return f"weight {k} is not one of the model's"
+            if shape != want[k]:
+                return f"weight {k} has shape {shape}, not {want[k]}"
+        same: dict[int, list[str]] = {}  # a tied weight is saved once, under one of its names
+        for k, t in skeleton.named_parameters(remove_duplicate=False):
+            same.setdefault(id(t), []).append(k)
+        covered = {k for names in same.values() if any(n in saved for n in names) for k in names}
+        missing = [k for k in want if k not in saved and k not in covered]
+        if missing:
+            return f"weights missing: {', '.join(missing[:3])}"
+        _, loaded_tok = load_hf(folder)  # config and tokenizer files parse, and the weights load
+        if loaded_tok.get_vocab() != tok.get_vocab():
+            return "its tokenizer is not the task's"
+    except Exception as e:
+        return f"{type(e).__name__}: {first_line(e)}"
+    return None
+
+
+def _build(cfg: RunConfig, task: Task, root: Path, key: str) -> None:
+    """Warm up and put the result at `root/key` atomically (the caller holds the key's lock): the folder is written
+    under a name of its own, synced, and renamed into place; an old entry is renamed aside first, then removed."""
+    for old in (*root.glob(f".{key}.tmp*"), *root.glob(f".{key}.old*")):  # left by a process killed mid-build
+        shutil.rmtree(old, ignore_errors=True)
+    folder = root / key
+    t0 = time.time()
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}.tmp."))
+    try:
+        model, tok, info = warm_up(cfg, task)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        info["seconds"] = round(time.time() - t0, 1)
+        (tmp / "warmup.json").write_text(json.dumps(info, indent=2) + "\n")
+        for p in (*tmp.iterdir(), tmp):
+            os.chmod(p, 0o700 if p.is_dir() else 0o600)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # the data is on disk before the rename makes it the entry
+            finally:
+                os.close(fd)
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            os.unlink(folder)
+        elif os.path.lexists(folder):
+            aside = root / f".{key}.old.{os.getpid()}"
+            os.replace(folder, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("warm-up done in %.1fs: %s (cached at %s)", info["seconds"], info, folder)
 
 
 def warmup_info(folder: Path) -> dict[str, Any]:
