@@ -25,14 +25,26 @@ F = TypeVar("F", bound=Callable)
 
 
 def user_errors(fn: F) -> F:
-    """Print a UserError as `error: <message>` on stderr and exit 2, instead of a traceback."""
+    """Print a UserError as `error: <message>` on stderr and exit 2, instead of a traceback. The message often
+    quotes a file (a run name, a label, a value): its control characters are shown, not obeyed, and it stays one
+    line (text.safe; a config's several errors are one line each). An OSError no check foresaw (a disk that
+    filled up, a file system remounted read-only) is one such line too, naming the path."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from ablate.text import safe
+
         try:
             return fn(*args, **kwargs)
         except UserError as e:
-            typer.echo(f"error: {e}", err=True)
+            each = getattr(e, "errors", None)  # config.ConfigErrors: several problems, one line each
+            lines = [safe(m) for m in each] if isinstance(each, list) and each else [safe(e)]
+            typer.echo("error: " + "\nerror: ".join(lines), err=True)
+            raise typer.Exit(2) from None
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            typer.echo(f"error: {safe(where)}{safe(e.strerror or e)}; check that path (free space, permissions, a "
+                       "read-only file system)", err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -55,7 +67,7 @@ FIT_FROM_OPT = typer.Option(None, "--fit-from", help="Drop points below this com
 FIT_UNTIL_OPT = typer.Option(None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation.")
 TO_OPT = typer.Option(16000.0, "--to", help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and extrapolate refuse more than 1000x the data).")
 TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
-N_BOOT_OPT = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the fits' intervals (0: none).")
+N_BOOT_OPT = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the fits' intervals (0: none; at most 10,000).")
 CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (keys: docs/json.md).")
 PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...).")
@@ -67,11 +79,32 @@ GPU_HOURS_PER_STEP_OPT = typer.Option(None, "--gpu-hours-per-step", help="Other 
 WINDOW_OPT = typer.Option(False, "--window-sensitivity", help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier cutoff's A interval does not overlap the full fit's.")
 
 
+# How much work one command may be asked for. Past these a command would not finish in a working day or would
+# not fit in memory, and no answer needs more (they are 10x to 20x the defaults):
+MAX_N_BOOT = 10_000
+"""--n-boot: the resamples are [n_boot, n] arrays with n up to 2,048 points (fit/uncertainty.py's BOOT_POINTS), so
+10,000 resamples take ~160 MB an array, and a billion took hundreds of GiB; 1,000 (the default) already puts a
+95% interval's ends within a fraction of its width."""
+MAX_TRIALS = 1_000
+"""--trials (plan, calibrate): each trial fits and ranks a whole simulated sweep (about a second); 1,000 trials give
+a power or a rate to +-1.6 points, and cost hours per design already."""
+MAX_FUTURES = 1_000
+"""--futures (plan): each future re-ranks the whole sweep (about a second); 40 (the default) settle an arm."""
+MAX_CALIBRATE_CELLS = 2_000
+"""ablate calibrate: cells (shapes x noises x seeds x f x effects, with repeats); the full default grid has 360."""
+
+
+def _at_most(flag: str, value: int, limit: int, why: str) -> None:
+    if value > limit:
+        raise UserError(f"{flag} {value}: at most {limit:,} ({why}); give a smaller number")
+
+
 def _fit_options(**kw):
     from ablate.fit.analysis import FitOptions
 
     opts = FitOptions(**kw)
     opts.validate()
+    _at_most("--n-boot", opts.n_boot, MAX_N_BOOT, "more resamples do not sharpen an interval, and need memory")
     return opts
 
 
@@ -215,6 +248,8 @@ def rank(
     parse_margin(margin)
     mode = parse_shared_a(shared_a)
     floor = None if noise is None else NoiseFloor.load(noise)
+    if save_noise is not None:
+        report.check_writable_output(save_noise, "--save-noise")
     if n_boot == 0:
         raise UserError("--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot "
                         "of 200 or more")
@@ -358,8 +393,8 @@ def calibrate(
     seeds: str = typer.Option("1,2,3,5", "--seeds", help="Seeds per arm."),
     fs: str = typer.Option("0.5,0.8,0.95", "--f", help="Gain fractions the windows reach."),
     effects: str = typer.Option("null,a+0.05,cmid/2", "--effects", help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5."),
-    trials: int = typer.Option(50, "--trials", help="Simulated comparisons per cell."),
-    n_boot: int = typer.Option(300, "--n-boot", help="Bootstrap resamples per fit (>= 50)."),
+    trials: int = typer.Option(50, "--trials", help="Simulated comparisons per cell (at most 1,000)."),
+    n_boot: int = typer.Option(300, "--n-boot", help="Bootstrap resamples per fit (50 to 10,000)."),
     as_json: bool = JSON_OPT,
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON to this file."),
     seed: int = SEED_OPT,
@@ -400,6 +435,14 @@ def calibrate(
     for flag, value, least in (("--trials", trials, 1), ("--n-boot", n_boot, 50), ("--seed", seed, 0)):
         if value < least:
             raise UserError(f"{flag} {value}: must be >= {least}")
+    _at_most("--trials", trials, MAX_TRIALS, "each trial is a simulated comparison")
+    _at_most("--n-boot", n_boot, MAX_N_BOOT, "more resamples do not sharpen an interval, and need memory")
+    cells = math.prod(len(v) for v in grid.values())
+    if cells > MAX_CALIBRATE_CELLS:
+        raise UserError(f"--shapes x --noises x --seeds x --f x --effects: {cells:,} cells, at most "
+                        f"{MAX_CALIBRATE_CELLS:,}; give fewer values (the default grid has 360)")
+    if out is not None:
+        report.check_writable_output(out, "--out")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, disable=as_json) as bar:
         task = bar.add_task("calibrating", total=math.prod(len(v) for v in grid.values()))
@@ -432,8 +475,8 @@ def plan(
     noise: Optional[Path] = typer.Option(None, "--noise", help="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="A stored task model (--save-calibration) to plan a sweep file from, before any run."),
     save_calibration: Optional[Path] = typer.Option(None, "--save-calibration", help="Write the task model measured on SOURCE to this file (for --calibration)."),
-    trials: int = typer.Option(100, "--trials", help="Most simulated sweeps per design (a design stops early once its power is clearly above or below the goal)."),
-    futures: int = typer.Option(40, "--futures", help="Simulated futures per running arm (0: skip the running arms)."),
+    trials: int = typer.Option(100, "--trials", help="Most simulated sweeps per design (a design stops early once its power is clearly above or below the goal; at most 1,000)."),
+    futures: int = typer.Option(40, "--futures", help="Simulated futures per running arm (0: skip the running arms; at most 1,000)."),
     as_json: bool = JSON_OPT,
     seed: int = SEED_OPT,
 ):
@@ -461,6 +504,10 @@ def plan(
         if not ok:
             raise UserError(f"{flag} {value}: out of range (--delta-a in (0, 0.5), --ratio in (1, 10], --power in "
                             "[0.5, 1), --trials >= 20, --futures >= 0, --to > 0)")
+    _at_most("--trials", trials, MAX_TRIALS, "each trial is a simulated sweep")
+    _at_most("--futures", futures, MAX_FUTURES, "each future is a simulated sweep")
+    if save_calibration is not None:
+        report.check_writable_output(save_calibration, "--save-calibration")
     if not source.exists():
         raise UserError(f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
                         "or a sweep file with --calibration")
@@ -511,7 +558,12 @@ def status(
     elif sweep is not None and "/" in sweep:
         raise UserError(f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory "
                         "(sweeps/NAME)")
-    show_status(root, sweep, watch=watch, interval=interval, as_json=as_json)
+    from ablate.train.stopping import ctrl_c
+
+    with ctrl_c() as interrupted:
+        show_status(root, sweep, watch=watch, interval=interval, as_json=as_json)
+    if interrupted.is_set():
+        raise typer.Exit(130)  # Ctrl-C: the shell's status for it, not success
 
 
 @app.command()
@@ -522,7 +574,7 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (label, run id, arm id, overrides vs base) and launch nothing."),
     executor: Optional[str] = typer.Option(None, "--executor", "-e", help="local | slurm | debug | auto (default: the recipe's launcher.name)."),
     max_parallel: Optional[int] = typer.Option(None, "--max-parallel", help="Runs of this sweep at once (default: launcher.max_parallel, else as many as the cores hold).", show_default=False),
-    profile: Optional[str] = typer.Option(None, "--profile", help="slurm: cluster resources from slurm/NAME.yaml or a YAML path (default: slurm/local.yaml). Only the command line names a profile, never a recipe."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="slurm: cluster resources: NAME is ablate's own slurm/NAME.yaml, a path (./slurm/x.yaml) exactly that file (default: ablate's slurm/local.yaml). Only the command line names a profile, never a recipe or the working directory."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also resubmit failed runs (they resume from their checkpoints)."),
     force: bool = typer.Option(False, "--force", help="Re-run every run not queued or running, from scratch (old run dirs are archived)."),
     follow: bool = typer.Option(False, "--follow", help="Wait with a progress bar until the submitted runs end."),
@@ -533,6 +585,7 @@ def sweep(
     prune_x: str = typer.Option("gpu_hours", "--prune-x", help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is load-independent on a shared CPU)."),
     prune_to: Optional[float] = typer.Option(None, "--prune-to", help="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run reaches at max_steps)."),
     resume_pruned: bool = typer.Option(False, "--resume-pruned", help="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not pruned again)."),
+    group_read: bool = typer.Option(False, "--group-read", help="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, and an existing owner-only sweep is opened to the group (g+rx)."),
 ):
     """Expand a sweep into validated runs and launch them; safe to run again at any time.
 
@@ -567,15 +620,25 @@ def sweep(
             raise UserError(f"--prune: sweep {plan.name!r} has no baseline arm to read verdicts against; name one "
                             "with `baseline:` in the sweep file")
         settings = PruneSettings(x=prune_x, to=prune_to)
+    from ablate.status import check_ledger
+    from ablate.text import safe
+
+    report.check_writable_output(root / plan.name, "--root", folder=True)  # before any run is submitted
+    check_ledger(root / plan.name)
     for note in plan.notes:
-        typer.echo(f"note: {note}")
+        typer.echo(f"note: {safe(note)}")
     launched = launch_sweep(plan, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
                             retry_failed=retry_failed, force=force, job=job, echo=typer.echo, prune=settings,
-                            resume_pruned=resume_pruned)
+                            resume_pruned=resume_pruned, group_read=group_read)
     if follow and (launched.submit or launched.running):
         from ablate.status import follow_runs
 
-        follow_runs(root, plan.name, launched.submit + launched.running)
+        from ablate.train.stopping import ctrl_c
+
+        with ctrl_c() as interrupted:
+            follow_runs(root, plan.name, launched.submit + launched.running)
+        if interrupted.is_set():
+            raise typer.Exit(130)  # Ctrl-C stopped the following, not the runs (follow_runs said so)
     elif not follow:
         typer.echo(f"follow with: ablate status {plan.name}" + (f" --root {root}" if root != Path("sweeps") else ""))
 
@@ -620,6 +683,7 @@ def train(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: sweeps/train/runs/<run_id>)."),
     threads: int = typer.Option(1, "--threads", help="torch threads for this run (several runs can share a machine)."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Also write the metrics to TensorBoard event files in the run's tb/ (train.tensorboard=true)."),
+    group_read: bool = typer.Option(False, "--group-read", help="Let your group read (never write) the run directory: it is made 0750 instead of owner-only 0700, and an existing owner-only one is opened to the group (g+rx)."),
 ):
     """Execute one RL run in the foreground and write its run directory (resumes it if it has a checkpoint).
 
@@ -636,13 +700,38 @@ def train(
     from ablate.train import run as run_train
 
     preflight(config, run_dir)
+    from ablate import store
+
+    store.check_owned_dir(run_dir)  # a run directory someone else could change is refused before anything is written
+    if out is None:
+        store.make_dirs(run_dir.parent.parent, store.dir_mode(group_read))  # sweeps/train: the sweep of `train`
+    store.make_dirs(run_dir, store.dir_mode(group_read))
+    if group_read:
+        store.open_to_group(run_dir)
     typer.echo(f"run directory: {run_dir}")
 
-    summary = run_train(config, run_dir, threads=threads)
+    import shlex
+    import signal
+
+    from ablate.train.stopping import stop_on_signals
+
+    again = shlex.join(["ablate", "train", str(recipe), *(overrides or []), "--out", str(run_dir),
+                        *(["--threads", str(threads)] if threads != 1 else []),
+                        *(["--tensorboard"] if tensorboard else [])])
+    try:
+        with stop_on_signals() as stop:  # a signal stops the run at a step boundary; its number is the exit status
+            summary = run_train(config, run_dir, threads=threads, stop=stop)
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once
+        typer.echo(f"interrupted; resume from the last checkpoint with: {again}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"{summary['status']}: step {summary['step']}, R0 {summary['r0']}, val_pass_rate {summary['val_pass_rate']}"
                + (f" ({summary['reason']})" if summary.get("reason") else ""))
     if summary["status"] == "diverged":
         raise typer.Exit(3)
+    if summary["status"] == "preempted" and stop.exit_code():  # 130 for Ctrl-C, 143 for SIGTERM: not finished
+        at = f" at step {summary['step']}" if summary.get("step") is not None else ""
+        typer.echo(f"stopped by {signal.Signals(stop.signum).name}{at}; resume with: {again}", err=True)
+        raise typer.Exit(stop.exit_code())
 
 if __name__ == "__main__":
     app()
