@@ -161,7 +161,7 @@ def test_status_reads_past_damaged_metrics_lines(tmp_path):
 
 @pytest.mark.parametrize("group_read", [False, True])
 def test_a_run_is_owner_only_unless_group_read_is_asked_for(tmp_path, group_read):
-    """The directory protects the files (0644): owner-only by default, group read (never write) when asked."""
+    """Owner-only by default, group read (never write) when asked; a file is never more open than its folder."""
     old = os.umask(0o022)
     try:
         d = tmp_path / "r"
@@ -171,7 +171,7 @@ def test_a_run_is_owner_only_unless_group_read_is_asked_for(tmp_path, group_read
     finally:
         os.umask(old)
     for name in ("config.yaml", "run.json", "metrics.jsonl", "ckpt/last.pt"):
-        assert (d / name).stat().st_mode & 0o777 == 0o644, name
+        assert (d / name).stat().st_mode & 0o777 == (0o640 if group_read else 0o600), name
     for folder in (d, d / "ckpt", d / "logs"):
         assert folder.stat().st_mode & 0o777 == (0o750 if group_read else 0o700), folder
 

@@ -10,7 +10,9 @@ explicitly.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,12 @@ def test_a_sweep_is_made_owner_only_or_group_readable_when_asked(tmp_path, group
     want = 0o750 if group_read else 0o700
     for d in (sdir, sdir / "runs", sdir / "runs" / "toy-a0", sdir / "jobs", sdir / "launch"):
         assert mode(d) == want, (d, oct(mode(d)))
+    # what submitit made on its own (jobs/<id>/, its pickle) is no more open than the sweep, whatever the umask
+    made = [Path(d) for d, _, _ in os.walk(sdir)] + [Path(d) / f for d, _, fs in os.walk(sdir) for f in fs]
+    assert any(p.name.endswith("_submitted.pkl") for p in made) or any(p.parent.name == "jobs" for p in made)
+    assert len([p for p in made if p.parent.name == "jobs"]) >= 1
+    for p in made:
+        assert mode(p) & 0o022 == 0 and mode(p) & 0o007 == 0, (p, oct(mode(p)))
     assert store.read_json(sdir / "runs" / "toy-a0" / "run.json")["status"] == "done"
     assert mode(sdir / "runs" / "toy-a0" / "run.json") & 0o022 == 0  # files: never writable by others
 
@@ -131,6 +139,7 @@ def test_a_sweep_directory_others_can_write_is_refused_before_anything_is_writte
     sw = toy_sweep(tmp_path, arms=("a",), seeds=(0,))
     sdir = tmp_path / "toy"
     sdir.chmod(bits)
+    os.chown(sdir, os.getuid(), 65534)  # a group others are in (nogroup), not the user's private group
     before = sorted(p.name for p in sdir.iterdir())
     with pytest.raises(UserError) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
@@ -372,3 +381,21 @@ def test_private_ok_is_what_the_compose_cache_trusts(tmp_path):
     link = d / "link.json"
     link.symlink_to(f)
     assert not store.private_ok(link)
+
+
+def test_a_folder_only_the_users_private_group_can_write_is_the_users_own(tmp_path):
+    """Under umask 002 (user private groups, as Debian and Red Hat make every account) folders are group-writable
+    by the user's own group, which holds no one else: launching there is fine; the same bits for a shared group
+    are refused."""
+    me = pwd.getpwuid(os.getuid())
+    assert grp.getgrgid(me.pw_gid).gr_name == me.pw_name  # this machine gives the user a private group
+    sw = toy_sweep(tmp_path / "root", arms=("a",), seeds=(0,))
+    for d in (tmp_path / "root", tmp_path / "root" / "toy"):
+        d.chmod(0o775)
+        os.chown(d, os.getuid(), me.pw_gid)
+    launch_sweep(sw, root=tmp_path / "root", executor="debug", job=TOY_JOB, echo=None)
+    assert store.read_json(tmp_path / "root" / "toy" / "runs" / "toy-a0" / "run.json")["status"] == "done"
+    os.chown(tmp_path / "root" / "toy", os.getuid(), 65534)
+    with pytest.raises(UserError) as e:
+        launch_sweep(sw, root=tmp_path / "root", executor="debug", job=TOY_JOB, echo=None, force=True)
+    one_line(e, "can be written by its group")

@@ -408,3 +408,30 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch):
                                   "--save-noise", str(noise), "--x", "gpu_hours", "--to", "20000"]),
               str(noise), "Read-only file system")
     assert not noise.exists()
+
+
+@pytest.mark.parametrize("verb", ["fit", "rank", "extrapolate"])
+def test_ctrl_c_in_any_verb_exits_130_without_a_traceback(tmp_path, monkeypatch, verb):
+    """Ctrl-C while a verb works (here, while it reads its input) is the shell's 130 and one line, not click's
+    "Aborted!" with status 1 or a traceback."""
+    import ablate.curves
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablate.curves, "load_inputs", interrupted)
+    res = runner.invoke(app, [verb, str(curves_csv(tmp_path / "c.csv"))])
+    assert res.exit_code == 130, (res.output, res.exception)
+    assert res.output.strip() == "interrupted" and "Traceback" not in res.output
+
+
+def test_a_reader_that_leaves_the_pipe_is_exit_141_and_no_error(tmp_path, monkeypatch):
+    """`ablate show ... | head -1`: the write to the closed pipe ends the command quietly with 128 + SIGPIPE."""
+    import ablate.sweep
+
+    def closed_pipe(*args, **kwargs):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(ablate.sweep, "config_yaml", closed_pipe)
+    res = runner.invoke(app, ["show", str(ROOT / "recipes" / "base.yaml")])
+    assert res.exit_code == 141 and res.output == "", (res.output, res.exception)

@@ -5,8 +5,11 @@ Bad input raises `ablate.errors.UserError`; `user_errors` turns it into one line
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
@@ -28,7 +31,8 @@ def user_errors(fn: F) -> F:
     """Print a UserError as `error: <message>` on stderr and exit 2, instead of a traceback. The message often
     quotes a file (a run name, a label, a value): its control characters are shown, not obeyed, and it stays one
     line (text.safe; a config's several errors are one line each). An OSError no check foresaw (a disk that
-    filled up, a file system remounted read-only) is one such line too, naming the path."""
+    filled up, a file system remounted read-only) is one such line too, naming the path. Ctrl-C exits 130 and a
+    closed output pipe 141, as a shell reports them."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -41,6 +45,13 @@ def user_errors(fn: F) -> F:
             lines = [safe(m) for m in each] if isinstance(each, list) and each else [safe(e)]
             typer.echo("error: " + "\nerror: ".join(lines), err=True)
             raise typer.Exit(2) from None
+        except BrokenPipeError:  # `ablate status | head`: the reader has gone, nothing is left to say
+            with contextlib.suppress(OSError, ValueError):  # no second error at exit's flush
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None  # 128 + SIGPIPE, as a shell reports it
+        except KeyboardInterrupt:  # Ctrl-C in any verb: the shell's convention, no traceback
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
             typer.echo(f"error: {safe(where)}{safe(e.strerror or e)}; check that path (free space, permissions, a "
@@ -702,11 +713,14 @@ def train(
     preflight(config, run_dir)
     from ablate import store
 
-    store.check_owned_dir(run_dir)  # a run directory someone else could change is refused before anything is written
+    # a run directory someone else could change is refused before anything is written
+    store.check_owned_dir(run_dir.absolute())
     if out is None:
         store.make_dirs(run_dir.parent.parent, store.dir_mode(group_read))  # sweeps/train: the sweep of `train`
     store.make_dirs(run_dir, store.dir_mode(group_read))
     if group_read:
+        for d in (run_dir.parent.parent, run_dir.parent) if out is None else ():  # made owner-only by an earlier run
+            store.open_to_group(d, below=False)
         store.open_to_group(run_dir)
     typer.echo(f"run directory: {run_dir}")
 
@@ -718,8 +732,8 @@ def train(
     again = shlex.join(["ablate", "train", str(recipe), *(overrides or []), "--out", str(run_dir),
                         *(["--threads", str(threads)] if threads != 1 else []),
                         *(["--tensorboard"] if tensorboard else [])])
-    try:
-        with stop_on_signals() as stop:  # a signal stops the run at a step boundary; its number is the exit status
+    try:  # a signal stops the run at a step boundary; its number is the exit status
+        with stop_on_signals() as stop, store.sweep_umask(store.group_readable(run_dir)):
             summary = run_train(config, run_dir, threads=threads, stop=stop)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once
         typer.echo(f"interrupted; resume from the last checkpoint with: {again}", err=True)

@@ -5,8 +5,11 @@
 
 The schema's defaults (config.defaults_tree) are registered in Hydra's ConfigStore as the config `ablate_schema`,
 and a recipe's defaults list starts with it (recipes/base.yaml does), so a recipe states only what differs from
-the schema and `key=value` works for every schema key. Only public Hydra APIs are used: the compose API, the
-ConfigStore and the override parser.
+the schema and `key=value` works for every schema key. Hydra's public APIs do the work (the compose API, the
+ConfigStore and the override parser); two safety checks reach into OmegaConf's internals, as no public API offers
+them: its interpolation grammar (`omegaconf.grammar_parser`, the check every value goes through) and its resolver
+registry (`_no_resolvers`, a second fence, skipped where a later OmegaConf keeps resolvers elsewhere). The tests
+exercise both on the installed versions.
 
 Recipes are data. What a recipe may interpolate: other keys of the same config by a literal name (`${batch.prompts}`,
 `${..x}`), resolved when the config is composed, so config.yaml holds plain values. Anything else is refused, read

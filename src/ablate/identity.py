@@ -1,7 +1,7 @@
 """Identity of a run: the canonical text of its config, and the ids hashed from it.
 
-    canonical(config)  -> str   sorted keys, numbers as floats (5 == 5.0, 1e-3 == 0.001; integers beyond 2**53,
-                                which no float holds exactly, as their digits), nulls dropped (a new
+    canonical(config)  -> str   sorted keys, numbers as floats (5 == 5.0, 1e-3 == 0.001; an integer no float
+                                holds exactly, such as 2**53 + 1, as its digits), nulls dropped (a new
                                 optional field keeps old ids), resource-only fields (`hash=False` in the schema,
                                 the whole `launcher` section) left out, and so are fields marked
                                 `hash="unless_default"` while at their default (trainer.name=ablate: the ids of
@@ -24,7 +24,6 @@ from typing import Any
 from ablate.errors import UserError
 
 ID_LEN = 12
-_EXACT_INT = 2**53  # every integer of at most this size is exactly a float
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -36,20 +35,28 @@ def _plain(config: Any) -> dict[str, Any]:
     raise TypeError(f"a run config is a RunConfig or a mapping, got {type(config).__name__}")
 
 
+def _exact_float(n: int) -> bool:
+    """Whether a float holds the integer `n` exactly."""
+    try:
+        return int(float(n)) == n
+    except OverflowError:
+        return False
+
+
 def canonical_value(x: Any) -> Any:
     """A config value in the form ids hash: mappings sorted by key, nulls dropped, numbers as floats (5 == 5.0).
 
-    An integer beyond 2**53 stays an integer: a float holds every integer only up to there, so two larger ones
-    (a step count, a seed of another tool) would round to one float and two configs to one id. Up to 2**53 the
-    float is exact, so every id hashed before this rule keeps its value."""
+    An integer that no float holds exactly (2**53 + 1, 10**400) stays an integer: as a float it would round to a
+    neighbour's value, and two configs would share an id. Every integer a float does hold exactly (all of them up
+    to 2**53, and 10**18 == 1e18) hashes as that float, as every id did before this rule, so no id changes."""
     if isinstance(x, Mapping):
         return {str(k): canonical_value(v) for k, v in x.items() if v is not None}
     if isinstance(x, (list, tuple)):
         return [canonical_value(v) for v in x]
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return x
-    if isinstance(x, int) and abs(x) > _EXACT_INT:
-        return x  # json writes its exact digits: a float would give 2**53 and 2**53 + 1 one text, and one id
+    if isinstance(x, int) and not _exact_float(x):
+        return x  # json writes its exact digits, which no float's text is
     if isinstance(x, (int, float)):
         return float(x)  # json writes repr(float): one text per value
     return str(x)

@@ -6,8 +6,9 @@ JSONL appends write one complete line per call, so a reader sees either the old 
 
 Threat model: a sweep directory is safe when only its owner can write it. So the directories ablate makes are
 owner-only (0700), or 0750 when group read is asked for (`dir_mode`); a directory made inside one takes its
-permissions (`make_dirs`), never writable by group or others. Files are 0644 under the usual umask: the directory
-protects them. Launching refuses a directory someone else could change (`check_owned_dir`), loading code or cache
+permissions (`make_dirs`), never writable by group or others, and a file is never more open than its folder
+(`file_mode`: 0600, or 0640). What other code makes there (submitit, Hugging Face, TensorBoard) is held to the
+same by the process umask while a sweep is launched or run (`sweep_umask`). Launching refuses a directory someone else could change (`check_owned_dir`), loading code or cache
 refuses a file that is not private (`private_problem`), and no file is opened through a symbolic link: every open
 here goes through `open_fd` (O_NOFOLLOW), and `check_no_links` refuses a link among the components below a sweep
 or run directory, so a link planted in a sweep can neither redirect a write nor copy a private file into the sweep.
@@ -33,18 +34,13 @@ from typing import Any, Iterable, Iterator
 from ablate.errors import UserError
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (Linux: /proc/self/status; elsewhere the usual 022)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
+def file_mode(folder: Path | str) -> int:
+    """The permissions of a file ablate makes in `folder`: its read bits and the owner's write, no more (0600 in
+    an owner-only sweep, 0640 in a group-readable one, 0644 in a usual 0755 folder): a file is never more open
+    than the folder it is in."""
+    return os.stat(folder).st_mode & 0o644 | 0o600
 
 
-FILE_MODE = 0o644 & ~_umask()
 DIR_MODE = 0o700
 """A sweep or run directory: only its owner reads, writes or enters it."""
 GROUP_READ_DIR_MODE = 0o750
@@ -72,9 +68,11 @@ def _link_error(path: Path | str) -> LinkRefused:
 def open_fd(path: Path | str, flags: int, mode: int | None = None) -> int:
     """`os.open` that never follows a symbolic link at `path` itself (O_NOFOLLOW, race-free): a link there raises
     LinkRefused. Every file of a sweep this module opens goes through here (a temp file is made with O_EXCL,
-    which follows no link either). New files get FILE_MODE (`mode` to override)."""
+    which follows no link either). New files get `file_mode` of their folder (`mode` to override)."""
+    if mode is None and flags & os.O_CREAT:
+        mode = file_mode(os.path.dirname(os.path.abspath(path)))
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE if mode is None else mode)
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600 if mode is None else mode)
     except OSError as e:
         if e.errno == errno.ELOOP and os.path.islink(path):
             raise _link_error(path) from None
@@ -141,14 +139,44 @@ def make_dirs(path: Path | str, mode: int | None = None) -> Path:
     return path
 
 
-def open_to_group(top: Path | str) -> None:
-    """`--group-read` on a directory made owner-only before: let the group read and enter it and every directory
-    below it (g+rx, never g+w; links are not followed). Files are readable already (FILE_MODE). A no-op when
-    `top` already is."""
+def open_to_group(top: Path | str, *, below: bool = True) -> None:
+    """`--group-read` on a directory made owner-only before: let the group read and enter it and (`below`) every
+    directory below it (g+rx), and read the files in them (g+r); never write (links are not followed). A no-op
+    when `top` already is."""
     if os.stat(top).st_mode & 0o050 == 0o050:
         return
-    for dirpath, _, _ in os.walk(top):  # os.walk does not follow links
+    if not below:
+        os.chmod(top, (os.stat(top).st_mode & 0o7777 & ~0o022) | 0o050)
+        return
+    for dirpath, _, files in os.walk(top):  # os.walk does not follow links
         os.chmod(dirpath, (os.lstat(dirpath).st_mode & 0o7777 & ~0o022) | 0o050)
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISREG(st.st_mode):
+                os.chmod(os.path.join(dirpath, name), (st.st_mode & 0o7777 & ~0o022) | 0o040)
+
+
+def group_readable(path: Path | str) -> bool:
+    """Whether the group may read and enter directory `path` (a sweep launched with --group-read); False when
+    it is gone."""
+    try:
+        return os.stat(path).st_mode & 0o050 == 0o050
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def sweep_umask(group_read: bool) -> Iterator[None]:
+    """While a sweep is launched, run or trained into: what the code ablate drives makes there on its own
+    (submitit's job folders and pickles, Hugging Face's checkpoint folders, TensorBoard's files, a data-parallel
+    run's rank files) is never writable by group or others, and readable by the group only with group read
+    (umask 077, or 027). `make_dirs` sets ablate's own folders explicitly; this covers the rest. The umask is
+    the process's: it is restored on the way out."""
+    old = os.umask(0o027 if group_read else 0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def _owner(uid: int) -> str:
@@ -164,20 +192,43 @@ def _writers(mode: int) -> str:
     return {0o020: "its group", 0o002: "all users", 0o022: "its group and all users"}[mode & 0o022]
 
 
+def _private_group(gid: int) -> bool:
+    """Whether group `gid` is this user's own: the user's primary group, named after the user, with no other
+    members (a "user private group", as Debian, Ubuntu and Red Hat make every account, where umask 002 and so
+    group-writable folders are the norm): its write bit lets no one else in."""
+    try:
+        import grp
+        import pwd
+
+        me, group = pwd.getpwuid(os.getuid()), grp.getgrgid(gid)
+    except (ImportError, KeyError):
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
+
+
+def _others_write(st: os.stat_result, bits: int = 0o022) -> int:
+    """The write bits among `bits` of a file or folder that let someone other than this user write it (the
+    group's bit does not when the group is the user's private group)."""
+    w = st.st_mode & bits
+    if w & 0o020 and _private_group(st.st_gid):
+        w &= ~0o020
+    return w
+
+
 def _foreign(path: Path | str, st: os.stat_result) -> str | None:
     """Why someone other than this user can change what is in `path`, or None."""
     if st.st_uid != os.getuid():
         return f"{path} belongs to {_owner(st.st_uid)}, not to you"
-    if st.st_mode & 0o022:
-        return f"{path} can be written by {_writers(st.st_mode)} (mode {stat.S_IMODE(st.st_mode):04o})"
+    if _others_write(st):
+        return f"{path} can be written by {_writers(_others_write(st))} (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
 def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
     """Refuse (UserError), before anything is written, to launch into directory `path` when someone else could
     change what is in it, and so plant a file ablate later loads (a job's pickle, a runner's queue) or link one
-    of its files elsewhere: `path` (when it exists) must belong to this user and not be writable by group or
-    others. With `chain`, the folder it is in (or will be made in) must not let others replace it: not writable
+    of its files elsewhere: `path` (when it exists) must belong to this user and not be writable by group (unless
+    the group is the user's private one) or others. With `chain`, the folder it is in (or will be made in) must not let others replace it: not writable
     by group or others unless sticky (as /tmp is), and no folder above it writable by all users unless sticky."""
     path = Path(path)
     where = path
@@ -196,9 +247,9 @@ def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
         return
     for i, p in enumerate((where, *where.parents)):
         st = os.stat(p)
-        open_bits = 0o022 if i == 0 else 0o002
-        if st.st_mode & open_bits and not st.st_mode & stat.S_ISVTX:
-            raise UserError(f"{p} can be written by {_writers(st.st_mode & open_bits)} and has no sticky bit, so "
+        open_bits = _others_write(st, 0o022 if i == 0 else 0o002)
+        if open_bits and not st.st_mode & stat.S_ISVTX:
+            raise UserError(f"{p} can be written by {_writers(open_bits)} and has no sticky bit, so "
                             f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
                             "directory of your own (--root / --out)")
 
@@ -254,7 +305,7 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
         raise _link_error(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600: others could not read the sweep
+        os.fchmod(fd, file_mode(path.parent))  # mkstemp creates 0600; a group-readable sweep's files are 0640
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -238,6 +238,29 @@ def test_integers_beyond_2_53_get_their_own_run_ids():
     # up to 2**53 a number is its float, as before: 5 and 5.0 are one value
     assert canonical({"n": 5}) == canonical({"n": 5.0}) and canonical({"n": 2**53}) == canonical({"n": float(2**53)})
     assert canonical({"n": -(2**53) - 1}) != canonical({"n": float(-(2**53) - 1)})
+    # past 2**53 too, an integer a float holds exactly hashes as that float (no old id changes): 10**18 == 1e18
+    assert canonical({"n": 10**18}) == canonical({"n": 1e18}) and canonical({"n": 2**60}) == canonical({"n": 2.0**60})
+    assert canonical({"n": 10**400}) != canonical({"n": 10**400 + 1})  # no float at all: its digits
     # a run directory's config.yaml hashes to the same id as the config it was written from
     rd_cfg = OmegaConf.to_container(OmegaConf.create(OmegaConf.to_yaml(OmegaConf.create(big[1].to_dict()))))
     assert run_id(rd_cfg) == run_id(big[1])
+
+
+def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_expanded(tmp_path):
+    """A sweep someone else can hand you is read, not trusted: a config.yaml whose aliases would expand it to a
+    billion nodes, or nested past the parser's depth, is one line naming the file, and never expanded."""
+    from ablate.curves import config_ids
+    from ablate.errors import UserError
+    from ablate.rundir import RunDir
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, k in zip("abcdefgh", "bcdefghi")) + "seed: 0\n"
+    deep = "seed: 0\nx: " + "[" * 5000 + "]" * 5000 + "\n"
+    for name, text in (("bomb", bomb), ("deep", deep)):
+        rd = RunDir(tmp_path / name)
+        rd.path.mkdir()
+        rd.config_path.write_text(text)
+        with pytest.raises(UserError) as e:
+            config_ids(rd)
+        assert str(rd.config_path) in str(e.value) and "\n" not in str(e.value)

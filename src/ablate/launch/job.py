@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import submitit
 
+from ablate import store
 from ablate.errors import UserError
 from ablate.launch.liveness import finished_event
 from ablate.ledger import STOPPED, TERMINAL, Ledger, hostname, me, proc_start
@@ -179,6 +180,10 @@ class RunJob(submitit.helpers.Checkpointable):
         return {"event": kind, "run_id": self.run_id, "batch": self.batch, **fields}
 
     def __call__(self) -> dict[str, Any]:
+        with store.sweep_umask(store.group_readable(self.sweep_dir)):  # what the trainer's libraries make too
+            return self._call_tasks()
+
+    def _call_tasks(self) -> dict[str, Any]:
         tasks = _num_tasks()
         if tasks <= 1:
             return self._run()

@@ -125,7 +125,15 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
                         "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)")
 
 
-def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
+def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), group_read: bool = False, **options: Any) -> Plan:
+    """`submit_sweep` (its docstring says what it does) under the sweep's umask (store.sweep_umask): what submitit
+    makes in the sweep (job folders, pickles) is as private as the folders ablate makes itself."""
+    group = group_read or store.group_readable(sweep_path(Path(root).resolve(), sweep.name))
+    with store.sweep_umask(group):
+        return submit_sweep(sweep, root=root, group_read=group_read, **options)
+
+
+def submit_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
                  max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
                  force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print,
                  prune: Any = None, resume_pruned: bool = False, group_read: bool = False) -> Plan:
