@@ -14,7 +14,7 @@ from ablate import store
 from ablate.errors import UserError
 from ablate.launch import launch_sweep, resolve_executor
 from ablate.launch.slurm import squeue_states
-from ablate.ledger import Ledger
+from ablate.ledger import Ledger, proc_alive
 from ablate.status import wait_for
 from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
 
@@ -50,6 +50,10 @@ def test_array_sweep_rerun_scancel_and_retry_failed(tmp_path):
     subprocess.run(["scancel", plan.job_ids["toy-b1"]], check=True)
     st = wait_for(tmp_path, "toy", ["toy-b1"], timeout=GUARD)["toy-b1"]  # from one batched sacct call
     assert (st.state, st.cause) == ("failed", "cancelled")
+    # sacct says CANCELLED at scancel's SIGTERM, which submitit's job ignores; SLURM kills it KillWait seconds later.
+    # Until then it could still finish the run itself once the hold is gone (and the retry would find it done).
+    rec = Ledger(tmp_path / "toy").fold()["toy-b1"]
+    until(lambda: not proc_alive(rec.pid, rec.pid_start), "the cancelled job's process to be killed")
     plan = launch(sw, tmp_path)
     assert plan.submit == [] and plan.failed == ["toy-b1"]
     hold.unlink()
