@@ -152,3 +152,15 @@ def small_config(*extra: str):
     from ablate.compose import compose_run
 
     return compose_run(RECIPE, SMALL_TRAIN + list(extra))
+
+
+def one_error(res, *parts: str, stream: str = "output") -> str:
+    """A CLI result (typer's CliRunner) of bad input: exit 2, exactly one `error:` line holding every part, and no
+    traceback. `stream="stderr"` reads stderr alone (for verbs that print to stdout before they fail)."""
+    assert res.exit_code == 2, (res.output, res.exception)
+    lines = [ln for ln in getattr(res, stream).splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert "Traceback" not in res.output
+    for p in parts:
+        assert p in lines[0], (p, lines[0])
+    return lines[0]

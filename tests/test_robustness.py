@@ -24,7 +24,7 @@ from ablate.ledger import Ledger
 from ablate.rundir import DirectoryGone, RunDir
 from ablate.status import sweep_status
 from ablate.train import run
-from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, small_config, toy_sweep, until
+from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, small_config, toy_sweep, until
 
 RECIPES = RECIPE.parent
 runner = CliRunner()
@@ -35,16 +35,6 @@ def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
     torch.set_num_threads(1)
 
-
-def one_error(res, *parts: str) -> str:
-    """The CLI result is exit 2 with exactly one `error:` line holding every part, and no traceback."""
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert "Traceback" not in res.output
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    return lines[0]
 
 
 # ---- bad input ----

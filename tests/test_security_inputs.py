@@ -19,6 +19,7 @@ from ablate.curves import write_csv
 from ablate.fit.synthetic import synthetic_curve
 from ablate.ledger import Ledger, proc_start
 from ablate.text import safe
+from jobs import one_error
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,16 +27,6 @@ SWEEP_FILE = ROOT / "recipes" / "loss.yaml"
 EVIL = "ev\x1b[2Jil\u202e\x07"  # clears the screen, reverses what follows, rings the bell
 SHOWN = "ev\\x1b[2Jil\\u202e\\x07"
 
-
-def one_error(res, *parts: str) -> str:
-    """Exit 2 with exactly one `error:` line holding every part, no traceback (tests/test_robustness.py)."""
-    assert res.exit_code == 2, (res.output, res.exception)
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert "Traceback" not in res.output
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    return lines[0]
 
 
 def no_raw_controls(text: str) -> None:

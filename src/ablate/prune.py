@@ -284,17 +284,8 @@ def recorded_target(sweep_dir: Path, x: str) -> float | None:
     if not path.is_file():
         return None
 
-    def target(v: Any) -> float | None:  # a compute > 0; a bool, NaN or an integer past the floats is none
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return None
-        try:
-            v = float(v)
-        except OverflowError:
-            return None
-        return v if math.isfinite(v) and v > 0 else None
-
     got = [t for d in store.read_jsonl(path)  # read_jsonl skips damaged lines and ones nested too deeply
-           if d.get("x") == x and (t := target(d.get("target"))) is not None]
+           if d.get("x") == x and (t := store.finite_number(d.get("target"))) is not None and t > 0]
     return got[-1] if got else None
 
 

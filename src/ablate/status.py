@@ -5,7 +5,6 @@ while the sweep runs. Also the progress bar of `ablate sweep --follow` and `wait
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -15,6 +14,7 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 from rich.text import Span, Text
 
+from ablate import store
 from ablate.launch.liveness import current_states
 from ablate.ledger import TERMINAL, Ledger
 from ablate.prune import saved
@@ -73,26 +73,14 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
         elif state in ("submitting", "queued"):
             state = "pending"
         m = RunDir.of(root, name, rid).last_metrics() or {}
-        trunc = _number(m.get("truncation_rate"))
+        trunc = store.finite_number(m.get("truncation_rate"))
         out.append(RunStatus(
             run_id=rid, label=r.label, state=state, cause=cause, job_id=r.job_id, executor=r.executor,
             step=_step(m.get("step")), max_steps=_step(r.max_steps),
-            val_pass_rate=_number(m.get("val_pass_rate")), gpu_hours=_number(m.get("gpu_hours")), truncation_rate=trunc,
+            val_pass_rate=store.finite_number(m.get("val_pass_rate")), gpu_hours=store.finite_number(m.get("gpu_hours")), truncation_rate=trunc,
             truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
             attempts=r.attempts, requeues=r.requeues, error=error, log=r.log, reason=r.reason))
     return out
-
-
-def _number(v: Any) -> float | None:
-    """A metric value as a float; None when the line has none (or something that is not a finite number: an
-    integer of hundreds of digits would not even convert)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        v = float(v)
-    except OverflowError:
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _step(v: Any) -> int | None:

@@ -329,6 +329,19 @@ def read_json(path: Path | str) -> Any:
         return json.loads(f.read().decode("utf-8"))
 
 
+def finite_number(v: Any) -> float | None:
+    """A value read from a JSON file as a finite float, or None: a bool is not a number, and neither is NaN, an
+    infinity or an integer of hundreds of digits (which would not even convert). Files from a shared sweep are
+    read with this wherever a number steers what is shown or done."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
 def update_json(path: Path | str, **fields: Any) -> dict[str, Any]:
     """Read-modify-write of a JSON object file with an atomic replace; a missing, torn or non-object file is {}.
     A link at `path` is refused (LinkRefused) before anything is read: it could copy a private file in here."""

@@ -21,22 +21,13 @@ from ablate.fit.synthetic import synthetic_curve
 from ablate.identity import arm_id, canonical, run_id
 from ablate.rundir import RunDir
 from ablate.sweep import load_sweep
+from jobs import one_error
 from sweep_writer import write_sweep
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
 BASE = dict(b=1.92, c_mid=2542.0)
 
-
-def one_error(res, *parts: str) -> str:
-    """Exit 2 with exactly one `error:` line holding every part, and no traceback (tests/test_robustness.py's)."""
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert "Traceback" not in res.output
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    return lines[0]
 
 
 def seeds(a: float, first: int, k: int = 3) -> list[Curve]:

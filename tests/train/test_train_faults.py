@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.train import run
-from jobs import SMALL_TRAIN, TOY_JOB, small_config, until
+from jobs import SMALL_TRAIN, TOY_JOB, one_error, small_config, until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "base.yaml"
@@ -46,17 +46,6 @@ def _steps(d: Path) -> list[int]:
     path = d / "metrics.jsonl"
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
 
-
-def _one_error(res, *parts: str) -> str:
-    """Exit 2, exactly one `error:` line on stderr holding every part, no traceback (stdout has the run directory's
-    name: `ablate train` prints it before the run starts)."""
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert "Traceback" not in res.output
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    return lines[0]
 
 
 # ---- the built-in trainer: load + apply as one step, falling back to prev.pt ----
@@ -147,8 +136,8 @@ def test_a_step_past_the_recorded_metrics_is_refused(finished, tmp_path):
     store.write_jsonl(d / "metrics.jsonl", [r for r in store.read_jsonl(d / "metrics.jsonl") if r["step"] <= 2])
     _damage(d / "ckpt" / "prev.pt", _missing_key)  # (so that only last.pt, step 6, is left to judge)
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--out", str(d)])
-    line = _one_error(res, "no usable checkpoint", "last.pt: its step 6 is past metrics.jsonl's last evaluation "
-                      "(step 2)", "prev.pt: ")
+    line = one_error(res, "no usable checkpoint", "last.pt: its step 6 is past metrics.jsonl's last evaluation "
+                      "(step 2)", "prev.pt: ", stream="stderr")
     assert "delete" in line
     assert _steps(d) == [0, 2]  # nothing cut
 
@@ -159,7 +148,7 @@ def test_every_checkpoint_bad_with_training_recorded_is_one_line_and_changes_not
         _damage(d / "ckpt" / name, _wrong_shape)
     before = (d / "metrics.jsonl").read_bytes()
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--out", str(d)])
-    _one_error(res, "no usable checkpoint", "last.pt and prev.pt: RuntimeError", "model.norm.weight")
+    one_error(res, "no usable checkpoint", "last.pt and prev.pt: RuntimeError", "model.norm.weight", stream="stderr")
     assert (d / "metrics.jsonl").read_bytes() == before  # the recorded curve is kept, not restarted silently
     assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["last.pt", "prev.pt"]
     assert store.read_json(d / "run.json")["status"] == "failed"
@@ -263,8 +252,8 @@ def test_trl_with_no_usable_checkpoint_and_training_recorded_is_one_line(trl_fin
     _drop_weight(d / "ckpt" / "checkpoint-6")
     _crafted_step(d / "ckpt" / "checkpoint-4")
     res = runner.invoke(app, ["train", str(RECIPE), *TRL, *TRL_SMALL, *CKPT, "--out", str(d)])
-    _one_error(res, "no usable checkpoint", "checkpoint-6: its weights lack model.norm.weight",
-               "checkpoint-4: its ablate_state.json is for step -3, not 4")
+    one_error(res, "no usable checkpoint", "checkpoint-6: its weights lack model.norm.weight",
+               "checkpoint-4: its ablate_state.json is for step -3, not 4", stream="stderr")
     assert _steps(d) == [0, 2, 4, 6]
 
 
@@ -352,7 +341,7 @@ def test_a_cache_others_can_write_is_refused_in_one_line(tmp_path, monkeypatch):
     os.chmod(cache / "warmup", 0o777)
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *QUICK, "--out", str(tmp_path / "r")])
-    _one_error(res, str(cache / "warmup"), "not private")
+    one_error(res, str(cache / "warmup"), "not private", stream="stderr")
     assert os.listdir(cache / "warmup") == []  # nothing built or loaded from it
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -165,8 +164,8 @@ def metric_steps(metrics_path: Path) -> list[int]:
     return [r["step"] for r in store.read_jsonl(metrics_path) if type(r.get("step")) is int]
 
 
-def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def _finite(x: Any) -> bool:
+    return store.finite_number(x) is not None
 
 
 def check_state(st: dict[str, Any], *, max_steps: int, eval_every: int, steps: list[int]) -> None:
@@ -191,10 +190,10 @@ def check_state(st: dict[str, Any], *, max_steps: int, eval_every: int, steps: l
         if not isinstance(ev, dict) or type(ev.get("step")) is not int or not step - eval_every <= ev["step"] <= step:
             raise BadCheckpoint(f"its evaluation record is not that of step {step}'s latest evaluation")
         rate = ev.get("val_pass_rate")
-        if not (_number(rate) and 0 <= rate <= 1):
+        if not (_finite(rate) and 0 <= rate <= 1):
             raise BadCheckpoint(f"its evaluation record has val_pass_rate {rate!r}, not a pass rate in [0, 1]")
     comp = st.get("compute")
-    if not isinstance(comp, dict) or not all(_number(comp.get(k)) and comp[k] >= 0
+    if not isinstance(comp, dict) or not all(_finite(comp.get(k)) and comp[k] >= 0
                                              for k in ("wall_s", "flops", "samples")):
         raise BadCheckpoint("its compute counters are missing, negative or not finite")
     acc = st.get("acc")
@@ -202,7 +201,7 @@ def check_state(st: dict[str, Any], *, max_steps: int, eval_every: int, steps: l
             and all(isinstance(v, (int, float)) for d in (acc["sums"], acc["counts"]) for v in d.values())):
         raise BadCheckpoint("its metric accumulators are missing or not numbers")
     h = st.get("health")
-    if not (isinstance(h, dict) and (h.get("r0") is None or _number(h["r0"]))
+    if not (isinstance(h, dict) and (h.get("r0") is None or _finite(h["r0"]))
             and isinstance(h.get("trunc_window"), list) and isinstance(h.get("warnings"), list)):
         raise BadCheckpoint("its health record (r0, truncation window, warnings) is missing or malformed")
 
