@@ -46,13 +46,16 @@ def test_single_seed_verdicts_need_seeds_unless_the_paper_rule_is_asked_for(sing
     ranking = rank(curves, FitOptions(n_boot=300))
     assert ranking.baseline == "loss=cispo" and not skipped
     # one seed per arm: no measured seed spread, so no arm is called better or worse
-    assert verdicts(ranking) == {"loss=cispo": "baseline", "loss=higher": "no_effect", "loss=steeper": "no_effect",
-                                 "loss=same": "no_effect", "loss=slow": "not_identified"}
-    assert all(a.detail.startswith("1 seed: needs seeds") for a in ranking.arms if a.verdict == "no_effect")
+    assert verdicts(ranking) == {"loss=cispo": "baseline", "loss=higher": "inconclusive",
+                                 "loss=steeper": "inconclusive", "loss=same": "inconclusive",
+                                 "loss=slow": "not_identified"}
+    assert all(a.practical == "unclear" and "needs seeds" in a.detail for a in ranking.arms
+               if a.verdict == "inconclusive")
+    assert len(ranking.notes) == 1 and ranking.notes[0].startswith("needs seeds: one seed per arm")
     assert ranking.floor is None and ranking.rule == "test"
     paper = rank(curves, FitOptions(n_boot=300), margin="paper")
     assert verdicts(paper) == {"loss=cispo": "baseline", "loss=higher": "ceiling_up", "loss=steeper": "efficiency_up",
-                               "loss=same": "no_effect", "loss=slow": "not_identified"}
+                               "loss=same": "inconclusive", "loss=slow": "not_identified"}
     assert {a.margin for a in paper.arms if a.margin is not None} == {PAPER_A_MARGIN}
     assert paper.rule == "paper" and "paper's convention" in paper.margin_source
     assert all("paper convention" in a.detail for a in paper.arms if a.verdict not in ("baseline", "not_identified"))
@@ -70,7 +73,7 @@ def test_multi_seed_arms_use_the_seed_spread(tmp_path):
     assert arm.verdict == "ceiling_up" and arm.p_ceiling < 0.01
     assert arm.fit.interval_method.startswith("t-intervals over 3 seeds") and arm.seeds == 3
     single = rank([c for c in curves if c.run.endswith("seed=0")], FitOptions(n_boot=300))
-    assert verdicts(single)["loss=bit_higher"] == "no_effect"  # one seed each: needs seeds
+    assert verdicts(single)["loss=bit_higher"] == "inconclusive"  # one seed each: needs seeds
 
 
 def test_csv_input_ranks_like_the_sweep(single_seed_sweep, tmp_path):
@@ -202,4 +205,4 @@ def test_a_single_seed_difference_is_not_a_ceiling_change_by_default(tmp_path):
     curves, _ = curves_from_sweep(write_sweep(tmp_path, "s", arms, baseline="loss=cispo"))
     arm = next(a for a in rank(curves, FitOptions(n_boot=300)).arms if a.arm == "loss=maybe")
     assert abs(arm.delta_A) > PAPER_A_MARGIN
-    assert arm.verdict in ("no_effect", "not_identified"), (arm.verdict, arm.detail)
+    assert arm.verdict in ("inconclusive", "not_identified"), (arm.verdict, arm.detail)

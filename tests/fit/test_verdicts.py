@@ -4,6 +4,7 @@ or refused), window sensitivity, and the options the verdicts issue asked for.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,9 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.curves import load_curves, write_csv
 from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
+from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank
+from ablate.fit.verdicts import DECIDE_LADDER, MinEffect, decide_power
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 
 runner = CliRunner()
@@ -69,7 +72,7 @@ def test_a_single_seed_arm_is_judged_against_the_spread_other_arms_measured(tmp_
     path = seeded(tmp_path, 3, {"a": 0.66})
     ranking = rank(load_curves(path, group="group"), FitOptions(n_boot=300), baseline="base")
     v = {a.arm: a.verdict for a in ranking.arms}
-    assert v == {"base": "baseline", "steady": "no_effect", "one": "ceiling_up"}, [(a.arm, a.detail) for a in ranking.arms]
+    assert v == {"base": "baseline", "steady": "equivalent", "one": "ceiling_up"}, [(a.arm, a.detail) for a in ranking.arms]
     assert ranking.floor is not None and "2 arm(s)" in ranking.floor.source and ranking.floor.dof == 4
 
 
@@ -85,11 +88,11 @@ def test_a_stored_seed_spread_is_saved_and_read_back(tmp_path):
     path = tmp_path / "solo.csv"
     write_csv(solo, path)
     out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json"]).stdout)
-    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "no_effect", "same": "no_effect"}
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "inconclusive", "same": "inconclusive"}
     assert out["noise_floor"] is None
     out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json",
                          "--noise", noise]).stdout)
-    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "ceiling_up", "same": "no_effect"}
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "ceiling_up", "same": "inconclusive"}
     assert out["noise_floor"]["source"].startswith("stored measurement")
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--noise", str(tmp_path / "nope.json")])
     assert res.exit_code == 2 and "no such file" in res.output
@@ -229,3 +232,87 @@ def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_pa
     assert res.exit_code == 2 and "leaves arm" in res.output and "no gain to fit" in res.output  # below R0 (0.3)
     res = ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "100", "--shared-a", "0.5"])
     assert "own A more than 0.02 away" in " ".join(res.stdout.split())  # B at an A the arms do not share
+
+
+# ---- actionable verdicts: changed (material / negligible / unclear), equivalent, inconclusive ----
+
+
+def _tight(tmp_path, arms: dict[str, dict], seeds: int = 3, drift_sd: float = 0.0005):
+    """A csv of arms with `seeds` seeds each of very tight synthetic curves (each arm's change applied to P)."""
+    curves = []
+    for arm, change in arms.items():
+        for s in range(seeds):
+            curves.append(synthetic_curve(**{**P, **change}, seed=1000 * len(curves) + s, drift_sd=drift_sd,
+                                          run=f"{arm},seed={s}", group=arm))
+    path = tmp_path / "tight.csv"
+    write_csv(curves, path)
+    return load_curves(path, group="group")
+
+
+def test_shown_equal_is_told_from_a_negligible_change_and_a_material_one(tmp_path):
+    """Tight curves: an arm identical to the baseline is `equivalent`; a real +0.004 on A is found but called
+    negligible (below the paper's 0.02 that matters); +0.05 is a material ceiling change."""
+    curves = _tight(tmp_path, {"base": {}, "same": {}, "tiny": {"a": P["a"] + 0.004}, "big": {"a": P["a"] + 0.05}})
+    ranking = rank(curves, FitOptions(n_boot=200), baseline="base")
+    by = {a.arm: a for a in ranking.arms}
+    got = {k: (a.verdict, a.practical) for k, a in by.items()}
+    assert got == {"base": ("baseline", None), "same": ("equivalent", "negligible"),
+                   "tiny": ("ceiling_up", "negligible"), "big": ("ceiling_up", "material")}, \
+        [(a.arm, a.detail) for a in ranking.arms]
+    assert by["same"].p_equivalent < 0.05 and "does not matter" in by["same"].detail
+    assert "below the smallest effect that matters" in by["tiny"].detail
+    assert all(len(a.effect) <= 48 for a in ranking.arms), [a.effect for a in ranking.arms]
+    # with a smaller effect that matters (0.001) the tiny change is no longer negligible, and the identical arm is
+    # no longer shown equal within it
+    finer = {a.arm: (a.verdict, a.practical) for a in
+             rank(curves, FitOptions(n_boot=200), baseline="base", min_effect=MinEffect(a=0.001)).arms}
+    assert finer["tiny"][0] == "ceiling_up" and finer["tiny"][1] != "negligible" and finer["same"][0] != "equivalent"
+
+
+def test_an_undecided_arm_is_inconclusive_with_the_seeds_that_would_decide_it():
+    """Two noisy seeds, a real +0.03 on A: neither a change nor equivalence is shown. The seeds it asks for decide
+    the same question, simulated at that many seeds through `rank`, about as often as promised (80%)."""
+    shape, noise = SHAPES["scalerl-8b"], NOISES["seeds"]
+    to = 2 * window_end(shape, 0.85)
+    rng = np.random.default_rng(11)
+
+    def sweep(seeds):
+        curves = []
+        for name, eff in (("base", {}), ("arm", {"a": 0.03})):
+            curves += simulate_arm(shape, noise, eff, seeds, 0.85, rng, name)[0]
+        return rank(curves, FitOptions(n_boot=100, target=to, seed=int(rng.integers(1 << 30))), baseline="base")
+
+    ranking = next(r for r in (sweep(2) for _ in range(10)) if r.arms[0].verdict == "inconclusive"
+                   or next(a for a in r.arms if a.arm == "arm").verdict == "inconclusive")
+    arm = next(a for a in ranking.arms if a.arm == "arm")
+    assert arm.verdict == "inconclusive" and arm.practical == "unclear"
+    assert arm.decide["seeds"] is not None and arm.decide["seeds"] > 2, arm.decide
+    assert arm.decide["text"] in arm.detail and f"~{arm.decide['seeds']} seeds an arm" in arm.decide["text"]
+    # the promise, checked at the truth: the floor of a well-seeded reference, the true +0.03
+    ref = rank([c for name in ("base", "n1", "n2", "n3") for c in simulate_arm(shape, noise, {}, 12, 0.85, rng, name)[0]],
+               FitOptions(n_boot=100, target=to), baseline="base")  # 44 dof: the spread to within ~10%
+    # the spread's value from the reference, its degrees of freedom those of the sweep at n seeds (as in `rank`)
+    floor = replace(ref.floor, dof=1)
+    lr = float("nan")  # the compute ratio is not needed: the question is the ceiling
+    n = next(k for k in DECIDE_LADDER if decide_power(0.03, lr, floor, MinEffect(), k, 2, 0.05 / 3,
+                                                      np.random.default_rng(0)) >= 0.8)
+    decided = sum(next(a for a in sweep(n).arms if a.arm == "arm").verdict != "inconclusive" for _ in range(20))
+    assert decided >= 12, (n, decided)  # 80% promised; 12 of 20 is its one-sided 1% binomial bound
+
+
+def test_no_effect_is_gone_from_the_vocabulary():
+    from ablate.fit.compare import VERDICT_TEXT, VERDICTS
+
+    assert "no_effect" not in VERDICTS and "no detectable effect" not in VERDICT_TEXT.values()
+    assert {"equivalent", "inconclusive"} <= set(VERDICTS)
+
+
+@pytest.mark.parametrize("a, ratio, culprit", [(0.0, 1.15, "--min-effect 0.0"), (1.5, 1.15, "--min-effect 1.5"),
+                                               (float("nan"), 1.15, "--min-effect nan"),
+                                               (0.02, 1.0, "--min-effect-compute 1.0"),
+                                               (0.02, float("inf"), "--min-effect-compute inf")])
+def test_a_min_effect_out_of_range_is_one_line(a, ratio, culprit):
+    from ablate.errors import UserError
+
+    with pytest.raises(UserError, match=culprit.replace(".", r"\.")):
+        MinEffect(a=a, ratio=ratio)

@@ -25,21 +25,24 @@ from ablate.errors import UserError
 from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, rank_key, window_points
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import B_BOUNDS, PointFit, _bounds, compute_to_reach, fit_batch, sigmoid
-from ablate.fit.verdicts import (FDR, PAPER_A_MARGIN, NoiseFloor, decide_verdicts, end_of_window, measured_floor,
-                                 paper_verdict, parse_margin)
+from ablate.fit.verdicts import (FDR, PAPER_A_MARGIN, MinEffect, NoiseFloor, decide_verdicts, end_of_window,
+                                 measured_floor, paper_verdict, parse_margin)
 from ablate.rundir import STOPPED
 
 __all__ = ["ArmResult", "Ranking", "rank", "compare_efficiency", "fit_shared_a", "refit_at_a", "parse_shared_a",
            "VERDICTS", "VERDICT_TEXT",
-           "NoiseFloor", "measured_floor", "parse_margin", "PAPER_A_MARGIN", "FDR"]
+           "MinEffect", "NoiseFloor", "measured_floor", "parse_margin", "PAPER_A_MARGIN", "FDR"]
 
 
-VERDICTS = ("baseline", "ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "no_effect", "not_identified")
+VERDICTS = ("baseline", "ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "equivalent", "inconclusive",
+            "not_identified")
+CHANGED = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
 VERDICT_TEXT = {
     "baseline": "baseline", "ceiling_up": "ceiling ↑", "ceiling_down": "ceiling ↓",
-    "efficiency_up": "efficiency ↑", "efficiency_down": "efficiency ↓", "no_effect": "no detectable effect",
-    "not_identified": "not identified", None: "—",
+    "efficiency_up": "efficiency ↑", "efficiency_down": "efficiency ↓", "equivalent": "equivalent",
+    "inconclusive": "inconclusive", "not_identified": "not identified", None: "—",
 }
+PRACTICAL = ("material", "negligible", "unclear")
 
 
 @dataclass
@@ -54,11 +57,22 @@ class ArmResult:
     margin: float | None = None
     """The paper rule's margin on A (None under the calibrated tests)."""
     delta_A: float | None = None
+    delta_A_ci: list[float] | None = None
+    """dA's interval at the ranking's --ci level (None without a seed spread)."""
+    practical: str | None = None
+    """A compared arm's effect against the smallest that matters: material, negligible or unclear (PRACTICAL)."""
+    effect: str = ""
+    """The short why: the effect that decided and its interval (the table's why cell)."""
     detail: str = ""
+    """The long why: every test, its p-value and interval, what would decide (`--explain`)."""
+    decide: dict[str, Any] | None = None
+    """An inconclusive arm: {"seeds", "compute", "power", "text"}, the seeds per arm that would decide it."""
     shared: dict[str, Any] | None = None
     """The shared-A comparison: A_shared, B and C_mid of both arms under it, compute ratio and interval."""
     p_ceiling: float | None = None
     p_efficiency: float | None = None
+    p_equivalent: float | None = None
+    """The equivalence test (TOST on A and on compute, the larger p)."""
     delta_R_end: float | None = None
     """Not identified: the arm's pass rate minus the baseline's at the end of the window they share."""
     p_at_end: float | None = None
@@ -81,7 +95,9 @@ class ArmResult:
             return None if v is None or not np.isfinite(v) else float(v)
 
         return {"arm": self.arm, "arm_id": self.arm_id, "seeds": self.seeds, **self.fit.to_json(),
-                "verdict": self.verdict, "margin": self.margin, "delta_A": r(self.delta_A), "detail": self.detail,
+                "verdict": self.verdict, "practical": self.practical, "margin": self.margin,
+                "delta_A": r(self.delta_A), "delta_A_ci": self.delta_A_ci, "effect": self.effect, "detail": self.detail,
+                "decide": self.decide, "p_equivalent": r(self.p_equivalent),
                 "partial": self.partial, "truncation_warning": self.truncation_warning, "shared_A": self.shared,
                 "p_ceiling": r(self.p_ceiling), "p_efficiency": r(self.p_efficiency),
                 "delta_R_end": r(self.delta_R_end), "p_at_end": r(self.p_at_end), "r_call": self.r_call,
@@ -107,6 +123,13 @@ class Ranking:
     """How the efficiency comparison's shared A was set (per pair, or one A for every arm), in words."""
     shared_a: str | float | None = None
     """--shared-a: None (per pair), "all", or the value given."""
+    min_effect: MinEffect = field(default_factory=MinEffect)
+    notes: list[str] = field(default_factory=list)
+    """What applies to every arm (needs seeds, ...), said once under the table instead of in every row."""
+    target_source: str = ""
+    """How the target compute was chosen, in words (set by the command: `--to X`, or the default it picked)."""
+    axis_note: str | None = None
+    """A warning about the compute axis (wall-clock varying between seeds), set by the command."""
 
     def to_json(self) -> dict[str, Any]:
         margins = {a.margin for a in self.arms if a.margin is not None}
@@ -114,7 +137,8 @@ class Ranking:
                 "margin_source": self.margin_source, "rule": self.rule, "fdr": FDR if self.rule == "test" else None,
                 "noise_floor": None if self.floor is None else self.floor.to_json(),
                 "end_spread": self.end_spread, "shared_a": self.shared_a, "shared_mode": self.shared_mode,
-                "target": self.target, "x": self.x,
+                "min_effect": self.min_effect.to_json(), "notes": self.notes, "target": self.target,
+                "target_source": self.target_source, "axis_note": self.axis_note, "x": self.x,
                 "window": self.opts.window_text(), "arms": [a.to_json() for a in self.arms],
                 "not_fitted": self.not_fitted}
 
@@ -308,12 +332,15 @@ def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -
 
 def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: str | float | None = None,
          noise: NoiseFloor | None = None, x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None,
-         jobs: int = 1, shared_a: str | float | None = None) -> Ranking:
+         jobs: int = 1, shared_a: str | float | None = None, min_effect: MinEffect | None = None) -> Ranking:
     """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first (see the module
     docstring). `margin`: the paper's threshold rule instead of the tests; `noise`: a stored seed spread for arms
     without seeds of their own; `shared_a`: "all" or a value refits every arm at one A for the efficiency
-    comparison (the paper's way) instead of one A per pair. Arms are independent fits: with many arms they run on
-    `jobs` worker processes."""
+    comparison (the paper's way) instead of one A per pair; `min_effect`: the smallest effect that matters (default
+    the paper's +-0.02 on A, +-15% compute). Arms are independent fits: with many arms they run on `jobs` worker
+    processes."""
+    min_effect = min_effect or MinEffect()
+    notes: list[str] = []
     a_margin = parse_margin(margin)
     shared_a = parse_shared_a(shared_a)
     rule = "test" if a_margin is None else "paper"
@@ -339,7 +366,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             _own_log_compute_seeds(a, opts)
     if baseline is not None:
         base = next(a for a in arms if a.arm == baseline)
-        base.verdict, base.detail = "baseline", "the reference arm"
+        base.verdict, base.detail, base.effect = "baseline", "the reference arm", "reference"
         if not base.fit.identifiable:
             base.detail += "; A not measured (it has not passed C_mid): no ceiling or efficiency verdicts"
         bases = _stopped_windows(arms, base, opts)
@@ -349,13 +376,14 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
                 continue
             b = bases.get(a.arm, base)
             if isinstance(b, str):
-                a.verdict, a.detail = "not_identified", b
+                a.verdict, a.detail, a.effect = "not_identified", b, "baseline unfitted on its window"
                 continue
             a.delta_A = a.fit.A - b.fit.A
             if not (a.fit.identifiable and b.fit.identifiable):
                 who = "this arm" if not a.fit.identifiable else "the baseline"  # the footer says how it is ranked
                 a.verdict = "not_identified"
                 a.detail = f"A not measured ({who} has not passed C_mid)"
+                a.effect = f"A not measured ({who})"
             else:
                 compared.append(a)
         a_all, shared_mode = _one_a(shared_a, arms, base, compared)
@@ -384,13 +412,19 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             at_end, end_spread = end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
             decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread,
-                            {k: v for k, v in bases.items() if isinstance(v, ArmResult)})
+                            {k: v for k, v in bases.items() if isinstance(v, ArmResult)}, min_effect)
+            if floor is None and compared:
+                one = all(x.seeds == 1 for x in compared + [base])
+                notes.append(("needs seeds: one seed per arm cannot measure the seed spread, and there is no --noise "
+                              "file, so no arm can be shown changed or equivalent" if one else
+                              "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there "
+                              "is no --noise file, so no arm can be shown changed or equivalent"))
         for a in arms:
             if isinstance(bases.get(a.arm), ArmResult):
                 a.detail += f"; read against the baseline's first {_x_end(a):.4g} {x} (this arm was stopped there)"
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
                    not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread, shared_mode=shared_mode,
-                   shared_a=shared_a)
+                   shared_a=shared_a, min_effect=min_effect, notes=notes)
 
 

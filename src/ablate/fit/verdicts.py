@@ -1,20 +1,26 @@
-"""Verdicts: the tests `rank` runs on its comparisons, the seed spread they are judged against, and the paper's
-threshold rule.
+"""Verdicts: the tests `rank` runs on its comparisons, the seed spread they are judged against, the smallest effect
+that matters, and the paper's threshold rule.
 
 The seed-to-seed spread (`NoiseFloor`) is measured, never assumed: from the arms of the ranking that have at least
 two identified seeds (pooled), or from a stored measurement of the same task and recipe (`--noise FILE`, written by
 `--save-noise`); of the two, the one resting on more seeds. Without either, a single seed cannot tell an effect from
-a lucky seed, and the verdict is `no detectable effect (1 seed: needs seeds)`.
+a lucky seed, and every compared arm is `inconclusive` (needs seeds).
 
-The tests, all two-sided t-tests against that spread, with the differences taken between the arms' seed means (what
-the spread describes): the ceiling (dA), the efficiency (log compute to the baseline's pass rate at the target), and,
-for an arm whose A is not identified, its fitted pass rate at the end of the window every arm covers. All the tests
-of a ranking go through Benjamini-Hochberg at a 5% false-discovery rate: `ceiling up/down` when the ceiling test is
-a discovery, else `efficiency up/down`, else `no detectable effect`.
+Each compared arm has three tests against that spread, with the differences taken between the arms' seed means
+(what the spread describes): the ceiling (dA against 0), the efficiency (log compute to the baseline's pass rate at
+the target, against 0), both two-sided t-tests; and equivalence: two one-sided t-tests (TOST) that |dA| is below the
+smallest effect that matters (`MinEffect`, default the paper's 0.02) and the compute ratio within its band (default
++-15%), equivalent only when both are (intersection-union). An arm whose A is not identified has one test instead:
+its fitted pass rate at the end of the window every arm covers. All the tests of a ranking are one family under
+Benjamini-Hochberg at a 5% false-discovery rate. An arm is `ceiling up/down` when its ceiling test is a discovery,
+else `efficiency up/down`, else `equivalent` when its equivalence test is, else `inconclusive`, with the seeds per
+arm that would decide it (`seeds_to_decide`). A change also says whether it matters (`practical`): its interval
+wholly beyond the smallest effect (`material`), wholly inside it (`negligible`), or neither (`unclear`).
 
 The paper's own convention, a ceiling change beyond +-0.02 on A and an efficiency change beyond +-15% compute, is
 available as `--margin paper` (or `--margin X` on A), labelled as such in every verdict: a threshold rule, not a
-calibrated test. The calibration harness (fit/calibrate.py, `ablate calibrate`) measures how both behave.
+calibrated test, so within the margins it is `inconclusive`. The calibration harness (fit/calibrate.py, `ablate
+calibrate`) measures how both behave.
 
 The functions here read and fill `compare.ArmResult`s.
 """
@@ -39,6 +45,38 @@ if TYPE_CHECKING:
 PAPER_A_MARGIN = 0.02  # ScaleRL §2: +-0.02 on A between single-seed runs is within noise (their seeds' spread)
 PAPER_COMPUTE_MARGIN = float(np.log(1.15))  # the efficiency counterpart: +-15% compute
 FDR = 0.05
+
+
+@dataclass(frozen=True)
+class MinEffect:
+    """The smallest effect that matters (`--min-effect`, `--min-effect-compute`): a difference of `a` on A, and a
+    compute ratio of `ratio` (1.15: +-15% compute) either way. Defaults: the paper's (ScaleRL treats +-0.02 on A
+    between seeds as noise)."""
+
+    a: float = PAPER_A_MARGIN
+    ratio: float = 1.15
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.a, (int, float)) and math.isfinite(self.a) and 0.0 < self.a < 1.0):
+            raise UserError(f"--min-effect {self.a}: the smallest change of A that matters, a number in (0, 1) "
+                            "(the paper's: 0.02)")
+        if not (isinstance(self.ratio, (int, float)) and math.isfinite(self.ratio) and 1.0 < self.ratio <= 100.0):
+            raise UserError(f"--min-effect-compute {self.ratio}: the smallest compute ratio that matters, a number "
+                            "in (1, 100] (the paper's: 1.15, i.e. ±15% compute)")
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.ratio)
+
+    @property
+    def text_compute(self) -> str:
+        return f"±{(self.ratio - 1) * 100:.3g}%" if self.ratio < 2 else f"{self.ratio:g}x either way in"
+
+    def describe(self) -> str:
+        return f"±{self.a:g} on A, {self.text_compute} compute"
+
+    def to_json(self) -> dict[str, float]:
+        return {"A": self.a, "compute_ratio": self.ratio}
 
 
 @dataclass
@@ -241,59 +279,142 @@ def efficiency_text(a: ArmResult, opts: FitOptions) -> str:
             f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
 
 
+def _ratio(a: ArmResult) -> float:
+    sh = a.shared or {}
+    return float(sh.get("compute_ratio_tested", sh.get("compute_ratio", float("nan"))))
+
+
+def short_effect(a: ArmResult, what: str) -> str:
+    """The why cell (about 40 characters): the effect that decided, with its interval. `what`: ceiling, efficiency
+    or both."""
+    ci = a.delta_A_ci
+    d_a = f"ΔA {a.delta_A:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+    rci = (a.shared or {}).get("compute_ratio_ci")
+    ratio = _ratio(a)
+    comp = (f"{ratio:.2f}x" if np.isfinite(ratio) else "—") + (f" [{rci[0]:.2f}, {rci[1]:.2f}]" if rci else "")
+    if what == "ceiling":
+        return d_a
+    if what == "efficiency":
+        return f"compute {comp}"
+    if not ci:  # no seed spread: no intervals, the estimates only
+        d_a, comp = f"ΔA {a.delta_A:+.3f}", f"{ratio:.2f}x" if np.isfinite(ratio) else "—"
+    return f"{d_a}; {comp}"
+
+
+def practical(lo: float, hi: float, delta: float) -> str:
+    """An interval [lo, hi] of a difference read against the smallest effect that matters, +-delta: `material`
+    (wholly beyond it), `negligible` (wholly inside it) or `unclear`."""
+    if lo > delta or hi < -delta:
+        return "material"
+    if lo >= -delta and hi <= delta:
+        return "negligible"
+    return "unclear"
+
+
 def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
+    """The paper's threshold rule: beyond the margin on A (else on compute) is a change; within both is
+    `inconclusive`, since a threshold rule without a test cannot show two arms equal."""
     a.margin = a_margin
     label = "(paper convention)" if a_margin == PAPER_A_MARGIN else "(threshold rule)"
     ratio = a.shared["compute_ratio"]
     if abs(a.delta_A) > a_margin:
         a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
         a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a_margin:g} {label}"
+        a.effect = f"ΔA {a.delta_A:+.3f}"
     elif np.isfinite(ratio) and ratio > 0 and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
         a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
         a.detail = efficiency_text(a, opts) + f", beyond ±15% {label}"
+        a.effect = f"compute {ratio:.2f}x"
     else:
-        a.verdict = "no_effect"
-        a.detail = f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}"
+        a.verdict = "inconclusive"
+        a.detail = (f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
+                    "threshold rule is not a test, so it cannot show the arms equal")
+        a.effect = f"ΔA {a.delta_A:+.3f}; {ratio:.2f}x"
+
+
+def _tost(d: float, se: float, dof: float, delta: float) -> float:
+    """Two one-sided t-tests of |true difference| < delta (H0: <= -delta, and H0: >= +delta): the larger p."""
+    if not (np.isfinite(d) and se > 0):
+        return float("nan")
+    return float(max(student_t.sf((d + delta) / se, dof), student_t.cdf((d - delta) / se, dof)))
+
+
+def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions, me: MinEffect) -> None:
+    """The ceiling, efficiency and equivalence tests of one arm against its baseline, and their intervals."""
+    crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
+    n_a = max(1, int(np.isfinite(a.seed_A).sum()))
+    n_b = max(1, int(np.isfinite(base.seed_A).sum()))
+    if np.isfinite(a.seed_A).any() and np.isfinite(base.seed_A).any():
+        a.delta_A = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))  # the seeds' means: what the spread is of
+    se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
+    se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds) + 1.0 / _n_finite(base.log_compute_seeds))
+    a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
+    a.delta_A_ci = [a.delta_A - crit * se_a, a.delta_A + crit * se_a]
+    lr = _log_ratio(a, base, a.shared["compute_ratio"], opts.target)
+    a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
+    if np.isfinite(lr):
+        a.shared["compute_ratio_tested"] = math.exp(lr)
+        a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
+    # intersection-union: equivalent only when both are; no compute ratio (NaN) means equivalence can't be shown
+    a.p_equivalent = float(np.max([_tost(a.delta_A, se_a, floor.dof, me.a), _tost(lr, se_c, floor.dof, me.log_ratio)]))
+
+
+def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, me: MinEffect, opts: FitOptions,
+              floor: NoiseFloor, n_compared: int) -> None:
+    """An arm's verdict from which of its tests survived the false-discovery control, with `practical`, the short
+    effect and the long detail."""
+    p = f"p={a.p_ceiling:.2g}"
+    ci = a.delta_A_ci
+    rci = a.shared.get("compute_ratio_ci")
+    parts = [f"ΔA {a.delta_A:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({p})",
+             efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else "")]
+    eq = (f"equivalence within ±{me.a:g} on A and {me.text_compute} compute: "
+          + (f"p={a.p_equivalent:.2g}" if np.isfinite(a.p_equivalent) else "not testable (no compute ratio)"))
+    if ceiling:
+        a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
+        a.practical = practical(ci[0], ci[1], me.a)
+        a.effect = short_effect(a, "ceiling")
+    elif efficiency:
+        a.verdict = "efficiency_up" if a.shared["compute_ratio_tested"] < 1 else "efficiency_down"
+        a.practical = practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio)
+        a.effect = short_effect(a, "efficiency")
+    elif equivalent:
+        a.verdict, a.practical = "equivalent", "negligible"
+        a.effect = short_effect(a, "both")
+        parts.append(eq + ": the choice does not matter at this scale, within that margin")
+    else:
+        a.verdict, a.practical = "inconclusive", "unclear"
+        a.effect = short_effect(a, "both")
+        a.decide = seeds_to_decide(a, floor, me, n_compared)
+        parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
+    if a.verdict.startswith(("ceiling", "efficiency")):
+        size = {"material": f"beyond the smallest effect that matters ({me.describe()})",
+                "negligible": f"real, but below the smallest effect that matters ({me.describe()})",
+                "unclear": f"real; whether it exceeds the smallest effect that matters ({me.describe()}) is not yet "
+                           "clear"}[a.practical]
+        parts.append(f"the change is {size}")
+    a.detail = "; ".join(parts)
 
 
 def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
                    unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None,
-                   bases: dict[str, ArmResult] | None = None) -> None:
-    """t-tests of dA and of the log compute ratio against the seed spread, and of the pass rate at the end of the
-    shared window for the arms whose A is not identified, FDR-controlled together over the ranking. `bases`: the
-    baseline each arm is read against where it is not `base` (a stopped arm: the baseline fitted on its window)."""
+                   bases: dict[str, ArmResult] | None = None, me: MinEffect | None = None) -> None:
+    """Per compared arm: t-tests of dA and of the log compute ratio against 0, and the equivalence test (TOST)
+    against the smallest effect that matters `me`; for the arms whose A is not identified, a test of the pass rate at
+    the end of the shared window. All of them are FDR-controlled together over the ranking (see the module
+    docstring). `bases`: the baseline each arm is read against where it is not `base` (a stopped arm: the baseline
+    fitted on its window)."""
+    me = me or MinEffect()
     pvals: list[float] = []
-    base_all = base
     if floor is None:
-        one = all(x.seeds == 1 for x in compared + [base])
-        why = ("1 seed: needs seeds (one seed per arm cannot measure the seed spread, and there is no --noise file)"
-               if one else "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there is "
-               "no --noise file")
         for a in compared:
-            a.verdict = "no_effect"
-            a.detail = why + "; " + efficiency_text(a, opts)
+            a.verdict, a.practical = "inconclusive", "unclear"
+            a.effect = short_effect(a, "both")
+            a.detail = "no seed spread to test against (needs seeds); " + efficiency_text(a, opts)
     else:
-        crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
         for a in compared:
-            base = (bases or {}).get(a.arm, base_all)
-            # the tested differences are those of the seeds' means, as the seed spread describes one seed
-            n_a = max(1, int(np.isfinite(a.seed_A).sum()))
-            n_b = max(1, int(np.isfinite(base.seed_A).sum()))
-            if np.isfinite(a.seed_A).any() and np.isfinite(base.seed_A).any():
-                a.delta_A = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))
-            se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
-            ratio = a.shared["compute_ratio"]
-            se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds)
-                                             + 1.0 / _n_finite(base.log_compute_seeds))
-            a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
-            lr = _log_ratio(a, base, ratio, opts.target)
-            a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
-            if np.isfinite(lr):
-                a.shared["compute_ratio_tested"] = math.exp(lr)
-                a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
-            a.detail = f"ΔA {a.delta_A:+.3f} ±{crit * se_a:.3f} (p={a.p_ceiling:.2g})"
-            pvals += [a.p_ceiling, a.p_efficiency]
-    base = base_all
+            _test_arm(a, (bases or {}).get(a.arm, base), floor, opts, me)
+            pvals += [a.p_ceiling, a.p_efficiency, a.p_equivalent]
     tested = []
     base_end = at_end.get(base.arm, np.array([]))
     for a in unidentified:
@@ -308,23 +429,69 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
     found = benjamini_hochberg(pvals)
     if floor is not None:
         for i, a in enumerate(compared):
-            ceiling, efficiency = found[2 * i], found[2 * i + 1]
-            eff = efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else "")
-            if ceiling:
-                a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
-            elif efficiency:
-                a.verdict = "efficiency_up" if a.shared["compute_ratio_tested"] < 1 else "efficiency_down"
-                a.detail += "; " + eff
-            else:
-                a.verdict = "no_effect"
-                a.detail += "; " + eff
-    first = 2 * len(compared) if floor is not None else 0
+            _conclude(a, *found[3 * i:3 * i + 3], me, opts, floor, len(compared))
+    first = 3 * len(compared) if floor is not None else 0
     for k, a in enumerate(tested):
         at = end_spread["at"]
         if found[first + k]:
             a.r_call = "higher" if a.delta_R_end > 0 else "lower"
+            a.effect = f"R {a.r_call} at {at:.4g}: ΔR {a.delta_R_end:+.3f}"
             a.detail += (f"; at {at:g} (end of the shared window) pass rate {a.r_call}: "
                          f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
         else:
+            a.effect = f"ΔR {a.delta_R_end:+.3f} at {at:.4g} (p={a.p_at_end:.2g})"
             a.detail += (f"; at {at:g} (end of the shared window) no detectable difference: "
                          f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
+
+
+# ---- what would decide an inconclusive arm ----
+
+DECIDE_POWER = 0.8
+DECIDE_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+"""Seeds per arm tried for an inconclusive arm; past the top, more seeds at this compute is not the way to decide."""
+DECIDE_DRAWS = 4000
+
+
+def decide_power(d_a: float, lr: float, floor: NoiseFloor, me: MinEffect, seeds: int, arms: int, alpha: float,
+                 rng: np.random.Generator, draws: int = DECIDE_DRAWS) -> float:
+    """The chance that an arm is decided (a change in A or compute found, or both shown equivalent) with `seeds`
+    seeds in it and in the baseline, when the true differences are d_a (on A) and lr (log compute) and one seed
+    varies by the measured spread; the spread is re-estimated on arms x (seeds - 1) degrees of freedom (or the
+    floor's, if more), each test at level `alpha`. Monte Carlo over the estimates and the estimated spread."""
+    dof = max(floor.dof, arms * (seeds - 1))
+    t2 = student_t.ppf(1.0 - alpha / 2.0, dof)
+    t1 = student_t.ppf(1.0 - alpha, dof)
+    decided_change = np.zeros(draws, dtype=bool)
+    equiv = np.ones(draws, dtype=bool)
+    for true, sd, delta in ((d_a, floor.sd_A, me.a), (lr, floor.sd_logc, me.log_ratio)):
+        if not np.isfinite(true):  # no compute ratio: only the ceiling can decide, and equivalence cannot be shown
+            equiv[:] = False
+            continue
+        se = sd * math.sqrt(2.0 / seeds)
+        est = true + se * rng.standard_normal(draws)
+        s = se * np.sqrt(rng.chisquare(dof, draws) / dof)
+        decided_change |= np.abs(est) / s > t2
+        equiv &= ((est + delta) / s > t1) & ((est - delta) / s < -t1)
+    return float(np.mean(decided_change | equiv))
+
+
+def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: int, power: float = DECIDE_POWER,
+                    ladder: tuple[int, ...] = DECIDE_LADDER) -> dict[str, Any]:
+    """The fewest seeds per arm (this arm and the baseline, at the compute they have now) that decide this arm with
+    `power`, assuming its true differences are the measured ones and the seed spread is the measured one (the same
+    NoiseFloor `ablate plan` simulates from). The false-discovery control is taken as 5% / the number of tests in
+    the family (three per compared arm: the threshold its smallest p-value must meet), which errs on more seeds."""
+    lr = math.log(_ratio(a)) if np.isfinite(_ratio(a)) and _ratio(a) > 0 else float("nan")
+    arms = n_compared + 1
+    alpha = FDR / (3 * max(1, n_compared))
+    rng = np.random.default_rng(20260)
+    more = [n for n in ladder if n > a.seeds]  # more seeds than it has: it is undecided at its own count
+    seeds = next((n for n in more if decide_power(a.delta_A, lr, floor, me, n, arms, alpha, rng) >= power), None)
+    compute = float(a.fit.window[1])
+    at = f"{compute:,.0f}" if 1e3 <= compute < 1e7 else f"{compute:.3g}"
+    if seeds is None:
+        text = (f"more than {ladder[-1]} seeds an arm at {at} would be needed: at this compute the seed "
+                "spread hides differences of this size; run longer, or decide whether a smaller effect matters")
+    else:
+        text = f"~{seeds} seeds an arm at {at} would decide it ({power:.0%} power)"
+    return {"seeds": seeds, "compute": compute, "power": power, "text": text}
