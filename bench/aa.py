@@ -1,5 +1,5 @@
 """A real A/A check: N seeds of the base recipe, ranked against each other. Identical configs must not be told
-apart: every verdict should be "no detectable effect".
+apart: no verdict may be a change (ceiling or efficiency ↑/↓); `equivalent` or `inconclusive` are both honest.
 
     .venv/bin/python bench/aa.py [--seeds 6] [--root bench/out/aa] [--x samples]
 
@@ -7,12 +7,12 @@ apart: every verdict should be "no detectable effect".
 2. Each seed becomes its own arm (a curve file with a `group` column) and is ranked against seed 0, exactly as a
    user would rank a sweep with one seed per arm:
    - with the default rule (calibrated tests): a single seed has no seed spread of its own, so the honest answer is
-     "no detectable effect (1 seed: needs seeds)" unless a floor is measured;
+     `inconclusive` (needs seeds) unless a floor is measured;
    - with the floor measured on these very seeds (`--noise`, written by `ablate rank --save-noise` on the N seeds as
      one arm), which is what a stored calibration of the task and recipe would give;
    - with the paper's convention (`--margin paper`: +-0.02 on A, +-15% compute), for comparison.
 3. The seeds split into two arms (first half against second half), ranked with the default rule.
-Prints how many verdicts are not "no detectable effect" in each case (target: 0), the per-seed fits, and the
+Prints how many verdicts are changes in each case (target: 0), the per-seed fits, and the
 noise the fits measured (the calibration's noise model for the embedded task takes its sizes from here).
 """
 

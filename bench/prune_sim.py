@@ -28,7 +28,7 @@ KINDS = {
     "null": ("embedded", {"base": {}, "b": {}, "c": {}, "d": {}}),
     "mixed": ("scalerl-8b", {"base": {}, "null": {}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}}),
 }
-TRUTH = {"base": "baseline", "b": "no_effect", "c": "no_effect", "d": "no_effect", "null": "no_effect",
+TRUTH = {"base": "baseline", "b": "null", "c": "null", "d": "null", "null": "null",
          "a+0.05": "ceiling_up", "cmid/2": "efficiency_up"}
 CALLS = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
 
@@ -67,8 +67,8 @@ def main() -> None:
         rs = done[kind]
         pairs = [(r["full"][a], r["pruned"].get(a), TRUTH[a]) for r in rs for a in r["full"] if a != "base"]
         same = sum(f == p for f, p, _ in pairs)
-        null = [(f, p) for f, p, t in pairs if t == "no_effect"]
-        real = [(f, p, t) for f, p, t in pairs if t != "no_effect"]
+        null = [(f, p) for f, p, t in pairs if t == "null"]
+        real = [(f, p, t) for f, p, t in pairs if t != "null"]
         spent = sum(r["spent"] for r in rs) / len(rs)
         stopped = sum(len(r["stopped"]) for r in rs)
         print(f"\n{kind} ({KINDS[kind][0]} shape, {len(rs)} sweeps, {len(pairs)} arm verdicts):")

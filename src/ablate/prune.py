@@ -364,7 +364,7 @@ def simulate(arms: dict[str, dict[str, float]], *, shape: str = "scalerl-8b", no
     """One simulated sweep with known truth, run in full and pruned by `replay`: `arms` maps each arm to its
     effect on the baseline's curve (fit/calibrate's shapes and noises; the first arm is the baseline, every run
     ends where the baseline has made a share `f` of its gain, verdicts are read at twice that). Returns
-    {"full": {arm: verdict}, "pruned": {arm: verdict}, "stopped": {arm: share of the budget it ran, for stopped
+    {"full": {arm: verdict}, "practical": {arm: the full verdict's practical}, "pruned": {arm: verdict}, "stopped": {arm: share of the budget it ran, for stopped
     arms}, "spent": compute of the pruned sweep / the full one}."""
     import numpy as np
 
@@ -385,5 +385,6 @@ def simulate(arms: dict[str, dict[str, float]], *, shape: str = "scalerl-8b", no
     r = replay(curves, 2.0 * budget, s)
     arm_of = {c.run: c.group for c in curves}
     return {"full": {a.arm: _verdict_key(a) for a in r["full"].arms},
+            "practical": {a.arm: a.practical for a in r["full"].arms},
             "pruned": {a.arm: _verdict_key(a) for a in r["pruned"].arms},
             "stopped": {arm_of[run]: share for run, share in r["stopped"].items()}, "spent": r["spent"]}

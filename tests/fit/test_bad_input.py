@@ -302,12 +302,14 @@ def test_a_curve_that_starts_at_one(tmp_path, cmd):
 
 @pytest.mark.parametrize("cmd", ["rank", "extrapolate"])
 def test_a_target_far_past_the_data_is_refused_as_a_units_mismatch(tmp_path, cmd):
-    """CPU runs log a few hundredths of a GPU-hour: the default --to 16000 would rank on an extrapolation of
-    ~10^5 x. Refused with the fix (the data's units), and fine once --to is in them."""
+    """CPU runs log a few hundredths of a GPU-hour: --to 16000 (the paper's scale) would rank on an extrapolation
+    of ~10^5 x. Refused with the fix (the data's units), and fine once --to is in them, or without --to (a target in
+    the data's units is chosen)."""
     c = synthetic_curve(a=0.7, b=1.2, c_mid=0.01, c_max=0.05, seed=0, n_points=30, run="cpu")
     path = tmp_path / "cpu.csv"
     write_csv([c], path)
     plot = tmp_path / "f.png"
-    fails([cmd, path, "--plot", plot], "--to 16000 is 320,000x the largest compute fitted (0.05 gpu_hours)",
+    fails([cmd, path, "--to", "16000", "--plot", plot], "--to 16000 is 320,000x the largest compute fitted (0.05 gpu_hours)",
           "pass --to in the data's units (e.g. --to 0.1)", plot=plot)
     works([cmd, path, "--to", "0.1", "--n-boot", "100"])
+    works([cmd, path, "--n-boot", "100"])
