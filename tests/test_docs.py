@@ -45,3 +45,25 @@ def test_the_trainers_page_has_the_support_matrix_the_code_has():
     text = (ROOT / "docs" / "trainers.md").read_text()
     for option, ours, trl in SUPPORT:
         assert f"| `{option}` | {ours} | {trl} |" in text, option
+
+
+def test_the_json_page_names_every_key_and_verdict_rank_prints():
+    """docs/json.md documents every key of `rank --json` (the ranking's, each arm's, its fit's) and every verdict;
+    docs/verdicts.md every verdict as the table words it."""
+    from ablate.fit.analysis import FitOptions
+    from ablate.fit.compare import VERDICT_TEXT, VERDICTS, rank
+    from ablate.fit.synthetic import synthetic_curve
+
+    curves = [synthetic_curve(a=a, b=1.9, c_mid=2500, seed=10 * i + s, run=f"{arm},seed={s}", group=arm)
+              for i, (arm, a) in enumerate([("base", 0.61), ("other", 0.62)]) for s in range(2)]
+    out = rank(curves, FitOptions(n_boot=100), baseline="base").to_json()
+    keys = set(out) | {k for arm in out["arms"] for k in arm}
+    text = (ROOT / "docs" / "json.md").read_text()
+    assert not [k for k in keys if f"`{k}`" not in text]
+    for verdict in VERDICTS:
+        assert f"`{verdict}`" in text, verdict
+    assert "no_effect` (\"no detectable effect\") is no longer a verdict" in text
+    page = (ROOT / "docs" / "verdicts.md").read_text()
+    for verdict in VERDICTS:
+        if verdict != "baseline":
+            assert f"`{VERDICT_TEXT[verdict].split()[0]}" in page, verdict

@@ -70,13 +70,13 @@ def main() -> None:
 
 
 # Options of fit, rank and extrapolate, each declared once so that its flag, default and help agree everywhere.
-X_OPT = typer.Option("gpu_hours", "--x", help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for other tools' logs a logged metric, or step (made into compute by --samples-per-step / --gpu-hours-per-step).")
+X_OPT = typer.Option("auto", "--x", help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for other tools' logs a logged metric, or step (made into compute by --samples-per-step / --gpu-hours-per-step). auto: samples for runs that ran on CPU (where gpu_hours is wall-clock: the machine's load), else gpu_hours.")
 Y_OPT = typer.Option("val_pass_rate", "--y", help="Pass-rate column or metric (values in [0, 1]).")
 RUN_OPT = typer.Option("run", "--run", help="Column of curve files naming the run (optional: without it a file is one run).")
 GROUP_OPT = typer.Option(None, "--group", help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.")
 FIT_FROM_OPT = typer.Option(None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours).")
 FIT_UNTIL_OPT = typer.Option(None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation.")
-TO_OPT = typer.Option(16000.0, "--to", help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and extrapolate refuse more than 1000x the data).")
+TO_OPT = typer.Option(None, "--to", help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data within 1000x of it, else twice the largest compute fitted.", show_default=False)
 TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
 N_BOOT_OPT = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the fits' intervals (0: none; at most 10,000).")
 CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
@@ -126,20 +126,47 @@ def _figure(plot: Optional[Path]) -> Optional[Path]:
     return None if plot is None else figures.figure_path(plot)
 
 
-MAX_REACH = 1000.0
-"""rank and extrapolate refuse a --to beyond this multiple of the largest compute fitted: so far out, the
-prediction is a guess, and it is almost always --to in other units than the data (the default 16000 is GPU-hours
-at the paper's scale; a CPU run logs a few hundredths of one)."""
-
-
 def _check_reach(curves, to: float, x: str, fit_until: Optional[float]) -> None:
-    top = max(float(c.x.max()) for c in curves)
-    if fit_until is not None:
-        top = min(top, fit_until)
+    """rank and extrapolate refuse a --to beyond defaults.MAX_REACH x the largest compute fitted (see there)."""
+    from ablate.defaults import MAX_REACH, fitted_top
+
+    top = fitted_top(curves, fit_until)
     if top > 0 and to > MAX_REACH * top:
         raise UserError(f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
                         f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
                         "(samples, step)")
+
+
+def _given_to(to: Optional[float]) -> float:
+    """The --to the options are checked with before any data is read: the one given, else a placeholder that
+    `_target` replaces with the default chosen from the data."""
+    from ablate.defaults import PAPER_TARGET
+
+    return PAPER_TARGET if to is None else to
+
+
+def _target(opts, curves, x: str, to: Optional[float], fit_until: Optional[float], *, reach: bool = True):
+    """`opts` with the target --to gives, or defaults.choose_target picks from the data, and the line that says
+    which; checked against the reach first when `reach` (rank, extrapolate)."""
+    from dataclasses import replace
+
+    from ablate.defaults import choose_target
+
+    target, text = choose_target(curves, x, to, fit_until)
+    if reach:
+        _check_reach(curves, target, x, fit_until)
+    return replace(opts, target=target), text
+
+
+def _print_defaults(console, target_text: str, axis_text: Optional[str], axis_note: Optional[str]) -> None:
+    """The header lines of fit and extrapolate that say which target and which compute axis the command used, and
+    why (defaults.choose_target, choose_axis, wall_clock_note)."""
+    from ablate.report import esc
+
+    console.print(f"target: {esc(target_text)}")
+    for line in (axis_text, axis_note):
+        if line:
+            console.print(f"[yellow]axis[/]: {esc(line)}")
 
 
 @app.command()
@@ -161,7 +188,7 @@ def fit(
     loss: str = typer.Option("linear", "--loss", help="linear or huber (robust to outlying evaluations)."),
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
-    to: float = TO_OPT,
+    to: Optional[float] = TO_OPT,
     target_r: Optional[float] = TARGET_R_OPT,
     compare: bool = typer.Option(False, "--compare-forms", help="Also fit a power law and an exponential and backtest which extrapolates best."),
     window: bool = WINDOW_OPT,
@@ -176,14 +203,17 @@ def fit(
     """
     from ablate import figures, report
     from ablate.curves import load_inputs
+    from ablate.defaults import choose_axis, wall_clock_note
     from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
 
     esc = report.esc
     opts = _fit_options(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0, loss=loss,
-                        n_boot=n_boot, ci=ci, target=to, target_r=target_r, seed=seed)
+                        n_boot=n_boot, ci=ci, target=_given_to(to), target_r=target_r, seed=seed)
     plot = _figure(plot)
-    curves, _ = load_inputs([file], x=x, y=y, run=run, group=group, fmt=fmt,
-                            per_step={"samples": samples_per_step, "gpu_hours": gpu_hours_per_step})
+    per_step = {"samples": samples_per_step, "gpu_hours": gpu_hours_per_step}
+    x, axis_text = choose_axis([file], x, per_step)
+    curves, _ = load_inputs([file], x=x, y=y, run=run, group=group, fmt=fmt, per_step=per_step)
+    opts, target_text = _target(opts, curves, x, to, fit_until, reach=False)
     results = fit_table(curves, opts, by_group=group is not None)
     if window:
         results = [window_sensitivity(r, opts) for r in results]
@@ -199,6 +229,7 @@ def fit(
     console = report.console()
     console.print(f"fit window {opts.window_text()} of '{esc(x)}'; {report.r0_text(results, opts)}; method {method}; "
                   f"intervals: {esc(report.interval_text(results))}")
+    _print_defaults(console, target_text, axis_text, wall_clock_note(curves, x))
     console.print(report.fit_table(results))
     if window:
         console.print(report.sensitivity_table(results))
@@ -232,30 +263,40 @@ def rank(
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
     r0: Optional[float] = R0_OPT,
-    to: float = TO_OPT,
+    to: Optional[float] = TO_OPT,
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
     window: bool = WINDOW_OPT,
     as_json: bool = JSON_OPT,
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the fits' figure to this file (.png, .pdf, .svg, ...) and the efficiency figure to NAME-efficiency.EXT beside it."),
     seed: int = SEED_OPT,
+    min_effect: float = typer.Option(0.02, "--min-effect", help="The smallest change of A that matters (the paper's ±0.02): a change inside it is negligible, and arms within it (and within --min-effect-compute) can be shown equivalent."),
+    min_effect_compute: float = typer.Option(1.15, "--min-effect-compute", help="The smallest compute ratio that matters, either way (the paper's ±15%: 1.15)."),
+    explain: bool = typer.Option(False, "--explain", help="After the table, each arm's full reasoning: every test with its p-value and interval, and what would decide an inconclusive arm."),
 ):
-    """Rank arms by predicted pass rate at --to and say which choices move the ceiling A, which only efficiency.
+    """Rank arms by predicted pass rate at --to and say which choices move the ceiling A, which only efficiency,
+    which are shown not to matter, and which need more seeds.
 
-    Verdicts are t-tests against the seed-to-seed spread (measured on the arms with seeds, or read with --noise),
-    with the false-discovery rate held at 5% over all arms; with one seed per arm and no measured spread the answer
-    is "no detectable effect (1 seed: needs seeds)". The figures: every arm's fit (baseline in black), and one
-    panel per arm compared on efficiency.
+    Each arm against the baseline: changed (ceiling or efficiency ↑/↓, marked negligible or unclear when its
+    interval does not clear the smallest effect that matters, --min-effect), equivalent (shown within it by two
+    one-sided tests), inconclusive (neither; with the seeds per arm that would decide it) or not identified (the
+    window has not passed C_mid). Tests are against the seed-to-seed spread (measured on the arms with seeds, or
+    read with --noise), one false-discovery family at 5%; with one seed per arm and no measured spread every arm
+    is inconclusive and the note under the table gives the command that adds seeds. --explain prints each arm's
+    reasoning. The figures: every arm's fit (baseline in black), and one panel per arm compared on efficiency.
     Example: ablate rank sweeps/loss --x samples --to 512000 --plot rank.png
     """
     from ablate import figures, report, store
     from ablate.curves import load_inputs
+    from ablate.defaults import choose_axis, wall_clock_note
     from ablate.fit.analysis import window_sensitivity
-    from ablate.fit.compare import NoiseFloor, measured_floor, parse_margin, parse_shared_a
+    from ablate.fit.compare import MinEffect, NoiseFloor, measured_floor, parse_margin, parse_shared_a
     from ablate.fit.compare import rank as rank_arms
 
     esc = report.esc
-    opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to, seed=seed, r0=r0)
+    opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=_given_to(to), seed=seed,
+                        r0=r0)
+    smallest = MinEffect(a=min_effect, ratio=min_effect_compute)
     parse_margin(margin)
     mode = parse_shared_a(shared_a)
     floor = None if noise is None else NoiseFloor.load(noise)
@@ -266,11 +307,15 @@ def rank(
                         "of 200 or more")
     plot = _figure(plot)
     eff_path = None if plot is None else _figure(plot.with_name(plot.stem + "-efficiency" + plot.suffix))
-    curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt,
-                                  per_step={"samples": samples_per_step, "gpu_hours": gpu_hours_per_step})
-    _check_reach(curves, to, x, fit_until)
+    per_step = {"samples": samples_per_step, "gpu_hours": gpu_hours_per_step}
+    x, axis_text = choose_axis(inputs, x, per_step)
+    curves, skipped = load_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt, per_step=per_step)
+    opts, target_source = _target(opts, curves, x, to, fit_until)
+    to = opts.target
     ranking = rank_arms(curves, opts, baseline=baseline, margin=margin, noise=floor, x=x, not_fitted=skipped,
-                        jobs=store.cpu_count(), shared_a=mode)
+                        jobs=store.cpu_count(), shared_a=mode, min_effect=smallest)
+    ranking.target_source = target_source  # how --to was chosen, and why x is what it is (defaults.py)
+    ranking.axis_note = "; ".join(n for n in (axis_text, wall_clock_note(curves, x)) if n) or None
     if window:
         for a in ranking.arms:
             window_sensitivity(a.fit, opts)
@@ -291,22 +336,13 @@ def rank(
     console = report.console()
     base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
     console.print(f"fit window {opts.window_text()} of '{esc(x)}'; baseline: {base}")
-    console.print(f"verdicts: {esc(report.rule_text(ranking))}")
-    if ranking.baseline is not None:
-        console.print(f"efficiency compared at: {esc(ranking.shared_mode)}")
+    for line in report.rank_header(ranking):
+        console.print(line)
     console.print(report.rank_table(ranking))
     if window:
         console.print(report.sensitivity_table([a.fit for a in ranking.arms]))
-    if any("needs seeds" in a.detail for a in ranking.arms):
-        console.print("  [yellow]needs seeds[/]: without a measured seed spread an effect cannot be told from a lucky "
-                      "seed; add seeds "
-                      f"({esc(report.seeds_hint(inputs))}), or measure the spread once and pass --noise FILE")
-    if any(a.verdict == "not_identified" for a in ranking.arms):
-        where = (f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "
-                 "the window every arm covers (no extrapolation)" if ranking.end_spread else "")
-        console.print("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
-                      f"no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at {to:g}"
-                      f"{where}.")
+    for line in report.rank_notes(ranking, inputs):
+        console.print(line)
     far = [n for a in ranking.arms for n in a.fit.notes if n.startswith("--to")]
     if far:
         console.print(f"  [yellow]note[/]: {esc(far[0])}")
@@ -321,6 +357,9 @@ def rank(
             console.print(f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
                           f"--to {t:g} (--x {esc(x)}), not at {to:g}; to read those: `ablate rank {esc(str(p))} "
                           f"--x {esc(x)} --to {t:g}`")
+    if explain:
+        for line in report.explain_lines(ranking):
+            console.print(line)
     if plot is not None:
         console.print(f"figures: {esc(str(plot))}" + (f", {esc(str(eff))}" if eff else " (no arm was compared on efficiency: no efficiency figure)"))
 
@@ -340,7 +379,7 @@ def extrapolate(
     fit_from: Optional[float] = FIT_FROM_OPT,
     fit_until: Optional[float] = FIT_UNTIL_OPT,
     r0: Optional[float] = R0_OPT,
-    to: float = TO_OPT,
+    to: Optional[float] = TO_OPT,
     target_r: Optional[float] = TARGET_R_OPT,
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
@@ -351,22 +390,28 @@ def extrapolate(
 ):
     """Project a run (default: the winner of `rank`) to --to compute, with an interval and a held-out check.
 
+    Without --to: the paper's 16000 where the data is in GPU-hours within 1000x of it, else twice the largest
+    compute fitted (the header says which). A --to inside the fitted window is an interpolation, and is called one.
     The figure shows the observed points, the fit, the extrapolation band and the held-out points.
     Example: ablate extrapolate sweeps/loss --x samples --fit-until 128000 --to 512000 --target-r 0.7
     """
     from ablate import figures, report
     from ablate.curves import load_inputs
+    from ablate.defaults import choose_axis, choose_target, wall_clock_note
     from ablate.fit.analysis import group_arms, window_sensitivity
     from ablate.fit.extrapolate import extrapolate as project
     from ablate.fit.extrapolate import winner
 
     esc = report.esc
-    opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=to,
+    opts = _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=_given_to(to),
                         target_r=target_r, seed=seed, r0=r0)
     plot = _figure(plot)
-    curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt,
-                            per_step={"samples": samples_per_step, "gpu_hours": gpu_hours_per_step})
-    _check_reach(curves, to, x, fit_until)
+    per_step = {"samples": samples_per_step, "gpu_hours": gpu_hours_per_step}
+    x, axis_text = choose_axis(inputs, x, per_step)
+    curves, _ = load_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt, per_step=per_step)
+    given = to
+    opts, target_text = _target(opts, curves, x, to, fit_until)
+    to = opts.target
     arms = group_arms(curves)
     by_rank = arm is None and len(arms) > 1
     if arm is None and len(arms) == 1:
@@ -376,18 +421,21 @@ def extrapolate(
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
     _check_reach(arms[arm], to, x, fit_until)  # the arm projected: its own data, not the longest arm's
-    ex = project(arms[arm], opts, subject=arm)
+    if given is not None:  # inside or past the window of the arm projected, not the longest arm's
+        target_text = choose_target(arms[arm], x, given, fit_until)[1]
+    ex = project(arms[arm], opts, subject=arm, target_source=target_text)
     if window:
         window_sensitivity(ex.fit, opts)
     if plot is not None:
         figures.plot_fits([ex.fit], plot, heldout_from=fit_until, xlabel=f"compute ({x})",
-                         title=f"{arm}: fitted to {ex.fit.window[1]:g}, projected to {to:g}")
+                         title=f"{arm}: fitted to {ex.fit.window[1]:g}, {ex.reach_word} to {to:g}")
     if as_json:
         typer.echo(report.dump_json(ex.to_json()))
         return
     console = report.console()
     console.print(f"subject: {esc(arm)}{' (rank winner)' if by_rank else ''}; "
                   f"fit window {opts.window_text()} of '{esc(x)}'")
+    _print_defaults(console, target_text, axis_text, wall_clock_note(curves, x))
     console.print(report.extrapolation_table(ex))
     if window:
         console.print(report.sensitivity_table([ex.fit]))
@@ -403,7 +451,7 @@ def calibrate(
     noises: str = typer.Option("eval,ar0.5,ar0.9,jumps,seeds", "--noises", help="Noise models: eval, ar0.5, ar0.9, jumps, seeds."),
     seeds: str = typer.Option("1,2,3,5", "--seeds", help="Seeds per arm."),
     fs: str = typer.Option("0.5,0.8,0.95", "--f", help="Gain fractions the windows reach."),
-    effects: str = typer.Option("null,a+0.05,cmid/2", "--effects", help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5."),
+    effects: str = typer.Option("null,a+0.05,cmid/2", "--effects", help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5; at the smallest effect that matters: a+0.02, a-0.02, cmid*1.15, a+0.02@end."),
     trials: int = typer.Option(50, "--trials", help="Simulated comparisons per cell (at most 1,000)."),
     n_boot: int = typer.Option(300, "--n-boot", help="Bootstrap resamples per fit (50 to 10,000)."),
     as_json: bool = JSON_OPT,
@@ -413,8 +461,10 @@ def calibrate(
     """Measure, on simulated arms with known truth, how often intervals cover and verdicts are right.
 
     Each cell (shape x noise x seeds x window x effect) simulates a baseline arm and an effect arm through the
-    exact code `ablate rank` runs, and reports interval coverage, the false-call rate on identical arms, and the
-    power to find a real change. The full grid takes a while; --trials 20 gives a quick look.
+    exact code `ablate rank` runs, and reports interval coverage, the false-call rate on identical arms, the
+    power to find a real change, how often identical arms are shown `equivalent`, and how often `equivalent` is
+    claimed falsely (a+0.02, a-0.02, cmid*1.15, a+0.02@end: a true effect exactly at the smallest that matters,
+    where at most 5% is the target). The full grid takes a while; --trials 20 gives a quick look.
     Example: ablate calibrate --shapes embedded --seeds 1,3 --f 0.8 --trials 20
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -488,13 +538,17 @@ def plan(
     save_calibration: Optional[Path] = typer.Option(None, "--save-calibration", help="Write the task model measured on SOURCE to this file (for --calibration)."),
     trials: int = typer.Option(100, "--trials", help="Most simulated sweeps per design (a design stops early once its power is clearly above or below the goal; at most 1,000)."),
     futures: int = typer.Option(40, "--futures", help="Simulated futures per running arm (0: skip the running arms; at most 1,000)."),
+    min_effect: float = typer.Option(0.02, "--min-effect", help="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02)."),
+    min_effect_compute: float = typer.Option(1.15, "--min-effect-compute", help="The smallest compute ratio that matters, either way, as `rank` reads it (the paper's ±15%: 1.15)."),
+    exact: bool = typer.Option(False, "--exact", help="Rank every simulated sweep with `ablate rank` itself (minutes; the reference the default fast engine is checked against)."),
     as_json: bool = JSON_OPT,
     seed: int = SEED_OPT,
 ):
     """How many seeds and how much compute per arm a question needs, and where running arms can stop.
 
     Every answer is simulated: sweeps drawn from the measured curve and noise (evaluation noise, drift, seed
-    spread) are ranked by the exact code `ablate rank` runs, and the power is the share that find the effect. The
+    spread) are given verdicts by `ablate rank`'s rules (batched fits, in seconds; --exact: by `ablate rank`
+    itself, in minutes), and the power is the share that find the effect. The
     table gives, per compute per run, the fewest seeds per arm that reach --power at a 5% false-discovery rate and
     the GPU-hours; arms still running are continued in simulation to their max_steps to see whether their verdict
     could still change (settled: it can stop now).
@@ -524,8 +578,11 @@ def plan(
                         "or a sweep file with --calibration")
     console = report.console(stderr=True)
     progress = None if as_json else (lambda msg: console.print(f"[dim]  {report.esc(msg)}[/]"))
+    from ablate.fit.verdicts import MinEffect
+
     common = dict(questions=qs, delta_a=delta_a, ratio=ratio, goal=power, trials=trials, seed=seed,
-                  jobs=store.cpu_count(), progress=progress, noise=noise)
+                  jobs=store.cpu_count(), progress=progress, noise=noise, engine="exact" if exact else "fast",
+                  min_effect=MinEffect(a=min_effect, ratio=min_effect_compute))
     if source.is_file() and source.suffix in (".yaml", ".yml"):
         result = planner.plan_from_file(source, list(overrides or []), calibration, to=to, **common)
     else:
@@ -533,6 +590,11 @@ def plan(
             raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")
         if calibration is not None:
             raise UserError("--calibration plans a sweep file before any run; SOURCE has measurements of its own")
+        from ablate.defaults import choose_axis
+
+        x, axis_text = choose_axis([source], x)
+        if axis_text and not as_json:
+            report.console().print(f"[yellow]axis[/]: {report.esc(axis_text)}")
         result = planner.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, run=run,
                                        group=group, **common)
     if save_calibration is not None:
@@ -593,7 +655,7 @@ def sweep(
     job: str = typer.Option("ablate.train:run", "--job", help="The run function, module:function or file.py:function."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Runs also write their metrics to TensorBoard event files in their tb/ (train.tensorboard=true; not part of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs"),
     prune: bool = typer.Option(False, "--prune", help="Stop runs that can no longer decide anything while the sweep runs: arms whose verdict against the baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both keep their files; see `ablate status`."),
-    prune_x: str = typer.Option("gpu_hours", "--prune-x", help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is load-independent on a shared CPU)."),
+    prune_x: str = typer.Option("auto", "--prune-x", help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is load-independent on a shared CPU). auto: samples when the runs train on CPU, else gpu_hours."),
     prune_to: Optional[float] = typer.Option(None, "--prune-to", help="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run reaches at max_steps)."),
     resume_pruned: bool = typer.Option(False, "--resume-pruned", help="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not pruned again)."),
     group_read: bool = typer.Option(False, "--group-read", help="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, and an existing owner-only sweep is opened to the group (g+rx)."),
@@ -617,11 +679,11 @@ def sweep(
 
     from ablate.rundir import COMPUTE_AXES
 
-    if prune_x not in COMPUTE_AXES:
-        raise UserError(f"--prune-x {prune_x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+    if prune_x not in (*COMPUTE_AXES, "auto"):
+        raise UserError(f"--prune-x {prune_x}: unknown compute axis; valid: auto, {', '.join(COMPUTE_AXES)}")
     if prune_to is not None and not (math.isfinite(prune_to) and prune_to > 0):
         raise UserError(f"--prune-to {prune_to:g}: a compute > 0, in units of --prune-x")
-    if (prune_to is not None or prune_x != "gpu_hours") and not prune:
+    if (prune_to is not None or prune_x != "auto") and not prune:
         raise UserError("--prune-x / --prune-to set how --prune ranks; add --prune")
     settings = None
     if prune:
@@ -630,6 +692,11 @@ def sweep(
         if plan.baseline is None:
             raise UserError(f"--prune: sweep {plan.name!r} has no baseline arm to read verdicts against; name one "
                             "with `baseline:` in the sweep file")
+        if prune_x == "auto":
+            from ablate.defaults import launch_axis
+
+            prune_x, why = launch_axis(plan.runs, executor)
+            typer.echo(f"note: {why}")
         settings = PruneSettings(x=prune_x, to=prune_to)
     from ablate.status import check_ledger
     from ablate.text import safe

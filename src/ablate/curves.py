@@ -327,7 +327,7 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
     """One run directory's curve with its meta, or (None, meta with the `reason` it can't be fitted).
 
     meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points) and, for a
-    curve, truncation_warning. arm_id is the hash of the run's config.yaml when it has one (a run.json that
+    curve, truncation_warning and end (each compute axis the run logged at its last point). arm_id is the hash of the run's config.yaml when it has one (a run.json that
     disagrees with it is a UserError naming the directory), else what run.json says. The evaluation at step 0 is
     the run's R0 point: its compute is 0 by definition, whatever the clock said. Non-finite values are dropped; a
     null or a string in x or y is a UserError.
@@ -362,7 +362,7 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
         rec_index.append(ln)
         v = r.get(VAL_N)
         ns.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else np.nan)
-    xa, ya, na = np.array(xs), np.array(ys), np.array(ns)
+    xa, ya, na, la = np.array(xs), np.array(ys), np.array(ns), np.array(rec_index)
     for vals, bad, what in ((ya, (ya < 0) | (ya > 1), f"'{y}' is outside [0, 1]; --y must name a pass rate"),
                             (xa, xa < 0, f"'{x}' is negative; --x must name a compute axis")):
         if bad.any():  # NaN compares False: dropped below, as a run may log one when it diverges
@@ -370,15 +370,41 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
             raise UserError(f"{rd.metrics_path}:{rec_index[k]}: {vals[k]:g} in {what}")
     ok = np.isfinite(xa) & np.isfinite(ya)
     order = np.argsort(xa[ok], kind="stable")
-    xa, ya, na = xa[ok][order], ya[ok][order], na[ok][order]
+    xa, ya, na, la = xa[ok][order], ya[ok][order], na[ok][order], la[ok][order]
     if xa.size == 0:
         return None, {**meta, "reason": f"no evaluation with a finite '{x}' and '{y}' yet ({rd.metrics_path})"}
     keep = np.concatenate([[True], np.diff(xa) > 0])  # a resumed run never logs a step twice; be safe
     trunc = [r["truncation_rate"] for r in recs
              if isinstance(r.get("truncation_rate"), (int, float)) and not isinstance(r.get("truncation_rate"), bool)]
     meta["truncation_warning"] = info.truncation_warning or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
+    meta["end"] = _compute_at(dict(lines)[int(la[keep][-1])])
     n = na[keep] if np.all(np.isfinite(na[keep])) else None  # older runs did not log val_n: estimated then
     return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta, n=n), meta
+
+
+def _compute_at(rec: dict[str, Any]) -> dict[str, float]:
+    """Every compute axis a metrics record logs, as floats: what the run had spent at that evaluation on each axis
+    (defaults.wall_clock_note compares the seeds' gpu_hours per sample at their last point)."""
+    return {a: float(rec[a]) for a in COMPUTE_AXES
+            if isinstance(rec.get(a), (int, float)) and not isinstance(rec.get(a), bool) and math.isfinite(rec[a])}
+
+
+def recorded_devices(paths: list[Path]) -> list[str | None] | None:
+    """The device each run of these inputs trained on, as its run.json records it (the trainer writes `device`,
+    e.g. "cpu" or "cuda:0", when it starts; None for a run that has not started). None when an input is not a
+    sweep or run directory (a table or another tool's log records no device)."""
+    devices: list[str | None] = []
+    for p in (_bare_sweep(Path(p)) for p in paths):
+        if p.is_dir() and _is_sweep(p):
+            runs = sorted(r for r in (p / "runs").iterdir() if r.is_dir())
+        elif p.is_dir() and _is_run_dir(p):
+            runs = [p]
+        else:
+            return None
+        for r in runs:
+            d = RunDir(r).info().raw.get("device")
+            devices.append(d if isinstance(d, str) else None)
+    return devices
 
 
 def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",

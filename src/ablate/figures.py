@@ -186,11 +186,11 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     Each panel draws the pairwise fit `rank` made (`ArmResult.shared`: the arm and the baseline refitted with one
     shared A) as the paper's efficiency view, log F(R) = log((R - R0) / (A - R)) against log C, where each run is
     a line of slope B through C_mid; the marks are where each reaches the pass rate the baseline reaches at the
-    target, so their horizontal distance is the compute ratio. The title is the verdict. Arms that are not
-    identified were not compared this way and have no panel. Returns None (nothing written)
+    target, so their horizontal distance is the compute ratio. The title is the verdict, as the table words it.
+    Arms that are not identified were not compared this way and have no panel. Returns None (nothing written)
     when no arm was compared on efficiency.
     """
-    from ablate.fit.compare import VERDICT_TEXT
+    from ablate.report import verdict_cell
 
     pairs = [a for a in ranking.arms if a.shared is not None]
     base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
@@ -220,7 +220,7 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
                 ax.plot([reach], [(r_t - fit.R0) / (a_s - r_t)], marker="o", ms=7, mfc="none", mec=color)
         ci = sh["compute_ratio_ci"]
         ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        ax.set_title(_tex(f"{arm.arm}: {VERDICT_TEXT[arm.verdict]}") + f"\n{ratio_text}, A shared {a_s:.3f}",
+        ax.set_title(_tex(f"{arm.arm}: {verdict_cell(arm).plain}") + f"\n{ratio_text}, A shared {a_s:.3f}",
                      fontsize=9)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -235,7 +235,7 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     how = "a shared ceiling per pair" if ranking.shared_a is None else "one ceiling for every arm"
     fig.suptitle(f"efficiency against the baseline under {how} (slope = B; circles: reaching the "
                  f"baseline's R at {target:g})", fontsize=10)
-    others = [f"{a.arm} ({VERDICT_TEXT[a.verdict]})" for a in ranking.arms if a.shared is None and a is not base]
+    others = [f"{a.arm} ({verdict_cell(a).plain})" for a in ranking.arms if a.shared is None and a is not base]
     if others:
         shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
         fig.text(0.01, 0.005, _tex(f"no panel (not compared on efficiency): {shown}"), fontsize=7, color="grey")

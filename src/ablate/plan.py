@@ -20,6 +20,7 @@ from ablate.errors import UserError
 from ablate.fit import planning
 from ablate.fit.analysis import FitOptions
 from ablate.fit.compare import NoiseFloor, Ranking, rank
+from ablate.fit.verdicts import MinEffect
 
 SETTLED_BOUND = 0.10
 """An arm is settled when the one-sided 95% upper bound on the chance that its verdict changes (continued to the end,
@@ -94,8 +95,8 @@ def _median(values) -> float | None:
 def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | None, noise: Path | None,
                   questions: list[str], delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
                   n_futures: int, progress: Callable[[str], None] | None, fmt: str = "auto", run: str | None = "run",
-                  group: str | None = None) -> PlanResult:
-    """A plan from measured curves (a sweep directory or any input `rank` reads)."""
+                  group: str | None = None, engine: str = "fast", min_effect: MinEffect | None = None) -> PlanResult:
+    """A plan from measured curves (a sweep directory or any input `rank` reads). `engine`: planning.ENGINES."""
     from ablate.curves import load_inputs
 
     curves, skipped = load_inputs([source], x=x, fmt=fmt, run=run, group=group)
@@ -107,14 +108,15 @@ def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | Non
     if progress:
         progress(f"fitting {len(curves)} runs")
     ranking = rank(curves, FitOptions(n_boot=200, target=target, seed=seed), baseline=baseline, noise=floor, x=x,
-                   not_fitted=skipped)
+                   not_fitted=skipped, min_effect=min_effect)
     seeds = max((a.seeds for a in ranking.arms), default=1)
     steps_per_x = _median(e.step / e.x_now for e in ends.values() if e.step and e.x_now > 0)
     ghx = 1.0 if x == "gpu_hours" else _median(e.gpu_hours_per_x for e in ends.values())
     model = planning.from_ranking(ranking, budget=budget, seeds=seeds, gpu_hours_per_x=ghx, steps_per_x=steps_per_x,
                                   source=f"measured on {source}", seed=seed)
     designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
-                               jobs=jobs, noise=floor, to=to, progress=progress) for q in questions]
+                               jobs=jobs, noise=floor, to=to, progress=progress, engine=engine,
+                               min_effect=min_effect) for q in questions]
     arms = running_arms(ranking, ends, n_futures, seed, floor, progress)
     return PlanResult(model=model, designs=designs, arms=arms, ranking=ranking)
 
@@ -179,6 +181,11 @@ def _advice(a, row: dict[str, Any], ranking: Ranking, bound: float) -> tuple[str
         return "open", "the baseline's A is not identified yet: no verdict to settle"
     if ranking.floor is None:
         return "open", "no seed spread measured yet (needs seeds): its verdict is not a test, so it cannot settle"
+    if not (a.verdict == "equivalent" or a.practical == "material"):
+        now = ("inconclusive" if a.verdict == "inconclusive" else
+               f"{a.verdict.replace('_', ' ')}, of a size not yet shown to matter ({a.practical})")
+        return "open", (f"{now}: only an arm shown equivalent or changed by more than the smallest effect that "
+                        "matters can settle")
     p = row["p_change"]
     if p is None:
         return "open", "no futures simulated"
@@ -192,7 +199,7 @@ def _advice(a, row: dict[str, Any], ranking: Ranking, bound: float) -> tuple[str
 def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | None, *, questions: list[str],
                    delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
                    progress: Callable[[str], None] | None, noise: Path | None,
-                   to: float | None = None) -> PlanResult:
+                   to: float | None = None, engine: str = "fast", min_effect: MinEffect | None = None) -> PlanResult:
     """A plan before any run: the sweep file says how many arms and steps, a stored calibration the rest."""
     from ablate.sweep import load_sweep
 
@@ -217,7 +224,8 @@ def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | N
     model.source = f"{calibration} ({model.source})"
     floor = None if noise is None else NoiseFloor.load(noise)
     designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
-                               jobs=jobs, noise=floor, to=to, progress=progress) for q in questions]
+                               jobs=jobs, noise=floor, to=to, progress=progress, engine=engine,
+                               min_effect=min_effect) for q in questions]
     return PlanResult(model=model, designs=designs)
 
 
@@ -270,8 +278,10 @@ def render(result: PlanResult, console) -> None:
     for n in m.notes:
         console.print(Text(safe(f"  note: {n}"), style="yellow"))
     goal = result.designs[0]["goal"] if result.designs else 0.8
-    t = Table(title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate "
-                    "(simulated through `ablate rank`)", header_style="bold")
+    how = ("simulated through `ablate rank`" if result.designs and result.designs[0].get("engine") == "exact" else
+           "simulated sweeps given verdicts by `ablate rank`'s rules")
+    t = Table(title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})",
+              header_style="bold")
     for col in ("question", f"compute per run ({esc(m.x)})", "steps", "seeds per arm", "power", "GPU-h per arm",
                 "GPU-h sweep", ""):
         t.add_column(col, justify="left" if col in ("question", "") else "right")

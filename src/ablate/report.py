@@ -168,18 +168,19 @@ def interval_text(results: Sequence[FitResult]) -> str:
 
 
 def rule_text(ranking) -> str:
-    """Which rule produced the verdicts, and against what noise."""
+    """Which rule produced the verdicts, and against what seed spread (measured where, or none)."""
     if ranking.rule == "paper":
         return ranking.margin_source
+    end = ranking.end_spread
+    read_at_end = end and any(a.verdict == "not_identified" for a in ranking.arms)
+    at_end = ("" if not read_at_end else f"; not-identified arms: pass rates at {end['at']:g} (the end of the shared "
+              f"window) against their seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)")
+    tests = "ceiling, efficiency and equivalence (TOST) t-tests, one false-discovery family at 5%"
     if ranking.floor is None:
-        end = ranking.end_spread
-        at_end = ("" if not end else f"; pass rates at {end['at']:g} (the end of the shared window) against their "
-                  f"seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)")
-        return "t-tests against the seed spread, false-discovery rate 5%; " + ranking.margin_source + at_end
+        return f"{tests}; seed spread: none measured, so no arm can be shown changed or equivalent" + at_end
     f = ranking.floor
-    return (f"t-tests against the seed spread (sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}; "
-            f"{f.dof} dof; from {f.source}), false-discovery rate 5% over the ranking (the p-values and ± shown are "
-            "each test's own; a verdict needs its test to survive the false-discovery control)")
+    return (f"{tests}; seed spread: sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}, {f.dof} "
+            f"dof, from {f.source}; intervals at {ranking.opts.ci:.0%}" + at_end + "; each arm's tests: --explain")
 
 
 def seeds_hint(inputs) -> str:
@@ -221,10 +222,13 @@ def sensitivity_table(results: Iterable[FitResult]) -> Table | None:
 
 
 def calibration_table(rows: list[dict[str, Any]]) -> Table:
-    """`ablate calibrate`: one row per cell: coverage, false-call rate, power, ceiling calls, not identified."""
-    t = Table(title="calibration by simulation (targets: coverage >= 0.90, false calls <= 0.05)", header_style="bold")
+    """`ablate calibrate`: one row per cell: coverage, false-call rate, power, ceiling calls, not identified, how
+    often `equivalent` is found (the right answer on identical arms) and claimed falsely (on any real effect; at
+    the smallest effect that matters, effects marked *, it is the equivalence test's size)."""
+    t = Table(title="calibration by simulation (targets: coverage >= 0.90, false calls <= 0.05, false equivalent "
+              "<= 0.05)", header_style="bold")
     for col in ("shape", "noise", "seeds", "floor", "f", "effect", "trials", "cover A", "cover R@to", "false calls",
-                "power", "ceiling calls", "not identified"):
+                "power", "ceiling calls", "not identified", "equivalent", "false equiv"):
         t.add_column(col, justify="left" if col in ("shape", "noise", "effect", "floor") else "right")
 
     def rate(v, bad=None) -> str:
@@ -234,11 +238,12 @@ def calibration_table(rows: list[dict[str, Any]]) -> Table:
         return f"[red]{text}[/]" if bad is not None and bad(v) else text
 
     for r in rows:
-        t.add_row(r["shape"], r["noise"], str(r["seeds"]), r.get("floor", "own"), f"{r['f']:.2f}", r["effect"],
-                  str(r["trials"]),
+        t.add_row(r["shape"], r["noise"], str(r["seeds"]), r.get("floor", "own"), f"{r['f']:.2f}",
+                  r["effect"] + ("*" if r.get("boundary") else ""), str(r["trials"]),
                   rate(r["coverage_A"], lambda v: v < 0.90), rate(r["coverage_pred"], lambda v: v < 0.90),
                   rate(r["false_call_rate"], lambda v: v > 0.05), rate(r["power"]), rate(r["ceiling_calls"]),
-                  rate(r["not_identified"]))
+                  rate(r["not_identified"]), rate(r.get("equivalent_rate")),
+                  rate(r.get("false_equivalent_rate"), lambda v: v > 0.05))
     return t
 
 
@@ -282,37 +287,143 @@ def _jsonable(o: Any) -> Any:
 
 
 VERDICT_STYLE = {"ceiling_up": "bold green", "ceiling_down": "bold red", "efficiency_up": "green",
-                 "efficiency_down": "red", "no_effect": "dim", "not_identified": "yellow", "baseline": "bold"}
+                 "efficiency_down": "red", "equivalent": "cyan", "inconclusive": "dim", "not_identified": "yellow",
+                 "baseline": "bold"}
+
+
+def verdict_cell(a) -> Text:
+    """The verdict, and what a reader acts on: a change that may not matter says so ("(negligible)", "(unclear)";
+    nothing when material), an inconclusive arm the seeds per arm that would decide it."""
+    from ablate.fit.compare import CHANGED, VERDICT_TEXT
+    from ablate.fit.verdicts import DECIDE_LADDER
+
+    text = VERDICT_TEXT[a.verdict]
+    if a.verdict in CHANGED and a.practical in ("negligible", "unclear"):
+        text += f" ({a.practical})"
+    elif a.verdict == "inconclusive" and a.decide:
+        seeds = a.decide.get("seeds")
+        text += f" · ~{seeds} seeds" if seeds is not None else f" · >{DECIDE_LADDER[-1]} seeds"
+    return Text(text, style=VERDICT_STYLE.get(a.verdict, "white"))
+
+
+def _short(x: float) -> str:
+    """Two significant digits with a k/M/G suffix, never in e-notation: 2.5k, 450k, 16M, 0.16 (an interval's ends
+    in the rank table, where the value itself keeps three: fmt_range)."""
+    if not math.isfinite(x):
+        return "—"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+        if abs(x) >= 0.9995 * scale:  # 999.6 is 1k, not 1000
+            v = x / scale
+            return (f"{v:.0f}" if abs(v) >= 99.5 else f"{v:.2g}") + suffix
+    return f"{x:.2g}"
+
+
+def _stacked(v: float | None, ci: Sequence[float] | None, digits: int = 3, *, skewed: bool = False) -> str:
+    """A value over its interval, on two lines (± half-width; `skewed`: the bounds, for C_mid): the rank table's
+    numbers, kept narrow so that a row fits two lines at 120 columns."""
+    if v is None or not math.isfinite(v) or ci is None:
+        return _compact(v) if skewed and v is not None else _fmt(v, digits)
+    if skewed:
+        return f"{_compact(v)}\n[{_short(ci[0])}, {_short(ci[1])}]"
+    return f"{_fmt(v, digits)}\n±{_fmt((ci[1] - ci[0]) / 2.0, digits)}"
 
 
 def rank_table(ranking) -> Table:
-    """One row per arm, best first: seeds, R0, A, B, C_mid, R at target (± half-interval), verdict."""
-    from ablate.fit.compare import VERDICT_TEXT
-
-    t = Table(title=f"arms ranked by predicted pass rate at {esc(ranking.x)} = {ranking.target:g}", header_style="bold")
-    for col, kw in [("#", {"justify": "right"}), ("arm", {}), ("seeds", {"justify": "right"}),
-                    ("R0", {"justify": "right"}), ("A", {"justify": "right"}), ("B", {"justify": "right"}),
-                    ("C_mid", {"justify": "right"}), (f"R@{ranking.target:g}", {"justify": "right"}),
-                    ("verdict", {}), ("why", {"style": "dim"})]:
+    """One row per arm, best first (the order is the rank): R0, A, B, C_mid and R at the target (each over its
+    interval), the verdict and the effect behind it with its interval. What applies to every row is said once
+    around the table (the title: seeds an arm when they are the same; rank_header, rank_notes), the full reasoning
+    per arm by `--explain` (explain_lines): a row takes at most two lines at 120 columns."""
+    seeds = {a.seeds for a in ranking.arms}
+    n = seeds.pop() if len(seeds) == 1 else None
+    each = " (n: seeds of the arm)" if n is None else f" ({n} seed{'s' if n > 1 else ''} an arm)"
+    t = Table(title=f"arms ranked by predicted pass rate at {esc(ranking.x)} = {ranking.target:g}{each}",
+              header_style="bold")
+    # widths: the numbers and the verdict are stacked two lines high; a long arm name folds onto a second line
+    # so that the why cell keeps the 27 characters its longer half needs
+    widest = 20 if n is not None else 16
+    columns = [("arm", {"overflow": "fold", "max_width": widest})]
+    if n is None:
+        columns.append(("n", {"justify": "right", "no_wrap": True}))
+    columns += [("R0", {"justify": "right", "no_wrap": True}), ("A", {"justify": "right", "no_wrap": True}),
+                ("B", {"justify": "right", "no_wrap": True}), ("C_mid", {"justify": "right", "no_wrap": True}),
+                (f"R@{_compact(ranking.target)}", {"justify": "right", "no_wrap": True}),
+                ("verdict", {"width": 12}), ("why", {})]
+    for col, kw in columns:
         t.add_column(col, **kw)
-    for i, a in enumerate(ranking.arms, start=1):
+    for a in ranking.arms:
         f = a.fit
-        arm = cell(a.arm)
+        source, colon, label = a.arm.partition(":")  # several inputs: `a/sweeps/loss:loss=grpo`, folded at the colon
+        arm = Text(f"{safe(source)}:\n{safe(label)}") if colon and len(a.arm) > widest else cell(a.arm)
         if a.partial:
             arm.append("  partial", style="yellow")
         if a.truncation_warning:
             arm.append("  truncation >10%", style="red")
         for s in a.stopped:
             arm.append(f"  {s}", style="magenta" if s == "unstable" else "blue")
-        verdict = Text(VERDICT_TEXT[a.verdict], style=VERDICT_STYLE.get(a.verdict, "white"))
-        t.add_row(str(i), arm, str(a.seeds), _fmt(f.R0), fmt_pm(f.A, f.A_ci), fmt_pm(f.B, f.B_ci, 2),
-                  fmt_range(f.C_mid, f.C_mid_ci), fmt_pm(f.pred_at_target, f.pred_ci), verdict, cell(a.detail))
+        row = [arm] + ([] if n is not None else [str(a.seeds)])
+        t.add_row(*row, _fmt(f.R0), _stacked(f.A, f.A_ci), _stacked(f.B, f.B_ci, 2),
+                  _stacked(f.C_mid, f.C_mid_ci, skewed=True), _stacked(f.pred_at_target, f.pred_ci),
+                  verdict_cell(a), Text(";\n".join(safe(part) for part in (a.effect or "—").split("; "))))
     return t
+
+
+def rank_header(ranking) -> list[str]:
+    """The lines above the table (markup, names escaped): the target and how it was chosen, the rule and where the
+    seed spread comes from, the smallest effect that matters, how efficiency was compared, the axis warning."""
+    lines = []
+    if ranking.target_source:
+        lines.append(f"target: {esc(ranking.target_source)}")
+    if ranking.baseline is not None:  # without one there are no verdicts: the line above says to give --baseline
+        lines.append(f"verdicts: {esc(rule_text(ranking))}")
+        if ranking.rule == "test":  # the paper's rule has its own margins, named in the line above
+            lines.append(f"smallest effect that matters: {ranking.min_effect.describe()} (--min-effect, "
+                         "--min-effect-compute)")
+        lines.append(f"efficiency compared at: {esc(ranking.shared_mode)}")
+    if ranking.axis_note:
+        lines.append(f"[yellow]axis[/]: {esc(ranking.axis_note)}")
+    return lines
+
+
+def rank_notes(ranking, inputs) -> list[str]:
+    """The notes under the table, each once (markup, names escaped): the ranking's own (needs seeds: with the
+    command that adds them), and how arms whose A is not identified are read."""
+    lines = []
+    for note in ranking.notes:
+        head, _, rest = note.partition(": ")
+        if head == "needs seeds":
+            lines.append(f"  [yellow]needs seeds[/]: {esc(rest)}; add seeds ({esc(seeds_hint(inputs))}), or measure "
+                         "the spread once and pass --noise FILE")
+        else:
+            lines.append(f"  [yellow]note[/]: {esc(note)}")
+    if any(a.verdict == "not_identified" for a in ranking.arms):
+        where = (f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "
+                 "the window every arm covers (no extrapolation)" if ranking.end_spread else "")
+        lines.append("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
+                     "no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at "
+                     f"{ranking.target:g}{where}.")
+    decided = [a.decide for a in ranking.arms if a.verdict == "inconclusive" and a.decide]
+    if decided:
+        lines.append("  [yellow]inconclusive[/]: neither a change nor equivalence is shown; ~N seeds: the seeds per "
+                     "arm (this arm and the baseline, at the compute they have now) that would decide it with "
+                     f"{decided[0]['power']:.0%} power if the measured difference is the true one (--explain: each "
+                     "arm's reasoning)")
+    return lines
+
+
+def explain_lines(ranking) -> list[str]:
+    """`rank --explain`: each arm's full reasoning (every test, its p-value and interval, what would decide it)."""
+    from ablate.fit.compare import VERDICT_TEXT
+
+    lines = ["[bold]why, in full[/] (--explain):"]
+    for a in ranking.arms:
+        if a.detail:
+            lines.append(f"  [bold]{esc(a.arm)}[/] — {esc(VERDICT_TEXT[a.verdict])}: {esc(a.detail)}")
+    return lines
 
 
 def extrapolation_table(ex) -> Table:
     f = ex.fit
-    t = Table(title=f"{esc(ex.subject)}: fitted on {f.window[0]:g}..{f.window[1]:g}, projected to {f.target:g}",
+    t = Table(title=f"{esc(ex.subject)}: fitted on {f.window[0]:g}..{f.window[1]:g}, {ex.reach_word} to {f.target:g}",
               header_style="bold", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")

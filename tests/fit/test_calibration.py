@@ -5,7 +5,11 @@ The full grid, with the cells where a target is missed, is `make bench-calibrate
 
 A cell of 40 trials measures a rate to about +-0.07, so each assertion is a one-sided binomial test of the target
 itself: it fails when the trials show the target missed (p < 0.05), e.g. coverage at or below 32 of 40 against
-the 90% target, 5 or more false calls of 40 against 5%, power at or below 27 of 40 against 80%."""
+the 90% target, 5 or more false calls of 40 against 5%, power at or below 27 of 40 against 80%.
+
+`equivalent` is asserted both ways: claimed in at most 5% of trials where the true effect is exactly the smallest
+that matters (0.02 on A, or 1.15x compute), and found on identical arms once the seeds measure them well enough
+(a test that never claims it would pass the first alone)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ from scipy.stats import binom
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.fit.calibrate import NOISES, SHAPES, run_cell
+from ablate.fit.calibrate import BOUNDARY, EFFECTS, NOISES, SHAPES, Shape, run_cell
+from ablate.fit.verdicts import MinEffect
 
 TRIALS = 40
 N_BOOT = 200
@@ -54,7 +59,7 @@ def test_one_seed_without_a_measured_spread_calls_nothing():
     for effect in ("null", "a+0.05"):
         r = cell("scalerl-8b", "eval", 1, 0.95, effect)
         assert r["false_call_rate"] in (0.0, None) and r["ceiling_calls"] == 0.0, r["verdicts"]
-        assert set(r["verdicts"]) <= {"no_effect", "not_identified"}
+        assert set(r["verdicts"]) <= {"inconclusive", "not_identified"} and r["equivalent_rate"] == 0.0
 
 
 @pytest.mark.parametrize("shape,noise", [("scalerl-8b", "eval"), ("scalerl-8b", "seeds"), ("embedded", "ar0.5")])
@@ -70,16 +75,51 @@ def test_a_halved_c_mid_is_an_efficiency_change_never_a_ceiling_change(shape, no
     assert at_most(r["ceiling_calls"], 0.05), r["verdicts"]
 
 
+def test_the_boundary_effects_sit_exactly_at_the_default_smallest_effect():
+    me = MinEffect()
+    assert {e: EFFECTS[e] for e in BOUNDARY} == {"a+0.02": {"a": me.a}, "a-0.02": {"a": -me.a},
+                                                 "cmid*1.15": {"c_mid": me.ratio},
+                                                 "a+0.02@end": {"a": me.a, "meet": 1.0}}
+
+
+def test_a_boundary_that_a_clip_of_a_would_move_is_refused():
+    near_one = Shape("near-one", 0.30, 0.98, 1.92, 2542.0, 1000, 16)  # A + 0.02 would clip at 0.99
+    with pytest.raises(ValueError, match="differ by 0.010000, not 0.02"):
+        run_cell(near_one, NOISES["eval"], 2, 0.95, "a+0.02", 1)
+
+
+@pytest.mark.parametrize("shape,noise,seeds,effect", [
+    # the compute side decides: A equal (its TOST passes in most trials), compute exactly 1.15x
+    ("scalerl-8b", "ar0.5", 5, "cmid*1.15"),
+    # the A side alone decides (compute near 1x, its band opened): A exactly 0.02 apart
+    ("scalerl-8b", "ar0.9", 3, "a+0.02@end"),
+    # a plain shift of A by 0.02, mostly inconclusive: equivalence from "not significant" would claim many
+    ("embedded", "seeds", 3, "a+0.02"),
+    ("embedded", "ar0.5", 2, "a-0.02"),
+])
+def test_equivalent_is_claimed_at_most_5pct_at_the_smallest_effect_that_matters(shape, noise, seeds, effect):
+    r = cell(shape, noise, seeds, 0.95, effect)
+    assert r["delta_A_true"] == pytest.approx(EFFECTS[effect].get("a", 0.0), abs=1e-9)  # no clip moved it
+    assert at_most(r["false_equivalent_rate"], 0.05), r["verdicts"]
+
+
+def test_identical_arms_are_shown_equivalent_when_the_seeds_measure_them():
+    r = cell("scalerl-8b", "eval", 3, 0.95, "null")
+    assert at_least(r["equivalent_rate"], 0.8) and at_most(r["false_call_rate"], 0.05), r["verdicts"]
+
+
 def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
     out = tmp_path / "cal.json"
     res = CliRunner().invoke(app, ["calibrate", "--shapes", "embedded", "--noises", "eval", "--seeds", "1,2",
-                                   "--f", "0.95", "--effects", "null", "--trials", "4", "--n-boot", "50",
-                                   "--out", str(out)])
+                                   "--f", "0.95", "--effects", "null,cmid*1.15", "--trials", "3", "--n-boot", "50",
+                                   "--out", str(out)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "coverage" in res.output and "false" in res.output
+    assert "coverage" in res.output and "false equiv" in res.output and "cmid*1.15*" in res.output
     rows = json.loads(out.read_text())["rows"]
-    assert {(r["seeds"], r["floor"]) for r in rows} == {(1, "own"), (1, "stored"), (2, "own")}
-    assert all(r["trials"] == 4 and r["effect"] == "null" for r in rows)
+    assert {(r["seeds"], r["floor"], r["effect"]) for r in rows} == {
+        (s, f, e) for s, f in ((1, "own"), (1, "stored"), (2, "own")) for e in ("null", "cmid*1.15")}
+    assert all(r["trials"] == 3 and 0.0 <= r["equivalent_rate"] <= 1.0 for r in rows)
+    assert all((r["false_equivalent_rate"] is None) == (r["effect"] == "null") for r in rows)
     res = CliRunner().invoke(app, ["calibrate", "--shapes", "nowhere"])
     assert res.exit_code == 2 and "nowhere" in res.output
     res = CliRunner().invoke(app, ["calibrate", "--seeds", "1,0"])

@@ -1,4 +1,6 @@
-"""`ablate fit` through the CLI: the table, --json contract, --plot, and one clear line for each bad input."""
+"""`ablate fit` through the CLI: the table, --json contract, --plot, and one clear line for each bad input; and
+`ablate rank`'s table read in one glance (two lines a row at 120 columns), its shared notes, --explain and
+--min-effect."""
 
 import json
 
@@ -120,3 +122,134 @@ def test_a_falling_or_flat_curve_is_said_to_have_no_gain(tmp_path, slope):
     fit = json.loads(res.output)["fits"][0]
     assert fit["status"] == "not_identified" and not fit["identifiable"]
     assert any("does not rise above R0" in n for n in fit["notes"]), fit["notes"]
+
+
+# ---- `ablate rank`'s table: a row in one glance ----
+
+LOSS_SHAPE = dict(a=0.75, b=1.1, c_mid=37000.0, r0=0.43, c_max=256000.0, n_points=50, n_prompts=200, k=4,
+                  drift_sd=0.006)
+"""The embedded task's curve (fit/calibrate.py's `embedded` shape) over the loss sweep's 256,000 samples."""
+LOSSES = {"loss=cispo": {}, "loss=grpo": {"a": 0.77}, "loss=dapo": {"c_mid": 30000.0}, "loss=gspo": {"a": 0.74}}
+
+
+def loss_sweep(root, name, seeds):
+    """A sweep shaped like `ablate sweep recipes/loss.yaml`: four losses, CISPO the baseline."""
+    from sweep_writer import write_sweep
+
+    arms = {label: [synthetic_curve(**{**LOSS_SHAPE, **change}, seed=10 * i + s) for s in range(seeds)]
+            for i, (label, change) in enumerate(LOSSES.items())}
+    return write_sweep(root, name, arms, baseline="loss=cispo")
+
+
+def row_heights(table, width=120):
+    """Lines each row of a rich table takes at `width` columns (a row starts where its R0 cell, one line, is)."""
+    from rich.console import Console
+
+    console = Console(width=width, record=True)
+    console.print(table)
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines)
+    body = lines[next(i for i, s in enumerate(lines) if s.startswith("┡")) + 1:
+                 next(i for i, s in enumerate(lines) if s.startswith("└"))]
+    assert all(line.endswith("│") for line in body), body  # nothing cut off at the right edge
+    header = lines[next(i for i, s in enumerate(lines) if s.startswith("┏")) + 1]
+    r0 = [c.strip() for c in header.split("┃")].index("R0")
+    starts = [i for i, line in enumerate(body) if line.split("│")[r0].strip()] + [len(body)]
+    return [b - a for a, b in zip(starts, starts[1:])]
+
+
+def ranked(paths):
+    from ablate.curves import input_names, load_inputs
+    from ablate.fit.analysis import FitOptions
+    from ablate.fit.compare import rank
+
+    curves, _ = load_inputs(paths)
+    base = "loss=cispo" if len(paths) == 1 else f"{input_names(paths)[0]}:loss=cispo"
+    return rank(curves, FitOptions(n_boot=200, target=512000.0), baseline=base)
+
+
+@pytest.fixture(scope="module")
+def loss_sweeps(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweeps")
+    return {"one": loss_sweep(root / "one", "loss", 1), "three": loss_sweep(root / "three", "loss", 3),
+            "a": loss_sweep(root / "a" / "sweeps", "loss", 1), "b": loss_sweep(root / "b" / "sweeps", "loss", 3)}
+
+
+@pytest.mark.parametrize("which", ["one", "three", "two inputs"])
+def test_every_rank_row_fits_two_lines_at_120_columns(loss_sweeps, which):
+    """The 4-arm one-seed and 3-seed loss sweeps, and two sweeps read together (arms named by their path suffix,
+    `a/sweeps/loss:loss=grpo`; one seed an arm in one, three in the other, so the table has a seeds column): no
+    row takes more than two lines, and the why cell holds the effect, not the notes every row shares."""
+    from ablate.report import rank_table
+
+    paths = [loss_sweeps["a"], loss_sweeps["b"]] if which == "two inputs" else [loss_sweeps[which]]
+    ranking = ranked(paths)
+    heights = row_heights(rank_table(ranking))
+    assert len(heights) == len(ranking.arms) and max(heights) <= 2, heights
+    assert all(len(a.effect) <= 50 for a in ranking.arms), [a.effect for a in ranking.arms]
+    if which == "one":
+        assert {a.verdict for a in ranking.arms} <= {"baseline", "inconclusive", "not_identified"}
+        assert any(n.startswith("needs seeds") for n in ranking.notes)
+    if which == "two inputs":
+        assert any(a.arm.startswith("a/sweeps/loss:") for a in ranking.arms), [a.arm for a in ranking.arms]
+
+
+def test_the_longest_verdicts_and_effects_still_fit_two_lines(loss_sweeps):
+    """Every verdict the table can show, with its mark, against the longest effect text: still two lines a row."""
+    from ablate.report import rank_table, verdict_cell
+
+    ranking = ranked([loss_sweeps["a"], loss_sweeps["b"]])
+    worst = [("inconclusive", "unclear", {"seeds": None}), ("inconclusive", "unclear", {"seeds": 24}),
+             ("efficiency_down", "negligible", None), ("ceiling_up", "unclear", None),
+             ("ceiling_down", "material", None), ("equivalent", "negligible", None), ("not_identified", None, None)]
+    others = [a for a in ranking.arms if a.verdict != "baseline"]
+    for a, (verdict, practical, decide) in zip(others, worst):
+        a.verdict, a.practical, a.decide = verdict, practical, decide
+        a.effect = "ΔA -0.050 [-0.145, +0.045]; 10.61x [10.35, 11.04]"
+    assert max(row_heights(rank_table(ranking))) <= 2
+    shown = {a.arm: verdict_cell(a).plain for a in others}
+    assert shown[others[0].arm] == "inconclusive · >64 seeds" and shown[others[1].arm] == "inconclusive · ~24 seeds"
+    assert shown[others[2].arm] == "efficiency ↓ (negligible)" and shown[others[4].arm] == "ceiling ↓"
+
+
+def test_rank_prints_shared_notes_once_and_explains_on_request(loss_sweeps):
+    """One seed an arm: every arm is inconclusive, and `needs seeds` with the command that adds them is said once
+    under the table, not in each row; the header names the smallest effect that matters; --explain adds each
+    arm's full reasoning."""
+    args = ["rank", str(loss_sweeps["one"]), "--n-boot", "200", "--to", "512000"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.output.count("needs seeds") == 1 and "seed=0,1,2" in res.output
+    assert "smallest effect that matters: ±0.02 on A, ±15% compute" in res.output
+    assert "no detectable" not in res.output and "why, in full" not in res.output
+    res = runner.invoke(app, args + ["--explain", "--min-effect", "0.05", "--min-effect-compute", "1.3"])
+    assert res.exit_code == 0, res.output
+    assert "smallest effect that matters: ±0.05 on A, ±30% compute" in res.output
+    assert "why, in full" in res.output and "loss=grpo — inconclusive: no seed spread to test against" in res.output
+    out = json.loads(runner.invoke(app, args + ["--json", "--min-effect", "0.05"]).stdout)
+    assert out["min_effect"] == {"A": 0.05, "compute_ratio": 1.15}
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--min-effect", "0", "--min-effect 0.0: the smallest change of A that matters, a number in (0, 1)"),
+    ("--min-effect", "1.5", "--min-effect 1.5: the smallest change of A that matters"),
+    ("--min-effect", "nan", "--min-effect nan:"),
+    ("--min-effect-compute", "1", "--min-effect-compute 1.0: the smallest compute ratio that matters"),
+    ("--min-effect-compute", "inf", "--min-effect-compute inf:"),
+])
+def test_a_bad_min_effect_is_one_line(loss_sweeps, flag, value, expected):
+    res = runner.invoke(app, ["rank", str(loss_sweeps["one"]), flag, value])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and expected in res.stderr, res.stderr
+
+
+def test_the_rank_tables_numbers_stand_over_their_intervals():
+    """Two lines a number: the value over ± its half-interval, C_mid over its bounds in two significant digits
+    (never e-notation: 999.6 is 1k, 99.96 is 100)."""
+    from ablate.report import _stacked
+
+    assert _stacked(0.661, (0.656, 0.666)) == "0.661\n±0.005"
+    assert _stacked(1.91, (1.77, 2.05), 2) == "1.91\n±0.14"
+    assert _stacked(35_300.0, (20_400.0, 61_000.0), skewed=True) == "35.3k\n[20k, 61k]"
+    assert _stacked(2_000.0, (99.96, 999.6), skewed=True) == "2k\n[100, 1k]"
+    assert _stacked(0.5, None) == "0.500" and _stacked(None, None, skewed=True) == "—"

@@ -8,8 +8,16 @@ scored for interval coverage:
   the arm's ceiling (the mean over seeds);
 - pred_ci covers the truth at --to: with one seed, what the run will show there (the curve continued with its
   own drift and evaluation noise); with seeds, the arm's mean curve at --to.
-Effects: `null` (identical truth: any ceiling or efficiency verdict is a false discovery), `a+0.03`, `a+0.05`,
-`cmid/2` (an efficiency change: found as efficiency, never as a ceiling change) and `b*1.5`.
+Effects: `null` (identical truth: any ceiling or efficiency verdict is a false discovery; `equivalent` is the right
+answer, and its rate is the power to show the arms equal), `a+0.03`, `a+0.05`, `cmid/2` (an efficiency change: found
+as efficiency, never as a ceiling change) and `b*1.5`; and the boundary of the smallest effect that matters (the
+default `MinEffect`): `a+0.02` and `a-0.02` (a true difference of the arms' mean A of exactly 0.02) and `cmid*1.15`
+(compute to every pass rate exactly 1.15x, at the same A), and `a+0.02@end` (A 0.02 higher, meeting the
+baseline's pass rate at the window's end, ranked with the compute band opened: see ONLY_A). `equivalent` claims
+|dA| < 0.02 and the compute ratio within +-15%, so on every non-null effect it is a false claim; at the boundary its
+rate is the equivalence test's size, at most 5%. The test is intersection-union over A and compute, so a boundary
+cell is a strong check of one side only when the other side passes: `cmid*1.15` checks the compute side (A equal),
+`a+0.02@end` the A side. A plain `a+-0.02` moves the compute to the target's pass rate too, so compute decides there.
 
 Windows are set by the gain fraction f the window reaches, `c_max = C_mid (f / (1 - f))^(1/B)`; every window has
 the same number of evaluations, and --to is twice the window. `calibrate(...)` returns one row per cell.
@@ -32,6 +40,7 @@ from ablate.fit.compare import NoiseFloor, measured_floor, rank
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import sigmoid
 from ablate.fit.synthetic import synthetic_curve
+from ablate.fit.verdicts import MinEffect
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,23 @@ NOISES = {
     "jumps": Noise("jumps", drift_sd=0.005, drift_phi=0.7, jump_rate=0.05, jump_sd=0.02),
     "seeds": Noise("seeds", drift_sd=0.005, drift_phi=0.7, seed_sd_a=0.010, seed_sd_logc=0.10),
 }
-EFFECTS = {"null": {}, "a+0.03": {"a": 0.03}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}, "b*1.5": {"b": 1.5}}
+EFFECTS = {"null": {}, "a+0.03": {"a": 0.03}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}, "b*1.5": {"b": 1.5},
+           "a+0.02": {"a": 0.02}, "a-0.02": {"a": -0.02}, "cmid*1.15": {"c_mid": 1.15},
+           "a+0.02@end": {"a": 0.02, "meet": 1.0}}
+"""New effects go at the end: a cell's random numbers depend on its effect's position here. `meet`: C_mid moved so
+the arm's curve meets the baseline's at that multiple of the window's end (see ONLY_A)."""
+BOUNDARY = ("a+0.02", "a-0.02", "cmid*1.15", "a+0.02@end")
+"""Effects on the edge of the default smallest effect that matters (`MinEffect()`: 0.02 on A, 1.15x compute)."""
+ONLY_A = MinEffect(ratio=100.0)
+"""The smallest effect of the cells that check the A side of the equivalence test alone (effects with `meet`): a
+plain shift of A by 0.02 also moves the compute to the target's pass rate (0.45-0.66x in these shapes), so there
+the compute side decides (efficiency found, or its equivalence not shown) and the A side is never tested. Meeting
+the baseline at the window's end keeps the compute ratio near 1x, and this band (100x either way) takes compute out
+of the equivalence test: the A side alone decides."""
+WANTED = {"null": None, "a+0.03": "ceiling_up", "a+0.05": "ceiling_up", "cmid/2": "efficiency_up",
+          "b*1.5": "efficiency_up", "a+0.02": "ceiling_up", "a-0.02": "ceiling_down", "cmid*1.15": "efficiency_down",
+          "a+0.02@end": "ceiling_up"}
+"""The changed verdict each effect should get (its power)."""
 POINTS = 40  # evaluations in every window
 CALLS = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "not_identified_higher",
          "not_identified_lower")
@@ -85,17 +110,26 @@ def window_end(shape: Shape, f: float) -> float:
     return shape.c_mid * (f / (1.0 - f)) ** (1.0 / shape.b)
 
 
-def _truth(shape: Shape, effect: dict[str, float]) -> tuple[float, float, float]:
-    return (min(shape.a + effect.get("a", 0.0), 0.99), shape.b * effect.get("b", 1.0),
-            shape.c_mid * effect.get("c_mid", 1.0))
+def _truth(shape: Shape, effect: dict[str, float], c_max: float) -> tuple[float, float, float]:
+    """The arm's A, B and C_mid; with `meet`, C_mid such that its curve passes through the baseline's pass rate at
+    `meet` x the window's end `c_max`."""
+    a, b, c_mid = (min(shape.a + effect.get("a", 0.0), 0.99), shape.b * effect.get("b", 1.0),
+                   shape.c_mid * effect.get("c_mid", 1.0))
+    if "meet" in effect:
+        at = effect["meet"] * c_max
+        gain = (float(sigmoid(at, shape.r0, shape.a, shape.b, shape.c_mid)) - shape.r0) / (a - shape.r0)
+        if not 0.0 < gain < 1.0:
+            raise ValueError(f"shape {shape.name}: an arm with A {a:g} can't meet the baseline's pass rate at {at:g}")
+        c_mid = at * (1.0 / gain - 1.0) ** (1.0 / b)
+    return a, b, c_mid
 
 
 def simulate_arm(shape: Shape, noise: Noise, effect: dict[str, float], seeds: int, f: float, rng: np.random.Generator,
                  name: str) -> tuple[list[Curve], list[dict[str, float]]]:
     """`seeds` runs of one arm, each observed up to the window end plus its continuation to twice that (held
     out: the fit sees only the window). Returns the curves and each run's truth (A, and y at --to observed)."""
-    a, b, c_mid = _truth(shape, effect)
     c_max = window_end(shape, f)
+    a, b, c_mid = _truth(shape, effect, c_max)
     curves, truths = [], []
     for s in range(seeds):
         a_j = float(np.clip(a + noise.seed_sd_a * rng.standard_normal(), shape.r0 + 0.02, 0.99))
@@ -109,8 +143,9 @@ def simulate_arm(shape: Shape, noise: Noise, effect: dict[str, float], seeds: in
 
 
 def arm_truth(shape: Shape, noise: Noise, effect: dict[str, float], to: float, draws: int = 4000) -> dict[str, float]:
-    """The arm's mean ceiling and mean curve at `to` over the seeds' random effects (Monte Carlo)."""
-    a, b, c_mid = _truth(shape, effect)
+    """The arm's mean ceiling and mean curve at `to` (twice the window's end) over the seeds' random effects
+    (Monte Carlo)."""
+    a, b, c_mid = _truth(shape, effect, to / 2.0)
     rng = np.random.default_rng(12345)
     a_j = np.clip(a + noise.seed_sd_a * rng.standard_normal(draws), shape.r0 + 0.02, 0.99)
     c_j = c_mid * np.exp(noise.seed_sd_logc * rng.standard_normal(draws))
@@ -137,13 +172,19 @@ def run_cell(shape: Shape, noise: Noise, seeds: int, f: float, effect: str, tria
     to = 2 * window_end(shape, f)
     opts = FitOptions(n_boot=n_boot, target=to, seed=seed, fit_until=window_end(shape, f) * 1.000001)
     pop = arm_truth(shape, noise, {}, to)
+    delta_a_true = arm_truth(shape, noise, EFFECTS[effect], to)["A"] - pop["A"]
+    if effect in BOUNDARY and abs(delta_a_true - EFFECTS[effect].get("a", 0.0)) > 1e-9:
+        raise ValueError(f"effect {effect} on shape {shape.name}: the arms' mean A differ by {delta_a_true:.6f}, not "
+                         f"{EFFECTS[effect].get('a', 0.0):g} (a clip of A moved the boundary); use a lower A")
     stored = stored_floor(shape, noise, f, opts, rng) if floor == "stored" else None
+    min_effect = ONLY_A if "meet" in EFFECTS[effect] else MinEffect()
     verdicts: dict[str, int] = {}
     cover_a = cover_pred = scored = 0
     for t in range(trials):
         base, base_truth = simulate_arm(shape, noise, {}, seeds, f, rng, "base")
         arm, _ = simulate_arm(shape, noise, EFFECTS[effect], seeds, f, rng, "arm")
-        ranking = rank(base + arm, replace(opts, seed=seed * 100003 + t), baseline="base", noise=stored)
+        ranking = rank(base + arm, replace(opts, seed=seed * 100003 + t), baseline="base", noise=stored,
+                       min_effect=min_effect)
         by = {a.arm: a for a in ranking.arms}
         v = by["arm"].verdict if "arm" in by else "not_fitted"
         if v == "not_identified" and by["arm"].r_call:  # a claim too: higher/lower at the shared window's end
@@ -158,14 +199,17 @@ def run_cell(shape: Shape, noise: Noise, seeds: int, f: float, effect: str, tria
         cover_a += fit.A_ci[0] <= a_true <= fit.A_ci[1]
         cover_pred += fit.pred_ci[0] <= r_true <= fit.pred_ci[1]
     calls = sum(verdicts.get(v, 0) for v in CALLS)
-    wanted = {"null": None, "a+0.03": "ceiling_up", "a+0.05": "ceiling_up", "cmid/2": "efficiency_up",
-              "b*1.5": "efficiency_up"}[effect]
+    wanted = WANTED[effect]
+    equivalent = verdicts.get("equivalent", 0) / trials
     return {
         "shape": shape.name, "noise": noise.name, "seeds": seeds, "floor": floor, "f": f, "effect": effect,
-        "trials": trials,
+        "trials": trials, "boundary": effect in BOUNDARY, "delta_A_true": delta_a_true,
+        "min_effect": min_effect.to_json(),
         "coverage_A": cover_a / scored if scored else None, "coverage_pred": cover_pred / scored if scored else None,
         "false_call_rate": calls / trials if effect == "null" else None,
         "power": verdicts.get(wanted, 0) / trials if wanted else None,
+        "equivalent_rate": equivalent,
+        "false_equivalent_rate": equivalent if effect != "null" else None,
         "ceiling_calls": (verdicts.get("ceiling_up", 0) + verdicts.get("ceiling_down", 0)) / trials,
         "not_identified": sum(n for v, n in verdicts.items() if v.startswith("not_identified")) / trials,
         "verdicts": verdicts,

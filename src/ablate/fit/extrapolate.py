@@ -1,6 +1,6 @@
 """`extrapolate`: fit up to `--fit-until`, predict the pass rate at `--to` with an interval, the compute to
 reach `--target-r`, and — where the run has points past the window — the error on them (ScaleRL §2's check:
-fit to 8k GPU-hours, compare at 16k)."""
+fit to 8k GPU-hours, compare at 16k). A `--to` the fitted window reaches is an interpolation, never a projection."""
 
 from __future__ import annotations
 
@@ -20,18 +20,34 @@ class Extrapolation:
     fit: FitResult
     heldout: list[dict[str, float]]
     heldout_mae: float | None
+    target_source: str = ""
+    """How --to was chosen (defaults.choose_target): given, the paper's scale, or twice the largest compute fitted."""
+
+    @property
+    def interpolated(self) -> bool:
+        """The target lies inside the fitted window: the fit is read where it has data, not projected past it."""
+        from ablate.defaults import is_interpolation
+
+        return is_interpolation(self.fit.target, self.fit.window[1])
+
+    @property
+    def reach_word(self) -> str:
+        """"interpolated" or "projected": the one word every title and line uses for reaching the target."""
+        return "interpolated" if self.interpolated else "projected"
 
     def to_json(self) -> dict[str, Any]:
         f = self.fit
-        return {"subject": self.subject, "fit_until": f.window[1], "to": f.target, "pred": f.pred_at_target,
+        return {"subject": self.subject, "fit_until": f.window[1], "to": f.target, "target_source": self.target_source,
+                "interpolated": self.interpolated, "pred": f.pred_at_target,
                 "pred_ci": None if f.pred_ci is None else list(f.pred_ci), "target_r": f.target_r,
                 "compute_to_target": f.compute_to_target,
                 "compute_to_target_ci": None if f.compute_to_target_ci is None else list(f.compute_to_target_ci),
                 "heldout": self.heldout, "heldout_mae": self.heldout_mae, "fit": f.to_json()}
 
 
-def extrapolate(curves: list[Curve], opts: FitOptions, *, subject: str) -> Extrapolation:
-    """Fit the subject's curves (its seeds pooled) on the window and score the points after it."""
+def extrapolate(curves: list[Curve], opts: FitOptions, *, subject: str, target_source: str = "") -> Extrapolation:
+    """Fit the subject's curves (its seeds pooled) on the window and score the points after it. `target_source`
+    says how opts.target was chosen (kept for the header and the JSON)."""
     fit = fit_curves(curves, opts, name=subject, group=subject)
     heldout = []
     if opts.fit_until is not None:
@@ -40,7 +56,7 @@ def extrapolate(curves: list[Curve], opts: FitOptions, *, subject: str) -> Extra
             for xi, yi, pi in zip(c.x[later], c.y[later], fit.predict(c.x[later])):
                 heldout.append({"x": float(xi), "y": float(yi), "pred": float(pi)})
     mae = float(np.mean([abs(h["y"] - h["pred"]) for h in heldout])) if heldout else None
-    return Extrapolation(subject=subject, fit=fit, heldout=heldout, heldout_mae=mae)
+    return Extrapolation(subject=subject, fit=fit, heldout=heldout, heldout_mae=mae, target_source=target_source)
 
 
 def winner(curves: list[Curve], opts: FitOptions) -> str:

@@ -1,5 +1,7 @@
 """How many seeds and how much compute a question needs, and whether running arms still need more: answered by
-simulation, through the exact code `ablate rank` runs (`compare.rank`), never by a closed-form guess.
+simulation, never by a closed-form guess. Two engines give a design's power (ENGINES): `fast` (fit/power.py, the
+default: every trial of a compute rung simulated and fitted at once, the verdicts by `rank`'s rules in closed form)
+and `exact` (each simulated sweep ranked by `compare.rank` itself: the reference, minutes instead of seconds).
 
 The task model (`TaskModel`) is what the simulation draws from, measured on real runs (`from_ranking`) or read
 from a stored file (`--calibration`, written by `--save-calibration`):
@@ -15,13 +17,14 @@ from a stored file (`--calibration`, written by `--save-calibration`):
   error.
 
 Questions (`design`): a ceiling change of `delta_a` (the paper's 0.02), found as `ceiling up`; an efficiency ratio
-(the arm reaches the same pass rate with 1/ratio of the compute: C_mid / ratio), found as `efficiency up`. A trial
-simulates a whole sweep of `arms` arms (the baseline, one arm with the effect, the rest identical to the baseline;
-at most MAX_SIM_ARMS, the remaining arms' tests are added to the false-discovery control as null p-values) with
-`seeds` seeds per arm, each run evaluated every `eval_every` up to `compute`, ranks it, and counts whether the
-effect arm gets its verdict. Power at each (compute, seeds) is the share of trials; trials stop early once the
-power is clearly above or below the goal. For each compute rung the fewest seeds that reach the goal are found by
-bisection over SEED_LADDER.
+(the arm reaches the same pass rate with 1/ratio of the compute: C_mid / ratio), found as `efficiency up`. Power
+counts only that verdict: `equivalent`, `inconclusive` or any other is a miss. A trial simulates a whole sweep of
+`arms` arms (the baseline, one arm with the effect, the rest identical to the baseline; at most MAX_SIM_ARMS, the
+remaining arms' tests are added to the false-discovery control as null p-values) with `seeds` seeds per arm, each
+run evaluated every `eval_every` up to `compute`, gives it verdicts, and counts whether the effect arm gets its
+verdict. Power at each (compute, seeds) is the share of trials (the exact engine stops early once the power is
+clearly above or below the goal; the fast one runs them all). For each compute rung the fewest seeds that reach
+the goal are found by bisection over SEED_LADDER.
 
 Running arms (`futures`): each run is continued from its own fitted curve (shifted by a draw of its arm's bootstrap,
 so the fit's uncertainty travels) with its own measured drift, carried on from its last residual, and evaluation
@@ -45,7 +48,7 @@ from ablate.fit.sigmoid import B_BOUNDS, gain_fraction
 from ablate.fit.compare import NoiseFloor, Ranking, measured_floor, rank
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import sigmoid
-from ablate.fit.verdicts import FDR, MAX_DOF, MAX_SD_A, MAX_SD_LOGC, benjamini_hochberg
+from ablate.fit.verdicts import FDR, MAX_DOF, MAX_SD_A, MAX_SD_LOGC, MinEffect, benjamini_hochberg
 
 SEED_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 COMPUTE_RUNGS = (0.5, 1.0, 2.0, 4.0)
@@ -57,6 +60,10 @@ MIN_GAIN = 0.55
 """A compute rung whose window reaches less of the baseline's gain than this cannot identify A: not simulated."""
 QUESTIONS = ("ceiling", "efficiency")
 WANTED = {"ceiling": "ceiling_up", "efficiency": "efficiency_up"}
+CHANGED = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
+ENGINES = ("fast", "exact")
+"""How a design's power is simulated: `fast` (fit/power.py: every trial of a rung at once, batched fits) or
+`exact` (every trial ranked by `compare.rank`, the reference the fast engine is checked against)."""
 PLAN_BOOT = 100
 """Bootstrap resamples per fit inside the simulations (identification reads the gain fraction's interval)."""
 MIN_SCALE, MAX_SCALE = 1e-9, 1e30
@@ -195,10 +202,13 @@ def _opts(compute: float, seed: int, to: float | None = None) -> FitOptions:
 
 
 def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rng: np.random.Generator,
-          seed: int, noise: NoiseFloor | None = None, to: float | None = None) -> str:
-    """One simulated sweep (see the module docstring); the effect arm's verdict (`not_fitted` when it could not be
-    fitted). The tests of arms beyond MAX_SIM_ARMS enter the false-discovery control as uniform p-values (a null
-    arm's calibrated p-value is at least uniform, so this never makes a discovery easier than the full sweep)."""
+          seed: int, noise: NoiseFloor | None = None, to: float | None = None,
+          min_effect: MinEffect | None = None) -> str:
+    """One simulated sweep through `compare.rank` (the exact engine; see the module docstring); the effect arm's
+    verdict (`not_fitted` when it could not be fitted). The three tests of each arm beyond MAX_SIM_ARMS enter the
+    false-discovery control as uniform p-values (a null arm's change tests are at least uniform, and its
+    equivalence test, often smaller, would only ease the others' discoveries: so this never makes a discovery
+    easier than the full sweep)."""
     sd_a, sd_logc = _seed_spread(m, rng)
     sim_arms = max(2, min(m.arms, MAX_SIM_ARMS))
     curves = simulate_runs(m, min(m.a + effect.get("a", 0.0), 0.99), m.b * effect.get("b", 1.0),
@@ -206,21 +216,20 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
     for i in range(sim_arms - 1):
         curves += simulate_runs(m, m.a, m.b, m.c_mid, seeds, compute, rng, "base" if i == 0 else f"null{i}",
                                 sd_a, sd_logc)
-    ranking = rank(curves, _opts(compute, seed, to), baseline="base", noise=noise)
+    ranking = rank(curves, _opts(compute, seed, to), baseline="base", noise=noise, min_effect=min_effect)
     by = {a.arm: a for a in ranking.arms}
     arm = by.get("arm")
     if arm is None:
         return "not_fitted"
-    extra = 2 * (m.arms - sim_arms)
-    if extra <= 0 or arm.verdict not in ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down",
-                                         "no_effect"):
+    extra = 3 * (m.arms - sim_arms)
+    if extra <= 0 or arm.verdict not in CHANGED + ("equivalent", "inconclusive"):
         return arm.verdict or "not_fitted"
     # the full sweep's false-discovery control: this ranking's p-values plus the arms not simulated
     pvals, where = [], {}
     for a in ranking.arms:
         if a.p_ceiling is not None:
             where[a.arm] = len(pvals)
-            pvals += [a.p_ceiling, a.p_efficiency if a.p_efficiency is not None else float("nan")]
+            pvals += [a.p_ceiling] + [float("nan") if p is None else p for p in (a.p_efficiency, a.p_equivalent)]
         elif a.p_at_end is not None:
             pvals.append(a.p_at_end)
     pvals += list(rng.random(extra))
@@ -232,12 +241,12 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
         return "ceiling_up" if arm.delta_A > 0 else "ceiling_down"
     if found[i + 1]:
         return "efficiency_up" if arm.shared.get("compute_ratio_tested", 1.0) < 1 else "efficiency_down"
-    return "no_effect"
+    return "equivalent" if found[i + 2] else "inconclusive"
 
 
 def power_cell(m: TaskModel, seeds: int, compute: float, question: str, *, delta_a: float, ratio: float,
                trials: int, goal: float, seed: int, noise: NoiseFloor | None = None,
-               to: float | None = None) -> dict[str, Any]:
+               to: float | None = None, min_effect: MinEffect | None = None) -> dict[str, Any]:
     """Power of one design: trials in blocks of 20, stopping once the 99% interval of the power is clearly below
     `goal` (from 20 trials) or clearly above it (from 40). Its random numbers depend only on the design and
     `seed`."""
@@ -247,7 +256,7 @@ def power_cell(m: TaskModel, seeds: int, compute: float, question: str, *, delta
     hits = n = 0
     while n < trials:
         for _ in range(min(20, trials - n)):
-            hits += trial(m, seeds, compute, effect, rng, seed * 1009 + n, noise, to) == wanted
+            hits += trial(m, seeds, compute, effect, rng, seed * 1009 + n, noise, to, min_effect) == wanted
             n += 1
         p = hits / n
         half = 2.58 * math.sqrt(max(p * (1 - p), 0.02) / n)
@@ -263,6 +272,24 @@ def _cell(args: tuple) -> dict[str, Any]:
     return power_cell(m, seeds, compute, question, **kw)
 
 
+def _fast_cells(m: TaskModel, compute: float, question: str, kw: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
+    """power_cell's answer by the fast engine (fit/power.py) at one compute: seeds -> cell, every seed count drawing
+    on the same simulated trials (each trial's first `seeds` runs per arm)."""
+    from ablate.fit import power
+
+    sim_arms = max(2, min(m.arms, MAX_SIM_ARMS))
+    effect = effect_of(question, kw["delta_a"], kw["ratio"])
+    seed = kw["seed"] * 1009 + QUESTIONS.index(question)
+    rung = power.rung_for(m, compute, effect, kw["trials"], sim_arms, seed)
+    target = kw["to"] if kw["to"] is not None else 2.0 * compute
+
+    def cell(seeds: int) -> dict[str, Any]:
+        return power.cell_power(rung, seeds, WANTED[question], target=target, noise=kw["noise"],
+                                me=kw["min_effect"] or MinEffect(), extra_arms=m.arms - sim_arms, goal=kw["goal"],
+                                seed=seed)
+    return cell
+
+
 def _pool(jobs: int):
     if jobs <= 1:
         return None
@@ -275,16 +302,21 @@ def _pool(jobs: int):
 def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float = 1.25, goal: float = 0.8,
            trials: int = 100, rungs: Sequence[float] = COMPUTE_RUNGS, ladder: Sequence[int] = SEED_LADDER,
            seed: int = 0, jobs: int = 1, noise: NoiseFloor | None = None, to: float | None = None,
-           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+           progress: Callable[[str], None] | None = None, engine: str = "fast",
+           min_effect: MinEffect | None = None) -> dict[str, Any]:
     """For each compute rung (multiples of the budget), the fewest seeds per arm that reach `goal` power, by
     bisection over `ladder` (power grows with seeds). Rungs whose window cannot pass C_mid are reported, not
     simulated; a rung that could not be cheaper than the best found so far is skipped. Seed counts are tried
     doubling from the fewest (the cheap cells first), then bisected below the first that reaches the goal. The
     simulated verdicts are ranked at `to` (default: twice each rung's compute). Returns the rungs and the cheapest
-    design (`best`, None when no rung reaches the goal within the ladder)."""
-    kw = dict(delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise, to=to)
+    design (`best`, None when no rung reaches the goal within the ladder). `engine`: ENGINES (the fast engine runs
+    every trial of a cell, on one process; the exact one stops a cell early and uses `jobs` processes)."""
+    if engine not in ENGINES:
+        raise ValueError(engine)
+    kw = dict(delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise, to=to,
+              min_effect=min_effect)
     rows, best = [], None
-    pool = _pool(jobs)
+    pool = _pool(jobs) if engine == "exact" else None
     try:
         for mult in rungs:
             compute = m.budget * mult
@@ -303,9 +335,14 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
                 if hi < 0:
                     row["why"] = "cannot be cheaper than a shorter run"
                     continue
+            fast = _fast_cells(m, compute, question, kw) if engine == "fast" else None
+
             def run(idx: list[int]) -> list[dict[str, Any]]:
                 cells = [(m, ladder[i], compute, question, kw) for i in idx]
-                res = list(pool.map(_cell, cells)) if pool and len(cells) > 1 else [_cell(c) for c in cells]
+                if fast is not None:
+                    res = [fast(ladder[i]) for i in idx]
+                else:
+                    res = list(pool.map(_cell, cells)) if pool and len(cells) > 1 else [_cell(c) for c in cells]
                 for r in res:
                     row["tried"].append(r)
                     if progress:
@@ -351,7 +388,7 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
         row["tried"] = sorted(({"seeds": t["seeds"], "power": t["power"], "trials": t["trials"]} for t in row["tried"]),
                               key=lambda t: t["seeds"])
     return {"question": question, "effect": effect_of(question, delta_a, ratio), "goal": goal, "fdr": FDR,
-            "rungs": rows, "best": best}
+            "engine": engine, "rungs": rows, "best": best}
 
 
 # ---- the model, from a ranking ----

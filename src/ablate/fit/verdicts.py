@@ -221,7 +221,7 @@ def benjamini_hochberg(p: list[float], q: float = FDR) -> list[bool]:
 
 def parse_margin(margin: str | float | None) -> float | None:
     """`--margin`: None (calibrated tests), `paper` (+-0.02 on A, the paper's convention) or a distance on A, finite
-    and >= 0 (NaN would silently make every arm `no_effect`). Returns the margin on A, or None."""
+    and >= 0 (NaN would silently leave every arm undecided). Returns the margin on A, or None."""
     if margin is None:
         return None
     if isinstance(margin, str) and margin.strip().lower() == "paper":
@@ -273,9 +273,11 @@ def end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[st
 
 
 def efficiency_text(a: ArmResult, opts: FitOptions) -> str:
+    """The efficiency comparison in words: the compute ratio tested (the seeds' mean log compute, where the arms
+    have seeds; else the shared fit's) with its interval."""
     sh = a.shared or {}
     ci = sh.get("compute_ratio_ci")
-    return (f"A shared {sh.get('A_shared', float('nan')):.3f}: {sh.get('compute_ratio', float('nan')):.2f}x compute to "
+    return (f"A shared {sh.get('A_shared', float('nan')):.3f}: {_ratio(a):.2f}x compute to "
             f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
 
 
@@ -299,6 +301,11 @@ def short_effect(a: ArmResult, what: str) -> str:
     if not ci:  # no seed spread: no intervals, the estimates only
         d_a, comp = f"ΔA {a.delta_A:+.3f}", f"{ratio:.2f}x" if np.isfinite(ratio) else "—"
     return f"{d_a}; {comp}"
+
+
+def _compute(x: float) -> str:
+    """A compute value to read at a glance: 256,000 / 0.0312 / 1.6e+08."""
+    return f"{x:,.0f}" if 1e3 <= x < 1e7 else f"{x:.3g}"
 
 
 def practical(lo: float, hi: float, delta: float) -> str:
@@ -435,11 +442,11 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
         at = end_spread["at"]
         if found[first + k]:
             a.r_call = "higher" if a.delta_R_end > 0 else "lower"
-            a.effect = f"R {a.r_call} at {at:.4g}: ΔR {a.delta_R_end:+.3f}"
+            a.effect = f"R {a.r_call} at {_compute(at)}: ΔR {a.delta_R_end:+.3f}"
             a.detail += (f"; at {at:g} (end of the shared window) pass rate {a.r_call}: "
                          f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
         else:
-            a.effect = f"ΔR {a.delta_R_end:+.3f} at {at:.4g} (p={a.p_at_end:.2g})"
+            a.effect = f"ΔR {a.delta_R_end:+.3f} at {_compute(at)} (p={a.p_at_end:.2g})"
             a.detail += (f"; at {at:g} (end of the shared window) no detectable difference: "
                          f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
 
@@ -488,7 +495,7 @@ def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: 
     more = [n for n in ladder if n > a.seeds]  # more seeds than it has: it is undecided at its own count
     seeds = next((n for n in more if decide_power(a.delta_A, lr, floor, me, n, arms, alpha, rng) >= power), None)
     compute = float(a.fit.window[1])
-    at = f"{compute:,.0f}" if 1e3 <= compute < 1e7 else f"{compute:.3g}"
+    at = _compute(compute)
     if seeds is None:
         text = (f"more than {ladder[-1]} seeds an arm at {at} would be needed: at this compute the seed "
                 "spread hides differences of this size; run longer, or decide whether a smaller effect matters")

@@ -1,0 +1,152 @@
+"""Defaults that never mislead: the target compute (`--to`) and the compute axis (`--x auto`) a command uses when
+none is given, each with the line that says what was chosen and why.
+
+    choose_target(curves, x, to, fit_until)  -> (target, text)   --to: the paper's 16000 GPU-hours only where the
+                                                                  data is in GPU-hours within MAX_REACH; else twice
+                                                                  the largest compute fitted
+    choose_axis(paths, x, per_step)          -> (axis, text)     --x auto: samples for runs that ran on CPU (where
+                                                                  gpu_hours is wall-clock and measures the load)
+    launch_axis(runs, executor)              -> (axis, text)     the same choice for `sweep --prune-x auto`, made
+                                                                  from the recipe before any run started
+    wall_clock_note(curves, x)               -> text or None     gpu_hours whose seeds of one arm differ per sample
+                                                                  far beyond what one recipe explains
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from ablate.fit.curve import Curve
+
+AUTO = "auto"
+PAPER_TARGET = 16000.0
+"""ScaleRL's compute scale, in GPU-hours: the paper fits to 8k and compares at 16k."""
+MAX_REACH = 1000.0
+"""rank and extrapolate refuse a --to beyond this multiple of the largest compute fitted: so far out, the
+prediction is a guess, and it is almost always --to in other units than the data (a CPU run logs a few hundredths
+of a GPU-hour). The paper's 16000 is the default only within it."""
+WALL_CLOCK_SPREAD = 1.5
+"""Seeds of one arm run one recipe, so their GPU-hours per sample differ only by what a seed changes (completion
+lengths, a few percent to tens of percent). Past this max/min ratio the clock measured the machine, not the work."""
+CPU_AXIS_TEXT = ("x = samples: the runs ran on CPU, where gpu_hours is wall-clock and measures the machine's load; "
+                 "--x gpu_hours to rank on it")
+
+
+def fitted_top(curves: list[Curve], fit_until: Optional[float]) -> float:
+    """The largest compute the fits see: the data's last point, or --fit-until when it cuts earlier."""
+    top = max(float(c.x.max()) for c in curves)
+    return top if fit_until is None else min(top, fit_until)
+
+
+def readable(value: float) -> float:
+    """`value` to three significant digits (0.11336 -> 0.113, 512000 -> 512000): a target one can type back."""
+    return float(f"{value:.3g}")
+
+
+def is_interpolation(to: float, top: float) -> bool:
+    """A target inside the fitted window is read off the fitted curve where it has data: no projection."""
+    return to <= top
+
+
+def choose_target(curves: list[Curve], x: str, to: Optional[float],
+                  fit_until: Optional[float]) -> tuple[float, str]:
+    """The compute to predict at, and the line that says where it came from.
+
+    A --to given is kept (and named an interpolation when the window reaches it). Without one: the paper's 16000
+    when x is gpu_hours and 16000 is within MAX_REACH of the largest compute fitted (the scale ScaleRL compares
+    at); otherwise twice the largest compute fitted, in the data's own units, rather than a number in other units
+    that the reach check would refuse (a CPU sweep in samples or hundredths of a GPU-hour)."""
+    top = fitted_top(curves, fit_until)
+    if to is not None:
+        if is_interpolation(to, top):
+            return to, f"--to {to:g} (inside the fitted window, up to {top:g} {x}: an interpolation)"
+        return to, f"--to {to:g}"
+    if x == "gpu_hours" and PAPER_TARGET <= MAX_REACH * top:
+        return PAPER_TARGET, f"{PAPER_TARGET:g} gpu_hours (the paper's scale; no --to)"
+    target = readable(2.0 * top) if top > 0 else PAPER_TARGET
+    about = "" if math.isclose(target, 2.0 * top, rel_tol=1e-9) else "about "
+    return target, f"{target:g} {x}: {about}twice the largest compute fitted ({top:g}; no --to)"
+
+
+def device_kind(device: Optional[str]) -> Optional[str]:
+    """"cpu", "gpu" (a CUDA device) or None (not recorded, or another accelerator) for run.json's `device`."""
+    if device is None:
+        return None
+    if device == "cpu":
+        return "cpu"
+    return "gpu" if device.startswith("cuda") else None
+
+
+def choose_axis(paths: list[Path], x: str, per_step: Optional[dict[str, Optional[float]]] = None
+                ) -> tuple[str, Optional[str]]:
+    """The compute axis for `--x` (unchanged unless it is `auto`), and the line that says why when the choice is
+    not the paper's gpu_hours.
+
+    Sweep and run directories: samples when any run ran on CPU (its gpu_hours is wall-clock x 1 device: the
+    machine's load, as much as the recipe's work), gpu_hours when they ran on GPUs or did not record where.
+    Other inputs: gpu_hours, as before (samples when only --samples-per-step makes compute from steps)."""
+    if x != AUTO:
+        return x, None
+    from ablate.curves import recorded_devices
+
+    devices = recorded_devices(paths)
+    if devices is None:
+        given = {k for k, v in (per_step or {}).items() if v is not None}
+        if given == {"samples"}:
+            return "samples", "x = samples: --samples-per-step gives the only compute (no --gpu-hours-per-step)"
+        return "gpu_hours", None
+    if "cpu" in {device_kind(d) for d in devices}:
+        return "samples", CPU_AXIS_TEXT
+    return "gpu_hours", None
+
+
+def launch_axis(runs: list[Any], executor: Optional[str]) -> tuple[str, str]:
+    """`sweep --prune-x auto` before any run has started: samples when the runs will train on CPU (train.device=cpu,
+    or auto on a local executor on a machine without CUDA), gpu_hours otherwise (a CUDA device, or SLURM nodes)."""
+    from ablate.launch import resolve_executor
+
+    devices = {s.config.train.device for s in runs}
+    kind = resolve_executor(executor or runs[0].config.launcher.name)
+    if devices == {"cpu"}:
+        on_cpu = True
+    elif "cuda" in devices or kind not in ("local", "debug"):
+        on_cpu = False
+    else:
+        import torch
+
+        on_cpu = not torch.cuda.is_available()
+    if on_cpu:
+        return "samples", ("--prune ranks on samples: the runs train on CPU, where gpu_hours is wall-clock and "
+                           "measures the machine's load (--prune-x gpu_hours to rank on it)")
+    return "gpu_hours", "--prune ranks on gpu_hours: the runs train on GPUs (the paper's axis)"
+
+
+def _per_work(curves: list[Curve]) -> Optional[tuple[float, str]]:
+    """max/min over one arm's seeds of gpu_hours per sample at their last point (per step where samples are not
+    logged), with the unit; None when fewer than two seeds say both."""
+    ends = [c.meta.get("end") or {} for c in curves]
+    for axis, unit in (("samples", "sample"), ("step", "step")):
+        rates = [e["gpu_hours"] / e[axis] for e in ends if e.get("gpu_hours", 0) > 0 and e.get(axis, 0) > 0]
+        if len(rates) >= 2 and len(rates) == len(ends):
+            return max(rates) / min(rates), unit
+    return None
+
+
+def wall_clock_note(curves: list[Curve], x: str) -> Optional[str]:
+    """A warning when x is gpu_hours and, within one arm, the seeds' gpu_hours per sample differ by more than
+    WALL_CLOCK_SPREAD: the clock then measured the machine's load, and that spread enters the seed spread the
+    verdicts test against (and each arm's compute). None when no arm shows it (or the runs do not log samples)."""
+    if x != "gpu_hours":
+        return None
+    arms: dict[str, list[Curve]] = {}
+    for c in curves:
+        arms.setdefault(c.group or c.run, []).append(c)
+    spread = {arm: got for arm, cs in arms.items() if (got := _per_work(cs)) and got[0] > WALL_CLOCK_SPREAD}
+    if not spread:
+        return None
+    arm, (ratio, unit) = max(spread.items(), key=lambda kv: kv[1][0])
+    where = arm if len(spread) == 1 else f"{len(spread)} arms (most: {arm})"
+    return (f"gpu_hours is wall-clock, and seeds of one recipe differ up to {ratio:.1f}x in gpu_hours per {unit} in "
+            f"{where}: the machine's load, not the recipe; rank on a load-independent axis: --x samples or --x flops")
