@@ -10,6 +10,7 @@ import functools
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
@@ -148,11 +149,14 @@ def _given_to(to: Optional[float]) -> float:
 def _target(opts, curves, x: str, to: Optional[float], fit_until: Optional[float], *, reach: bool = True):
     """`opts` with the target --to gives, or defaults.choose_target picks from the data, and the line that says
     which; checked against the reach first when `reach` (rank, extrapolate)."""
-    from dataclasses import replace
-
-    from ablate.defaults import choose_target
+    from ablate.defaults import choose_target, fitted_top
 
     target, text = choose_target(curves, x, to, fit_until)
+    first = min((float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()), default=0.0)
+    if to is not None and to < first:  # e.g. GPU-hours given while --x auto chose samples for a CPU sweep
+        raise UserError(f"--to {to:g} is below the first evaluation ({first:g} {x}): nothing has been learned there; "
+                        f"pass --to in {x} (e.g. --to {2 * fitted_top(curves, fit_until):.3g}), or choose the axis "
+                        "with --x (gpu_hours, flops, samples, step)")
     if reach:
         _check_reach(curves, target, x, fit_until)
     return replace(opts, target=target), text
@@ -281,7 +285,7 @@ def rank(
     interval does not clear the smallest effect that matters, --min-effect), equivalent (shown within it by two
     one-sided tests), inconclusive (neither; with the seeds per arm that would decide it) or not identified (the
     window has not passed C_mid). Tests are against the seed-to-seed spread (measured on the arms with seeds, or
-    read with --noise), one false-discovery family at 5%; with one seed per arm and no measured spread every arm
+    read with --noise), at a false-discovery rate of 5%; with one seed per arm and no measured spread every arm
     is inconclusive and the note under the table gives the command that adds seeds. --explain prints each arm's
     reasoning. The figures: every arm's fit (baseline in black), and one panel per arm compared on efficiency.
     Example: ablate rank sweeps/loss --x samples --to 512000 --plot rank.png
@@ -420,9 +424,10 @@ def extrapolate(
         arm = winner(curves, _fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=0, target=to, r0=r0))
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
-    _check_reach(arms[arm], to, x, fit_until)  # the arm projected: its own data, not the longest arm's
-    if given is not None:  # inside or past the window of the arm projected, not the longest arm's
-        target_text = choose_target(arms[arm], x, given, fit_until)[1]
+    # the target, its words and the reach are the arm projected's: its own data, not the longest arm's
+    to, target_text = choose_target(arms[arm], x, given, fit_until)
+    opts = replace(opts, target=to)
+    _check_reach(arms[arm], to, x, fit_until)
     ex = project(arms[arm], opts, subject=arm, target_source=target_text)
     if window:
         window_sensitivity(ex.fit, opts)

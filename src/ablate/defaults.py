@@ -55,15 +55,15 @@ def choose_target(curves: list[Curve], x: str, to: Optional[float],
     """The compute to predict at, and the line that says where it came from.
 
     A --to given is kept (and named an interpolation when the window reaches it). Without one: the paper's 16000
-    when x is gpu_hours and 16000 is within MAX_REACH of the largest compute fitted (the scale ScaleRL compares
-    at); otherwise twice the largest compute fitted, in the data's own units, rather than a number in other units
+    when x is gpu_hours and 16000 lies past the largest compute fitted, within MAX_REACH of it (the scale ScaleRL
+    compares at); otherwise twice the largest compute fitted, in the data's own units, rather than a number in other units
     that the reach check would refuse (a CPU sweep in samples or hundredths of a GPU-hour)."""
     top = fitted_top(curves, fit_until)
     if to is not None:
         if is_interpolation(to, top):
             return to, f"--to {to:g} (inside the fitted window, up to {top:g} {x}: an interpolation)"
         return to, f"--to {to:g}"
-    if x == "gpu_hours" and PAPER_TARGET <= MAX_REACH * top:
+    if x == "gpu_hours" and top < PAPER_TARGET <= MAX_REACH * top:  # past the data, within reach
         return PAPER_TARGET, f"{PAPER_TARGET:g} gpu_hours (the paper's scale; no --to)"
     target = readable(2.0 * top) if top > 0 else PAPER_TARGET
     about = "" if math.isclose(target, 2.0 * top, rel_tol=1e-9) else "about "

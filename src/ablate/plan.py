@@ -182,8 +182,8 @@ def _advice(a, row: dict[str, Any], ranking: Ranking, bound: float) -> tuple[str
     if ranking.floor is None:
         return "open", "no seed spread measured yet (needs seeds): its verdict is not a test, so it cannot settle"
     if not (a.verdict == "equivalent" or a.practical == "material"):
-        now = ("inconclusive" if a.verdict == "inconclusive" else
-               f"{a.verdict.replace('_', ' ')}, of a size not yet shown to matter ({a.practical})")
+        now = (f"{a.verdict.replace('_', ' ')}, of a size not yet shown to matter ({a.practical})" if a.practical
+               in ("negligible", "unclear") and a.verdict != "inconclusive" else a.verdict.replace("_", " "))
         return "open", (f"{now}: only an arm shown equivalent or changed by more than the smallest effect that "
                         "matters can settle")
     p = row["p_change"]

@@ -175,9 +175,10 @@ def rule_text(ranking) -> str:
     read_at_end = end and any(a.verdict == "not_identified" for a in ranking.arms)
     at_end = ("" if not read_at_end else f"; not-identified arms: pass rates at {end['at']:g} (the end of the shared "
               f"window) against their seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)")
-    tests = "ceiling, efficiency and equivalence (TOST) t-tests, one false-discovery family at 5%"
+    tests = ("ceiling and efficiency t-tests and equivalence tests (TOST), false-discovery rate 5% (changes among the "
+             "tests of change, equivalence among all)")
     if ranking.floor is None:
-        return f"{tests}; seed spread: none measured, so no arm can be shown changed or equivalent" + at_end
+        return f"{tests}; seed spread: none measured (see the note below)" + at_end
     f = ranking.floor
     return (f"{tests}; seed spread: sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}, {f.dof} "
             f"dof, from {f.source}; intervals at {ranking.opts.ci:.0%}" + at_end + "; each arm's tests: --explain")
@@ -295,14 +296,14 @@ def verdict_cell(a) -> Text:
     """The verdict, and what a reader acts on: a change that may not matter says so ("(negligible)", "(unclear)";
     nothing when material), an inconclusive arm the seeds per arm that would decide it."""
     from ablate.fit.compare import CHANGED, VERDICT_TEXT
-    from ablate.fit.verdicts import DECIDE_LADDER
+    from ablate.fit.verdicts import SEED_LADDER
 
     text = VERDICT_TEXT[a.verdict]
     if a.verdict in CHANGED and a.practical in ("negligible", "unclear"):
         text += f" ({a.practical})"
     elif a.verdict == "inconclusive" and a.decide:
         seeds = a.decide.get("seeds")
-        text += f" · ~{seeds} seeds" if seeds is not None else f" · >{DECIDE_LADDER[-1]} seeds"
+        text += f" · ~{seeds} seeds" if seeds is not None else f" · >{SEED_LADDER[-1]} seeds"
     return Text(text, style=VERDICT_STYLE.get(a.verdict, "white"))
 
 

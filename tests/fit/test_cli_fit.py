@@ -208,7 +208,7 @@ def test_the_longest_verdicts_and_effects_still_fit_two_lines(loss_sweeps):
         a.effect = "ΔA -0.050 [-0.145, +0.045]; 10.61x [10.35, 11.04]"
     assert max(row_heights(rank_table(ranking))) <= 2
     shown = {a.arm: verdict_cell(a).plain for a in others}
-    assert shown[others[0].arm] == "inconclusive · >64 seeds" and shown[others[1].arm] == "inconclusive · ~24 seeds"
+    assert shown[others[0].arm] == "inconclusive · >32 seeds" and shown[others[1].arm] == "inconclusive · ~24 seeds"
     assert shown[others[2].arm] == "efficiency ↓ (negligible)" and shown[others[4].arm] == "ceiling ↓"
 
 

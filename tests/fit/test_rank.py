@@ -64,13 +64,16 @@ def test_single_seed_verdicts_need_seeds_unless_the_paper_rule_is_asked_for(sing
 
 
 def test_multi_seed_arms_use_the_seed_spread(tmp_path):
-    # +0.012 on A: inside ScaleRL's single-seed +-0.02, but 3 seeds each with tiny spread resolve it
+    # +0.012 on A: inside ScaleRL's single-seed +-0.02, but 3 seeds each with tiny spread resolve it. The change is
+    # real but below the 0.02 on A that matters, while the compute to the baseline's pass rate moves by more than
+    # the 15% that matters: the arm is read on its efficiency, and the detail says why
     arms = arms_with(3, **{"loss=bit_higher": {"a": 0.622}})
     curves, _ = curves_from_sweep(write_sweep(tmp_path, "s", arms, baseline="loss=cispo"))
     ranking = rank(curves, FitOptions(n_boot=300))
     arm = next(a for a in ranking.arms if a.arm == "loss=bit_higher")
     assert ranking.floor is not None and ranking.floor.dof == 4 and ranking.floor.sd_A < 0.005
-    assert arm.verdict == "ceiling_up" and arm.p_ceiling < 0.01
+    assert arm.verdict == "efficiency_up" and arm.practical == "material" and arm.p_ceiling < 0.01
+    assert "A changed by less than matters" in arm.detail
     assert arm.fit.interval_method.startswith("t-intervals over 3 seeds") and arm.seeds == 3
     single = rank([c for c in curves if c.run.endswith("seed=0")], FitOptions(n_boot=300))
     assert verdicts(single)["loss=bit_higher"] == "inconclusive"  # one seed each: needs seeds
@@ -167,7 +170,8 @@ def test_extrapolate_winner_with_heldout_check(single_seed_sweep, tmp_path):
 def test_extrapolate_named_arm_and_table(single_seed_sweep):
     res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=slow", "--n-boot", "200"])
     assert res.exit_code == 0, res.output
-    assert "identifiable" in res.output and "no — status not_identified" in res.output and "R at 16000" in res.output
+    # the data reaches 16000 GPU-hours: the default target is twice that, not the paper's 16000 inside the window
+    assert "identifiable" in res.output and "no — status not_identified" in res.output and "R at 32000" in res.output
     res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=slow", "--n-boot", "200", "--json"])
     assert json.loads(res.stdout)["fit"]["identifiable"] is False
     res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--arm", "loss=zzz"])

@@ -15,7 +15,7 @@ from ablate.curves import load_curves, write_csv
 from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank
-from ablate.fit.verdicts import DECIDE_LADDER, MinEffect, decide_power
+from ablate.fit.verdicts import SEED_LADDER, MinEffect, decide_power
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 
 runner = CliRunner()
@@ -294,7 +294,7 @@ def test_an_undecided_arm_is_inconclusive_with_the_seeds_that_would_decide_it():
     # the spread's value from the reference, its degrees of freedom those of the sweep at n seeds (as in `rank`)
     floor = replace(ref.floor, dof=1)
     lr = float("nan")  # the compute ratio is not needed: the question is the ceiling
-    n = next(k for k in DECIDE_LADDER if decide_power(0.03, lr, floor, MinEffect(), k, 2, 0.05 / 3,
+    n = next(k for k in SEED_LADDER if decide_power(0.03, lr, floor, MinEffect(), k, 2, 0.05 / 3,
                                                       np.random.default_rng(0)) >= 0.8)
     decided = sum(next(a for a in sweep(n).arms if a.arm == "arm").verdict != "inconclusive" for _ in range(20))
     assert decided >= 12, (n, decided)  # 80% promised; 12 of 20 is its one-sided 1% binomial bound
@@ -316,3 +316,24 @@ def test_a_min_effect_out_of_range_is_one_line(a, ratio, culprit):
 
     with pytest.raises(UserError, match=culprit.replace(".", r"\.")):
         MinEffect(a=a, ratio=ratio)
+
+
+def test_equivalences_found_never_lower_the_bar_for_a_change():
+    """Three arms shown equivalent are true discoveries; in one Benjamini-Hochberg family they would let a
+    fourth arm's p = 0.012 through as a change. Changes are discoveries among the tests of change alone."""
+    from ablate.fit.verdicts import benjamini_hochberg, discoveries
+
+    pvals = [0.5, 0.6, 0.001, 0.4, 0.7, 0.002, 0.3, 0.5, 0.001, 0.012, 0.5, 0.9]  # (ceiling, efficiency, equiv) x 4
+    is_eq = [k % 3 == 2 for k in range(len(pvals))]
+    got = discoveries(pvals, is_eq)
+    assert got[2] and got[5] and got[8] and not got[9]
+    assert benjamini_hochberg(pvals)[9]  # what one family would have called
+
+
+def test_a_negligible_ceiling_change_does_not_hide_a_material_efficiency_change(tmp_path):
+    """Tight curves: A up by 0.003 (real, below the 0.02 that matters) and C_mid halved: the arm is read on its
+    efficiency, and the detail says the ceiling moved by less than matters."""
+    curves = _tight(tmp_path, {"base": {}, "fast": {"a": P["a"] + 0.003, "c_mid": P["c_mid"] / 2}})
+    arm = next(a for a in rank(curves, FitOptions(n_boot=200), baseline="base").arms if a.arm == "fast")
+    assert (arm.verdict, arm.practical) == ("efficiency_up", "material"), arm.detail
+    assert arm.p_ceiling < 0.05 and "A changed by less than matters" in arm.detail

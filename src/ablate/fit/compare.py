@@ -82,6 +82,8 @@ class ArmResult:
     """`pruned` / `unstable` when `ablate sweep --prune` stopped some of its runs: ranked on what they have."""
     log_compute_seeds: list[float] | None = field(default=None, repr=False)
     """Each seed's log compute to the baseline's pass rate at the target, under the shared A."""
+    base_log_compute_seeds: list[float] | None = field(default=None, repr=False)
+    """The baseline's seeds' log compute to that same pass rate under this pair's shared A (each pair has its own)."""
 
     @property
     def seed_A(self) -> list[float]:
@@ -392,6 +394,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             b = bases.get(a.arm, base)
             a.log_compute_seeds = sh.pop("_seeds_arm")
             base_seeds = sh.pop("_seeds_base")
+            a.base_log_compute_seeds = base_seeds or None
             if b.log_compute_seeds is None and base_seeds:
                 b.log_compute_seeds = base_seeds  # the baseline's spread, measured in its first comparison
             a.shared = sh
@@ -412,7 +415,7 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             at_end, end_spread = end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
             decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread,
-                            {k: v for k, v in bases.items() if isinstance(v, ArmResult)}, min_effect)
+                            {k: v for k, v in bases.items() if isinstance(v, ArmResult)}, min_effect, x)
             if floor is None and compared:
                 one = all(x.seeds == 1 for x in compared + [base])
                 notes.append(("needs seeds: one seed per arm cannot measure the seed spread, and there is no --noise "

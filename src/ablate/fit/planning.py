@@ -48,9 +48,9 @@ from ablate.fit.sigmoid import B_BOUNDS, gain_fraction
 from ablate.fit.compare import NoiseFloor, Ranking, measured_floor, rank
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import sigmoid
-from ablate.fit.verdicts import FDR, MAX_DOF, MAX_SD_A, MAX_SD_LOGC, MinEffect, benjamini_hochberg
+from ablate.fit.verdicts import (FDR, MAX_DOF, MAX_SD_A, MAX_SD_LOGC, SEED_LADDER, MinEffect,
+                                 discoveries)
 
-SEED_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 COMPUTE_RUNGS = (0.5, 1.0, 2.0, 4.0)
 """Compute per run tried, as multiples of the budget (the compute a run reaches at its max_steps)."""
 MAX_POINTS = 60
@@ -225,19 +225,27 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
     if extra <= 0 or arm.verdict not in CHANGED + ("equivalent", "inconclusive"):
         return arm.verdict or "not_fitted"
     # the full sweep's false-discovery control: this ranking's p-values plus the arms not simulated
-    pvals, where = [], {}
+    pvals, where, is_eq = [], {}, []
     for a in ranking.arms:
         if a.p_ceiling is not None:
             where[a.arm] = len(pvals)
             pvals += [a.p_ceiling] + [float("nan") if p is None else p for p in (a.p_efficiency, a.p_equivalent)]
+            is_eq += [False, False, True]
         elif a.p_at_end is not None:
             pvals.append(a.p_at_end)
+            is_eq.append(False)
     pvals += list(rng.random(extra))
-    found = benjamini_hochberg(pvals, FDR)
+    is_eq += [k % 3 == 2 for k in range(extra)]
+    found = discoveries(pvals, is_eq, FDR)
     i = where.get("arm")
     if i is None:
         return arm.verdict
-    if found[i]:
+    me = min_effect or MinEffect()
+    ci = arm.delta_A_ci or [-math.inf, math.inf]
+    rci = arm.shared.get("compute_ratio_ci") or [0.0, math.inf]
+    hidden = (me.a >= max(abs(ci[0]), abs(ci[1])) and found[i + 1]  # as verdicts._conclude
+              and not 1 / me.ratio <= rci[0] <= rci[1] <= me.ratio)
+    if found[i] and not hidden:  # a negligible A change hides no efficiency change that may matter
         return "ceiling_up" if arm.delta_A > 0 else "ceiling_down"
     if found[i + 1]:
         return "efficiency_up" if arm.shared.get("compute_ratio_tested", 1.0) < 1 else "efficiency_down"
@@ -356,8 +364,9 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
                         (ladder[i] & (ladder[i] - 1) == 0)] + [hi]
             doubling = sorted(set(doubling))
             found, last_bad = None, lo - 1
-            for k in range(0, len(doubling), max(1, jobs)):
-                idx = doubling[k:k + max(1, jobs)]
+            step = max(1, jobs) if pool else 1  # cells in parallel only with a pool; else the cheapest first
+            for k in range(0, len(doubling), step):
+                idx = doubling[k:k + step]
                 res = run(idx)
                 ok = [i for i, r in zip(idx, res) if r["reached"]]
                 if ok:
@@ -537,7 +546,7 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
     def ranked(curves: list[Curve], i: int) -> Ranking | None:
         try:
             return rank(curves, replace(opts, seed=seed * 7919 + i), baseline=ranking.baseline, noise=noise,
-                        x=ranking.x)
+                        x=ranking.x, min_effect=ranking.min_effect)
         except UserError:  # the baseline can't be fitted: no arm keeps its verdict
             return None
 

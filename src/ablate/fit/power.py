@@ -357,17 +357,28 @@ def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, targ
     fam = np.stack([p_ceil, p_eff, p_eq], axis=2)  # [T, K, 3]
     fam = np.where(tested[..., None], fam, np.nan)
     end = np.where(~ident & (np.arange(K) != 0) & (np.arange(K) != 1) & ident[:, 1:2], rng.random((T, K)), np.nan)
+    # changes (and end-of-window calls) are discoveries among the tests of change alone; equivalence among all
+    is_eq = np.zeros(3 * K + K + 3 * extra_arms, dtype=bool)
+    is_eq[2:3 * K:3] = True
+    is_eq[4 * K + 2::3] = True
     found = np.zeros((T, 3), dtype=bool)  # arm 0's three tests: the family's first columns
     step = max(1, FAMILY_CELLS // (4 * K + 3 * extra_arms))  # trials at a time: a sweep of many arms stays small
     for lo in range(0, T, step):
         rows = slice(lo, min(T, lo + step))
         n = rows.stop - lo
         pvals = np.concatenate([fam[rows].reshape(n, -1), end[rows], rng.random((n, 3 * extra_arms))], axis=1)
-        found[rows] = benjamini_hochberg_rows(pvals)[:, :3]
+        change = benjamini_hochberg_rows(np.where(is_eq, np.nan, pvals))[:, :3]
+        every = benjamini_hochberg_rows(pvals)[:, :3]
+        found[rows] = np.where(is_eq[:3], every, change)
     code = np.full(T, CODES.index("not_identified"))
     code[compared[:, 0]] = CODES.index("inconclusive")
     up_a, up_c = d_a[:, 0] > 0, lr[:, 0] < 0
-    ceil, eff, eq = found[:, 0], found[:, 1] & ~found[:, 0], found[:, 2] & ~found[:, 0] & ~found[:, 1]
+    crit = student_t.ppf(0.975, dof)  # rank's default interval (95%)
+    # a ceiling change shown negligible does not hide an efficiency change that may matter (verdicts._conclude)
+    negligible = np.abs(d_a[:, 0]) + crit * se_a[:, 0] <= me.a
+    eff_negligible = np.abs(lr[:, 0]) + crit * se_c[:, 0] <= me.log_ratio
+    ceil = found[:, 0] & ~(negligible & found[:, 1] & ~eff_negligible)
+    eff, eq = found[:, 1] & ~ceil, found[:, 2] & ~found[:, 0] & ~found[:, 1]
     code[ceil] = np.where(up_a[ceil], CODES.index("ceiling_up"), CODES.index("ceiling_down"))
     code[eff] = np.where(up_c[eff], CODES.index("efficiency_up"), CODES.index("efficiency_down"))
     code[eq] = CODES.index("equivalent")

@@ -200,7 +200,7 @@ def measured_floor(arms: list[ArmResult]) -> NoiseFloor | None:
         if c.size >= 2:
             ss_c += float(((c - c.mean()) ** 2).sum())
             dof_c += c.size - 1
-    if dof_a == 0 or dof_c == 0:
+    if dof_a == 0 or dof_c == 0 or ss_a <= 0 or ss_c <= 0:  # identical seeds measure no spread to test against
         return None
     return NoiseFloor(sd_A=math.sqrt(ss_a / dof_a), sd_logc=math.sqrt(ss_c / dof_c), dof=min(dof_a, dof_c),
                       source=f"the seeds of {len(used)} arm(s) of this ranking")
@@ -219,6 +219,15 @@ def benjamini_hochberg(p: list[float], q: float = FDR) -> list[bool]:
     return [i in keep for i in range(len(p))]
 
 
+def discoveries(pvals: list[float], is_equivalence: list[bool], q: float = FDR) -> list[bool]:
+    """The false-discovery control of a ranking: a test of change is a discovery among the tests of change alone
+    (Benjamini-Hochberg at q), so that arms shown equivalent never make a change easier to call; an equivalence
+    test is one among all the tests."""
+    change = benjamini_hochberg([float("nan") if e else p for p, e in zip(pvals, is_equivalence)], q)
+    every = benjamini_hochberg(pvals, q)
+    return [every[k] if e else change[k] for k, e in enumerate(is_equivalence)]
+
+
 def parse_margin(margin: str | float | None) -> float | None:
     """`--margin`: None (calibrated tests), `paper` (+-0.02 on A, the paper's convention) or a distance on A, finite
     and >= 0 (NaN would silently leave every arm undecided). Returns the margin on A, or None."""
@@ -235,7 +244,7 @@ def parse_margin(margin: str | float | None) -> float | None:
     return m
 
 
-def _log_ratio(a: ArmResult, base: ArmResult, ratio: float, target: float) -> float:
+def _log_ratio(a: ArmResult, base_seeds: list[float] | None, ratio: float, target: float) -> float:
     """log compute ratio, arm to baseline, to the baseline's pass rate at the target: the difference of the seeds'
     mean log compute where an arm has seeds, the shared fit's own ratio for a single run."""
     def mean_log(values, fallback):
@@ -245,7 +254,7 @@ def _log_ratio(a: ArmResult, base: ArmResult, ratio: float, target: float) -> fl
 
     if not (np.isfinite(ratio) and ratio > 0):
         return float("nan")
-    return mean_log(a.log_compute_seeds, math.log(ratio * target)) - mean_log(base.log_compute_seeds, math.log(target))
+    return mean_log(a.log_compute_seeds, math.log(ratio * target)) - mean_log(base_seeds, math.log(target))
 
 
 def _n_finite(values: list[float] | None) -> int:
@@ -333,7 +342,7 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
         a.detail = efficiency_text(a, opts) + f", beyond ±15% {label}"
         a.effect = f"compute {ratio:.2f}x"
     else:
-        a.verdict = "inconclusive"
+        a.verdict, a.practical = "inconclusive", "unclear"
         a.detail = (f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
                     "threshold rule is not a test, so it cannot show the arms equal")
         a.effect = f"ΔA {a.delta_A:+.3f}; {ratio:.2f}x"
@@ -354,10 +363,11 @@ def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions
     if np.isfinite(a.seed_A).any() and np.isfinite(base.seed_A).any():
         a.delta_A = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))  # the seeds' means: what the spread is of
     se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
-    se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds) + 1.0 / _n_finite(base.log_compute_seeds))
+    base_lc = a.base_log_compute_seeds or base.log_compute_seeds  # this pair's, where it has its own shared A
+    se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds) + 1.0 / _n_finite(base_lc))
     a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
     a.delta_A_ci = [a.delta_A - crit * se_a, a.delta_A + crit * se_a]
-    lr = _log_ratio(a, base, a.shared["compute_ratio"], opts.target)
+    lr = _log_ratio(a, base_lc, a.shared["compute_ratio"], opts.target)
     a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
     if np.isfinite(lr):
         a.shared["compute_ratio_tested"] = math.exp(lr)
@@ -367,9 +377,10 @@ def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions
 
 
 def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, me: MinEffect, opts: FitOptions,
-              floor: NoiseFloor, n_compared: int) -> None:
+              floor: NoiseFloor, n_compared: int, x: str) -> None:
     """An arm's verdict from which of its tests survived the false-discovery control, with `practical`, the short
-    effect and the long detail."""
+    effect and the long detail. A ceiling change shown negligible does not hide an efficiency change that may
+    matter: the arm is then read on its efficiency, and the detail says the ceiling moved by less than matters."""
     p = f"p={a.p_ceiling:.2g}"
     ci = a.delta_A_ci
     rci = a.shared.get("compute_ratio_ci")
@@ -377,6 +388,10 @@ def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, m
              efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else "")]
     eq = (f"equivalence within ±{me.a:g} on A and {me.text_compute} compute: "
           + (f"p={a.p_equivalent:.2g}" if np.isfinite(a.p_equivalent) else "not testable (no compute ratio)"))
+    if (ceiling and efficiency and practical(ci[0], ci[1], me.a) == "negligible"
+            and practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio) != "negligible"):
+        parts.insert(1, f"A changed by less than matters (±{me.a:g}): read on its efficiency")
+        ceiling = False
     if ceiling:
         a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
         a.practical = practical(ci[0], ci[1], me.a)
@@ -392,7 +407,7 @@ def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, m
     else:
         a.verdict, a.practical = "inconclusive", "unclear"
         a.effect = short_effect(a, "both")
-        a.decide = seeds_to_decide(a, floor, me, n_compared)
+        a.decide = seeds_to_decide(a, floor, me, n_compared, x)
         parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
     if a.verdict.startswith(("ceiling", "efficiency")):
         size = {"material": f"beyond the smallest effect that matters ({me.describe()})",
@@ -405,12 +420,14 @@ def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, m
 
 def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
                    unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None,
-                   bases: dict[str, ArmResult] | None = None, me: MinEffect | None = None) -> None:
+                   bases: dict[str, ArmResult] | None = None, me: MinEffect | None = None, x: str = "") -> None:
     """Per compared arm: t-tests of dA and of the log compute ratio against 0, and the equivalence test (TOST)
     against the smallest effect that matters `me`; for the arms whose A is not identified, a test of the pass rate at
-    the end of the shared window. All of them are FDR-controlled together over the ranking (see the module
-    docstring). `bases`: the baseline each arm is read against where it is not `base` (a stopped arm: the baseline
-    fitted on its window)."""
+    the end of the shared window. Benjamini-Hochberg at 5%: a change (and the end-of-window call) must be a
+    discovery among the tests of change alone, so that arms shown equivalent never make a change easier to call;
+    equivalence must be a discovery among all the tests of the ranking. `bases`: the baseline each arm is read
+    against where it is not `base` (a stopped arm: the baseline fitted on its window); `x`: the compute axis' name,
+    for the seeds-to-decide text."""
     me = me or MinEffect()
     pvals: list[float] = []
     if floor is None:
@@ -433,10 +450,11 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
         a.p_at_end = float(2 * student_t.sf(abs(a.delta_R_end) / se, end_spread["dof"]))
         tested.append(a)
         pvals.append(a.p_at_end)
-    found = benjamini_hochberg(pvals)
+    found = discoveries(pvals, [floor is not None and k < 3 * len(compared) and k % 3 == 2
+                                for k in range(len(pvals))])
     if floor is not None:
         for i, a in enumerate(compared):
-            _conclude(a, *found[3 * i:3 * i + 3], me, opts, floor, len(compared))
+            _conclude(a, *found[3 * i:3 * i + 3], me, opts, floor, len(compared), x)
     first = 3 * len(compared) if floor is not None else 0
     for k, a in enumerate(tested):
         at = end_spread["at"]
@@ -454,8 +472,9 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
 # ---- what would decide an inconclusive arm ----
 
 DECIDE_POWER = 0.8
-DECIDE_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
-"""Seeds per arm tried for an inconclusive arm; past the top, more seeds at this compute is not the way to decide."""
+SEED_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
+"""Seeds per arm tried for an inconclusive arm, and by `ablate plan`; past the top, more seeds at this compute is not
+the way to decide."""
 DECIDE_DRAWS = 4000
 
 
@@ -482,8 +501,8 @@ def decide_power(d_a: float, lr: float, floor: NoiseFloor, me: MinEffect, seeds:
     return float(np.mean(decided_change | equiv))
 
 
-def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: int, power: float = DECIDE_POWER,
-                    ladder: tuple[int, ...] = DECIDE_LADDER) -> dict[str, Any]:
+def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: int, x: str = "",
+                    power: float = DECIDE_POWER, ladder: tuple[int, ...] = SEED_LADDER) -> dict[str, Any]:
     """The fewest seeds per arm (this arm and the baseline, at the compute they have now) that decide this arm with
     `power`, assuming its true differences are the measured ones and the seed spread is the measured one (the same
     NoiseFloor `ablate plan` simulates from). The false-discovery control is taken as 5% / the number of tests in
@@ -495,8 +514,12 @@ def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: 
     more = [n for n in ladder if n > a.seeds]  # more seeds than it has: it is undecided at its own count
     seeds = next((n for n in more if decide_power(a.delta_A, lr, floor, me, n, arms, alpha, rng) >= power), None)
     compute = float(a.fit.window[1])
-    at = _compute(compute)
-    if seeds is None:
+    at = f"{_compute(compute)} {x}".rstrip()
+    if seeds is None and not np.isfinite(lr):
+        text = (f"more than {ladder[-1]} seeds an arm at {at} would be needed: with no compute ratio measured (the arm "
+                "never reaches the baseline's pass rate under the shared A), equivalence cannot be shown, and the "
+                "ceiling difference is too small for the seed spread")
+    elif seeds is None:
         text = (f"more than {ladder[-1]} seeds an arm at {at} would be needed: at this compute the seed "
                 "spread hides differences of this size; run longer, or decide whether a smaller effect matters")
     else:
