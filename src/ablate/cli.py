@@ -77,7 +77,7 @@ RUN_OPT = typer.Option("run", "--run", help="Column of curve files naming the ru
 GROUP_OPT = typer.Option(None, "--group", help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.")
 FIT_FROM_OPT = typer.Option(None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours).")
 FIT_UNTIL_OPT = typer.Option(None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation.")
-TO_OPT = typer.Option(None, "--to", help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data within 1000x of it, else twice the largest compute fitted.", show_default=False)
+TO_OPT = typer.Option(None, "--to", help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data ends below it (within 1000x), else twice the largest compute fitted.", show_default=False)
 TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
 N_BOOT_OPT = typer.Option(1000, "--n-boot", help="Bootstrap resamples for the fits' intervals (0: none; at most 10,000).")
 CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
@@ -394,8 +394,9 @@ def extrapolate(
 ):
     """Project a run (default: the winner of `rank`) to --to compute, with an interval and a held-out check.
 
-    Without --to: the paper's 16000 where the data is in GPU-hours within 1000x of it, else twice the largest
-    compute fitted (the header says which). A --to inside the fitted window is an interpolation, and is called one.
+    Without --to: the paper's 16000 where the data is in GPU-hours and ends below it (within 1000x), else twice the
+    largest compute fitted (the header says which). A --to inside the fitted window is an interpolation, and is
+    called one.
     The figure shows the observed points, the fit, the extrapolation band and the held-out points.
     Example: ablate extrapolate sweeps/loss --x samples --fit-until 128000 --to 512000 --target-r 0.7
     """
