@@ -135,7 +135,7 @@ def _check_reach(curves, to: float, x: str, fit_until: Optional[float]) -> None:
     if top > 0 and to > MAX_REACH * top:
         raise UserError(f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
                         f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
-                        "(samples, step)")
+                        f"({', '.join(a for a in ('gpu_hours', 'flops', 'samples', 'step') if a != x)})")
 
 
 def _given_to(to: Optional[float]) -> float:
@@ -439,7 +439,8 @@ def extrapolate(
         typer.echo(report.dump_json(ex.to_json()))
         return
     console = report.console()
-    console.print(f"subject: {esc(arm)}{' (rank winner)' if by_rank else ''}; "
+    picked = " (highest predicted pass rate at the target; its verdict: ablate rank)" if by_rank else ""
+    console.print(f"subject: {esc(arm)}{picked}; "
                   f"fit window {opts.window_text()} of '{esc(x)}'")
     _print_defaults(console, target_text, axis_text, wall_clock_note(curves, x))
     console.print(report.extrapolation_table(ex))
@@ -542,7 +543,7 @@ def plan(
     noise: Optional[Path] = typer.Option(None, "--noise", help="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="A stored task model (--save-calibration) to plan a sweep file from, before any run."),
     save_calibration: Optional[Path] = typer.Option(None, "--save-calibration", help="Write the task model measured on SOURCE to this file (for --calibration)."),
-    trials: int = typer.Option(100, "--trials", help="Most simulated sweeps per design (a design stops early once its power is clearly above or below the goal; at most 1,000)."),
+    trials: int = typer.Option(100, "--trials", help="Most simulated sweeps per design (with --exact a design stops early once its power is clearly above or below the goal; at most 1,000)."),
     futures: int = typer.Option(40, "--futures", help="Simulated futures per running arm (0: skip the running arms; at most 1,000)."),
     min_effect: float = typer.Option(0.02, "--min-effect", help="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02)."),
     min_effect_compute: float = typer.Option(1.15, "--min-effect-compute", help="The smallest compute ratio that matters, either way, as `rank` reads it (the paper's ±15%: 1.15)."),

@@ -31,7 +31,7 @@ WALL_CLOCK_SPREAD = 1.5
 """Seeds of one arm run one recipe, so their GPU-hours per sample differ only by what a seed changes (completion
 lengths, a few percent to tens of percent). Past this max/min ratio the clock measured the machine, not the work."""
 CPU_AXIS_TEXT = ("x = samples: the runs ran on CPU, where gpu_hours is wall-clock and measures the machine's load; "
-                 "--x gpu_hours to rank on it")
+                 "--x gpu_hours to use it")
 
 
 def fitted_top(curves: list[Curve], fit_until: Optional[float]) -> float:

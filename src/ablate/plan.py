@@ -273,7 +273,7 @@ def render(result: PlanResult, console) -> None:
     m = result.model
     x = safe(m.x)
     console.print(Text(f"task model ({x}): {m.describe()}"))
-    console.print(Text(safe(f"  from {m.source}; budget {m.budget:.4g} {m.x} per run"
+    console.print(Text(safe(f"  {m.source}; budget {m.budget:.4g} {m.x} per run"
                             + (f" ({int(round(m.budget * m.steps_per_x))} steps)" if m.steps_per_x else ""))))
     for n in m.notes:
         console.print(Text(safe(f"  note: {n}"), style="yellow"))
@@ -283,8 +283,8 @@ def render(result: PlanResult, console) -> None:
     t = Table(title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})",
               header_style="bold")
     for col in ("question", f"compute per run ({esc(m.x)})", "steps", "seeds per arm", "power", "GPU-h per arm",
-                "GPU-h sweep", ""):
-        t.add_column(col, justify="left" if col in ("question", "") else "right")
+                "GPU-h sweep", "note"):
+        t.add_column(col, justify="left" if col in ("question", "note") else "right")
     qtext = {d["question"]: question_text(d) for d in result.designs}
     for r in design_rows(result):
         fmt = (lambda v: "" if v is None else f"{v:.3g}")
@@ -304,7 +304,9 @@ def render(result: PlanResult, console) -> None:
         console.print(Text(f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {x} per arm "
                            f"= {b['seeds'] * m.arms} runs" + (f", {gh:.3g} GPU-hours in all" if gh is not None else "")
                            + f" (power {b['power']:.2f} ±{b['se']:.2f})"))
-    if result.arms:
+    if result.arms and not any(a["running"] for a in result.arms):
+        console.print("running arms: none (every run has ended)")
+    elif result.arms:
         t = Table(title="running arms: would more compute change the verdict?", header_style="bold")
         for col in ("arm", "verdict now", f"{esc(m.x)} now", "at max_steps", "futures changed", "state", "advice"):
             t.add_column(col)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -78,7 +79,10 @@ def console(stderr: bool = False) -> Console:
     import sys
 
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else max(shutil.get_terminal_size((150, 40)).columns, 150)
+    # an explicit COLUMNS is the reader's pager width; else at least 150, so that a table piped to a file stays whole
+    cols = os.environ.get("COLUMNS", "")
+    width = (None if stream.isatty() else int(cols) if cols.isdigit() and int(cols) >= 40
+             else max(shutil.get_terminal_size((150, 40)).columns, 150))
     return Console(width=width, stderr=stderr, emoji=False)
 
 
@@ -402,6 +406,10 @@ def rank_notes(ranking, inputs) -> list[str]:
         lines.append("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
                      "no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at "
                      f"{ranking.target:g}{where}.")
+    if ranking.floor is not None and ranking.rule == "test" and any(a.seeds > 1 for a in ranking.arms):
+        lines.append("  [yellow]ΔA[/]: the difference of the arms' seed means of A (what the seed spread describes), so "
+                     "it can differ from the A column, where each arm's seeds are fitted together; compute: the arm's "
+                     "compute to the baseline's pass rate at the target, as a ratio to the baseline's")
     decided = [a.decide for a in ranking.arms if a.verdict == "inconclusive" and a.decide]
     if decided:
         lines.append("  [yellow]inconclusive[/]: neither a change nor equivalence is shown; ~N seeds: the seeds per "

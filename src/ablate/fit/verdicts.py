@@ -309,7 +309,7 @@ def short_effect(a: ArmResult, what: str) -> str:
         return f"compute {comp}"
     if not ci:  # no seed spread: no intervals, the estimates only
         d_a, comp = f"ΔA {a.delta_A:+.3f}", f"{ratio:.2f}x" if np.isfinite(ratio) else "—"
-    return f"{d_a}; {comp}"
+    return f"{d_a}; compute {comp}"
 
 
 def _compute(x: float) -> str:
