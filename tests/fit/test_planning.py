@@ -110,17 +110,27 @@ def test_fast_engine_agrees_with_rank(question, kw, seeds, f):
     assert abs(p_fast - p_exact) <= 2.58 * se, (p_exact, p_fast, exact)
 
 
-def test_batched_false_discovery_control_is_rank_s():
-    """The fast engine's Benjamini-Hochberg over many sweeps at once picks exactly what `rank`'s picks per sweep,
-    NaN (no test) and ties included."""
-    from ablate.fit.verdicts import benjamini_hochberg
+def _bh_by_the_definition(p: list[float], q: float = 0.05) -> list[bool]:
+    """Benjamini-Hochberg written out as its definition: sort the finite p-values, find the largest rank k with
+    p_(k) <= q k / m, and reject the k smallest."""
+    order = sorted((i for i, v in enumerate(p) if np.isfinite(v)), key=lambda i: p[i])
+    cut = max((k for k, i in enumerate(order, start=1) if p[i] <= q * k / len(order)), default=0)
+    keep = set(order[:cut])
+    return [i in keep for i in range(len(p))]
+
+
+def test_batched_false_discovery_control_is_benjamini_hochberg():
+    """The Benjamini-Hochberg `rank` and the fast engine share (many sweeps at once, one row each) picks exactly
+    what the procedure's definition picks, NaN (no test) and ties included."""
+    from ablate.fit.verdicts import benjamini_hochberg, benjamini_hochberg_rows
 
     rng = np.random.default_rng(0)
     p = np.round(rng.random((500, 9)) ** 3, 3)  # rounded: ties
     p[rng.random(p.shape) < 0.2] = np.nan
-    got = power.benjamini_hochberg_rows(p)
+    got = benjamini_hochberg_rows(p)
     assert got.any() and not got.all()
-    assert all(list(got[i]) == benjamini_hochberg(list(p[i])) for i in range(p.shape[0]))
+    assert all(list(got[i]) == _bh_by_the_definition(list(p[i])) for i in range(p.shape[0]))
+    assert benjamini_hochberg(list(p[3])) == _bh_by_the_definition(list(p[3])) and benjamini_hochberg([]) == []
 
 
 def test_futures_settle_a_clear_difference_and_not_an_open_one():

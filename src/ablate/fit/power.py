@@ -53,7 +53,7 @@ from ablate.fit.noise import RHO_MAX
 from ablate.fit.planning import MAX_POINTS, TaskModel, _seed_spread
 from ablate.fit.sigmoid import AT_BOUND_TOL, B_BOUNDS, PointFit, _bounds, fit_batch, sigmoid
 from ablate.fit.uncertainty import DEBIAS_ROUNDS
-from ablate.fit.verdicts import FDR, MinEffect, NoiseFloor
+from ablate.fit.verdicts import FDR, MinEffect, NoiseFloor, benjamini_hochberg_rows, tost
 
 
 @dataclass
@@ -349,8 +349,8 @@ def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, targ
     with np.errstate(invalid="ignore", divide="ignore"):
         p_ceil = 2 * student_t.sf(np.abs(d_a) / se_a, dofk)
         p_eff = 2 * student_t.sf(np.abs(lr) / se_c, dofk)
-        t_a = _tost(d_a, se_a, dofk, me.a)
-        t_c = _tost(lr, se_c, dofk, me.log_ratio)
+        t_a = tost(d_a, se_a, dofk, me.a)
+        t_c = tost(lr, se_c, dofk, me.log_ratio)
     p_eq = np.maximum(t_a, t_c)  # intersection-union; NaN (no compute ratio): equivalence can't be shown
     tested = compared & measured[:, None]
     # one family per trial: three tests per compared arm, a uniform p for each other arm not identified
@@ -383,25 +383,6 @@ def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, targ
     code[eff] = np.where(up_c[eff], CODES.index("efficiency_up"), CODES.index("efficiency_down"))
     code[eq] = CODES.index("equivalent")
     return code
-
-
-def _tost(d, se, dof, delta):
-    """`verdicts._tost` for arrays: NaN where there is no test."""
-    ok = np.isfinite(d) & (se > 0)
-    p = np.maximum(student_t.sf((d + delta) / se, dof), student_t.cdf((d - delta) / se, dof))
-    return np.where(ok, p, np.nan)
-
-
-def benjamini_hochberg_rows(p: np.ndarray, q: float = FDR) -> np.ndarray:
-    """`verdicts.benjamini_hochberg` on each row of p ([T, m], NaN: no test): the discoveries, [T, m] bools."""
-    finite = np.isfinite(p)
-    m = finite.sum(1, keepdims=True)
-    srt = np.sort(np.where(finite, p, np.inf), axis=1)
-    ranks = np.arange(1, p.shape[1] + 1)[None, :]
-    ok = srt <= q * ranks / np.maximum(m, 1)
-    cut = np.where(ok.any(1), p.shape[1] - 1 - np.argmax(ok[:, ::-1], axis=1), -1)
-    thresh = np.where(cut >= 0, srt[np.arange(p.shape[0]), np.maximum(cut, 0)], -np.inf)
-    return finite & (p <= thresh[:, None])
 
 
 def rung_for(m: TaskModel, compute: float, effect: dict[str, float], trials: int, sim_arms: int, seed: int) -> Rung:

@@ -208,15 +208,22 @@ def measured_floor(arms: list[ArmResult]) -> NoiseFloor | None:
 
 def benjamini_hochberg(p: list[float], q: float = FDR) -> list[bool]:
     """Which of the p-values (NaN: no test) are discoveries at false-discovery rate q."""
-    idx = [i for i, v in enumerate(p) if np.isfinite(v)]
-    order = sorted(idx, key=lambda i: p[i])
-    m = len(order)
-    cut = 0
-    for rank_i, i in enumerate(order, start=1):
-        if p[i] <= q * rank_i / m:
-            cut = rank_i
-    keep = set(order[:cut])
-    return [i in keep for i in range(len(p))]
+    if not len(p):
+        return []
+    return [bool(v) for v in benjamini_hochberg_rows(np.asarray([p], dtype=float), q)[0]]
+
+
+def benjamini_hochberg_rows(p: np.ndarray, q: float = FDR) -> np.ndarray:
+    """Benjamini-Hochberg on each row of p ([T, m], NaN: no test), all rows at once: the discoveries, [T, m]
+    bools. A row's discoveries are its p-values up to the largest p_(k) <= q k / m (m: its tests)."""
+    finite = np.isfinite(p)
+    m = finite.sum(1, keepdims=True)
+    srt = np.sort(np.where(finite, p, np.inf), axis=1)
+    ranks = np.arange(1, p.shape[1] + 1)[None, :]
+    ok = srt <= q * ranks / np.maximum(m, 1)
+    cut = np.where(ok.any(1), p.shape[1] - 1 - np.argmax(ok[:, ::-1], axis=1), -1)
+    thresh = np.where(cut >= 0, srt[np.arange(p.shape[0]), np.maximum(cut, 0)], -np.inf)
+    return finite & (p <= thresh[:, None])
 
 
 def discoveries(pvals: list[float], is_equivalence: list[bool], q: float = FDR) -> list[bool]:
@@ -348,11 +355,12 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
         a.effect = f"ΔA {a.delta_A:+.3f}; {ratio:.2f}x"
 
 
-def _tost(d: float, se: float, dof: float, delta: float) -> float:
-    """Two one-sided t-tests of |true difference| < delta (H0: <= -delta, and H0: >= +delta): the larger p."""
-    if not (np.isfinite(d) and se > 0):
-        return float("nan")
-    return float(max(student_t.sf((d + delta) / se, dof), student_t.cdf((d - delta) / se, dof)))
+def tost(d, se, dof, delta):
+    """Two one-sided t-tests of |true difference| < delta (H0: <= -delta, and H0: >= +delta): the larger p; NaN
+    where there is no test (no difference, or no spread). Scalars or arrays."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.maximum(student_t.sf((d + delta) / se, dof), student_t.cdf((d - delta) / se, dof))
+    return np.where(np.isfinite(d) & (se > 0), p, np.nan)
 
 
 def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions, me: MinEffect) -> None:
@@ -373,7 +381,7 @@ def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions
         a.shared["compute_ratio_tested"] = math.exp(lr)
         a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
     # intersection-union: equivalent only when both are; no compute ratio (NaN) means equivalence can't be shown
-    a.p_equivalent = float(np.max([_tost(a.delta_A, se_a, floor.dof, me.a), _tost(lr, se_c, floor.dof, me.log_ratio)]))
+    a.p_equivalent = float(np.max([tost(a.delta_A, se_a, floor.dof, me.a), tost(lr, se_c, floor.dof, me.log_ratio)]))
 
 
 def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, me: MinEffect, opts: FitOptions,
