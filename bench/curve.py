@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from ablate.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def main() -> None:
     from ablate.train.tasks import build_task
     from ablate.train.warmup import warmed_up_folder, warmup_info
 
-    recipe = ROOT / "recipes" / "base.yaml"
+    recipe = RECIPES_DIR / "base.yaml"
     cfg = compose_run(recipe, list(a.overrides))
     t0 = time.time()
     task = build_task(cfg.task, cfg.train.val_size, TASK_PHRASE[cfg.task.name])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ablate.fit.analysis import FitOptions, fit_curves
+from ablate.fit.analysis import fit_curves
+from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import paper_curves
 
 

@@ -26,9 +26,11 @@ from ablate import store
 from ablate.compose import compose_run
 from ablate.launch import launch_sweep
 from ablate.ledger import Ledger
+from ablate.render.status import status_table
+from ablate.resources import RECIPES_DIR
 from ablate.rundir import RunDir
 from ablate.spec import RunSpec
-from ablate.status import status_table, sweep_status
+from ablate.status import sweep_status
 from ablate.sweep import Sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ TOY_JOB = f"{REPO / 'tests' / 'jobs.py'}:toy_run"
 
 def sweep_of(root: Path, name: str, n: int, steps: int = 1) -> Sweep:
     """n runs of the toy job (tests/jobs.py), `steps` steps each, no sleep; its knobs in <root>/<name>/toy.json."""
-    base = compose_run(REPO / "recipes" / "base.yaml", [f"train.max_steps={steps}"])
+    base = compose_run(RECIPES_DIR / "base.yaml", [f"train.max_steps={steps}"])
     runs = [RunSpec(name, f"arm={i // 2},seed={i % 2}", f"{name}{i:04d}", f"{name}-arm{i // 2}",
                     (f"arm={i // 2}", f"seed={i % 2}"), base.replace(seed=i % 2))
             for i in range(n)]
@@ -102,7 +104,7 @@ def bench_expand_cli() -> float:
     """`ablate sweep recipes/loss.yaml seed=range(25) --dry-run` end to end: the recipe composition and id
     hashing that every `ablate sweep` (a no-op re-run too) does before the launcher, for 100 runs. The second
     call is timed: composed recipes are cached on disk (keyed by the recipe files) after the first."""
-    cmd = [sys.executable, "-m", "ablate", "sweep", str(REPO / "recipes" / "loss.yaml"), "seed=range(25)", "--dry-run"]
+    cmd = [sys.executable, "-m", "ablate", "sweep", str(RECIPES_DIR / "loss.yaml"), "seed=range(25)", "--dry-run"]
     subprocess.run(cmd, capture_output=True, check=True)
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)

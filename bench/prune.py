@@ -8,7 +8,7 @@ verdicts, and the compute the pruned one did not spend.
    arms whose verdict against the baseline is settled, and broken runs.
 3. `ablate rank` on both (samples, at twice the budget): the verdicts side by side, and the compute each sweep
    spent (samples, the load-independent count; GPU-hours as the status reports them).
-4. The monitor's rule replayed offline on the full sweep's curves (ablate.prune.replay: the same settled checks at
+4. The monitor's rule replayed offline on the full sweep's curves (ablate.prune.rules.replay: the same settled checks at
    every 10% of the way, the runs of settled arms cut where they would have stopped): its verdicts and saving.
    `--replay` does steps 1 and 4 only (the live pruned sweep costs as much again).
 All runs of a sweep go at once (--max-parallel, default: all twelve), as on a cluster: the monitor can only stop
@@ -40,6 +40,7 @@ def ablate(*args: str, capture: bool = False) -> str:
 def spent(root: Path) -> dict[str, float]:
     """Samples and GPU-hours the sweep's runs spent, from their last metrics lines."""
     from ablate.rundir import RunDir
+    from ablate.states import STOPPED
 
     samples = gpu = 0.0
     runs = stopped = 0
@@ -49,31 +50,31 @@ def spent(root: Path) -> dict[str, float]:
         samples += float(last.get("samples", 0))
         gpu += float(last.get("gpu_hours", 0.0))
         runs += 1
-        stopped += rd.info().status in ("pruned", "unstable")
+        stopped += rd.info().status in STOPPED
     return {"samples": samples, "gpu_hours": gpu, "runs": runs, "stopped": stopped}
 
 
 def replayed(sweep_dir: Path, to: float) -> None:
     """The monitor's settled rule replayed on the full sweep's real curves: verdicts and saving."""
     from ablate.curves import curves_from_sweep
-    from ablate.fit.planning import _verdict_key
-    from ablate.prune import PruneSettings, replay
+    from ablate.fit.planning import verdict_key
+    from ablate.prune.rules import PruneSettings, replay
 
     curves, _ = curves_from_sweep(sweep_dir, x="samples")
     print(f"\nreplaying the settled rule on {len(curves)} runs of {sweep_dir} (a check at every 10% of the way)",
           flush=True)
     r = replay(curves, to, PruneSettings(x="samples", to=to))
-    full = {a.arm: _verdict_key(a) for a in r["full"].arms}
-    pruned = {a.arm: _verdict_key(a) for a in r["pruned"].arms}
+    full = {a.arm: verdict_key(a) for a in r.full.arms}
+    pruned = {a.arm: verdict_key(a) for a in r.pruned.arms}
     arm_of = {c.run: c.group or c.run for c in curves}
     at: dict[str, float] = {}
-    for run, share in r["stopped"].items():
+    for run, share in r.stopped.items():
         at[arm_of[run]] = share
     print(f"{'arm':<14}{'full':<22}{'replayed pruned':<30}same")
     for arm, v in full.items():
         tag = f" (stopped at {at[arm]:.0%})" if arm in at else ""
         print(f"{arm:<14}{v:<22}{pruned.get(arm, 'missing') + tag:<30}{'yes' if pruned.get(arm) == v else 'NO'}")
-    print(f"replay saving: {1 - r['spent']:.1%} of the samples; same verdicts: "
+    print(f"replay saving: {1 - r.spent:.1%} of the samples; same verdicts: "
           f"{'yes' if all(pruned.get(a) == v for a, v in full.items()) else 'NO'}", flush=True)
 
 

@@ -1,5 +1,5 @@
 """The settled rule of `ablate sweep --prune`, proven on simulated sweeps with known truth: each sweep is run in
-full and pruned by the monitor's own rule (ablate.prune.replay: a settled check at every 10% of the budget), and
+full and pruned by the monitor's own rule (ablate.prune.rules.replay: a settled check at every 10% of the budget), and
 the two rankings are compared.
 
     .venv/bin/python bench/prune_sim.py [--sweeps 20] [--jobs 2]
@@ -34,7 +34,7 @@ CALLS = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
 
 
 def one(args: tuple[str, int]) -> tuple[str, dict]:
-    from ablate.prune import simulate
+    from ablate.prune.rules import simulate
 
     kind, seed = args
     shape, arms = KINDS[kind]

@@ -16,12 +16,12 @@ import numpy as np
 
 from ablate import store
 from ablate.curves import curves_from_sweep
-from ablate.fit.analysis import FitOptions
 from ablate.fit.compare import rank
+from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fit"))
-from sweep_writer import write_sweep  # noqa: E402  (the tests' writer of synthetic sweep directories)
+from sweep_writer import write_sweep
 
 
 def main() -> None:

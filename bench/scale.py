@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from ablate.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -36,7 +37,7 @@ def config(overrides: list[str], nproc: int):
 
     if nproc == 1:
         overrides = [o for o in overrides if not o.startswith("train.sharding=")]
-    return compose_run(ROOT / "recipes" / "base.yaml",
+    return compose_run(RECIPES_DIR / "base.yaml",
                        ["offpolicy=ppo", "offpolicy.k=1", f"resources.nproc={nproc}", *overrides])
 
 
@@ -92,19 +93,20 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("ABLATE_CACHE", str(ROOT / "bench" / "out" / "ablate-cache"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    from ablate.train import distributed
+    from ablate.topology.workers import spawn
+    from ablate.topology.world import World, backend_for
     from ablate.train.step import Learner
 
     one_cfg = config(a.overrides, 1)
     Learner(one_cfg)  # builds (and caches) the warmed-up policy before anything is timed
     print(f"base recipe, {one_cfg.batch.prompts} prompts x {one_cfg.batch.generations} completions per step, "
           f"{one_cfg.model.name} model, on-policy; {a.steps} timed steps after {a.warmup_steps}", flush=True)
-    one = measure(distributed.World(), one_cfg.to_dict(), a.steps, a.warmup_steps)
+    one = measure(World(), one_cfg.to_dict(), a.steps, a.warmup_steps)
     print(f"1 process : {one['steps_per_s']:.3f} steps/s, {one['tokens_per_s']:.0f} completion tokens/s", flush=True)
     cfg = config(a.overrides, a.nproc)
     with tempfile.TemporaryDirectory() as tmp:
-        sp = distributed.spawn("scale:_rank", a.nproc, {"cfg": cfg.to_dict(), "steps": a.steps, "warm": a.warmup_steps},
-                               Path(tmp), backend=distributed.backend_for(cfg.train.device), timeout_s=600,
+        sp = spawn("scale:_rank", a.nproc, {"cfg": cfg.to_dict(), "steps": a.steps, "warm": a.warmup_steps},
+                               Path(tmp), backend=backend_for(cfg.train.device), timeout_s=600,
                                stop=threading.Event())
     many = sp.result
     if many is None or any(sp.codes.values()):

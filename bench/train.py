@@ -26,6 +26,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from ablate.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ COMPAT = ["aggregation=token", "filtering.zero_variance=false", "filtering.no_po
 def ablate_config(extra: list[str]):
     from ablate.compose import compose_run
 
-    return compose_run(ROOT / "recipes" / "base.yaml", [*COMPAT, *extra])
+    return compose_run(RECIPES_DIR / "base.yaml", [*COMPAT, *extra])
 
 
 def bench_ablate(cfg, steps: int, warm: int) -> dict:
@@ -75,7 +76,7 @@ def bench_ablate_default(extra: list[str], steps: int) -> dict:
     from ablate.train.evaluate import Evaluator
     from ablate.train.step import Learner
 
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", [f"train.max_steps={steps}", f"train.eval_every={steps}", *extra])
+    cfg = compose_run(RECIPES_DIR / "base.yaml", [f"train.max_steps={steps}", f"train.eval_every={steps}", *extra])
     with tempfile.TemporaryDirectory() as d:
         probe = Evaluator(Learner(cfg))  # the CPU cost of one evaluation, to take the two of the run out
         c0 = time.process_time()
@@ -99,9 +100,10 @@ def bench_trl(extra: list[str], steps: int, warm: int) -> dict:
 
     from ablate.compose import compose_run
     from ablate.rundir import RunDir
-    from ablate.train.trl_backend import TRLLoop
+    from ablate.train.session import RunSession
+    from ablate.train.trl_backend import TRLTrainer
 
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", [*COMPAT, "trainer=trl", f"train.max_steps={warm + steps}",
+    cfg = compose_run(RECIPES_DIR / "base.yaml", [*COMPAT, "trainer=trl", f"train.max_steps={warm + steps}",
                                                        "train.eval_every=1000000", "train.checkpoint_every=1000000",
                                                        *extra])
 
@@ -111,12 +113,13 @@ def bench_trl(extra: list[str], steps: int, warm: int) -> dict:
 
         def on_step_end(self, args, state, control, **kw):
             self.t.append((time.perf_counter(), time.process_time()))
-            self.marks.append((loop.compute.samples, loop.new_tokens))
+            self.marks.append((session.compute.samples, trainer.new_tokens))
 
     timer = Timer()
     with tempfile.TemporaryDirectory() as d:
-        loop = TRLLoop(cfg, RunDir(Path(d) / "run"), threading.Event(), callbacks=[timer])
-        loop.main()
+        session = RunSession(cfg, RunDir(Path(d) / "run"), threading.Event())
+        trainer = TRLTrainer(session, callbacks=[timer])
+        session.run(trainer)
     t, m = timer.t, timer.marks
     dt, dc = t[-1][0] - t[warm - 1][0], t[-1][1] - t[warm - 1][1]
     return _rates(m[-1][0] - m[warm - 1][0], m[-1][1] - m[warm - 1][1], dt, dc, steps)
@@ -134,7 +137,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides for both sides (key=value)")
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from ablate.train.trl_backend import require_trl
+    from ablate.train.trl_config import require_trl
 
     require_trl()
     import torch

@@ -20,8 +20,9 @@ import yaml
 
 from ablate import store
 from ablate.rundir import RunDir
+from ablate.resources import RECIPES_DIR
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 
 
 def _knobs(run_dir: Path) -> dict:

@@ -9,7 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.sweep import RECIPES_DIR, load_sweep
+from ablate.resources import RECIPES_DIR
+from ablate.sweep import load_sweep
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")
@@ -83,11 +84,29 @@ def test_bad_input_is_one_line_per_error_and_launches_nothing(in_tmp, args, mess
 def test_show_prints_the_resolved_config():
     res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml"), "loss=dapo", "aggregation=token"])
     assert res.exit_code == 0, res.output
-    head, _, body = res.output.partition("\n")
+    source, head, body = res.output.split("\n", 2)
     cfg = yaml.safe_load(body)
     assert cfg["loss"] == {"name": "dapo", "eps": None, "eps_low": 0.2, "eps_high": 0.28, "eps_max": None}
     assert cfg["aggregation"]["name"] == "token" and cfg["seed"] == 0
     assert re.fullmatch(r"# run_id: [0-9a-f]{12}  arm_id: [0-9a-f]{12}", head)
+    assert source == f"# recipe: {RECIPES_DIR / 'base.yaml'} (your folder)"  # a path given is read as it is
+
+
+def test_show_names_the_recipe_it_read_your_folder_first(tmp_path, monkeypatch):
+    """`recipes/base.yaml` is the packaged recipe until the folder has its own (after `ablate init`): then that one."""
+    monkeypatch.chdir(tmp_path)
+    packaged = runner.invoke(app, ["show", "recipes/base.yaml"])
+    assert packaged.exit_code == 0, packaged.output
+    assert packaged.output.splitlines()[0] == f"# recipe: {RECIPES_DIR / 'base.yaml'} (ablate's packaged recipes)"
+    made = runner.invoke(app, ["init"])
+    assert made.exit_code == 0, made.output
+    assert (tmp_path / "recipes" / "base.yaml").is_file() and (tmp_path / "slurm" / "example.yaml").is_file()
+    assert made.output.startswith("wrote ") and "slurm/example.yaml" in made.output
+    mine = runner.invoke(app, ["show", "recipes/base.yaml"])
+    assert mine.output.splitlines()[0] == "# recipe: recipes/base.yaml (your folder)"
+    assert mine.output.splitlines()[1:] == packaged.output.splitlines()[1:]  # the same recipe: the same run
+    again = runner.invoke(app, ["init"])
+    assert again.exit_code == 2 and again.output.startswith("error: ") and "already exists" in again.output
 
 
 def test_show_one_run_of_a_sweep_matches_the_plan():

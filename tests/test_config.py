@@ -1,6 +1,6 @@
 """The recipe tree and the schema: every option composes and validates; every class of bad config is caught.
 
-Composition goes through Hydra's compose API on the shipped recipes/ folder (sweep.compose_run).
+Composition goes through Hydra's compose API on the packaged recipes/ folder (compose.compose_run).
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import pytest
 from omegaconf import OmegaConf
 
 from ablate import config as schema
+from ablate.combinations import OPTION_PARAMS
+from ablate.compose import compose_run
 from ablate.config import ConfigErrors, validate
 from ablate.errors import UserError
-from ablate.compose import compose_run
-from ablate.sweep import RECIPES_DIR
+from ablate.resources import RECIPES_DIR
+from ablate.sections import WarmupConfig
 
 BASE = RECIPES_DIR / "base.yaml"
-GROUPS = ["loss", "aggregation", "normalization", "precision", "length", "offpolicy", "model", "task", "rollout", "launcher"]
+GROUPS = ["loss", "aggregation", "normalization", "precision", "length", "offpolicy", "model", "task", "rollout",
+          "launcher"]
 # options that need a path to be valid (config.validate says so when it is missing)
 NEEDS = {("model", "hf"): ["model.path=/models/m"], ("task", "jsonl"): ["task.path=/data/p.jsonl"]}
 
@@ -42,9 +45,10 @@ def test_every_option_composes_and_validates(group, option):
     assert cfg[group]["name"] == option
     # the option file's own keys arrive as written (YAML -> schema types), except those the test set
     raw = OmegaConf.to_container(OmegaConf.load(RECIPES_DIR / group / f"{option}.yaml"))
-    for key, value in raw.items():
-        if isinstance(value, str) and value.startswith("${setup."):  # the scale the recipe runs at
-            value = cfg["setup"][value[len("${setup."):-1]]
+    for key, written in raw.items():
+        value = written
+        if isinstance(written, str) and written.startswith("${setup."):  # the scale the recipe runs at
+            value = cfg["setup"][written[len("${setup."):-1]]
         if not any(o.startswith(f"{group}.{key}=") for o in extra):
             assert cfg[group][key] == value, (group, option, key)
 
@@ -88,7 +92,7 @@ def test_validate_fills_defaults_and_widens_ints(base):
     d["loss"]["eps_max"] = 5  # an int where a float belongs
     out = validate(d)
     assert out.loss.eps_max == 5.0 and isinstance(out.loss.eps_max, float)
-    assert out.train.warmup == schema.WarmupConfig()
+    assert out.train.warmup == WarmupConfig()
     assert isinstance(out, schema.RunConfig) and out.to_dict()["optim"]["betas"] == [0.9, 0.99]
     with pytest.raises(dataclasses.FrozenInstanceError):
         out.seed = 3  # a validated run is frozen: nothing downstream can change what was validated
@@ -167,7 +171,8 @@ def test_compose_errors_are_one_line_user_errors():
         ("loss=cispoo",): ["loss=cispoo", "'cispo'", "options: cispo, dapo, grpo, gspo"],
         ("los=dapo",): ["los: unknown key", "'loss'"],
         ("loss.eps_mx=4",): ["loss.eps_mx: unknown key", "'loss.eps_max'"],
-        ("loss=dapo", "loss.eps_max=4"): ["loss.eps_max: not a parameter of loss=dapo", "eps_low, eps_high", "loss=cispo"],
+        ("loss=dapo", "loss.eps_max=4"): ["loss.eps_max: not a parameter of loss=dapo", "eps_low, eps_high",
+                                          "loss=cispo"],
         ("batch.prompts=abc",): ["batch.prompts: expected int, got 'abc'"],
         ("seed=0,1",): ["seed=0,1: a sweep value"],
         ("a==",): ["cannot parse override 'a=='"],
@@ -190,7 +195,7 @@ def test_schema_choices_are_the_trainer_registry_keys():
     assert advantages.NORMALIZATIONS.names() == sorted(schema.choices("normalization"))
     for name in schema.choices("loss"):
         # each loss option file sets exactly the parameters its function takes, with its defaults
-        assert set(losses.loss_params(name)) == set(schema.OPTION_PARAMS["loss"][name]), name
+        assert set(losses.loss_params(name)) == set(OPTION_PARAMS["loss"][name]), name
         cfg = compose_run(BASE, [f"loss={name}"]).to_dict()["loss"]
         assert {k: cfg[k] for k in losses.loss_params(name)} == losses.loss_params(name), name
 
@@ -247,7 +252,7 @@ def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path, monkeypatch):
 
     from ablate.cli import app
 
-    with pytest.raises(ConfigErrors, match="model.path"):
+    with pytest.raises(ConfigErrors, match=r"model\.path"):
         compose_run(BASE, ["preset=scalerl_8b", "task.path=/data/math.jsonl"])
     res = CliRunner().invoke(app, ["show", str(BASE), "preset=scalerl_8b", *PATHS])
     assert res.exit_code == 0 and "eps: 1.0e-15" in res.output and "device: cuda" in res.output
@@ -267,3 +272,24 @@ def test_adamw_epsilon_is_optional_and_keeps_old_run_ids(base):
     assert run_id(compose_run(BASE, ["optim.eps=1e-15"])) != run_id(base)
     # an optional value outside the config groups can be set from the command line (was "unknown key")
     assert compose_run(BASE, ["optim.micro_batch=4"]).optim.micro_batch == 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """A schema section written with PEP 604 optionals, as config.py may be."""
+
+    count: int | None = dataclasses.field(default=None, metadata={"ge": 1})
+    ratio: float | None = None
+
+
+def test_a_field_written_x_or_none_validates_its_values():
+    from ablate.validation import check_config
+
+    def no_rules(cfg: dict) -> list[str]:
+        return []
+
+    for given, want in (({"count": 3, "ratio": 1}, (3, 1.0)), ({"count": None}, (None, None)), ({}, (None, None))):
+        section, errors = check_config(_Limits, given, no_rules)
+        assert errors == [] and (section.count, section.ratio) == want, given
+    assert check_config(_Limits, {"count": "3"}, no_rules)[1] == ["count: expected int or null, got '3'"]
+    assert check_config(_Limits, {"count": 0}, no_rules)[1] == ["count: must be >= 1, got 0"]

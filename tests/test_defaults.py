@@ -19,7 +19,7 @@ from ablate.fit.curve import Curve
 from ablate.fit.synthetic import synthetic_curve
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
-from sweep_writer import write_sweep  # noqa: E402
+from sweep_writer import write_sweep
 
 runner = CliRunner()
 CPU_SHAPE = dict(a=0.61, b=1.92, c_mid=0.0079, c_max=0.05)

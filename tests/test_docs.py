@@ -6,7 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from ablate.rundir import METRICS, RUN_STATES
+from ablate.rundir import METRICS
+from ablate.states import RUN_JSON as RUN_STATES
 
 ROOT = Path(__file__).resolve().parents[1]
 

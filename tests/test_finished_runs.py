@@ -95,7 +95,7 @@ def assert_finished(root, sw, *, recovered) -> None:
     assert all(a["seeds"] == 1 for a in ranked["arms"]), ranked  # each arm's one run counted
     plan = launch_sweep(sw, root=root, executor="local", job=TOY_JOB, echo=None)
     assert plan.submit == [] and sorted(plan.done) == sorted(rids) and plan.failed == []
-    assert {rid: r.state for rid, r in led.fold().items()} == {rid: "done" for rid in rids}
+    assert {rid: r.state for rid, r in led.fold().items()} == dict.fromkeys(rids, "done")
     assert not [e for e in led.events() if e.get("event") == "failed"]
     finished = [e for e in led.events() if e.get("event") == "finished"]
     assert sorted(e["run_id"] for e in finished) == sorted(rids)  # one `finished` event each

@@ -18,6 +18,7 @@ from ablate import store
 from ablate.errors import UserError
 from ablate.launch import launch_sweep, load_profile, resolve_executor
 from ablate.ledger import Ledger, proc_alive
+from ablate.resources import RECIPES_DIR
 from ablate.status import sweep_status, wait_for
 from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
 
@@ -258,12 +259,29 @@ def test_local_time_limit_checkpoints_and_requeues(tmp_path):
     wait_runners(tmp_path, "toy")
 
 
+def test_a_job_out_of_time_is_told_apart_from_one_out_of_requeues(tmp_path):
+    """Each USR2 at the time limit counts (the count travels with the requeued job): past max_requeues the job is
+    out of time, which submitit ends and the job records as failed(timeout), not by reading submitit's message."""
+    from ablate.launch.job import RunJob
+
+    spec = toy_sweep(tmp_path, arms=("a",), seeds=(0,)).runs[0]
+    sdir = tmp_path / "toy"
+    Ledger(sdir).append({"event": "submitting", "run_id": spec.run_id, "batch": "b1", "label": spec.label,
+                         "executor": "local"})
+    job = RunJob(spec, str(sdir), "b1", TOY_JOB, max_requeues=1, timeout_min=0.01)  # any age is past its limit
+    assert job.checkpoint() is not None and job.timeouts == 1 and not job.out_of_time
+    assert job.checkpoint() is None and job.out_of_time  # no requeue left: the run stays preempted
+    pre = [e for e in Ledger(sdir).events() if e["event"] == "preempted"]
+    assert [(e["reason"], e["requeue"]) for e in pre] == [("timeout", True), ("timeout", False)]
+    assert store.read_json(run_dir(tmp_path, "toy", spec.run_id) / "run.json")["status"] == "preempted"
+
+
 def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):
     from typer.testing import CliRunner
 
     from ablate.cli import app
 
-    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "loss.yaml")
+    recipe = str(RECIPES_DIR / "loss.yaml")
     args = ["sweep", recipe, "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -273,7 +291,8 @@ def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):
     res = CliRunner().invoke(app, ["status", "loss", "--root", str(tmp_path), "--json"])
     data = __import__("json").loads(res.output)
     assert data["summary"]["done"] == 4
-    assert sorted(r["label"] for r in data["runs"]) == sorted(f"loss={x},seed=0" for x in ("cispo", "dapo", "grpo", "gspo"))
+    want = sorted(f"loss={x},seed=0" for x in ("cispo", "dapo", "grpo", "gspo"))
+    assert sorted(r["label"] for r in data["runs"]) == want
     # --force re-runs all four through the local executor; --follow waits for them with a progress bar.
     res = CliRunner().invoke(app, args[:-4] + ["-e", "local", "--max-parallel", "2", "--force", "--follow",
                                                "--job", TOY_JOB])

@@ -15,6 +15,7 @@ from ablate.compose import compose_run
 from ablate.identity import arm_id, run_id
 from ablate.launch import launch_sweep
 from ablate.ledger import Ledger
+from ablate.resources import RECIPES_DIR
 from ablate.rundir import RunDir
 from ablate.spec import RunSpec
 from ablate.status import wait_for
@@ -22,7 +23,7 @@ from ablate.sweep import Sweep
 from ablate.train import run as train_run
 from jobs import GUARD, until
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 SMALL = ["task.digits=1", "task.train_size=80", "task.unseen_frac=0", "model.hidden=32", "model.n_layers=1",
          "model.n_heads=2", "model.mlp=64", "batch.prompts=4", "batch.generations=4", "length.max_new_tokens=4",
          "length.think_budget_min=1", "length.think_budget_max=2", "train.eval_k=2", "train.val_size=16",
@@ -35,8 +36,7 @@ def _started(root) -> list[dict]:
     return [e for e in Ledger(root / "live").events() if e["event"] == "started"]
 
 
-def test_preemption_checkpoints_where_the_signal_arrives_and_resumes(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+def test_preemption_checkpoints_where_the_signal_arrives_and_resumes(tmp_path):
     train_run(compose_run(RECIPE, SMALL + ["train.max_steps=1"]), tmp_path / "warm")  # the warm-up, cached once
     cfg = compose_run(RECIPE, SMALL + ["train.max_steps=1000000", "train.eval_every=5",
                                        "train.checkpoint_every=1000000", "launcher.max_requeues=1"])
@@ -51,7 +51,8 @@ def test_preemption_checkpoints_where_the_signal_arrives_and_resumes(tmp_path, m
     os.kill(_started(tmp_path)[0]["pid"], signal.SIGUSR2)  # what the scheduler sends on preemption
     until(lambda: len(_started(tmp_path)) == 2, "the requeued job to start")
     until(lambda: "resumed from step" in rd.train_log.read_text(), "the requeued run to resume")
-    resumed = [int(line.rsplit(" ", 1)[1]) for line in rd.train_log.read_text().splitlines() if "resumed from step" in line]
+    resumed = [int(line.rsplit(" ", 1)[1]) for line in rd.train_log.read_text().splitlines()
+               if "resumed from step" in line]
     until(lambda: steps()[-1] >= resumed[0] + 10, "the resumed run to write two more evaluations")
     os.kill(_started(tmp_path)[1]["pid"], signal.SIGUSR2)  # out of requeues: the run stops, preempted
     st = wait_for(tmp_path, "live", [spec.run_id], timeout=GUARD)[spec.run_id]

@@ -83,9 +83,8 @@ def test_lock_is_exclusive_survives_a_deleted_lock_file_and_is_released_when_its
     assert got.wait(GUARD), "the lock of a killed process was not released"
     t.join()
     # With a timeout, a held lock is given up on (used from signal handlers) instead of deadlocking.
-    with led.lock():
-        with led.lock(timeout=0.05) as inner:
-            assert not inner.locked
+    with led.lock(), led.lock(timeout=0.05) as inner:
+        assert not inner.locked
 
 
 def test_concurrent_appenders_never_corrupt_lines(tmp_path):

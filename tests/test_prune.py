@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.ledger import Ledger
-from ablate.prune import Monitor, PruneSettings, broken, monitor_alive
+from ablate.prune.monitor import Monitor, monitor_alive
+from ablate.prune.rules import PruneSettings, broken
 from ablate.rundir import RunDir
 from ablate.status import wait_for
 from ablate.sweep import load_sweep
@@ -39,8 +40,7 @@ def _sweep_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_prune_stops_a_broken_run_and_resume_pruned_continues_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+def test_prune_stops_a_broken_run_and_resume_pruned_continues_it(tmp_path):
     path = _sweep_file(tmp_path)
     sweep = load_sweep(path)
     base, cut = (r.run_id for r in sweep.runs)
@@ -125,26 +125,25 @@ def test_prune_needs_a_baseline_and_its_options_need_prune(tmp_path):
 
 
 def test_saved_compute_counts_only_what_stopped_runs_had_left():
-    from ablate.prune import saved
-    from ablate.status import RunStatus
+    from ablate.status import RunStatus, pruning_saved
 
     def st(state, step, gh):
         return RunStatus(run_id=state + str(step), label="x", state=state, cause=None, job_id=None, executor="local",
                          step=step, max_steps=100, val_pass_rate=None, gpu_hours=gh, truncation_rate=None,
                          truncation_warning=False, attempts=1, requeues=0, error=None, log=None)
 
-    assert saved([st("done", 100, 1.0)]) is None
-    got = saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("running", 50, 0.5)])
+    assert pruning_saved([st("done", 100, 1.0)]) is None
+    got = pruning_saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("running", 50, 0.5)])
     assert got["runs"] == 1 and abs(got["gpu_hours_saved"] - 0.75) < 1e-9 and abs(got["gpu_hours_full"] - 3.0) < 1e-9
     # a failed run counts at what it spent, a run not started yet at the median run's cost
-    got = saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("failed", 10, 0.1), st("pending", None, 0.0)])
+    got = pruning_saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("failed", 10, 0.1), st("pending", None, 0.0)])
     assert abs(got["gpu_hours_full"] - (1.0 + 1.0 + 0.1 + 1.0)) < 1e-9 and abs(got["share"] - 0.75 / 3.1) < 1e-9
 
 
 def test_the_target_the_checks_rank_at_outlives_the_monitor(tmp_path):
     """A later monitor of the sweep ranks where the first one did (on the same axis), and `rank` can say where the
     settled verdicts were read."""
-    from ablate.prune import recorded_target
+    from ablate.prune.rules import recorded_target
 
     sdir = tmp_path / "s"
     assert recorded_target(sdir, "samples") is None and Monitor(sdir, PruneSettings(x="samples")).target is None

@@ -31,8 +31,7 @@ runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+def _threads():
     torch.set_num_threads(1)
 
 
@@ -66,11 +65,11 @@ def test_threads_max_parallel_and_job_are_checked_before_anything_runs(tmp_path)
 def test_out_of_range_and_non_finite_values_are_refused_by_validation():
     with pytest.raises(ConfigErrors, match=r"seed: must be <= 4294967295"):
         compose_run(RECIPE, ["seed=99999999999999999999999"])
-    with pytest.raises(ConfigErrors, match="optim.lr: must be a finite number, got inf"):
+    with pytest.raises(ConfigErrors, match=r"optim.lr: must be a finite number, got inf"):
         compose_run(RECIPE, ["optim.lr=inf"])
-    with pytest.raises(ConfigErrors, match="loss.eps_max: must be a finite number, got nan"):
+    with pytest.raises(ConfigErrors, match=r"loss.eps_max: must be a finite number, got nan"):
         compose_run(RECIPE, ["loss.eps_max=nan"])
-    with pytest.raises(ConfigErrors, match="train.max_steps: must be at most"):
+    with pytest.raises(ConfigErrors, match=r"train.max_steps: must be at most"):
         compose_run(RECIPE, ["train.max_steps=99999999999999999999999"])
     res = runner.invoke(app, ["sweep", str(RECIPES / "loss.yaml"), "seed=0,4294967296", "--dry-run"])
     one_error(res, "seeds must be integers in [0, 4294967295]")
@@ -310,7 +309,7 @@ def test_a_full_disk_is_one_error_and_leaves_nothing_stale(tiny_disk):
 
 
 def test_a_recipe_cannot_name_a_slurm_profile(tmp_path):
-    with pytest.raises(ConfigErrors, match="launcher.profile: unknown key"):
+    with pytest.raises(ConfigErrors, match=r"launcher.profile: unknown key"):
         compose_run(RECIPE, ["launcher.profile=/tmp/evil.yaml"])
     f = tmp_path / "evil.yaml"
     f.write_text(f"base: {RECIPE}\ngrid: {{loss: [grpo]}}\noverrides: [launcher.profile=/tmp/evil.yaml]\n")
@@ -323,7 +322,7 @@ def test_recipes_may_not_call_resolvers_and_the_compose_cache_is_private(tmp_pat
         compose_run(RECIPE, ["task.path=${oc.env:SECRET_TOKEN}"])
     assert compose_run(RECIPE, ["train.eval_k=${batch.generations}"]).train.eval_k == 8  # keys may be interpolated
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    from ablate.compose import Composer
+    from ablate.composer import Composer
 
     Composer._memory.clear()
     honest = compose_run(RECIPE, ["optim.lr=1e-4"])

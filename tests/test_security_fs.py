@@ -19,7 +19,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ablate import store
+from ablate import ownership, store
 from ablate.cli import app
 from ablate.errors import UserError
 from ablate.launch import launch_sweep
@@ -35,8 +35,7 @@ SECRET = b"private key material\n"
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+def _threads():
     torch.set_num_threads(1)
 
 
@@ -361,16 +360,16 @@ def test_private_ok_is_what_the_compose_cache_trusts(tmp_path):
     d = store.make_dirs(tmp_path / "c", store.DIR_MODE)
     f = d / "entry.json"
     store.write_json(f, {"a": 1})
-    assert store.private_ok(f)
+    assert ownership.private_ok(f)
     f.chmod(0o666)
-    assert not store.private_ok(f)
+    assert not ownership.private_ok(f)
     f.chmod(0o644)
     d.chmod(0o777)
-    assert not store.private_ok(f)
+    assert not ownership.private_ok(f)
     d.chmod(0o700)
     link = d / "link.json"
     link.symlink_to(f)
-    assert not store.private_ok(link)
+    assert not ownership.private_ok(link)
 
 
 def test_a_folder_only_the_users_private_group_can_write_is_the_users_own(tmp_path):

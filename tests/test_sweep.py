@@ -1,4 +1,5 @@
-"""Sweep expansion and run ids: every shipped sweep expands into valid runs; ids are canonical; bad sweeps fail whole."""
+"""Sweep expansion and run ids: every shipped sweep expands into valid runs; ids are canonical; bad sweeps fail
+whole."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from ablate import config as schema
+from ablate.compose import compose_run
 from ablate.config import ConfigErrors, validate
 from ablate.errors import UserError
-from ablate.compose import compose_run
 from ablate.identity import arm_id, canonical, run_id
-from ablate.sweep import RECIPES_DIR, load_sweep, plan_rows
+from ablate.resources import RECIPES_DIR
+from ablate.sweep import load_sweep, plan_rows
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
 EXPECTED_SWEEPS = {"loss", "aggregation", "normalization", "precision", "filtering", "length", "offpolicy", "batch",
@@ -36,7 +38,7 @@ def base() -> dict:
 
 
 def test_all_sweep_files_are_shipped():
-    assert EXPECTED_SWEEPS <= {p.stem for p in SWEEPS}
+    assert {p.stem for p in SWEEPS} >= EXPECTED_SWEEPS
 
 
 def test_every_run_of_every_sweep_validates(loaded):
@@ -125,7 +127,7 @@ def test_prevalent_recipes_are_the_papers_definitions(loaded):
     assert sw.baseline == "scalerl" and set(sw.arms) == set(PAPER_PREVALENT)
     for r in sw.runs:
         c, want = r.config, PAPER_PREVALENT[r.arm_label]
-        loss, eps = want["loss"]
+        _, eps = want["loss"]
         got = {"loss": (c.loss.name, {k: getattr(c.loss, k) for k in eps}), "aggregation": c.aggregation.name,
                "offpolicy": (c.offpolicy.name, c.offpolicy.k), "normalization": c.normalization.name,
                "precision": c.precision.name, "length": c.length.name, "zero_variance": c.filtering.zero_variance,
@@ -269,10 +271,12 @@ def test_ids_differ_when_any_semantic_field_differs(base):
 
 def test_ids_are_the_same_in_another_process(base):
     # another interpreter with another hash seed stands in for another machine
-    code = ("from ablate.sweep import RECIPES_DIR; from ablate.compose import compose_run; from ablate.identity import run_id, arm_id; "
+    code = ("from ablate.resources import RECIPES_DIR; from ablate.compose import compose_run; "
+            "from ablate.identity import run_id, arm_id; "
             "c = compose_run(RECIPES_DIR / 'base.yaml', ['loss=dapo']); print(run_id(c), arm_id(c))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout.split()
     c = compose_run(RECIPES_DIR / "base.yaml", ["loss=dapo"])
     assert out == [run_id(c), arm_id(c)]
     assert len(out[0]) == 12 and json.loads(canonical(c))["loss"]["eps_high"] == 0.28
@@ -291,9 +295,11 @@ def tmp_recipes(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("body,parts", [
-    ("base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n", ["unknown sweep key 'baselin'", "'baseline'"]),
+    ("base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n",
+     ["unknown sweep key 'baselin'", "'baseline'"]),
     ("base: nope\ngrid: {loss: [grpo]}\n", ["base recipe 'nope' not found"]),
-    ("grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n", ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"]),
+    ("grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n",
+     ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"]),
     ("grid: {seed: [0, 1]}\n", ["grid axis 'seed'", "seeds: [...]"]),
     ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be integers in [0, 4294967295]"]),
     ("runs: [loss=dapo]\n", ["runs[0] must be a list of overrides"]),
@@ -302,7 +308,8 @@ def tmp_recipes(tmp_path) -> Path:
     ("runs: [[loss=dapo]]\ngrid: {loss: [grpo]}\n", ["loss: set by both the run list and a grid axis"]),
     ("overrides: ['loss=grpo,dapo']\n", ["is a sweep; put it under `grid`"]),
     ("runs: [['loss=grpo,dapo']]\n", ["is a sweep; an explicit run takes single values"]),
-    ("grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token]\n", ["arm loss=gspo: loss=gspo with aggregation=token"]),
+    ("grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token]\n",
+     ["arm loss=gspo: loss=gspo with aggregation=token"]),
     ("grid: {loss: [grpo, dapo]}\noverrides: [batch.generations=1]\n", ["batch.generations: must be >= 2, got 1"]),
     ("grid: {loss: [grpo, dapoo]}\n", ["arm loss=dapoo: loss=dapoo: no such option", "'dapo'"]),
 ])
@@ -330,5 +337,6 @@ def test_all_errors_of_all_runs_are_collected(tmp_recipes):
 
 def test_plan_rows(loaded):
     rows = plan_rows(loaded["loss"])
-    assert [r["label"] for r in rows] == ["loss=grpo,seed=0", "loss=dapo,seed=0", "loss=gspo,seed=0", "loss=cispo,seed=0 *"]
+    assert [r["label"] for r in rows] == ["loss=grpo,seed=0", "loss=dapo,seed=0", "loss=gspo,seed=0",
+                                          "loss=cispo,seed=0 *"]
     assert [r["overrides"] for r in rows] == ["loss=grpo", "loss=dapo", "loss=gspo", "(base)"]

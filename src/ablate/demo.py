@@ -22,11 +22,11 @@ and 1,000 steps no loss differs from CISPO on the embedded task (each `inconclus
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
-from ablate import figures, report
+from ablate.render import figures, terminal
+from ablate.render import fit as fit_view
+from ablate.topology.process import start_module
 
 OUT = Path("demo-out")
 SWEEP = "recipes/demo.yaml"
@@ -35,7 +35,7 @@ SWEEP = "recipes/demo.yaml"
 def ablate(*args: str) -> None:
     """Run one `ablate` command as a user would type it, echoing it first; stop the demo if it fails."""
     print(f"\n$ ablate {' '.join(args)}", flush=True)
-    rc = subprocess.call([sys.executable, "-m", "ablate", *args])
+    rc = start_module("ablate", args).wait()
     if rc != 0:
         raise SystemExit(f"demo: `ablate {' '.join(args)}` exited with {rc}")
 
@@ -58,8 +58,8 @@ def main() -> None:
     ablate("rank", f"sweeps/{sweep.name}", "--plot", str(OUT / "rank.png"))
     ablate("extrapolate", f"sweeps/{sweep.name}", "--x", "samples", "--fit-until", half, "--to", to,
            "--plot", str(OUT / "extrapolate.png"))
-    figures = [f.name for f in (OUT / "rank.png", OUT / "rank-efficiency.png", OUT / "extrapolate.png") if f.exists()]
-    print(f"\nfigures in {OUT}/: {', '.join(figures)}")
+    written = [f.name for f in (OUT / "rank.png", OUT / "rank-efficiency.png", OUT / "extrapolate.png") if f.exists()]
+    print(f"\nfigures in {OUT}/: {', '.join(written)}")
 
 
 def paper_curves_demo(out: Path = OUT) -> None:
@@ -72,14 +72,14 @@ def paper_curves_demo(out: Path = OUT) -> None:
     from ablate.fit.synthetic import PAPER_CURVES, paper_curves
 
     out.mkdir(exist_ok=True)
-    console = report.console()
+    console = terminal.console()
     csv = out / "curves.csv"
     write_csv(paper_curves(seed=0, drift_sd=0.001), csv)
     opts = FitOptions(fit_until=8000, target=16000)
     console.print(f"curves: {csv} (ScaleRL Table 1 parameters); fit window {opts.window_text()} GPU-hours")
     results = fit_table(load_curves(csv), opts)
-    console.print(report.fit_table(results, title="fits on the first 8k GPU-hours, predicted at 16k"))
-    report.print_notes(console, results)
+    console.print(fit_view.fit_table(results, title="fits on the first 8k GPU-hours, predicted at 16k"))
+    fit_view.print_notes(console, results)
     for r in results:
         p = PAPER_CURVES[r.run]
         truth = float(sigmoid(16000, 0.3, p["a"], p["b"], p["c_mid"]))  # synthetic_curve's default R0 is 0.3

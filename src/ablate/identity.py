@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from ablate.errors import UserError
 
@@ -101,7 +101,7 @@ def arm_id(config: Any) -> str:
     return _hash(canonical(config, seed=False))
 
 
-def is_name(value: Any) -> bool:
+def is_name(value: Any) -> TypeGuard[str]:
     """True for a non-empty string of letters, digits, `_` and `-` (safe as one path component)."""
     return isinstance(value, str) and _NAME.fullmatch(value) is not None
 

@@ -39,20 +39,14 @@ import contextlib
 import os
 import socket
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-from ablate import store
+from ablate import locks, store
 from ablate.identity import is_name
-from ablate.rundir import FINISHED
-
-# Folded states. `submitting` means the launcher wrote its intent but not the executor's answer;
-# under the lock that can only mean the launcher died, so the plan treats such runs as new.
-LIVE = ("submitting", "queued", "running", "requeued")
-TERMINAL = ("done", "diverged", "failed", "preempted", "pruned", "unstable")
-STOPPED = ("pruned", "unstable")  # ended by the prune monitor: resumable with `ablate sweep --resume-pruned`
-
+from ablate.states import FINISHED, STOPPED, RunState
 
 @dataclass
 class RunRecord:
@@ -62,7 +56,9 @@ class RunRecord:
     label: str = ""
     batch: str = ""
     executor: str = ""
-    state: str = "new"
+    state: RunState = RunState.NEW
+    """new (no current submission: never submitted, or its submitter died before the executor took it), submitting,
+    queued, running, requeued, or a TERMINAL state."""
     job_id: str | None = None
     pid: int | None = None
     """pid of the job process (local, debug) from its last `started` event, for liveness checks."""
@@ -81,10 +77,6 @@ class RunRecord:
     """The current submission let the prune monitor stop it (`ablate sweep --prune`)."""
     reason: str | None = None
     """pruned / unstable: why the monitor stopped it."""
-    submitted_at: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    events: int = 0
 
     def apply(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -97,51 +89,43 @@ class RunRecord:
             self.launcher = _proc(ev, "launcher")
             self.max_steps = _int(ev, "max_steps")
             self.prune = ev.get("prune") is True
-            self.submitted_at = _num(ev, "t")
-            self.state = "submitting"
-            self.events = 1
+            self.state = RunState.SUBMITTING
             return
         if _str(ev, "batch") != self.batch or not self.batch:
             return  # an orphan of a superseded submission
         if self.state in FINISHED:
             return  # nothing unfinishes a run: not a signal that came after its end, nor a launcher's late verdict
-        self.events += 1
         job_id = ev.get("job_id")
         if isinstance(job_id, (str, int)) and not isinstance(job_id, bool) and job_id != "":
             self.job_id = str(job_id)
         if kind == "submitted":
             self.runner = _proc(ev, "runner") or self.runner
-            if self.state == "submitting":
-                self.state = "queued"
+            if self.state == RunState.SUBMITTING:
+                self.state = RunState.QUEUED
         elif kind == "dispatched":
             self.dispatched = _proc(ev, "controller")
         elif kind == "started":
-            self.state = "running"
+            self.state = RunState.RUNNING
             self.pid, self.pid_start = _int(ev, "pid"), _int(ev, "start")
             self.attempts = _int(ev, "attempt") or self.attempts + 1
-            self.started_at = self.started_at or _num(ev, "t")
             self.log = _str(ev, "log") or self.log
         elif kind == "preempted":
             requeue = ev.get("requeue") is True
-            self.state = "requeued" if requeue else "preempted"
+            self.state = RunState.REQUEUED if requeue else RunState.PREEMPTED
             self.requeues = _int(ev, "requeues") or self.requeues
             self.cause = None if requeue else "preempted"
-            if not requeue:
-                self.ended_at = _num(ev, "t")
         elif kind == "requeued":
-            self.state = "requeued"
+            self.state = RunState.REQUEUED
             self.requeues = _int(ev, "requeues") or self.requeues
         elif kind == "finished":
             status = _str(ev, "status")
-            self.state = status if status in ("done", "diverged", *STOPPED) else "done"
+            self.state = RunState(status) if status in FINISHED | STOPPED else RunState.DONE
             self.reason = _str(ev, "reason") if status in STOPPED else None
-            self.ended_at = _num(ev, "t")
         elif kind == "failed":
-            self.state = "failed"
+            self.state = RunState.FAILED
             self.cause = _str(ev, "cause")
             self.error = _str(ev, "error")
             self.log = _str(ev, "log") or self.log
-            self.ended_at = _num(ev, "t")
 
 
 def _str(ev: dict[str, Any], key: str) -> str | None:
@@ -152,11 +136,6 @@ def _str(ev: dict[str, Any], key: str) -> str | None:
 def _int(ev: dict[str, Any], key: str) -> int | None:
     v = ev.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _num(ev: dict[str, Any], key: str) -> float | None:
-    v = ev.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _proc(ev: dict[str, Any], key: str) -> dict[str, int] | None:
@@ -202,7 +181,7 @@ class Ledger:
         self.path = self.dir / "ledger.jsonl"
 
     @contextlib.contextmanager
-    def lock(self, timeout: float | None = None) -> Iterator[store.Lock]:
+    def lock(self, timeout: float | None = None) -> Iterator[locks.Lock]:
         """Exclusive lock for read-decide-write sequences on the sweep (an flock on the sweep directory itself, so
         no lock file can be deleted from under its holder); released by the kernel if the holder dies.
 
@@ -210,7 +189,7 @@ class Ledger:
         handlers, where the interrupted code may itself hold the lock (a second flock would deadlock). Unlocked
         appends are still whole lines, so the only loss is the decision atomicity.
         """
-        with store.dir_lock(self.dir, timeout=timeout) as held:
+        with locks.dir_lock(self.dir, timeout=timeout) as held:
             yield held
 
     def events(self) -> list[dict[str, Any]]:

@@ -23,41 +23,32 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
-import struct
-import zlib
 from pathlib import Path
-from typing import Any, Iterator
 
 import numpy as np
 
-from ablate import store
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
+from ablate.log_readers import (
+    CONSOLE_STEP,
+    MAX_STEP,
+    READERS,
+    TB_PREFIX,
+    Runs,
+    WrongFormat,
+    csv_kind,
+    event_files,
+    trainer_state_file,
+    wandb_files,
+)
 
 FORMATS = ("table", "tensorboard", "wandb", "wandb-csv", "trl", "verl")
 FOREIGN = FORMATS[1:]
 WHAT = {"table": "CSV/JSONL curve table", "tensorboard": "TensorBoard log", "wandb": "W&B run (.wandb)",
         "wandb-csv": "W&B CSV export", "trl": "TRL trainer_state.json", "verl": "verl log"}
 STEP_ALIASES = ("_step", "Step", "global_step")
-MAX_STEP = 2**53
-"""Steps beyond this are refused: past 2^53 floats no longer hold every integer (distinct steps merge), and no
-training run takes that many (a step a microsecond would need 285 years): such a number is not a step count."""
 PER_STEP = {"samples": "--samples-per-step", "gpu_hours": "--gpu-hours-per-step"}
 """Compute axes made from steps: the axis, and the option giving its amount per step."""
-
-Runs = dict[str, dict[float, dict[str, float]]]
-"""run name -> step -> metric -> value (NaN kept: dropped when curves are made)."""
-
-_CONSOLE = re.compile(r"(?<![\w/.-])step:\s*(\d+)\s+-\s+(.*\S)")
-_NUMBER = re.compile(r"^(?:np\.\w+\()?([^()]*)\)?$")  # 0.41, or np.float64(0.41) as a newer numpy prints it
-_TB_PREFIX = "events.out.tfevents"
-_WANDB_BLOCK, _WANDB_HEADER = 32768, 7
-
-
-def _label(p: Path) -> str:
-    return p.name or p.resolve().name
-
 
 def _shorten(names: list[str], limit: int = 40) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "") or "(none)"
@@ -65,51 +56,11 @@ def _shorten(names: list[str], limit: int = 40) -> str:
 
 # ---- detection ----------------------------------------------------------------------------------------------
 
-def _event_files(p: Path) -> list[Path]:
-    if p.is_file():
-        return [p] if p.name.startswith(_TB_PREFIX) else []
-    return sorted(f for f in p.rglob(_TB_PREFIX + "*") if f.is_file())
-
-
-def _wandb_files(p: Path) -> list[Path]:
-    """The .wandb files of a run file, a run folder, a wandb/ folder or the folder holding wandb/."""
-    if p.is_file():
-        return [p] if p.suffix == ".wandb" else []
-    for d in (p, p / "wandb"):
-        direct = sorted(d.glob("run-*.wandb"))
-        if direct:
-            return direct
-        if d.is_dir():  # the runs' folders; latest-run is a link to one of them
-            found = sorted(f for r in d.iterdir() if r.is_dir() and not r.is_symlink() for f in r.glob("run-*.wandb"))
-            if found:
-                return found
-    return []
-
-
-def _trainer_state(p: Path) -> Path | None:
-    """trainer_state.json of a TRL output folder: its own, else the highest checkpoint's."""
-    if (p / "trainer_state.json").is_file():
-        return p / "trainer_state.json"
-    ckpts = [(int(m.group(1)), c) for c in p.glob("checkpoint-*/trainer_state.json")
-             if (m := re.fullmatch(r"checkpoint-(\d+)", c.parent.name))]
-    return max(ckpts)[1] if ckpts else None
-
-
-def _csv_kind(columns: list[str]) -> str | None:
-    """'wide' or 'long' for the header of a W&B export, else None."""
-    low = {c.strip().lower() for c in columns}
-    if low & {"step", "_step"} and any(" - " in c for c in columns):
-        return "wide"
-    if low & {"run", "name"} and low & {"metric", "key"} and low & {"step", "_step"} and "value" in low:
-        return "long"
-    return None
-
-
 def _console_lines(p: Path) -> bool:
     """Whether a text file has a verl console line (`step:N - key:value ...`) anywhere."""
     try:
         with open(p, encoding="utf-8", errors="replace") as f:
-            return any(_CONSOLE.search(ln) for ln in f)
+            return any(CONSOLE_STEP.search(ln) for ln in f)
     except OSError:
         return False
 
@@ -120,16 +71,16 @@ def detect(path: Path | str) -> str:
     if not p.exists():
         raise UserError(f"{p}: no such file")
     if p.is_dir():
-        if _trainer_state(p) is not None:
+        if trainer_state_file(p) is not None:
             return "trl"
-        if _wandb_files(p):
+        if wandb_files(p):
             return "wandb"
-        if _event_files(p):
+        if event_files(p):
             return "tensorboard"
         raise UserError(f"{p}: no curves in this folder: not a sweep (runs/), a run (metrics.jsonl), a TensorBoard "
                         "log (events.out.tfevents.*), a W&B folder (offline-run-*/run-*.wandb) or a TRL output "
                         "(trainer_state.json)")
-    if p.name.startswith(_TB_PREFIX):
+    if p.name.startswith(TB_PREFIX):
         return "tensorboard"
     try:
         with open(p, "rb") as f:
@@ -153,11 +104,11 @@ def detect(path: Path | str) -> str:
         if '"log_history"' in text or p.name == "trainer_state.json":
             return "trl"
     elif suffix == ".csv" or "," in first:
-        kind = _csv_kind(next(csv.reader([first]), []))
+        kind = csv_kind(next(csv.reader([first]), []))
         if kind is not None:
             return "wandb-csv"
     if suffix in (".csv", ".jsonl", ".ndjson"):
-        return "verl" if any(_CONSOLE.search(ln) for ln in text.splitlines()) else "table"
+        return "verl" if any(CONSOLE_STEP.search(ln) for ln in text.splitlines()) else "table"
     if _console_lines(p):  # a console log often opens with long config, Ray and vLLM dumps: read on until a step
         return "verl"
     raise UserError(f"{p}: can't tell what this file is: not a CSV/JSONL table, a TensorBoard event file, a W&B run "
@@ -173,260 +124,6 @@ def _wrong(p: Path, fmt: str, why: str) -> UserError:
     hint = (f"it looks like {found}: pass --format {found}, or --format auto" if found and found != fmt
             else "check the path, or pass --format auto")
     return UserError(f"{p}: not a {WHAT[fmt]} ({why}); {hint}")
-
-
-# ---- readers ------------------------------------------------------------------------------------------------
-
-def _put(runs: Runs, run: str, step: float, metric: str, value: float) -> None:
-    try:
-        key = float(step)
-    except OverflowError:  # an integer past the floats: to_curves refuses it, naming the run
-        key = math.inf
-    runs.setdefault(run, {}).setdefault(key, {})[metric] = value
-
-
-def _value(v: Any) -> float | None:
-    """A logged value as a float, or None when it is not a number (a string, a histogram, a table)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        return float(v)
-    except OverflowError:
-        return None
-
-
-def _step(v: Any) -> float | None:
-    """A logged step as a float (an integer past the floats: inf, which to_curves refuses), or None when it is not
-    a number."""
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_STEP:
-        return math.inf
-    return _value(v)
-
-
-def _f32(v: float) -> float:
-    """A float32 as the decimal it was written as (0.1, not 0.10000000149011612)."""
-    return float(str(np.float32(v)))
-
-
-def read_tensorboard(p: Path) -> Runs:
-    from tensorboard.backend.event_processing import event_accumulator as ea_mod
-    from tensorboard.util import tensor_util
-
-    files = _event_files(p)
-    if not files:
-        raise _wrong(p, "tensorboard", "no events.out.tfevents.* file" + (" under it" if p.is_dir() else ""))
-    if p.is_file():  # one event file: a run named after its folder
-        folders = [(p, _label(p.resolve().parent))]
-    else:  # each folder holding event files is a run, named by its path under p
-        folders = [(d, _label(p) if d == p else d.relative_to(p).as_posix()) for d in sorted({f.parent for f in files})]
-    runs: Runs = {}
-    for folder, name in folders:
-        ea = ea_mod.EventAccumulator(str(folder), size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
-        try:
-            ea.Reload()
-        except Exception as e:  # a torn or foreign file: tensorboard raises its own errors
-            raise UserError(f"{folder}: can't read the TensorBoard events ({type(e).__name__}: {e})") from None
-        tags = ea.Tags()
-        runs.setdefault(name, {})
-        for tag in tags.get("scalars", []):
-            for ev in ea.Scalars(tag):
-                _put(runs, name, ev.step, tag, _f32(ev.value))
-        for tag in tags.get("tensors", []):
-            if ea.SummaryMetadata(tag).plugin_data.plugin_name not in ("scalars", ""):
-                continue  # text, histograms, hparams, ...: not curves
-            for ev in ea.Tensors(tag):
-                try:
-                    a = tensor_util.make_ndarray(ev.tensor_proto)
-                except Exception:  # a tensor of a type numpy has no dtype for: not a scalar anyway
-                    break
-                if a.size != 1 or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-                    break  # not a scalar
-                v = a.reshape(())
-                _put(runs, name, ev.step, tag, _f32(v) if a.dtype == np.float32 else float(v))
-    return runs
-
-
-def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
-    """The records of a W&B transaction log (LevelDB's log format under a `:W&B` header), stopping at a torn end
-    (a run still writing); a bad checksum before the end is a UserError."""
-    data = f.read_bytes()
-    if data[:4] != b":W&B":
-        raise _wrong(f, "wandb", "no :W&B header")
-    pos, chunks = _WANDB_HEADER, b""
-    while pos + 7 <= len(data):
-        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
-        if left < 7:  # a block's zero-filled trailer
-            pos += left
-            continue
-        crc, n, kind = struct.unpack_from("<IHB", data, pos)
-        body = data[pos + 7:pos + 7 + n]
-        if kind == 0 and n == 0:  # preallocated space
-            pos += left
-            continue
-        if len(body) < n:
-            return
-        if zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
-            if pos + 7 + n >= len(data):
-                return
-            raise UserError(f"{f}: damaged at byte {pos} (bad checksum); the run's later history can't be read")
-        pos += 7 + n
-        chunks = body if kind in (1, 2) else chunks + body  # FULL, FIRST | MIDDLE, LAST
-        if kind in (1, 4):
-            rec = pb.Record()
-            try:
-                rec.ParseFromString(chunks)
-            except Exception as e:  # protobuf's DecodeError: a record that passed its checksum but is not one
-                raise UserError(f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history "
-                                "can't be read") from None
-            yield rec
-
-
-def read_wandb(p: Path) -> Runs:
-    files = _wandb_files(p)
-    if not files:
-        raise _wrong(p, "wandb", "no run-*.wandb file" + (" in it, its runs' folders or wandb/" if p.is_dir() else ""))
-    try:
-        from wandb.proto import wandb_internal_pb2 as pb
-    except ImportError:
-        raise UserError(f"{p}: reading W&B runs needs the wandb package: pip install wandb") from None
-    except Exception as e:  # a wandb whose protobuf schema does not load with the installed protobuf
-        raise UserError(f"{p}: the installed wandb cannot load its record schema ({type(e).__name__}: {e}); "
-                        "reinstall it (pip install -U wandb protobuf)") from None
-    by_id: dict[str, tuple[str, dict[float, dict[str, float]]]] = {}
-    for f in files:
-        run_id, name, steps = f.stem.removeprefix("run-"), None, {}
-        for rec in _wandb_records(f, pb):
-            kind = rec.WhichOneof("record_type")
-            if kind == "run":
-                run_id, name = rec.run.run_id or run_id, rec.run.display_name or None
-            elif kind == "history":
-                row: dict[str, float] = {}
-                for item in rec.history.item:
-                    key = item.key or ".".join(item.nested_key)
-                    try:
-                        v = _value(json.loads(item.value_json))
-                    except (ValueError, RecursionError):  # not a number: a media object, or nested past reading
-                        v = None
-                    if v is not None:
-                        row[key] = v
-                step = row.pop("_step", float(rec.history.step.num))
-                steps.setdefault(step, {}).update(row)
-        old = by_id.setdefault(run_id, (name or run_id, {}))  # a resumed run: one more file, the same id
-        for step, row in steps.items():
-            old[1].setdefault(step, {}).update(row)
-    names = [n for n, _ in by_id.values()]
-    return {(n if names.count(n) == 1 else f"{n} ({i})"): s for i, (n, s) in by_id.items()}
-
-
-def read_wandb_csv(p: Path) -> Runs:
-    from ablate.curves import _number, _read_csv
-
-    if p.is_dir():
-        raise _wrong(p, "wandb-csv", "a folder")
-    columns, rows = _read_csv(p)
-    kind = _csv_kind(columns)
-    if kind is None:
-        raise _wrong(p, "wandb-csv", "its header has neither `Step` and `<run> - <metric>` columns nor "
-                                     "run, metric, step, value")
-    col = {c.strip().lower(): c for c in columns}
-    runs: Runs = {}
-    if kind == "wide":
-        step_col = col.get("step") or col["_step"]
-        series = [(c, *c.rsplit(" - ", 1)) for c in columns
-                  if " - " in c and not c.endswith(("__MIN", "__MAX"))]
-        for ln, r in rows:
-            step = _number(f"{p} line {ln}", step_col, r.get(step_col))
-            if math.isnan(step):
-                continue
-            for c, run, metric in series:
-                v = _number(f"{p} line {ln}", c, r.get(c))  # an empty cell: not logged at this step (NaN)
-                if not math.isnan(v):
-                    _put(runs, run.strip(), step, metric.strip(), v)
-        return runs
-    run_col, metric_col = col.get("run") or col["name"], col.get("metric") or col["key"]
-    step_col, value_col = col.get("step") or col["_step"], col["value"]
-    for ln, r in rows:
-        where = f"{p} line {ln}"
-        step, v = _number(where, step_col, r.get(step_col)), _number(where, value_col, r.get(value_col))
-        if math.isnan(step) or math.isnan(v):
-            continue
-        run, metric = (r.get(run_col) or "").strip(), (r.get(metric_col) or "").strip()
-        if not (run and metric):
-            raise UserError(f"{where}: no value in column '{run_col if not run else metric_col}'; fill it in, or "
-                            "drop the row")
-        _put(runs, run, step, metric, v)
-    return runs
-
-
-def read_trl(p: Path) -> Runs:
-    state = _trainer_state(p) if p.is_dir() else p
-    if state is None:
-        raise _wrong(p, "trl", "no trainer_state.json in it or in a checkpoint-*/ folder")
-    try:
-        doc = json.loads(state.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise UserError(f"{state}: not UTF-8 text; is it a trainer_state.json?") from None
-    except ValueError as e:
-        raise _wrong(state, "trl", f"not valid JSON: {str(e).split(':')[0]}") from None
-    except RecursionError:
-        raise _wrong(state, "trl", "JSON nested too deeply") from None
-    history = doc.get("log_history") if isinstance(doc, dict) else None
-    if not isinstance(history, list):
-        raise _wrong(state, "trl", "no log_history list")
-    out = state.parent.parent if re.fullmatch(r"checkpoint-\d+", state.parent.name) else state.parent
-    name, runs = _label(out), {_label(out): {}}
-    for entry in history:
-        step = _step(entry.get("step")) if isinstance(entry, dict) else None
-        if step is None:
-            continue
-        for k, v in entry.items():
-            if k != "step" and (fv := _value(v)) is not None:
-                _put(runs, name, step, k, fv)
-    return runs
-
-
-def read_verl(p: Path) -> Runs:
-    if p.is_dir():
-        raise _wrong(p, "verl", "a folder")
-    name, runs = p.stem, {p.stem: {}}
-    with open(p, "rb") as f:
-        head = f.read(1 << 12).lstrip()
-    if head.startswith(b"{"):  # the file logger's JSONL
-        for ln, rec in store.jsonl_rows(p):
-            data, step = rec.get("data"), _step(rec.get("step"))
-            if not isinstance(data, dict) or step is None:
-                raise _wrong(p, "verl", f"line {ln} is not {{\"step\": N, \"data\": {{...}}}}")
-            for k, v in data.items():
-                if (fv := _value(v)) is not None:
-                    _put(runs, name, step, k, fv)
-        return runs
-    try:
-        text = p.read_bytes().decode("utf-8-sig", errors="replace")
-    except OSError as e:
-        raise UserError(f"{p}: can't read the file ({e.strerror or e})") from None
-    matched = False
-    for line in text.splitlines():
-        m = _CONSOLE.search(line)
-        if not m:
-            continue
-        matched = True
-        for pair in m.group(2).split(" - "):
-            k, _, v = pair.rpartition(":")
-            num = _NUMBER.match(v.strip())
-            try:
-                fv = float(num.group(1)) if num and k.strip() else None
-            except ValueError:
-                fv = None
-            if fv is not None:
-                digits = m.group(1)  # int() refuses 4,300 digits or more: past MAX_STEP anyway
-                _put(runs, name, int(digits) if len(digits) <= 20 else math.inf, k.strip(), fv)
-    if not matched:
-        raise _wrong(p, "verl", "no line like `step:N - metric:value`")
-    return runs
-
-
-READERS = {"tensorboard": read_tensorboard, "wandb": read_wandb, "wandb-csv": read_wandb_csv, "trl": read_trl,
-           "verl": read_verl}
 
 
 # ---- runs -> curves -----------------------------------------------------------------------------------------
@@ -452,7 +149,7 @@ def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[
                             "or drop those entries")
         xs: list[float] = []
         ys: list[float] = []
-        def at(step: float, key: str) -> float | None:  # a logged metric, or a column made from the step
+        def at(step: float, key: str, steps: dict = steps) -> float | None:  # a metric, or a column made from steps
             return step if key == "step" else step * per_step[key] if key in per_step else steps[step].get(key)
 
         for step in sorted(steps):
@@ -500,5 +197,9 @@ def load(path: Path | str, fmt: str = "auto", *, x: str = "gpu_hours", y: str = 
         raise UserError(f"--format {fmt}: not a log format; valid: {', '.join(FOREIGN)}")
     if not p.exists():
         raise UserError(f"{p}: no such file")
-    return to_curves(READERS[fmt](p), p, x=x, y=y, per_step=per_step, fmt=fmt)
+    try:
+        runs = READERS[fmt](p)
+    except WrongFormat as e:
+        raise _wrong(e.path, e.fmt, e.why) from None
+    return to_curves(runs, p, x=x, y=y, per_step=per_step, fmt=fmt)
 

@@ -19,15 +19,8 @@ sweep directory, or below the run directory for one made with `ablate train --ou
 in one line instead of writing (or copying a private file) elsewhere. Directories are made as ablate.store says:
 a run directory ablate makes on its own is owner-only, and what it makes inside one takes its permissions.
 
-run.json `status` is one of RUN_STATES:
-    pending    submitted, not started          running    a process is training it
-    done       reached train.max_steps          diverged   stopped by a divergence check (`reason` says which)
-    failed     crashed or was killed (`cause`, `error`: class, message, last traceback lines)
-    preempted  stopped by a signal after a checkpoint; re-running the sweep resumes it
-    pruned     stopped by `ablate sweep --prune`: its verdict was settled (`reason` says why); keeps its files and
-               checkpoint, `ablate sweep --resume-pruned` continues it
-    unstable   stopped by `ablate sweep --prune` as broken (truncation, a collapsed pass rate; `reason`); resumable
-               the same way
+run.json `status` is one of ablate.states.RUN_JSON (docs/run-directory.md says what each means); what a reader sees
+of it is `ablate.runinfo.RunInfo`.
 
 `<run>/stop.json` is a stop request ({"state": "pruned" | "unstable", "reason"}) the prune monitor writes and the
 run's job reads: the run checkpoints at its next step boundary and ends in that state.
@@ -36,19 +29,20 @@ run's job reads: the run checkpoints at its next step boundary and ends in that 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import socket
 import time
-import traceback
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from ablate import store
+from ablate import locks, store
 from ablate.errors import UserError
 from ablate.identity import check_name
+from ablate.runinfo import RunInfo, error_record
+from ablate.states import FINISHED, RUN_JSON, STOPPED, RunState
 
 # The metric names, documented in one place: what every trainer writes to metrics.jsonl and every reader reads.
 METRICS: dict[str, str] = {
@@ -73,15 +67,14 @@ REQUIRED_METRICS = ("step", "gpu_hours", "flops", "samples", "val_pass_rate")
 COMPUTE_AXES = ("gpu_hours", "flops", "samples", "step")
 TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
 
-RUN_STATES = ("pending", "running", "done", "failed", "preempted", "diverged", "pruned", "unstable")
-STOPPED = ("pruned", "unstable")
-"""States `ablate sweep --prune` ends runs in (resumable with --resume-pruned)."""
-FINISHED = ("done", "diverged")
-"""A run's own verdict on its end. Only the run itself moves run.json out of it: a process training the directory
-again (its writer: `ablate train` on it resumes it from its last checkpoint). No one else does (a job killed after
-writing it, a launcher or runner that then finds the job gone, a job that crashes on its way out, a late signal);
-`ablate sweep --force` re-runs it in a fresh directory, archiving this one first."""
-TRACEBACK_LINES = 15
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """What `<run>/stop.json` asks: end the run in `state` (pruned or unstable), for `reason`."""
+
+    state: RunState
+    reason: str
 
 
 class DirectoryGone(UserError):
@@ -98,91 +91,11 @@ def run_path(root: Path | str, sweep: str, run_id: str) -> Path:
     return sweep_dir(root, sweep) / "runs" / check_name(run_id, "run id")
 
 
-def error_record(exc: BaseException, lines: int = TRACEBACK_LINES) -> dict[str, Any]:
-    """What run.json and the ledger keep of an exception: class, message, the last traceback lines."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()[-lines:]
-    return {"class": type(exc).__name__, "message": str(exc), "traceback": tb}
-
-
-def no_space(exc: BaseException) -> bool:
-    """True when `exc` (or an exception it chains) is a full disk."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def cause_of(exc: BaseException) -> str:
-    """The `cause` recorded for a crash: oom, no_space or exception (or the `cause` an exception carries, as a
-    data-parallel run's RankFailed does: `killed` for a rank that died of a signal)."""
-    if isinstance(getattr(exc, "cause", None), str):
-        return exc.cause  # type: ignore[attr-defined]
-    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
-        return "oom"
-    return "no_space" if no_space(exc) else "exception"
-
-
-@dataclass
-class RunInfo:
-    """The reader's view of run.json. Every field tolerates a missing or ill-typed value (it reads as unknown)."""
-
-    run_id: str
-    arm_id: str | None = None
-    label: str = ""
-    sweep: str | None = None
-    overrides: list[str] = field(default_factory=list)
-    baseline: bool = False
-    status: str = "unknown"
-    cause: str | None = None
-    error: dict[str, Any] | None = None
-    reason: str | None = None
-    step: int | None = None
-    max_steps: int | None = None
-    val_pass_rate: float | None = None
-    truncation_warning: bool = False
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def arm(self) -> str:
-        """The label without its `seed=...` part: the arm's name in `rank`."""
-        return ",".join(p for p in self.label.split(",") if not p.startswith("seed=")) or "base"
-
-    def why(self) -> str:
-        """One line on why the run ended as it did, e.g. `failed (killed): local job 123 ended ...`."""
-        head = self.status + (f" ({self.cause})" if self.cause and self.cause != self.status else "")
-        detail = self.reason
-        if self.error:
-            detail = self.error.get("message") or (self.error.get("traceback") or [None])[-1] or self.error.get("class")
-        if not detail:
-            return head
-        first = str(detail).strip().splitlines()[0] if str(detail).strip() else ""
-        return f"{head}: {first[:160]}" if first else head
-
-    @classmethod
-    def from_json(cls, data: Any, default_id: str) -> "RunInfo":
-        d = data if isinstance(data, dict) else {}
-
-        def get(key: str, kind: type | tuple, default: Any = None) -> Any:
-            v = d.get(key)
-            return v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else default
-
-        err = get("error", dict)
-        return cls(run_id=get("run_id", str, default_id), arm_id=get("arm_id", str), label=get("label", str, ""),
-                   sweep=get("sweep", str), overrides=[str(o) for o in get("overrides", list, [])],
-                   baseline=get("baseline", bool, False), status=get("status", str, "unknown"),
-                   cause=get("cause", str), error=err, reason=get("reason", str), step=get("step", int),
-                   max_steps=get("max_steps", int), val_pass_rate=get("val_pass_rate", (int, float)),
-                   truncation_warning=get("truncation_warning", bool, False), raw=d)
-
-
 class RunDir:
     """One run directory. Paths, the run.json transitions, metrics.jsonl, and the writer lock."""
 
     def __init__(self, path: Path | str, top: Path | str | None = None) -> None:
-        self._lock: store.Lock | None = None  # held by writer()
+        self._lock: locks.Lock | None = None  # held by writer()
         self.path = Path(path)
         self.top = Path(top) if top is not None else self.path
         """No component of a file's path below `top` may be a link: the sweep directory (`of`), else the run's."""
@@ -190,7 +103,7 @@ class RunDir:
         self._tb: Any = None
 
     @classmethod
-    def of(cls, root: Path | str, sweep: str, run_id: str) -> "RunDir":
+    def of(cls, root: Path | str, sweep: str, run_id: str) -> RunDir:
         return cls(run_path(root, sweep, run_id), top=sweep_dir(root, sweep))
 
     def __repr__(self) -> str:
@@ -220,7 +133,7 @@ class RunDir:
 
     # ---- stop requests (the prune monitor asks, the run's job obeys) ----
 
-    def request_stop(self, state: str, reason: str, **facts: Any) -> None:
+    def request_stop(self, state: RunState, reason: str, **facts: Any) -> None:
         """Ask the run to stop at its next step boundary and end in `state` (pruned | unstable)."""
         if state not in STOPPED:
             raise ValueError(f"a stop request ends a run pruned or unstable, not {state!r}")
@@ -228,15 +141,15 @@ class RunDir:
         record = {"state": state, "reason": reason, "t": round(time.time(), 3), **facts}
         store.write_json(self.at(self.stop_path), record)
 
-    def stop_request(self) -> dict[str, Any] | None:
+    def stop_request(self) -> StopRequest | None:
         """The pending stop request, or None (a damaged file reads as none)."""
         try:
             d = store.read_json(self.at(self.stop_path))
         except (OSError, ValueError, RecursionError):
             return None
-        if not isinstance(d, dict) or d.get("state") not in STOPPED:
+        if not isinstance(d, dict) or not isinstance(d.get("state"), str) or d["state"] not in STOPPED:
             return None
-        return {"state": d["state"], "reason": str(d.get("reason") or "stopped by the prune monitor")}
+        return StopRequest(RunState(d["state"]), str(d.get("reason") or "stopped by the prune monitor"))
 
     def clear_stop_request(self) -> None:
         self.at(self.stop_path).unlink(missing_ok=True)
@@ -261,15 +174,19 @@ class RunDir:
 
     def _update(self, **fields: Any) -> bool:
         """Write `fields` into run.json; False (nothing written) for a state change out of a FINISHED run by
-        anyone but the directory's writer (see FINISHED).
+        anyone but the directory's writer.
 
-        Every transition comes through here, so no caller can unfinish a run, whatever it believes about the
-        run's process. The writers that could race here cannot: a launcher records a death only once the job's
+        A FINISHED state is the run's own verdict on its end: only a process training the directory again (its
+        writer: `ablate train` on it resumes it from its last checkpoint) moves run.json out of it; not a job killed
+        after writing it, a launcher or runner that then finds the job gone, a job that crashes on its way out, nor a
+        late signal. `ablate sweep --force` re-runs it in a fresh directory, archiving this one first. Every
+        transition comes through here, so no caller can unfinish a run, whatever it believes about the run's
+        process. The writers that could race here cannot: a launcher records a death only once the job's
         process is gone, and one process at a time trains into a directory (`writer`)."""
         self.guard()
         status = fields.get("status")
-        if status is not None and status not in RUN_STATES:
-            raise ValueError(f"run.json status {status!r} is not one of {RUN_STATES}")
+        if status is not None and status not in RUN_JSON:
+            raise ValueError(f"run.json status {status!r} is not one of {[str(s) for s in RunState if s in RUN_JSON]}")
         if status is not None and self._lock is None:
             now = self.info().status
             if now in FINISHED and status != now:
@@ -283,7 +200,7 @@ class RunDir:
         """The launcher handed the run to an executor: pending, with who it is (error and cause cleared). False
         for a FINISHED run (nothing written): its job then finds it finished and records that instead of running."""
         return self._update(run_id=run_id, arm_id=arm_id, label=label, sweep=sweep, overrides=overrides,
-                            baseline=baseline, status="pending", executor=executor, batch=batch, job_id=None,
+                            baseline=baseline, status=RunState.PENDING, executor=executor, batch=batch, job_id=None,
                             submitted_at=time.time(), error=None, cause=None, reason=None)
 
     def job(self, **facts: Any) -> None:
@@ -293,18 +210,18 @@ class RunDir:
     def started(self, **facts: Any) -> bool:
         """A process started training it (facts: pid, device, params, resumed_from, ...). False for a FINISHED run
         unless this process holds the writer lock (a job's launcher side claims no finished run)."""
-        return self._update(status="running", started_at=time.time(), host=socket.gethostname(), error=None,
+        return self._update(status=RunState.RUNNING, started_at=time.time(), host=socket.gethostname(), error=None,
                             cause=None, reason=None, **facts)
 
     def progress(self, **facts: Any) -> None:
         """An evaluation was written (step, val_pass_rate, r0, samples, gpu_hours) or a warning raised."""
         self._update(**facts)
 
-    def ended(self, status: str, *, reason: str | None = None, **facts: Any) -> bool:
+    def ended(self, status: RunState, *, reason: str | None = None, **facts: Any) -> bool:
         """The run stopped: done, diverged, preempted (a signal; resumable), or pruned / unstable (stopped by the
         prune monitor; resumable). False (nothing written) for another state than a FINISHED run's own, unless this
         process holds the writer lock."""
-        if status not in ("done", "diverged", "preempted", *STOPPED):
+        if status not in FINISHED | STOPPED | {RunState.PREEMPTED}:
             raise ValueError(f"ended() takes done, diverged, preempted, pruned or unstable, not {status!r}")
         return self._update(status=status, reason=reason, ended_at=time.time(), **facts)
 
@@ -312,11 +229,12 @@ class RunDir:
         """The run crashed or was killed. `error` is the exception, or a message when none was caught. False
         (nothing written) for a FINISHED run, unless this process holds the writer lock: whatever died after the
         run's end, its results are complete."""
+        err: dict[str, Any] | None = None
         if isinstance(error, BaseException):
             err = error_record(error)
-        else:
-            err = {"class": None, "message": error, "traceback": []} if error else None
-        return self._update(status="failed", cause=cause, error=err, ended_at=time.time(), **facts)
+        elif error:
+            err = {"class": None, "message": error, "traceback": []}
+        return self._update(status=RunState.FAILED, cause=cause, error=err, ended_at=time.time(), **facts)
 
     def try_failed(self, cause: str, error: BaseException | str | None, **facts: Any) -> bool:
         """`failed`, but never raising for an I/O error (the disk may be full): True when run.json was written
@@ -328,7 +246,7 @@ class RunDir:
 
     # ---- a data-parallel run's rank failure reports: logs/rank-<r>.failed.json ----
 
-    def write_rank_report(self, rank: int, exc: BaseException, status: str = "failed") -> None:
+    def write_rank_report(self, rank: int, exc: BaseException, status: RunState = RunState.FAILED) -> None:
         """Before a rank exits on an error (or a divergence it found alone), say so: rank, status, the error's
         class, message and traceback, when, where. Written before the process closes its sockets, so a peer that
         sees the broken collective finds it. A failed write is dropped: the rank's log still has the error."""
@@ -379,7 +297,8 @@ class RunDir:
                 if i == len(raw):
                     continue  # the torn tail of a crash mid-append
                 what = "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not valid JSON"
-                raise UserError(f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that line") from None
+                raise UserError(f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that "
+                                "line") from None
             if not isinstance(rec, dict):
                 raise UserError(f"{self.metrics_path}:{i}: expected a JSON object per line, got {type(rec).__name__}")
             out.append((i, rec))
@@ -455,7 +374,7 @@ class RunDir:
         The holder's pid is kept in `.writer` beside the lock so the error can name it.
         """
         self._make()  # a linked run directory (or one under a link) is refused here, before the lock
-        with store.dir_lock(self.path, blocking=False) as lock:
+        with locks.dir_lock(self.path, blocking=False) as lock:
             if not lock.locked:
                 try:
                     with store.safe_open(self.path / ".writer", "r") as f:

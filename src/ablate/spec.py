@@ -37,6 +37,6 @@ class RunSpec:
                 "overrides": list(self.overrides), "config": self.config.to_dict(), "baseline": self.baseline}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RunSpec":
+    def from_json(cls, d: dict[str, Any]) -> RunSpec:
         return cls(sweep=d["sweep"], label=d["label"], run_id=d["run_id"], arm_id=d["arm_id"],
                    overrides=tuple(d["overrides"]), config=validate(d["config"]), baseline=bool(d["baseline"]))

@@ -4,32 +4,32 @@ while the sweep runs. Also the progress bar of `ablate sweep --follow` and `wait
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
-
-from rich.table import Table
-from rich.text import Span, Text
+from typing import Any
 
 from ablate import store
 from ablate.launch.liveness import current_states
-from ablate.ledger import TERMINAL, Ledger
-from ablate.prune import saved
+from ablate.ledger import Ledger
 from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir
+from ablate.states import STOPPED, TERMINAL, RunState
 from ablate.text import safe
 
-ENDED = TERMINAL  # states a run does not leave by itself
+COUNTED = (RunState.DONE, RunState.DIVERGED, RunState.RUNNING, RunState.REQUEUED, RunState.PENDING, RunState.FAILED,
+           RunState.PREEMPTED, RunState.LOST, RunState.PRUNED, RunState.UNSTABLE)
+"""The states `ablate status` shows a run in, in the order its JSON summary counts them."""
 
 
 @dataclass
 class RunStatus:
     run_id: str
     label: str
-    state: str
-    """pending (submitting/queued), running, requeued, done, diverged, failed, preempted, pruned, unstable"""
+    state: RunState
+    """One of COUNTED: the ledger's submitting and queued show as pending, a run it holds no current submission of
+    as lost."""
     cause: str | None
     job_id: str | None
     executor: str
@@ -54,7 +54,7 @@ class RunStatus:
 
     @property
     def ended(self) -> bool:
-        return self.state in ENDED
+        return self.state in TERMINAL
 
 
 def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
@@ -68,16 +68,18 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
     for rid, r in recs.items():
         v = verdicts.get(rid)
         state, cause, error = (v.state, v.cause, v.error) if v else (r.state, r.cause, r.error)
-        if state in ("new",):
-            state = "lost"  # its submitter died before handing it over; `ablate sweep` resubmits it
-        elif state in ("submitting", "queued"):
-            state = "pending"
+        if state == RunState.NEW:
+            state = RunState.LOST  # its submitter died before handing it over; `ablate sweep` resubmits it
+        elif state in (RunState.SUBMITTING, RunState.QUEUED):
+            state = RunState.PENDING
         m = RunDir.of(root, name, rid).last_metrics() or {}
         trunc = store.finite_number(m.get("truncation_rate"))
         out.append(RunStatus(
-            run_id=rid, label=r.label, state=state, cause=cause, job_id=r.job_id, executor=r.executor,
+            run_id=rid, label=r.label, state=RunState(state), cause=cause, job_id=r.job_id, executor=r.executor,
             step=_step(m.get("step")), max_steps=_step(r.max_steps),
-            val_pass_rate=store.finite_number(m.get("val_pass_rate")), gpu_hours=store.finite_number(m.get("gpu_hours")), truncation_rate=trunc,
+            val_pass_rate=store.finite_number(m.get("val_pass_rate")),
+            gpu_hours=store.finite_number(m.get("gpu_hours")),
+            truncation_rate=trunc,
             truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
             attempts=r.attempts, requeues=r.requeues, error=error, log=r.log, reason=r.reason))
     return out
@@ -116,83 +118,33 @@ def list_sweeps(root: Path | str) -> list[str]:
 
 def summary(statuses: Sequence[RunStatus]) -> dict[str, Any]:
     counts = Counter(s.state for s in statuses)
-    return {"runs": len(statuses), **{k: counts.get(k, 0) for k in
-            ("done", "diverged", "running", "requeued", "pending", "failed", "preempted", "lost", "pruned",
-             "unstable")},
+    return {"runs": len(statuses), **{str(k): counts.get(k, 0) for k in COUNTED},
             "gpu_hours": round(sum(s.gpu_hours or 0.0 for s in statuses), 4),
             "truncation_warnings": sum(s.truncation_warning for s in statuses),
-            "pruning": saved(statuses)}
+            "pruning": pruning_saved(statuses)}
 
 
-def summary_line(name: str, statuses: Sequence[RunStatus]) -> str:
-    s = summary(statuses)
-    parts = [f"{s[k]} {k}" for k in ("done", "running", "pending", "requeued", "failed", "preempted", "diverged",
-                                       "pruned", "unstable", "lost") if s[k] or k in ("done", "running", "failed")]
-    warn = f", {s['truncation_warnings']} truncation warnings" if s["truncation_warnings"] else ""
-    p = s["pruning"]
-    kept = (f"; pruning saved {p['gpu_hours_saved']:.3g} of {p['gpu_hours_full']:.3g} GPU-hours ({p['share']:.0%}) "
-            "against running every run to its max_steps") if p else ""
-    return f"{name}: {s['runs']} runs: " + ", ".join(parts) + f"; {s['gpu_hours']:.3g} GPU-hours{warn}{kept}"
+def pruning_saved(statuses: Sequence[RunStatus]) -> dict[str, float] | None:
+    """Compute the pruned and unstable runs did not spend, against running every run to its max_steps (GPU-hours,
+    each stopped run's spend per step times the steps it had left), or None when nothing was stopped. In that
+    total, running runs count at their max_steps too, runs that failed or diverged at what they spent, and runs not
+    started yet at the median run's cost."""
+    stopped = [s for s in statuses if s.state in STOPPED]
+    if not stopped:
+        return None
 
+    def at_end(s: RunStatus) -> float:
+        g = s.gpu_hours or 0.0
+        if s.state in (RunState.FAILED, RunState.DIVERGED):
+            return g
+        return g * s.max_steps / s.step if s.step and s.max_steps and s.step < s.max_steps else g
 
-STYLE = {"done": "green", "running": "cyan", "pending": "dim", "requeued": "yellow", "failed": "red",
-         "preempted": "yellow", "diverged": "magenta", "lost": "red", "pruned": "blue", "unstable": "magenta"}
-
-
-COLUMNS = (("label", "left"), ("run", "left"), ("state", "left"), ("job", "left"), ("step", "right"),
-           ("pass rate", "right"), ("GPU-h", "right"), ("trunc", "right"))
-# rich's Table costs ~1.2 ms a row (cell measuring); above this many runs we align the columns ourselves
-# (same columns and colours, 10x faster) so that `ablate status` on 1,000 runs stays under a second.
-FAST_TABLE_ROWS = 200
-
-
-def _cells(s: RunStatus) -> list[tuple[str, str | None]]:
-    """One row as (text, style) per column; what the ledger says (label, run id, job id, cause) shown as text
-    (text.safe: an escape sequence in a label is printed, not obeyed)."""
-    state = s.state + (f"({s.cause})" if s.cause and s.state in ("failed", "preempted") and s.cause != "preempted" else "")
-    step = "" if s.step is None else (f"{s.step}/{s.max_steps} ({s.progress:.0%})" if s.max_steps else str(s.step))
-    trunc = "" if s.truncation_rate is None else f"{s.truncation_rate:.0%}" + (" !" if s.truncation_warning else "")
-    return [(safe(s.label), None), (safe(s.run_id), None), (safe(state), STYLE.get(s.state)),
-            (safe(s.job_id or ""), None), (step, None),
-            ("" if s.val_pass_rate is None else f"{s.val_pass_rate:.3f}", None),
-            ("" if s.gpu_hours is None else f"{s.gpu_hours:.3g}", None),
-            (trunc, "red" if s.truncation_warning else None)]
-
-
-def status_table(name: str, statuses: Iterable[RunStatus]) -> Any:
-    """A rich renderable with one row per run: a Table, or aligned styled text for very large sweeps."""
-    rows = [_cells(s) for s in statuses]
-    if len(rows) > FAST_TABLE_ROWS:
-        return _fast_table(name, rows)
-    t = Table(title=Text(f"sweep {safe(name)}"), title_justify="left")
-    for col, justify in COLUMNS:
-        t.add_column(col, no_wrap=True, justify=justify)  # type: ignore[arg-type]
-    for row in rows:
-        t.add_row(*(Text(text, style=style or "") for text, style in row))
-    return t
-
-
-def _fast_table(name: str, rows: list[list[tuple[str, str | None]]]) -> Text:
-    widths = [max([len(col)] + [len(r[j][0]) for r in rows]) for j, (col, _) in enumerate(COLUMNS)]
-
-    def pad(text: str, j: int) -> str:
-        return text.rjust(widths[j]) if COLUMNS[j][1] == "right" else text.ljust(widths[j])
-
-    parts = [f"sweep {safe(name)}\n", "  ".join(pad(col, j) for j, (col, _) in enumerate(COLUMNS)) + "\n"]
-    spans = [Span(0, len(parts[0]) - 1, "italic"), Span(len(parts[0]), len(parts[0]) + len(parts[1]) - 1, "bold")]
-    pos = len(parts[0]) + len(parts[1])
-    for row in rows:
-        for j, (text, style) in enumerate(row):
-            cell = pad(text, j)
-            if style:
-                spans.append(Span(pos, pos + len(cell), style))
-            sep = "  " if j < len(row) - 1 else "\n"
-            parts.append(cell + sep)
-            pos += len(cell) + len(sep)
-    out = Text("".join(parts), spans=spans)
-    out.no_wrap = True
-    out.overflow = "ignore"
-    return out
+    started = [at_end(s) for s in statuses if s.step]
+    typical = float(sorted(started)[len(started) // 2]) if started else 0.0
+    full = sum(at_end(s) if s.step else typical for s in statuses)
+    kept = sum(at_end(s) - (s.gpu_hours or 0.0) for s in stopped)
+    return {"runs": len(stopped), "gpu_hours_saved": kept, "gpu_hours_full": full,
+            "share": kept / full if full > 0 else 0.0}
 
 
 def status_json(name: str, statuses: Sequence[RunStatus]) -> dict[str, Any]:
@@ -223,13 +175,14 @@ def _follow(root: Path | str, name: str, want: set[str], interval: float, timeou
             sts = [s for s in sweep_status(root, name) if s.run_id in want]
             ended = sum(s.ended for s in sts)
             c = Counter(s.state for s in sts)
-            bar.update(task, completed=ended, description=f"{name} " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
+            counts = " ".join(f"{k}={v}" for k, v in sorted(c.items()))
+            bar.update(task, completed=ended, description=f"{name} {counts}")
             if ended >= len(want) or (timeout is not None and time.monotonic() - t0 > timeout):
                 return sts
             time.sleep(interval)
 
 
-def wait_for(root: Path | str, name: str, run_ids: Sequence[str], *, states: Sequence[str] = ENDED,
+def wait_for(root: Path | str, name: str, run_ids: Sequence[str], *, states: Collection[str] = TERMINAL,
              timeout: float = 60.0, interval: float = 0.3) -> dict[str, RunStatus]:
     """Poll until each run in `run_ids` is in one of `states` (tests, bench); raises TimeoutError."""
     deadline = time.monotonic() + timeout
@@ -243,56 +196,4 @@ def wait_for(root: Path | str, name: str, run_ids: Sequence[str], *, states: Seq
         time.sleep(interval)
 
 
-__all__ = ["RunStatus", "sweep_status", "status_table", "status_json", "summary_line", "follow_runs", "wait_for",
-           "list_sweeps"]
-
-
-def show_status(root: Path | str, sweep: str | None, *, watch: bool = False, interval: float = 5.0,
-                as_json: bool = False) -> None:
-    """The `ablate status` command: one table (or JSON object) per sweep, refreshed with `watch`."""
-    from rich.console import Console, Group
-    from rich.live import Live
-
-    names = [sweep] if sweep else list_sweeps(root)
-    if not names:
-        from ablate.errors import UserError
-
-        raise UserError(f"no sweeps under {root}/; run `ablate sweep RECIPE` first (or pass --root)")
-
-    def collect() -> list[tuple[str, list[RunStatus]]]:
-        return [(n, sweep_status(root, n)) for n in names]
-
-    if as_json:
-        data = [status_json(n, s) for n, s in collect()]
-        print(json.dumps(data[0] if sweep else {"sweeps": data}, indent=2, default=str))
-        return
-
-    def render(data: list[tuple[str, list[RunStatus]]]) -> Group:
-        parts: list[Any] = []
-        for n, sts in data:
-            parts += [status_table(n, sts), Text(safe(summary_line(n, sts)))]
-            for s in sts:
-                if s.state == "failed" and s.error:
-                    last = (str(s.error).strip().splitlines() or [""])[-1]
-                    parts.append(Text(safe(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}"),
-                                      style="red"))
-                elif s.state in ("pruned", "unstable") and s.reason:
-                    parts.append(Text(safe(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}"),
-                                      style=STYLE[s.state]))
-        return Group(*parts)
-
-    console = Console()
-    if not console.is_terminal:  # piped or redirected: do not squeeze the table into 80 columns
-        console = Console(width=max(console.width, 160))
-    data = collect()
-    if not watch:
-        console.print(render(data))
-        return
-    try:
-        with Live(render(data), console=console, refresh_per_second=4) as live:
-            while not all(s.ended for _, sts in data for s in sts):
-                time.sleep(interval)
-                data = collect()
-                live.update(render(data))
-    except KeyboardInterrupt:
-        pass
+__all__ = ["RunStatus", "follow_runs", "list_sweeps", "status_json", "sweep_status", "wait_for"]

@@ -1,4 +1,4 @@
-"""Crash-safe file primitives: atomic whole-file writes, JSONL appends, and locks that survive a deleted lock file.
+"""Crash-safe file primitives: atomic whole-file writes, JSONL appends, and opens that follow no link.
 
 Every writer here is crash-safe: whole files are replaced atomically (write to a temp file, fsync, rename), and
 JSONL appends write one complete line per call, so a reader sees either the old or the new state, at worst a torn
@@ -8,10 +8,11 @@ Threat model: a sweep directory is safe when only its owner can write it. So the
 owner-only (0700), or 0750 when group read is asked for (`dir_mode`); a directory made inside one takes its
 permissions (`make_dirs`), never writable by group or others, and a file is never more open than its folder
 (`file_mode`: 0600, or 0640). What other code makes there (submitit, Hugging Face, TensorBoard) is held to the
-same by the process umask while a sweep is launched or run (`sweep_umask`). Launching refuses a directory someone else could change (`check_owned_dir`), loading code or cache
-refuses a file that is not private (`private_problem`), and no file is opened through a symbolic link: every open
-here goes through `open_fd` (O_NOFOLLOW), and `check_no_links` refuses a link among the components below a sweep
-or run directory, so a link planted in a sweep can neither redirect a write nor copy a private file into the sweep.
+same by the process umask while a sweep is launched or run (`sweep_umask`). Launching refuses a directory someone
+else could change, and loading code or cache a file that is not private (ablate.ownership); no file is opened
+through a symbolic link: every open here goes through `open_fd` (O_NOFOLLOW), and `check_no_links` refuses a link
+among the components below a sweep or run directory, so a link planted in a sweep can neither redirect a write nor
+copy a private file into the sweep. Locks are ablate.locks.
 
 What the files mean (run directories, metric names, the ledger) is documented in `ablate.rundir` and
 `ablate.ledger`; this module knows bytes, not meanings.
@@ -21,16 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import math
 import os
 import stat
 import tempfile
-import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
+from ablate import ownership
 from ablate.errors import UserError
 
 
@@ -146,10 +147,10 @@ def open_to_group(top: Path | str, *, below: bool = True) -> None:
     if os.stat(top).st_mode & 0o050 == 0o050:
         return
     if not below:
-        os.chmod(top, (os.stat(top).st_mode & 0o7777 & ~0o022) | 0o050)
+        os.chmod(top, (os.stat(top).st_mode & 0o7777 & ~0o022) | 0o050)  # noqa: S103 (--group-read: g+rx asked for)
         return
     for dirpath, _, files in os.walk(top):  # os.walk does not follow links
-        os.chmod(dirpath, (os.lstat(dirpath).st_mode & 0o7777 & ~0o022) | 0o050)
+        os.chmod(dirpath, (os.lstat(dirpath).st_mode & 0o7777 & ~0o022) | 0o050)  # noqa: S103 (as above)
         for name in files:
             st = os.lstat(os.path.join(dirpath, name))
             if stat.S_ISREG(st.st_mode):
@@ -179,106 +180,12 @@ def sweep_umask(group_read: bool) -> Iterator[None]:
         os.umask(old)
 
 
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"user {pwd.getpwuid(uid).pw_name}"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-def _writers(mode: int) -> str:
-    return {0o020: "its group", 0o002: "all users", 0o022: "its group and all users"}[mode & 0o022]
-
-
-def _private_group(gid: int) -> bool:
-    """Whether group `gid` is this user's own: the user's primary group, named after the user, with no other
-    members (a "user private group", as Debian, Ubuntu and Red Hat make every account, where umask 002 and so
-    group-writable folders are the norm): its write bit lets no one else in."""
-    try:
-        import grp
-        import pwd
-
-        me, group = pwd.getpwuid(os.getuid()), grp.getgrgid(gid)
-    except (ImportError, KeyError):
-        return False
-    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
-
-
-def _others_write(st: os.stat_result, bits: int = 0o022) -> int:
-    """The write bits among `bits` of a file or folder that let someone other than this user write it (the
-    group's bit does not when the group is the user's private group)."""
-    w = st.st_mode & bits
-    if w & 0o020 and _private_group(st.st_gid):
-        w &= ~0o020
-    return w
-
-
-def _foreign(path: Path | str, st: os.stat_result) -> str | None:
-    """Why someone other than this user can change what is in `path`, or None."""
-    if st.st_uid != os.getuid():
-        return f"{path} belongs to {_owner(st.st_uid)}, not to you"
-    if _others_write(st):
-        return f"{path} can be written by {_writers(_others_write(st))} (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
-    """Refuse (UserError), before anything is written, to launch into directory `path` when someone else could
-    change what is in it, and so plant a file ablate later loads (a job's pickle, a runner's queue) or link one
-    of its files elsewhere: `path` (when it exists) must belong to this user and not be writable by group (unless
-    the group is the user's private one) or others. With `chain`, the folder it is in (or will be made in) must not let others replace it: not writable
-    by group or others unless sticky (as /tmp is), and no folder above it writable by all users unless sticky."""
-    path = Path(path)
-    where = path
-    while not os.path.lexists(where) and where != where.parent:
-        where = where.parent
-    if where == path:
-        st = os.stat(path)  # a sweep directory may be a link its owner made (to scratch space): judge its target
-        if not stat.S_ISDIR(st.st_mode):
-            raise UserError(f"{path} is not a directory; give a directory for the sweep or run")
-        why = _foreign(path, st)
-        if why:
-            fix = (f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "use a directory of your own")
-            raise UserError(f"{why}, so others could plant files ablate loads: {fix} (--root / --out)")
-        where = path.parent
-    if not chain:
-        return
-    for i, p in enumerate((where, *where.parents)):
-        st = os.stat(p)
-        open_bits = _others_write(st, 0o022 if i == 0 else 0o002)
-        if open_bits and not st.st_mode & stat.S_ISVTX:
-            raise UserError(f"{p} can be written by {_writers(open_bits)} and has no sticky bit, so "
-                            f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
-                            "directory of your own (--root / --out)")
-
-
-def private_problem(path: Path | str) -> str | None:
-    """Why `path`, a file ablate would load code or cached results from, is not private to this user, or None:
-    it must not be a symbolic link, and it and its folder must belong to this user and not be writable by group
-    or others. Used for the local runner's queue (it names the job function) and the caches in `cache_dir`."""
-    path = Path(path)
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            return f"{path} is a symbolic link"
-        return _foreign(path.parent, os.stat(path.parent)) or _foreign(path, st)
-    except OSError as e:
-        return f"{path}: {e.strerror or e}"
-
-
-def private_ok(path: Path | str) -> bool:
-    """Whether `path` is private to this user (see `private_problem`)."""
-    return private_problem(path) is None
-
-
 def private_cache(name: str) -> Path:
     """`cache_dir()/name`, made owner-only if missing; a UserError when it (or the cache) is not private to this
     user: warm-up checkpoints and composed configs are loaded from it, so no one else may write there."""
     make_dirs(cache_dir(), DIR_MODE)
     folder = make_dirs(cache_dir() / name, DIR_MODE)
-    why = private_problem(folder)
+    why = ownership.private_problem(folder)
     if why:
         raise UserError(f"the cache {folder} is not private ({why}), and ablate loads weights from it: fix it "
                         "(`chmod go-w`, or remove it) or set ABLATE_CACHE to a folder of your own")
@@ -423,7 +330,8 @@ def jsonl_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise UserError(f"{path}:{lineno}: not valid JSON ({str(e).split(':')[0]}); fix or delete that "
                                 "line") from None
             except RecursionError:
-                raise UserError(f"{path}:{lineno}: JSON nested too deeply; one flat object per line is expected") from None
+                raise UserError(f"{path}:{lineno}: JSON nested too deeply; one flat object per line is "
+                                "expected") from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
             yield lineno, row
@@ -442,76 +350,3 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-# ---------------------------------------------------------------------------------------------- locks
-
-
-class Lock:
-    """An exclusive `flock` on a directory, held while `locked` is True (see `dir_lock`)."""
-
-    def __init__(self, locked: bool, fd: int | None = None) -> None:
-        self.locked = locked
-        self.fd = fd
-
-    def still_at(self, directory: Path | str) -> bool:
-        """Whether `directory` is still the directory this lock holds (not removed, renamed or replaced)."""
-        return self.fd is not None and _same_file(self.fd, Path(directory))
-
-
-@contextlib.contextmanager
-def dir_lock(directory: Path | str, *, timeout: float | None = None, blocking: bool = True) -> Iterator[Lock]:
-    """Exclusive lock on `directory` itself (an flock on the directory's own descriptor), released by the kernel
-    when the holder dies.
-
-    Locking the directory, not a lock file inside it, means no file can be deleted from under a holder: deleting
-    a lock file used to let a second process in. After the flock the path is checked to still be the directory
-    that was locked (it may have been renamed or replaced meanwhile), and the lock is taken again if not.
-
-    `blocking=False` tries once; `timeout` gives up after that many seconds. Either way the caller learns from
-    `Lock.locked` whether it holds the lock (used from signal handlers, where the interrupted code may itself hold
-    it: a second flock would deadlock).
-    """
-    directory = Path(directory)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        make_dirs(directory)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        got = _flock(fd, blocking=blocking and deadline is None, deadline=deadline)
-        if got and _same_file(fd, directory):
-            break
-        if got:  # replaced while we waited: lock the directory that is there now
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-            continue
-        os.close(fd)
-        fd = None
-        break
-    try:
-        yield Lock(locked=fd is not None, fd=fd)
-    finally:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
-def _flock(fd: int, *, blocking: bool, deadline: float | None) -> bool:
-    if blocking:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return True
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if deadline is None or time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        a, b = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -24,24 +24,21 @@ are collected and raised as one `ConfigErrors`, one line each. Run and arm ids c
 from __future__ import annotations
 
 import itertools
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ablate import config as schema
-from ablate.compose import (ComposeError, Composer, check_runs, hydra_context, load_yaml, override_key,
-                            parse_overrides, sweep_size, sweep_values, value_text)
-from ablate.config import ConfigErrors, RunConfig, closest
+from ablate.composer import ComposeError, Composer, hydra_context
+from ablate.config import ConfigErrors, RunConfig
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical_value, check_name, run_id
+from ablate.overrides import check_runs, override_key, parse_overrides, sweep_size, sweep_values, value_text
+from ablate.resources import find_recipe
 from ablate.spec import RunSpec
+from ablate.sweep_file import SweepSpec, read_sweep
 from ablate.text import safe
-
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
-"""The shipped recipes (a source checkout / editable install)."""
-
-SWEEP_KEYS = ("base", "baseline", "seeds", "grid", "runs", "overrides")
 
 
 @dataclass
@@ -68,167 +65,25 @@ class Sweep:
         return list(dict.fromkeys(r.arm_label for r in self.runs))
 
 
-_PLAIN = re.compile(r"[\w./:+-]+")
-
-
-def _yaml_value_text(v: Any) -> str:
-    """A value read from a sweep file's YAML as Hydra override text (strings quoted unless plain)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ",".join(_yaml_value_text(x) for x in v) + "]"
-    if isinstance(v, str) and _PLAIN.fullmatch(v):
-        return v
-    if isinstance(v, str):
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    raise UserError(f"grid value {v!r}: use a number, a string, a boolean, null or a list of those")
-
-
-def _grid_strings(grid: Any, where: str) -> list[str]:
-    """A sweep file's `grid` as Hydra sweep strings: {key: [values]} or ["key=a,b", ...]."""
-    if grid is None:
-        return []
-    if isinstance(grid, dict):
-        out = []
-        for k, vals in grid.items():
-            vals = vals if isinstance(vals, list) else [vals]
-            if not vals:
-                raise UserError(f"{where}: grid axis {k!r} has no values")
-            out.append(f"{k}={','.join(_yaml_value_text(v) for v in vals)}")
-        return out
-    if isinstance(grid, list) and all(isinstance(g, str) for g in grid):
-        return list(grid)
-    raise UserError(f"{where}: `grid` must be a mapping {{key: [values]}} or a list of 'key=a,b' strings")
-
-
-def _runs(runs: Any, where: str) -> list[tuple[str | None, list[str]]]:
-    """A sweep file's `runs` as (label or None, overrides)."""
-    if runs is None or runs == []:
-        return []
-    if not isinstance(runs, list):
-        raise UserError(f"{where}: `runs` must be a list of override lists or {{label, overrides}} mappings")
-    out: list[tuple[str | None, list[str]]] = []
-    for i, r in enumerate(runs):
-        if isinstance(r, list) and all(isinstance(x, str) for x in r):
-            out.append((None, list(r)))
-        elif isinstance(r, dict) and set(r) <= {"label", "overrides"} and isinstance(r.get("overrides", []), list):
-            label = r.get("label")
-            if label is not None and (not isinstance(label, str) or not re.fullmatch(r"[\w.=:+-]+", label)):
-                raise UserError(f"{where}: runs[{i}].label {label!r}: use letters, digits and . _ - = : + (no commas)")
-            out.append((label, [str(x) for x in r.get("overrides", [])]))
-        else:
-            raise UserError(f"{where}: runs[{i}] must be a list of overrides or {{label: name, overrides: [...]}}, got {r!r}")
-    return out
-
-
-def _seeds(values: Any, where: str) -> list[int]:
-    vals = values if isinstance(values, list) else [values]
-    bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= schema.SEED_MAX]
-    if bad or not vals:
-        raise UserError(f"{where}: seeds must be integers in [0, {schema.SEED_MAX}], got {values!r}; "
-                        "e.g. seeds: [0, 1] or seed=0,1,2")
-    if len(set(vals)) != len(vals):
-        raise UserError(f"{where}: repeated seed in {values!r}")
-    return list(vals)
-
-
 def _differs(cfg: dict[str, Any], base: dict[str, Any], key: str) -> bool:
     """Whether the run's value at `key` differs from the base's (a group choice: whether the option does)."""
     if key in schema.sections() and "name" in base.get(key, {}):
         key += ".name"
-    a, b = cfg, base
+    a: Any = cfg
+    b: Any = base
     for part in key.split("."):
         a = a.get(part) if isinstance(a, dict) else None
         b = b.get(part) if isinstance(b, dict) else None
     return canonical_value(a) != canonical_value(b)
 
 
-@dataclass
-class _Spec:
-    """A sweep file with the command line folded in, before composition."""
-
-    recipes_dir: Path
-    base: str
-    seeds: list[int]
-    baseline: str | None
-    axes: dict[str, Any]                       # grid key -> Hydra Override (a sweep or a single value)
-    runs: list[tuple[str | None, list[str]]]   # explicit arms: (label, overrides)
-    const_file: list[tuple[str, str]]          # (override, key) from the file's `overrides`
-    const_cli: list[tuple[str, str]]           # (override, key) from the command line
-    cli: bool                                  # the command line changed anything
-
-
-def _read_sweep(path: Path, overrides: Sequence[str]) -> _Spec:
-    """Parse a sweep file (or a recipe, as a one-arm sweep) and fold the command-line overrides into it."""
-    data = load_yaml(path)
-    where = str(path)
-    if "defaults" in data:  # a recipe: one arm, its own seed
-        data = {"base": path.stem, "seeds": [data.get("seed", 0)]}
-    elif not data:
-        raise UserError(f"{where}: an empty sweep file; name its base recipe and the axes to vary "
-                        "(e.g. `base: base` and `grid: {{loss: [grpo, dapo]}}`; see recipes/loss.yaml)")
-    unknown = [k for k in data if k not in SWEEP_KEYS]
-    if unknown:
-        k = unknown[0]
-        raise UserError(f"{where}: unknown sweep key {k!r}{closest(str(k), SWEEP_KEYS)}; sweep keys: {', '.join(SWEEP_KEYS)}")
-    base = data.get("base", "base")
-    # `base: base` names a recipe beside the sweep file; `base: ../recipes/base.yaml` a recipe elsewhere
-    base_path = path.parent / (base if str(base).endswith(".yaml") else f"{base}.yaml")
-    if not isinstance(base, str) or not base_path.is_file():
-        raise UserError(f"{where}: base recipe {base!r} not found as {base_path}")
-    seeds = _seeds(data.get("seeds", [0]), where)
-    const_file = data.get("overrides") or []
-    if not isinstance(const_file, list):
-        raise UserError(f"{where}: `overrides` must be a list of 'key=value' strings")
-    const_file = [str(x) for x in const_file]
-    parsed = parse_overrides(const_file, f"{where} overrides")
-    for o in parsed:
-        if o.is_sweep_override():
-            raise UserError(f"{where}: overrides: {o.input_line!r} is a sweep; put it under `grid`")
-    runs = _runs(data.get("runs"), where) or [(None, [])]
-    for _, ovs in runs:
-        for o in parse_overrides(ovs, f"{where} runs"):
-            if o.is_sweep_override():
-                raise UserError(f"{where}: runs: {o.input_line!r} is a sweep; an explicit run takes single values")
-
-    # grid axes: the file's, then the command line's sweep values replace or extend them
-    axes: dict[str, Any] = {}
-    for o in parse_overrides(_grid_strings(data.get("grid"), where), f"{where} grid"):
-        if override_key(o) == "seed":
-            raise UserError(f"{where}: grid axis 'seed': seeds are their own axis; use `seeds: [...]`")
-        if o.is_sweep_override():
-            sweep_size(o)  # an interval or glob, an empty range: one line naming the axis
-        axes[override_key(o)] = o
-    const_cli: list[tuple[str, str]] = []
-    for o in parse_overrides(list(overrides), "command line"):
-        k = override_key(o)
-        if o.is_sweep_override():  # only sweeps that expand to a list of runs (a,b / range / choice), counted
-            check_runs(sweep_size(o), o.input_line)
-        if k == "seed":
-            seeds = _seeds(list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()],
-                           f"command line {o.input_line!r}")
-        elif o.is_sweep_override() or k in axes:
-            axes[k] = o
-        else:
-            const_cli.append((o.input_line, k))
-    return _Spec(recipes_dir=base_path.parent, base=base_path.stem, seeds=seeds, baseline=data.get("baseline"),
-                 axes=axes, runs=runs, const_file=[(c, override_key(o)) for c, o in zip(const_file, parsed)],
-                 const_cli=const_cli, cli=bool(overrides))
-
-
-def _compose_arms(spec: _Spec, hc: Composer) -> tuple[list[tuple[str, list[str], RunConfig]], list[tuple[str, str]], list[str]]:
+def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[str], RunConfig]], list[str], list[str]]:
     """Compose and validate every arm: ([(label, overrides, config)], [(arm, error)], notes)."""
     axes = [[f"{o.get_key_element()}={v}" for v in (sweep_values(o) if o.is_sweep_override() else [value_text(o)])]
             for o in spec.axes.values()]
     combos = [list(c) for c in itertools.product(*axes)]
     const_keys = {k: c for c, k in spec.const_file + spec.const_cli}
-    arms: list[tuple[str, list[str], dict]] = []
+    arms: list[tuple[str, list[str], RunConfig]] = []
     errors: list[tuple[str, str]] = []
     skipped: dict[str, list[str]] = {}  # constant key -> arms whose options lack it
     applied: dict[str, list[str]] = {}
@@ -278,11 +133,12 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     """Expand and validate every run of a sweep file (or of a recipe, as a one-arm sweep); launches nothing.
 
     Raises UserError for a malformed file or override, ConfigErrors listing every invalid run (one line each).
+    The path resolves in the user's folder first, then among ablate's packaged recipes (ablate.resources).
     """
-    path = Path(path)
+    path, _ = find_recipe(path)
     where = str(path)
     name = check_name(path.stem, f"{where}: sweep name", "results go to <root>/<sweep name>/; rename the file")
-    spec = _read_sweep(path, overrides)
+    spec = read_sweep(path, overrides)
     n_arms = len(spec.runs)
     for o in spec.axes.values():
         n_arms *= sweep_size(o) if o.is_sweep_override() else 1
@@ -306,7 +162,8 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     for arm, _, cfg in arms:
         aid = arm_id(cfg)
         if aid in ids:
-            raise UserError(f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); drop one")
+            raise UserError(f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); "
+                            "drop one")
         ids[aid] = arm
 
     baseline = spec.baseline
@@ -377,8 +234,8 @@ def plan_table(sweep: Sweep):
     if sweep.constants:
         caption.append("every run: " + " ".join(map(safe, sweep.constants)))
     caption += [f"note: {safe(n)}" for n in sweep.notes]
-    table = Table(title=Text(f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = {_n(len(sweep.runs), 'run')} "
-                             f"(base recipe: {sweep.base})"),
+    table = Table(title=Text(f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = "
+                             f"{_n(len(sweep.runs), 'run')} (base recipe: {sweep.base})"),
                   caption=Text("\n".join(caption)), caption_justify="left")
     table.add_column("label", no_wrap=True)
     table.add_column("run id", no_wrap=True)

@@ -1,10 +1,8 @@
 """Untrusted text shown as text: run names, W&B display names, grid values, labels and notes read from files.
 
-Any of these can hold bytes a terminal obeys: ESC sequences (`\\x1b[2J` clears the screen, OSC 8 makes links,
-some terminals answer queries into the input), a carriage return that overwrites the line, bidi overrides
-(U+202E) that show `a.py` for `yp.a`, or a newline that splits one error line in two. `safe` writes each such
-character out as a visible escape (`\\x1b`, `\\r`, `\\u202e`), so what is printed, put in an error line or a
-figure's label is exactly what the file holds, and nothing else. (Rich markup is a separate matter: report.esc.)
+Any of these can hold characters a terminal obeys (escape sequences, a carriage return, bidi overrides, a newline
+that splits one error line in two); `safe` writes each as a visible escape. Why: docs/security.md ("text that takes
+over your terminal"). Rich markup is a separate matter: ablate.render.terminal.esc.
 """
 
 from __future__ import annotations

@@ -4,13 +4,22 @@ One table, read three ways: `ablate show --trainers` prints it, docs/trainers.md
 the same), and `trl_refusals` turns its "no" rows into one line per option of a config that TRL cannot run, naming
 the option and the trainer that supports it. Kept free of heavy imports: validation runs on every config.
 
-How the supported options map onto TRL's `GRPOConfig` is in train/trl_backend.py (`grpo_config`); a test checks it
-field by field.
+How the supported options map onto TRL's `GRPOConfig` is in train/trl_config.py (`grpo_config`); a test checks it
+field by field. `TRAINERS` names the class behind each `trainer.name`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from ablate.registry import Registry
+
+TRAINERS: Registry[Any] = Registry("trainer")
+"""`trainer.name` -> the trainer class (a train.session.Trainer, built over a RunSession, with a static
+`preflight(cfg)`). Lazy entries: choosing a trainer imports its code (torch, and TRL for `trl`) only then."""
+TRAINERS.add_lazy("ablate", "ablate.train.builtin:BuiltinTrainer")
+TRAINERS.add_lazy("trl", "ablate.train.trl_backend:TRLTrainer")
 
 TRL_VERSION = "1.16.0"
 """The TRL release the mapping is written against (the `trl` extra pins it)."""
@@ -60,7 +69,8 @@ SUPPORT: list[Row] = [
 # The refusals: (is the option set?, the line that names it and the way out)
 _REFUSE: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
     (lambda c: c["aggregation"]["name"] == "prompt",
-     "aggregation=prompt: TRL has no prompt-level loss averaging; use aggregation=token (or sample), or trainer=ablate"),
+     "aggregation=prompt: TRL has no prompt-level loss averaging; use aggregation=token (or sample), or "
+     "trainer=ablate"),
     (lambda c: c["loss"]["name"] == "cispo" and c["aggregation"]["name"] == "sample",
      "loss=cispo with aggregation=sample: TRL's CISPO averages tokens over the step; use aggregation=token, or "
      "trainer=ablate"),

@@ -1,46 +1,64 @@
-"""The checks behind `config.validate`: types, ranges and rules from the schema's field metadata, then the
-combinations of keys no single field can judge. Every problem is collected (one line each, naming the key and the
-fix) before `ConfigErrors` is raised, so a sweep reports all its mistakes at once.
+"""The generic checks behind `config.validate`: types and rules (choices, ge/gt/le/lt) from a dataclass schema's
+field metadata. Every problem is collected (one line each, naming the key and the fix) so that a sweep reports all
+its mistakes at once; the rules across keys are the caller's (ablate.combinations for the run config).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
+import functools
 import math
+import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from ablate.config import INT_MAX, OPTION_PARAMS, OPTIONAL_OPTION_PARAMS, ConfigErrors, RunConfig, _hints, closest
+INT_MAX = 2**62  # any integer field: far beyond any sane value, within every library's int64
 
 
-def validate_config(data: Any) -> RunConfig:
-    """Check a resolved config against the schema and return it as a `RunConfig`, completed with the defaults.
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """typing.get_type_hints, cached: the schema is fixed and every validation walks it."""
+    return typing.get_type_hints(cls)
 
-    `data`: plain containers or an OmegaConf config. Raises ConfigErrors listing every problem (unknown keys,
-    wrong types, out-of-range values, impossible combinations), one line each, each naming the key(s) and the fix.
-    """
-    if isinstance(data, RunConfig):
-        return data
+
+def schema_field(default: Any = None, doc: str = "", *, factory: Any = None, **rules: Any) -> Any:
+    """A dataclass field whose metadata holds its doc line and the rules this module checks (choices, ge, gt, le, lt)
+    and whether ablate.identity hashes it (hash)."""
+    meta = {"doc": doc, **rules}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def closest(name: str, candidates: list[str] | tuple[str, ...]) -> str:
+    """` (did you mean 'x'?)` for the closest candidate, or '' when none is close."""
+    hit = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {hit[0]!r}?)" if hit else ""
+
+
+def check_config(cls: type, data: Any, combinations: Callable[[dict[str, Any]], list[str]]) -> tuple[Any, list[str]]:
+    """`data` (plain containers or an OmegaConf config) checked against the dataclass `cls`, completed with its
+    defaults: (the instance, []) when it is valid, else (None, every problem). `combinations` judges the checked
+    fields as a whole (rules no single field can), returning its problems."""
     if OmegaConf.is_config(data):
         data = OmegaConf.to_container(data, resolve=True)
-    errors: list[str] = []
     if not isinstance(data, dict):
-        raise ConfigErrors([f"a run config must be a mapping of sections, got {type(data).__name__}"])
-    cfg = _check_section(RunConfig, data, "", errors)
-    try:
-        errors.extend(_check_combinations(cfg))
-    except (KeyError, TypeError, AttributeError):  # a field the combinations read is invalid: already reported
-        pass
-    if errors:
-        raise ConfigErrors(errors)
-    return _build(RunConfig, cfg)
+        return None, [f"a run config must be a mapping of sections, got {type(data).__name__}"]
+    errors: list[str] = []
+    checked = _check_section(cls, data, "", errors)
+    with contextlib.suppress(KeyError, TypeError, AttributeError):  # a field they read is invalid: reported above
+        errors.extend(combinations(checked))
+    return (None, errors) if errors else (_build(cls, checked), [])
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
     """The dataclass instance of a checked section (nested sections built first)."""
-    hints = _hints(cls)
+    hints = type_hints(cls)
     kw = {k: _build(hints[k], v) if dataclasses.is_dataclass(hints[k]) else v for k, v in data.items()}
     return cls(**kw)
 
@@ -51,11 +69,12 @@ def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict
     if not isinstance(data, dict):
         errors.append(f"{where}: expected a mapping of {cls.__name__} fields, got {data!r}")
         return {}
-    hints = _hints(cls)
+    hints = type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in fields:
-            errors.append(f"{prefix}{key}: unknown key{closest(str(key), list(fields))}; valid keys in {where}: {', '.join(fields)}")
+            errors.append(f"{prefix}{key}: unknown key{closest(str(key), list(fields))}; valid keys in {where}: "
+                          f"{', '.join(fields)}")
     out: dict[str, Any] = {}
     for name, f in fields.items():
         key = prefix + name
@@ -83,13 +102,13 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _coerce(value: Any, tp: Any) -> Any:
-    """`value` as type `tp` (int, float, str, bool, Optional[...], Tuple[x, ...]); TypeError when it is not one.
+    """`value` as type `tp` (int, float, str, bool, X | None, tuple[x, ...]); TypeError when it is not one.
 
     Strict on purpose (no "5" -> 5): Hydra overrides and YAML already give typed values, so a string where a
     number belongs is a mistake to report. The one widening is int -> float, so that eps_max=5 means 5.0.
     """
     args = typing.get_args(tp)
-    if typing.get_origin(tp) is typing.Union:
+    if _is_union(tp):
         if value is None and type(None) in args:
             return None
         for a in args:
@@ -115,15 +134,19 @@ def _coerce(value: Any, tp: Any) -> Any:
                 return float(value)
             except OverflowError:  # an integer too large for a float
                 raise TypeError from None
-    elif tp is str:
-        if isinstance(value, str):
-            return value
+    elif tp is str and isinstance(value, str):
+        return value
     raise TypeError
+
+
+def _is_union(tp: Any) -> bool:
+    """`X | None` (PEP 604) as well as `Optional[X]` / `Union[...]`: the schema may write either."""
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
 def _type_name(tp: Any) -> str:
     args = typing.get_args(tp)
-    if typing.get_origin(tp) is typing.Union and type(None) in args:
+    if _is_union(tp) and type(None) in args:
         return " or ".join(_type_name(a) for a in args if a is not type(None)) + " or null"
     if typing.get_origin(tp) is tuple:
         return f"a list of {_type_name(args[0])}" if args else "a list"
@@ -149,68 +172,3 @@ def _check_rules(value: Any, meta: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
         return f"must be at most {INT_MAX:.2e} in size, got {_short(value)}"
     return None
-
-
-def _check_combinations(cfg: dict[str, Any]) -> list[str]:
-    """Impossible combinations across keys; each message names both keys and a fix."""
-    errs: list[str] = []
-    for section, table in OPTION_PARAMS.items():
-        name = cfg[section]["name"]
-        own = table[name] + OPTIONAL_OPTION_PARAMS.get(section, {}).get(name, ())
-        for param in sorted({p for ps in table.values() for p in ps} | set(own)):
-            value = cfg[section].get(param)
-            if param in table[name] and value is None:
-                errs.append(f"{section}.{param}: required by {section}={name}; set it (see recipes/{section}/{name}.yaml)")
-            elif param not in own and value is not None:
-                users = [o for o, ps in table.items() if param in ps]
-                errs.append(f"{section}.{param}: not a parameter of {section}={name} (it belongs to {section}={'|'.join(users)}); "
-                            f"drop it or pick {section}={users[0]}")
-    loss, length = cfg["loss"], cfg["length"]
-    if loss["name"] == "gspo" and cfg["aggregation"]["name"] == "token":
-        errs.append("loss=gspo with aggregation=token: GSPO's importance ratio is per sequence, so pooling tokens "
-                    "re-weights sequences by length; use aggregation=sample or aggregation=prompt")
-    if length["name"] == "penalty" and None not in (length["l_max"], length["l_cache"]):
-        if length["l_cache"] > length["l_max"]:
-            errs.append(f"length.l_cache ({length['l_cache']}) > length.l_max ({length['l_max']}): the soft zone "
-                        "cannot be wider than the limit; set length.l_cache <= length.l_max")
-        if length["l_max"] > length["max_new_tokens"]:
-            errs.append(f"length.l_max ({length['l_max']}) > length.max_new_tokens ({length['max_new_tokens']}): "
-                        "completions are cut before the penalty reaches -1; set length.l_max <= length.max_new_tokens")
-    if length["name"] == "interrupt" and None not in (length["think_budget_min"], length["think_budget_max"]):
-        if length["think_budget_min"] > length["think_budget_max"]:
-            errs.append(f"length.think_budget_min ({length['think_budget_min']}) > length.think_budget_max "
-                        f"({length['think_budget_max']}): the budget window is empty; swap them")
-        if length["think_budget_max"] >= length["max_new_tokens"]:
-            errs.append(f"length.think_budget_max ({length['think_budget_max']}) >= length.max_new_tokens "
-                        f"({length['max_new_tokens']}): no room left for the answer after the phrase; "
-                        "lower the budget or raise length.max_new_tokens")
-    if cfg["model"]["name"] == "hf" and not cfg["model"]["path"]:
-        errs.append("model=hf needs model.path: set model.path=/local/hf/model/folder (nothing is downloaded)")
-    if cfg["task"]["name"] == "jsonl" and not cfg["task"]["path"]:
-        errs.append("task=jsonl needs task.path: set task.path=/path/to/problems.jsonl")
-    if cfg["model"]["name"] == "tiny" and None in (cfg["model"][k] for k in ("n_layers", "hidden", "n_heads", "mlp")):
-        errs.append("model=tiny needs model.n_layers, model.hidden, model.n_heads and model.mlp (see recipes/model/tiny.yaml)")
-    elif cfg["model"]["name"] == "tiny" and cfg["model"]["hidden"] % cfg["model"]["n_heads"]:
-        errs.append(f"model.hidden ({cfg['model']['hidden']}) is not divisible by model.n_heads ({cfg['model']['n_heads']}); "
-                    "pick sizes with hidden % n_heads == 0")
-    res = cfg["resources"]
-    world = res["nproc"] * res["nodes"]
-    if cfg["train"]["sharding"] == "fsdp" and world == 1:
-        errs.append("train.sharding=fsdp shards the policy over data-parallel ranks: set resources.nproc (or nodes) "
-                    "above 1, or use train.sharding=ddp")
-    off = cfg["offpolicy"]
-    if (world > 1 and off["name"] == "pipeline" and off.get("generator") == "thread"
-            and cfg["filtering"]["no_positive_resampling"]):
-        errs.append(f"offpolicy.generator=thread with {world} ranks and filtering.no_positive_resampling: each rank's "
-                    "generator thread would draw from the shared prompt pool at its own moment, so the ranks would "
-                    "train on different prompts; use offpolicy.generator=inline (or auto)")
-    if world > 1 and cfg["batch"]["prompts"] < world:
-        errs.append(f"batch.prompts ({cfg['batch']['prompts']}) < resources.nproc x resources.nodes ({world}): every "
-                    "rank needs at least one prompt group per step; use fewer ranks or more prompts")
-    if cfg["trainer"]["name"] == "trl":
-        from ablate.trainers import trl_refusals
-
-        errs += trl_refusals(cfg)
-    if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
-        errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
-    return errs

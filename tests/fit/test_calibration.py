@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.fit.calibrate import BOUNDARY, EFFECTS, NOISES, SHAPES, Shape, run_cell
-from ablate.fit.verdicts import MinEffect
+from ablate.fit.spread import MinEffect
 
 TRIALS = 40
 N_BOOT = 200

@@ -2,6 +2,7 @@
 `ablate rank`'s table read in one glance (two lines a row at 120 columns), its shared notes, --explain and
 --min-effect."""
 
+import itertools
 import json
 
 import pytest
@@ -71,10 +72,13 @@ GOOD_ROWS = "".join(f"{x},{0.3 + 0.3 * x / (x + 1000):.4f}\n" for x in [0, 100, 
     [
         (None, [], "no such file"),
         ("gpu_hours,acc\n" + GOOD_ROWS, [], "no column 'val_pass_rate'; columns are: gpu_hours, acc"),
-        ("gpu_hours,val_pass_rate\n0,0.3\n100,nan\n200,0.4\n300,inf\n400,0.5\n", [], "NaN or infinite values in 'val_pass_rate' at line(s) 3, 5"),
-        ("gpu_hours,val_pass_rate\n0,30\n100,35\n200,40\n300,45\n400,50\n", [], "outside [0, 1] at line(s) 2, 3, 4, 5, 6 (percentages? divide by 100)"),
+        ("gpu_hours,val_pass_rate\n0,0.3\n100,nan\n200,0.4\n300,inf\n400,0.5\n", [],
+         "NaN or infinite values in 'val_pass_rate' at line(s) 3, 5"),
+        ("gpu_hours,val_pass_rate\n0,30\n100,35\n200,40\n300,45\n400,50\n", [],
+         "outside [0, 1] at line(s) 2, 3, 4, 5, 6 (percentages? divide by 100)"),
         ("gpu_hours,val_pass_rate\n0,0.3\n100,0.35\n200,0.4\n", [], "need at least 4 for 3 parameters"),
-        ("gpu_hours,val_pass_rate\n0,0.3\n100,0.35\n300,0.4\n200,0.45\n400,0.5\n", [], "line 5: compute 'gpu_hours' does not increase in run 'bad' (200 after 300)"),
+        ("gpu_hours,val_pass_rate\n0,0.3\n100,0.35\n300,0.4\n200,0.45\n400,0.5\n", [],
+         "line 5: compute 'gpu_hours' does not increase in run 'bad' (200 after 300)"),
         ("gpu_hours,val_pass_rate\n" + GOOD_ROWS, ["--fit-from", "5000"], "no points in the fit window [5000, end]"),
         ("gpu_hours,val_pass_rate\n" + GOOD_ROWS, ["--fit-from", "500", "--fit-until", "400"], "the window is empty"),
         ("gpu_hours,val_pass_rate\n0,0.3\n100,abc\n", [], "'abc' in column 'val_pass_rate' is not a number"),
@@ -100,7 +104,7 @@ def test_bad_option_value():
 def test_cmid_interval_is_shown_as_its_bounds():
     """C_mid's interval is skewed and can span decades: the tables print its bounds, never a symmetric ±, and a
     small bound keeps its digits and a large one stays short."""
-    from ablate.report import fmt_range
+    from ablate.render.numbers import fmt_range
 
     assert fmt_range(2.5, (0.0012, 40_000.0)) == "2.5 [0.0012, 40k]"
     assert fmt_range(97_084.0, (5_665.0, 450_031.0)) == "97.1k [5.67k, 450k]"
@@ -155,7 +159,7 @@ def row_heights(table, width=120):
     header = lines[next(i for i, s in enumerate(lines) if s.startswith("┏")) + 1]
     r0 = [c.strip() for c in header.split("┃")].index("R0")
     starts = [i for i, line in enumerate(body) if line.split("│")[r0].strip()] + [len(body)]
-    return [b - a for a, b in zip(starts, starts[1:])]
+    return [b - a for a, b in itertools.pairwise(starts)]
 
 
 def ranked(paths):
@@ -180,7 +184,7 @@ def test_every_rank_row_fits_two_lines_at_120_columns(loss_sweeps, which):
     """The 4-arm one-seed and 3-seed loss sweeps, and two sweeps read together (arms named by their path suffix,
     `a/sweeps/loss:loss=grpo`; one seed an arm in one, three in the other, so the table has a seeds column): no
     row takes more than two lines, and the why cell holds the effect, not the notes every row shares."""
-    from ablate.report import rank_table
+    from ablate.render.rank import rank_table
 
     paths = [loss_sweeps["a"], loss_sweeps["b"]] if which == "two inputs" else [loss_sweeps[which]]
     ranking = ranked(paths)
@@ -190,14 +194,14 @@ def test_every_rank_row_fits_two_lines_at_120_columns(loss_sweeps, which):
     assert all(len(part) <= 27 for a in ranking.arms for part in a.effect.split("; ")), [a.effect for a in ranking.arms]
     if which == "one":
         assert {a.verdict for a in ranking.arms} <= {"baseline", "inconclusive", "not_identified"}
-        assert any(n.startswith("needs seeds") for n in ranking.notes)
+        assert any(n.text.startswith("needs seeds") for n in ranking.notes)
     if which == "two inputs":
         assert any(a.arm.startswith("a/sweeps/loss:") for a in ranking.arms), [a.arm for a in ranking.arms]
 
 
 def test_the_longest_verdicts_and_effects_still_fit_two_lines(loss_sweeps):
     """Every verdict the table can show, with its mark, against the longest effect text: still two lines a row."""
-    from ablate.report import rank_table, verdict_cell
+    from ablate.render.rank import rank_table, verdict_cell
 
     ranking = ranked([loss_sweeps["a"], loss_sweeps["b"]])
     worst = [("inconclusive", "unclear", {"seeds": None}), ("inconclusive", "unclear", {"seeds": 24}),
@@ -247,10 +251,41 @@ def test_a_bad_min_effect_is_one_line(loss_sweeps, flag, value, expected):
 def test_the_rank_tables_numbers_stand_over_their_intervals():
     """Two lines a number: the value over ± its half-interval, C_mid over its bounds in two significant digits
     (never e-notation: 999.6 is 1k, 99.96 is 100)."""
-    from ablate.report import _stacked
+    from ablate.render.numbers import stacked
 
-    assert _stacked(0.661, (0.656, 0.666)) == "0.661\n±0.005"
-    assert _stacked(1.91, (1.77, 2.05), 2) == "1.91\n±0.14"
-    assert _stacked(35_300.0, (20_400.0, 61_000.0), skewed=True) == "35.3k\n[20k, 61k]"
-    assert _stacked(2_000.0, (99.96, 999.6), skewed=True) == "2k\n[100, 1k]"
-    assert _stacked(0.5, None) == "0.500" and _stacked(None, None, skewed=True) == "—"
+    assert stacked(0.661, (0.656, 0.666)) == "0.661\n±0.005"
+    assert stacked(1.91, (1.77, 2.05), 2) == "1.91\n±0.14"
+    assert stacked(35_300.0, (20_400.0, 61_000.0), skewed=True) == "35.3k\n[20k, 61k]"
+    assert stacked(2_000.0, (99.96, 999.6), skewed=True) == "2k\n[100, 1k]"
+    assert stacked(0.5, None) == "0.500" and stacked(None, None, skewed=True) == "—"
+
+
+def test_rank_says_at_which_target_a_prune_monitor_settled_the_stopped_arms(loss_sweeps):
+    """An arm the monitor stopped was settled at the --to its monitor ranked at (prune/decisions.jsonl): ranked at
+    another target, rank says so with the command that reads the verdicts there; at that target it says nothing."""
+    import io
+    import shutil
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from ablate.analyses import Inputs, settled_elsewhere
+    from ablate.render.rank import print_rank
+
+    sweep = loss_sweeps["three"]
+    ranking = ranked([sweep])
+    inputs = Inputs([sweep], [], [], ranking.x, None)
+    (sweep / "prune").mkdir()
+    try:
+        (sweep / "prune" / "decisions.jsonl").write_text(json.dumps({"x": ranking.x, "target": 256000.0}) + "\n")
+        assert settled_elsewhere(ranking, inputs) is None  # no arm was stopped
+        ranking.arms[-1].stopped = ["pruned"]
+        settled = settled_elsewhere(ranking, inputs)
+        assert settled == (sweep, 256000.0)
+        out = io.StringIO()
+        print_rank(Console(file=out, width=400), ranking, [sweep], window=False, explain=False, settled=settled)
+        assert (f"pruned: the stopped arms of {sweep} were settled on their verdicts at --to 256000 (--x {ranking.x}), "
+                f"not at 512000; to read those: `ablate rank {sweep} --x {ranking.x} --to 256000`") in out.getvalue()
+        assert settled_elsewhere(replace(ranking, target=256000.0), inputs) is None  # ranked where they were settled
+    finally:
+        shutil.rmtree(sweep / "prune")

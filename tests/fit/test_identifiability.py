@@ -25,7 +25,7 @@ def contains(ci, v) -> bool:
 def assert_honest(f, c_points):
     """Not identified, and every interval holds the truth: A's opens up to 1, B's and C_mid's to the search box."""
     assert not f.identifiable and f.status == "not_identified", (f.status, f.notes)
-    assert any("no points on the rise" in n or "rise inside the window" in n for n in f.notes), f.notes
+    assert any("no points on the rise" in n.text or "rise inside the window" in n.text for n in f.notes), f.notes
     assert f.B_ci == B_BOUNDS, f.B_ci
     assert f.C_mid_ci[0] <= float(c_points.min()) / 100 and f.C_mid_ci[1] >= float(c_points.max()) * 100, f.C_mid_ci
     for name, ci, v in (("A", f.A_ci, TRUE["a"]), ("B", f.B_ci, TRUE["b"]), ("C_mid", f.C_mid_ci, TRUE["c_mid"])):

@@ -7,22 +7,23 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
+from ablate import curves as curves_mod
 from ablate import store
 from ablate.cli import app
 from ablate.compose import compose_run
-from ablate import curves as curves_mod
 from ablate.curves import curves_from_sweep, load_inputs, write_csv
 from ablate.fit.analysis import FitOptions, group_arms
 from ablate.fit.compare import rank
 from ablate.fit.curve import Curve
 from ablate.fit.synthetic import synthetic_curve
 from ablate.identity import arm_id, canonical, run_id
+from ablate.resources import RECIPES_DIR
 from ablate.rundir import RunDir
 from ablate.sweep import load_sweep
 from jobs import one_error
-from sweep_writer import write_sweep
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +91,7 @@ def test_one_input_given_twice_is_refused(tmp_path, monkeypatch):
 
 def write_configured_sweep(root: Path, overrides: list[str], *, first_seed: int = 0, a: float = 0.61) -> Path:
     """recipes/loss.yaml's runs as a trainer leaves them: config.yaml (as train writes it), run.json, metrics."""
-    sweep = load_sweep(REPO / "recipes" / "loss.yaml", overrides)
+    sweep = load_sweep(RECIPES_DIR / "loss.yaml", overrides)
     for i, r in enumerate(sweep.runs):
         rd = RunDir.of(root, sweep.name, r.run_id)
         rd.path.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def configured(tmp_path):
 def test_a_sweeps_arms_are_read_from_its_configs(configured):
     curves, skipped = curves_from_sweep(configured)
     assert not skipped and len(curves) == 12
-    launched = {r.run_id: r.arm_id for r in load_sweep(REPO / "recipes" / "loss.yaml", ["seed=0,1,2"]).runs}
+    launched = {r.run_id: r.arm_id for r in load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,1,2"]).runs}
     assert {c.meta["run_id"]: c.meta["arm_id"] for c in curves} == launched  # config.yaml hashes to the launch ids
     assert {k: len(v) for k, v in group_arms(curves).items()} == {f"loss={x}": 3 for x in
                                                                    ("grpo", "dapo", "gspo", "cispo")}
@@ -159,7 +160,7 @@ def test_one_label_over_two_configs_is_two_arms(tmp_path):
     dapo = sorted(k for k in arms if k.startswith("loss=dapo@"))
     assert len(dapo) == 2 and len({c.meta["arm_id"] for k in dapo for c in arms[k]}) == 2
     assert all(c.run.startswith("loss=dapo,seed=") and "@" in c.run for k in dapo for c in arms[k])
-    again = load_sweep(REPO / "recipes" / "loss.yaml", ["seed=0,1,2", "train.max_steps=500"])
+    again = load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,1,2", "train.max_steps=500"])
     relaunched = next(r.arm_id for r in again.runs if r.label.startswith("loss=dapo,"))
     first, up = sorted(dapo, key=lambda k: arms[k][0].meta["arm_id"] == relaunched)
     ranking = rank([c for k in dapo for c in arms[k]], FitOptions(n_boot=300), baseline=first)
@@ -214,16 +215,16 @@ def test_existing_run_ids_are_unchanged():
     got = {}
     for (path, label) in PINNED:
         if not label:
-            c = compose_run(REPO / path, [])
+            c = compose_run(RECIPES_DIR.parent / path, [])
             got[(path, label)] = (run_id(c), arm_id(c))
         else:
-            r = next(r for r in load_sweep(REPO / path).runs if r.label == label)
+            r = next(r for r in load_sweep(RECIPES_DIR.parent / path).runs if r.label == label)
             got[(path, label)] = (r.run_id, r.arm_id)
     assert got == PINNED
 
 
 def test_integers_beyond_2_53_get_their_own_run_ids():
-    base = compose_run(REPO / "recipes" / "base.yaml", [])
+    base = compose_run(RECIPES_DIR / "base.yaml", [])
     big = [base.replace(**{"train.max_steps": v}) for v in (2**53, 2**53 + 1, 2**53 + 2)]
     assert len({run_id(c) for c in big}) == 3 and len({arm_id(c) for c in big}) == 3
     # up to 2**53 a number is its float, as before: 5 and 5.0 are one value
@@ -240,7 +241,7 @@ def test_integers_beyond_2_53_get_their_own_run_ids():
 def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_expanded(tmp_path):
     """A sweep someone else can hand you is read, not trusted: a config.yaml whose aliases would expand it to a
     billion nodes, or nested past the parser's depth, is one line naming the file, and never expanded."""
-    from ablate.curves import config_ids
+    from ablate.run_curves import config_ids
     from ablate.errors import UserError
     from ablate.rundir import RunDir
 

@@ -5,16 +5,16 @@ more compute could still change."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ablate.fit import planning, power
-from ablate.fit.analysis import FitOptions
+from ablate.fit import exact, planning, power
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
-from ablate.fit.compare import rank
-from ablate.fit.verdicts import MinEffect
+from ablate.fit.compare import CHANGED, rank
+from ablate.fit.result import FitOptions
+from ablate.fit.spread import MinEffect
+from ablate.resources import RECIPES_DIR
 
 SHAPE, NOISE = SHAPES["scalerl-8b"], NOISES["seeds"]
 
@@ -80,7 +80,7 @@ def test_null_arms_are_not_called_in_planned_sweeps():
     rung = power.rung_for(model, c, {}, 400, 3, seed=3)
     codes = power.verdict_codes(rung, 4, target=2 * c, noise=None, me=MinEffect(), extra_arms=0,
                                 rng=np.random.default_rng(3))
-    calls = np.isin(codes, [power.CODES.index(v) for v in planning.CHANGED])
+    calls = np.isin(codes, [power.CODES.index(v) for v in CHANGED])
     assert calls.mean() <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / codes.size), np.bincount(codes)
     assert (codes != power.CODES.index("not_identified")).mean() > 0.9  # the arms were compared: a real test
 
@@ -100,14 +100,14 @@ def test_fast_engine_agrees_with_rank(question, kw, seeds, f):
     wanted = planning.WANTED[question]
     rng = np.random.default_rng(7)
     n_exact = 60
-    exact = [planning.trial(truth, seeds, c, effect, rng, seed=i) for i in range(n_exact)]
-    p_exact = np.mean([v == wanted for v in exact])
+    exact_verdicts = [exact.trial(truth, seeds, c, effect, rng, seed=i) for i in range(n_exact)]
+    p_exact = np.mean([v == wanted for v in exact_verdicts])
     n_fast = 400
     p_fast = _truth_power(truth, question, seeds, c, n_fast, 7, **kw)
     pooled = (p_exact * n_exact + p_fast * n_fast) / (n_exact + n_fast)
     se = np.sqrt(max(pooled * (1 - pooled), 0.02) * (1 / n_exact + 1 / n_fast))
     assert 0.1 < pooled < 0.9, (p_exact, p_fast)  # a cell where the test can see a difference
-    assert abs(p_fast - p_exact) <= 2.58 * se, (p_exact, p_fast, exact)
+    assert abs(p_fast - p_exact) <= 2.58 * se, (p_exact, p_fast, exact_verdicts)
 
 
 def _bh_by_the_definition(p: list[float], q: float = 0.05) -> list[bool]:
@@ -122,7 +122,7 @@ def _bh_by_the_definition(p: list[float], q: float = 0.05) -> list[bool]:
 def test_batched_false_discovery_control_is_benjamini_hochberg():
     """The Benjamini-Hochberg `rank` and the fast engine share (many sweeps at once, one row each) picks exactly
     what the procedure's definition picks, NaN (no test) and ties included."""
-    from ablate.fit.verdicts import benjamini_hochberg, benjamini_hochberg_rows
+    from ablate.fit.stats import benjamini_hochberg, benjamini_hochberg_rows
 
     rng = np.random.default_rng(0)
     p = np.round(rng.random((500, 9)) ** 3, 3)  # rounded: ties
@@ -191,7 +191,7 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     assert q["question"] == "efficiency" and q["best"] is not None and q["best"]["power"] >= 0.8
     assert {a["arm"] for a in out["arms"]} == {"base", "a1", "a2"} and all(a["state"] == "ended" for a in out["arms"])
     assert planning.TaskModel.load(cal).arms == 3
-    sweep_file = str(Path(__file__).resolve().parents[2] / "recipes" / "loss.yaml")
+    sweep_file = str(RECIPES_DIR / "loss.yaml")
     res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["model"]["arms"] == 4 and json.loads(res.stdout)["arms"] == []

@@ -11,18 +11,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from ablate.fit.analysis import FitOptions
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import CHANGED, rank
-from ablate.prune import PruneSettings, simulate
+from ablate.fit.result import FitOptions
+from ablate.prune.rules import PruneSettings, simulate
 
 NULL = {"base": {}, "b": {}, "c": {}, "d": {}}
 
 
 def _cut(c, end: float, status: str | None):
     keep = c.x <= end * (1 + 1e-9)
-    meta = {**c.meta, "status": status} if status else dict(c.meta)
-    return replace(c, x=c.x[keep], y=c.y[keep], n=c.n[keep], meta=meta)
+    return replace(c, x=c.x[keep], y=c.y[keep], n=c.n[keep], stopped=status)
 
 
 def test_a_stopped_arm_is_compared_on_its_own_window():
@@ -78,17 +77,18 @@ def test_an_inconclusive_arm_never_settles_however_stable():
     material change."""
     from types import SimpleNamespace
 
-    from ablate.plan import _advice
+    from ablate.outlook import Advice, ArmOutlook, Standing, advice
 
     ranking = SimpleNamespace(baseline="base", floor=object(), arms=[SimpleNamespace(arm="base", fit=SimpleNamespace(
         identifiable=True))])
-    row = {"running": True, "p_change": 0.0, "bound": 0.07, "futures_n": 40, "compute_now": 100.0}
+    row = ArmOutlook(arm="x", verdict="", identified=True, compute_now=100.0, compute_end=200.0, running=True,
+                     advice=Advice(Standing.OPEN, ""), p_change=0.0, bound=0.07, futures_n=40)
     fit = SimpleNamespace(identifiable=True)
     for verdict, practical, state in [("inconclusive", "unclear", "open"), ("ceiling_up", "unclear", "open"),
                                       ("ceiling_up", "negligible", "open"), ("ceiling_up", "material", "settled"),
                                       ("efficiency_down", "material", "settled"), ("equivalent", "negligible", "settled")]:
         arm = SimpleNamespace(arm="x", fit=fit, verdict=verdict, practical=practical)
-        assert _advice(arm, row, ranking, 0.10)[0] == state, (verdict, practical)
+        assert advice(arm, row, ranking, 0.10).standing == state, (verdict, practical)
 
 
 def test_an_arm_whose_other_seeds_ran_on_is_read_on_the_whole_window():

@@ -3,14 +3,14 @@
 import json
 
 import pytest
+from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.curves import curves_from_sweep, write_csv
-from ablate.fit.analysis import FitOptions
 from ablate.fit.compare import PAPER_A_MARGIN, rank
+from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
-from sweep_writer import write_sweep
 
 runner = CliRunner()
 BASE = dict(a=0.61, b=1.92, c_mid=2542)
@@ -51,7 +51,8 @@ def test_single_seed_verdicts_need_seeds_unless_the_paper_rule_is_asked_for(sing
                                  "loss=slow": "not_identified"}
     assert all(a.practical == "unclear" and "needs seeds" in a.detail for a in ranking.arms
                if a.verdict == "inconclusive")
-    assert len(ranking.notes) == 1 and ranking.notes[0].startswith("needs seeds: one seed per arm")
+    assert len(ranking.notes) == 1 and ranking.notes[0].kind == "needs_seeds"
+    assert ranking.notes[0].text.startswith("needs seeds: one seed per arm")
     assert ranking.floor is None and ranking.rule == "test"
     paper = rank(curves, FitOptions(n_boot=300), margin="paper")
     assert verdicts(paper) == {"loss=cispo": "baseline", "loss=higher": "ceiling_up", "loss=steeper": "efficiency_up",
@@ -194,7 +195,7 @@ def test_a_young_arm_is_listed_not_fatal(tmp_path):
 
 
 def test_json_has_no_nan_or_infinity():
-    from ablate.report import dump_json
+    from ablate.render.terminal import dump_json
 
     text = dump_json({"ratio": float("inf"), "scores": {"power": float("nan")}})
     assert json.loads(text) == {"ratio": None, "scores": {"power": None}}

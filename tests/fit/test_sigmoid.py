@@ -44,7 +44,7 @@ def test_not_identified_when_window_ends_before_c_mid():
     early = fit_curves([c], FitOptions(fit_until=2000, n_boot=300))  # C_mid = 2542
     assert early.gain_fraction < 0.5
     assert not early.identifiable and early.status == "not_identified"
-    assert any("not identified" in n for n in early.notes)
+    assert any("not identified" in n.text for n in early.notes)
     late = fit_curves([c], FitOptions(n_boot=300))
     assert late.identifiable and late.status == "converged"
     assert late.A_ci[0] < p["a"] < late.A_ci[1]
@@ -82,7 +82,7 @@ def test_fit_r0_frees_r0():
     c = synthetic_curve(**PAPER_CURVES["scalerl-8b"], r0=0.25, seed=2, drift_sd=0.0)
     c.x, c.y = c.x[1:], c.y[1:]  # no point at compute 0: R0 must be fitted
     r = fit_curves([c], FitOptions(n_boot=100))
-    assert r.fit.fit_r0 and any("R0 fitted" in n for n in r.notes)
+    assert r.fit.fit_r0 and any("R0 fitted" in n.text for n in r.notes)
     assert abs(r.R0 - 0.25) < 0.02
 
 

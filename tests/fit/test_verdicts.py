@@ -15,8 +15,8 @@ from ablate.curves import load_curves, write_csv
 from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank
-from ablate.fit.verdicts import SEED_LADDER, MinEffect, decide_power
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
+from ablate.fit.verdicts import SEED_LADDER, MinEffect, decide_power
 
 runner = CliRunner()
 P = PAPER_CURVES["scalerl-8b"]
@@ -50,10 +50,10 @@ def test_the_paper_method_does_not_call_a_flat_line_converged():
 def test_the_paper_grid_is_scaled_to_the_data_and_says_so():
     c = synthetic_curve(a=0.85, b=1.5, c_mid=60000, r0=0.3, c_max=256000, n_points=20, seed=2)  # samples, ceiling 0.85
     r = fit_curves([c], FitOptions(method="paper", n_boot=0, target=512000))
-    assert any("grid scaled to the data" in n for n in r.notes)
+    assert any("grid scaled to the data" in n.text for n in r.notes)
     assert abs(r.A - 0.85) < 0.03 and r.identifiable  # the paper's A grid stops at 0.80; this one does not
     own = fit_curves([synthetic_curve(**P, seed=2)], FitOptions(method="paper", n_boot=0))
-    assert not any("grid scaled" in n for n in own.notes)  # on the paper's own units: the paper's own grid
+    assert not any("grid scaled" in n.text for n in own.notes)  # on the paper's own units: the paper's own grid
 
 
 def seeded(tmp_path, n_seeds, single_arm_change):
@@ -119,7 +119,7 @@ def test_window_sensitivity_marks_a_fit_that_moves_with_the_window(tmp_path):
     late = synthetic_curve(**P, seed=4, drift_sd=0.002)
     late.y = late.y + np.clip((late.x - 8000) / 8000, 0, 1) * 0.05  # a second rise the first half could not see
     r = window_sensitivity(fit_curves([late], FitOptions(n_boot=300)), FitOptions(n_boot=300))
-    assert r.unstable is True and any(n.startswith("unstable") for n in r.notes)
+    assert r.unstable is True and any(n.text.startswith("unstable") for n in r.notes)
     path = tmp_path / "c.csv"
     write_csv([late], path)
     for cmd in ("fit", "extrapolate"):
@@ -322,7 +322,7 @@ def test_a_min_effect_out_of_range_is_one_line(a, ratio, culprit):
 def test_equivalences_found_never_lower_the_bar_for_a_change():
     """Three arms shown equivalent are true discoveries; in one Benjamini-Hochberg family they would let a
     fourth arm's p = 0.012 through as a change. Changes are discoveries among the tests of change alone."""
-    from ablate.fit.verdicts import benjamini_hochberg, discoveries
+    from ablate.fit.stats import benjamini_hochberg, discoveries
 
     pvals = [0.5, 0.6, 0.001, 0.4, 0.7, 0.002, 0.3, 0.5, 0.001, 0.012, 0.5, 0.9]  # (ceiling, efficiency, equiv) x 4
     is_eq = [k % 3 == 2 for k in range(len(pvals))]

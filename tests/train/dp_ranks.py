@@ -1,4 +1,4 @@
-"""What the ranks of the data-parallel tests run (targets of ablate.train.distributed.spawn, imported by module name).
+"""What the ranks of the data-parallel tests run (targets of ablate.topology.workers.spawn, imported by module name).
 
 `grad_identity`: for each case (a config and a global batch saved by the test), take one optimizer step on this
 rank's share of the batch's groups and save the gradient, the update, the metrics and the pool it ends with. The
@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from ablate.config import validate
-from ablate.train.distributed import World
+from ablate.topology.world import World
 from ablate.train.step import Batch, Learner
 
 

@@ -25,18 +25,19 @@ import torch
 from ablate import store
 from ablate.compose import compose_run
 from ablate.errors import UserError
-from ablate.train import distributed, run
+from ablate.resources import RECIPES_DIR
+from ablate.topology import workers
+from ablate.train import run
 from ablate.train.step import Learner
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True)
-def _env(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+def _env(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
     torch.set_num_threads(1)
 
@@ -95,9 +96,9 @@ def test_two_ranks_take_the_one_process_step_for_every_loss_and_aggregation(tmp_
         ref.append({"delta": after - before, "grad": grad, "metrics": m, "pool": learner.pool.state_dict(),
                     "sampled": after})
     torch.save(cases, tmp_path / "cases.pt")
-    sp = distributed.spawn("dp_ranks:grad_identity", 2, {"cases": str(tmp_path / "cases.pt"),
-                                                         "out": str(tmp_path / "out.pt"), "sharding": sharding},
-                           tmp_path / "spawn", backend="gloo", timeout_s=300, stop=threading.Event())
+    sp = workers.spawn("dp_ranks:grad_identity", 2, {"cases": str(tmp_path / "cases.pt"),
+                                                     "out": str(tmp_path / "out.pt"), "sharding": sharding},
+                       tmp_path / "spawn", backend="gloo", timeout_s=300, stop=threading.Event())
     assert sp.codes == {0: 0, 1: 0} and sp.result == {"cases": len(CASES)}
     got = torch.load(tmp_path / "out.pt", weights_only=False)
     other = torch.load(tmp_path / "out.pt.rank1", weights_only=False)

@@ -22,17 +22,17 @@ from ablate.compose import compose_run
 from ablate.errors import UserError
 from ablate.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
+from ablate.resources import RECIPES_DIR
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 SMALL = SMALL_TRAIN
 TASK = [o for o in SMALL_TRAIN if o.startswith("task.")]  # the first three: what a test with its own task= drops
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+def _threads():
     torch.set_num_threads(1)
 
 

@@ -7,18 +7,19 @@ import threading
 import pytest
 import torch
 
-from pathlib import Path
 
 from ablate.compose import compose_run
 from ablate.config import ModelConfig
 from ablate.errors import UserError
-from ablate.train.policy import Policy, build_char_tokenizer, build_policy, build_tiny_model, load_hf
+from ablate.train.build import build_policy
+from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import build_task
 from ablate.train.warmup import warmed_up_folder, warmup_info, warmup_key
+from ablate.resources import RECIPES_DIR
 
 torch.set_num_threads(1)
 SMALL = ModelConfig(name="tiny", n_layers=2, hidden=32, n_heads=2, mlp=64)
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 
 
 def _policy(head=torch.float32, model_cfg=SMALL, alphabet="0123456789+=>", seed=0) -> Policy:

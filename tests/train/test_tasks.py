@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from pathlib import Path
 
 from ablate.compose import compose_run
 from ablate.config import ConfigErrors, TaskConfig
 from ablate.errors import UserError
 from ablate.train.tasks import addition_problem, build_task as _build, final_answer, normalize_answer
+from ablate.resources import RECIPES_DIR
 
 
 def build_task(cfg: dict, phrase: str):
@@ -60,7 +60,7 @@ def test_unseen_share_is_subtraction_without_targets_in_both_splits():
         assert all(p.target for p in split if "+" in p.prompt)
     assert "-" in t.alphabet and "-" not in build_task({**cfg, "unseen_frac": 0.0}, ">").alphabet
     with pytest.raises(ConfigErrors, match="task.unseen_frac: must be < 1.0"):
-        compose_run(Path(__file__).resolve().parents[2] / "recipes" / "base.yaml", ["task.unseen_frac=1.0"])
+        compose_run(RECIPES_DIR / "base.yaml", ["task.unseen_frac=1.0"])
 
 
 def test_answer_normalisation():

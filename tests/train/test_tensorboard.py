@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 
 from ablate import store
 from ablate.cli import app
+from ablate.resources import RECIPES_DIR
 from jobs import SMALL_TRAIN, until
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 def _steps(out: Path) -> list[int]:
     path = out / "metrics.jsonl"
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
@@ -27,8 +28,7 @@ def _scalars(out: Path, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in ea.Scalars(tag)]
 
 
-def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=1000000",
            "train.eval_every=2", "train.checkpoint_every=1000000", "--tensorboard", "--out", str(out)]
@@ -58,8 +58,7 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path, monkeypa
     assert res.exit_code == 0, res.output
 
 
-def test_without_the_flag_nothing_is_mirrored(tmp_path, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+def test_without_the_flag_nothing_is_mirrored(tmp_path):
     res = CliRunner().invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "train.eval_every=1",
                                    "--out", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output

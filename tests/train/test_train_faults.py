@@ -29,16 +29,16 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.train import run
+from ablate.resources import RECIPES_DIR
 from jobs import SMALL_TRAIN, TOY_JOB, one_error, small_config, until
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = ROOT / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
+def _threads():
     torch.set_num_threads(1)
 
 
@@ -56,11 +56,8 @@ CKPT = ("train.checkpoint_every=2", "train.max_steps=6")  # checkpoints at 2, 4,
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A finished run of CKPT (copied by each test): metrics at 0, 2, 4, 6; last.pt at step 6, prev.pt at 4."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
     d = tmp_path_factory.mktemp("finished") / "r"
     run(small_config(*CKPT), d)
-    mp.undo()
     return d
 
 
@@ -188,11 +185,8 @@ TRL_SMALL = [o for o in SMALL_TRAIN if not o.startswith("length.think")]
 @pytest.fixture(scope="module")
 def trl_finished(tmp_path_factory):
     """A finished TRL run: metrics at 0, 2, 4, 6; TRL's checkpoint-4 and checkpoint-6 (save_total_limit=2)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
     d = tmp_path_factory.mktemp("trl") / "r"
     run(_trl_config(), d)
-    mp.undo()
     assert sorted(p.name for p in (d / "ckpt").glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
     return d
 
@@ -443,7 +437,7 @@ class _CtrlCOnSleep:
 
 
 def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
-    import ablate.status
+    import ablate.render.status
     from ablate.launch import launch_sweep
     from ablate.status import wait_for
     from jobs import toy_sweep
@@ -456,7 +450,7 @@ def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
         wait_for(tmp_path, "toy", ["toy-a0"], states=("running",), timeout=300)  # held: it never ends by itself
         fake = _CtrlCOnSleep()
         with monkeypatch.context() as m:
-            m.setattr(ablate.status, "time", fake)
+            m.setattr(ablate.render.status, "time", fake)  # (the watch loop's clock)
             res = runner.invoke(app, ["status", "toy", "--root", str(tmp_path), "--watch", "--interval", "0.1"])
         assert fake.sent == 1
         assert res.exit_code == 130, res.output

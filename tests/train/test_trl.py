@@ -25,10 +25,11 @@ from ablate.curves import curve_from_run_dir
 from ablate.identity import run_id
 from ablate.rundir import REQUIRED_METRICS
 from ablate.trainers import PRESET_HINT, SUPPORT
-from ablate.train.trl_backend import grpo_config
+from ablate.train.trl_config import grpo_config
+from ablate.resources import RECIPES_DIR
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
+RECIPE = RECIPES_DIR / "base.yaml"
 TRL = PRESET_HINT.split()  # the base recipe, minus what TRL lacks
 CPU = torch.device("cpu")
 runner = CliRunner()
@@ -204,11 +205,10 @@ def test_data_parallel_per_rank_batch(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, monkeypatch):
+def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path):
     """Two ranks (gloo, spawned like any data-parallel run) under TRL with PPO-off-policy-2: one run directory
     written by rank 0, the step's batch split (not doubled), a SIGTERM stops both at one step, and the next
     `ablate train` resumes."""
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *TRL, *SMALL, "resources.nproc=2", "offpolicy.k=2",
            "train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
@@ -229,7 +229,7 @@ def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path, mo
 
 
 @pytest.mark.slow
-def test_one_hugging_face_folder_trains_under_both_trainers(tmp_path, monkeypatch):
+def test_one_hugging_face_folder_trains_under_both_trainers(tmp_path):
     """model=hf model.path=FOLDER: the same local folder (here the tiny model's warmed-up one, a plain HF folder
     with its tokenizer) is loaded and trained by the built-in trainer and by TRL, and both start from the same R0."""
     from ablate.train import run as train_run
@@ -237,7 +237,6 @@ def test_one_hugging_face_folder_trains_under_both_trainers(tmp_path, monkeypatc
     from ablate.train.step import TASK_PHRASE
     from ablate.train.warmup import warmed_up_folder
 
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     tiny = compose_run(RECIPE, [*TRL, *SMALL])
     folder = warmed_up_folder(tiny, build_task(tiny.task, tiny.train.val_size, TASK_PHRASE[tiny.task.name]))
     hf = ["model=hf", f"model.path={folder}", "train.max_steps=2", "train.eval_every=1"]
@@ -257,7 +256,7 @@ def test_prompts_start_with_one_bos_whatever_the_tokenizer_adds():
     from tokenizers import processors
 
     from ablate.train.policy import build_char_tokenizer
-    from ablate.train.trl_backend import prompt_prefix
+    from ablate.train.trl_config import prompt_prefix
 
     plain = build_char_tokenizer("0123456789+=")
     adding = build_char_tokenizer("0123456789+=")

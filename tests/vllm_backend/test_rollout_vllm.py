@@ -27,6 +27,7 @@ from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
 from ablate.train.warmup import supervised_loss
 from ablate.train.rollout_vllm import VLLM_VERSION, VLLMSampler, engine_options
+from ablate.resources import RECIPES_DIR
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,13 +186,8 @@ RUN = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path_factory.getbasetemp() / "ablate-cache"))
-
-
 def test_the_recipes_rollout_section_names_the_engine_settings():
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", ["rollout=vllm", "rollout.kv_cache_mb=64", "rollout.dtype=bfloat16"])
+    cfg = compose_run(RECIPES_DIR / "base.yaml", ["rollout=vllm", "rollout.kv_cache_mb=64", "rollout.dtype=bfloat16"])
     opts = engine_options(cfg.rollout)
     assert opts == {"dtype": "bfloat16", "kv_cache_mb": 64, "gpu_memory_utilization": 0.3, "enforce_eager": True,
                     "max_model_len": None}
@@ -199,7 +195,7 @@ def test_the_recipes_rollout_section_names_the_engine_settings():
 
 
 def test_a_short_rl_run_with_vllm_rollouts_learns(tmp_path):
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=1", "train.max_steps=240",
+    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=1", "train.max_steps=240",
                                                              "train.eval_every=20", "train.eval_k=16"])
     summary = run(cfg, tmp_path / "r")
     assert summary["status"] == "done" and summary["step"] == 240
@@ -220,7 +216,7 @@ def test_a_short_rl_run_with_vllm_rollouts_learns(tmp_path):
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_pipeline_rl_with_vllm_never_exceeds_its_lag_bound(tmp_path, k):
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", RUN + ["offpolicy=pipeline", f"offpolicy.k={k}",
+    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["offpolicy=pipeline", f"offpolicy.k={k}",
                                                              "train.max_steps=10", "train.eval_every=5"])
     summary = run(cfg, tmp_path / "r")
     assert summary["status"] == "done" and summary["step"] == 10
@@ -234,7 +230,7 @@ def test_pipeline_rl_with_vllm_never_exceeds_its_lag_bound(tmp_path, k):
 
 
 def test_ppo_off_policy_k_with_vllm(tmp_path):
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=3", "train.max_steps=6",
+    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=3", "train.max_steps=6",
                                                              "train.eval_every=3"])
     summary = run(cfg, tmp_path / "r")
     assert summary["status"] == "done" and summary["max_lag"] == 2  # 3rd batch of a round trained 2 steps later
@@ -290,11 +286,15 @@ def test_weight_sync_through_a_file_in_the_multiprocess_engine(tmp_path):
     import json
     import subprocess
     import sys
+    import tempfile
 
     script = tmp_path / "mp.py"
     script.write_text(MULTIPROCESS)
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "TMPDIR": str(tmp_path)}  # its ZMQ sockets go there
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    # its ZMQ sockets go to TMPDIR: a folder of its own with a short path (a socket path must fit in 107 characters,
+    # and an xdist worker's tmp_path is longer)
+    with tempfile.TemporaryDirectory(prefix="ablate-zmq-") as sockets:
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "TMPDIR": sockets}
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads(lines[-1][len("RESULT "):])
@@ -328,7 +328,7 @@ def test_two_ranks_each_generate_with_their_own_engine(tmp_path, capfd):
     """resources.nproc=2 with rollout=vllm: every rank starts its own engine beside its trainer (colocated) inside
     the run's process group, trains its share, and the ranks leave cleanly (vLLM's groups taken down first)."""
     out = tmp_path / "r"
-    cfg = compose_run(ROOT / "recipes" / "base.yaml", RUN + ["train.max_steps=4", "train.eval_every=2", "offpolicy=ppo",
+    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["train.max_steps=4", "train.eval_every=2", "offpolicy=ppo",
                                                              "offpolicy.k=1", "resources.nproc=2"])
     summary = run(cfg, out)
     assert summary["status"] == "done" and summary["step"] == 4 and summary["samples"] == 4 * 8 * 8

@@ -1,13 +1,12 @@
 """Fit one run or one arm (several runs) end to end: window, point fit, interval, identifiability, predictions.
 
-This is what `ablate fit`, `rank` and `extrapolate` call; `FitResult.to_json()` gives the keys documented in
-docs/json.md.
+This is what `ablate fit`, `rank` and `extrapolate` call; the records are in fit/result.py, and
+`FitResult.to_json()` gives the keys documented in docs/json.md.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -15,20 +14,23 @@ from scipy.special import expit
 
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
+from ablate.fit.notes import Note
 from ablate.fit.paper import fit_paper
+from ablate.fit.result import METHODS, FitOptions, FitResult, SeedFits
 from ablate.fit.sigmoid import (
     B_BOUNDS,
     PointFit,
-    _bounds,
     compute_to_reach,
     fit_sigmoid,
     gain_fraction,
+    log_c_mid_bounds,
     sigmoid,
 )
-from ablate.fit.noise import NoiseEstimate
 from ablate.fit.uncertainty import parametric_bootstrap, percentile_ci, prediction_draws, seed_interval
 
-METHODS = ("default", "paper")
+__all__ = ["FitOptions", "FitResult", "SeedFits", "compare_forms", "fit_curves", "fit_seeds", "fit_table", "group_arms",
+           "measured_run_r0", "rank_key", "window_points", "window_rise", "window_sensitivity"]
+
 CI_CLOSED_TOL = 1e-3
 MIN_RISE = 0.10
 """The share of the gain A - R0 that the fitted curve must climb inside the fit window, from its first point to its
@@ -40,154 +42,6 @@ more of the gain covers the true A and B in at least 13 of 16 runs, one that see
 9 to 10, and one that sees 2% in 1 to 2: the fits get worse smoothly, and a tenth is where the rise is still the
 data's, a few times the evaluation noise for a realistic gain (0.03 in pass rate for a gain of 0.3). The
 bootstrap's lower end is held to the same share, so a noisy window must show it whatever the noise."""
-
-
-@dataclass
-class FitOptions:
-    method: str = "default"
-    """`default` (grid + least_squares + bootstrap) or `paper` (the ScaleRL appendix procedure)."""
-    fit_from: float | None = None
-    """Exclude points with compute below this (ScaleRL drops ~1.5k of 16k GPU-hours)."""
-    fit_until: float | None = None
-    """Fit only points with compute up to this (for extrapolation checks)."""
-    fit_r0: bool = False
-    """Free R0 instead of holding it at the measured pass rate at compute 0."""
-    r0: float | None = None
-    """R0 to use when the data has no point at compute 0 (else R0 is fitted)."""
-    loss: str = "linear"
-    """least_squares loss: `linear` or `huber` (robust to a few outlying evaluations)."""
-    n_boot: int = 1000
-    ci: float = 0.95
-    target: float = 16000.0
-    """Compute at which to predict the pass rate (`--to`)."""
-    target_r: float | None = None
-    """Report the compute needed to reach this pass rate (`--target-r`)."""
-    seed: int = 0
-
-    def validate(self) -> None:
-        """Reject impossible options with one line naming the option and the fix."""
-        if self.method not in METHODS:
-            raise UserError(f"--method {self.method}: unknown; valid: {', '.join(METHODS)}")
-        if self.loss not in ("linear", "huber"):
-            raise UserError(f"--loss {self.loss}: unknown; valid: linear, huber")
-        if self.n_boot < 0:
-            raise UserError(f"--n-boot {self.n_boot}: must be >= 0")
-        if not 0.0 < self.ci < 1.0:
-            raise UserError(f"--ci {self.ci}: must be between 0 and 1 (e.g. 0.95)")
-        if not (math.isfinite(self.target) and self.target > 0):  # NaN would predict R0 for every arm
-            raise UserError(f"--to {self.target:g}: target compute must be a finite number > 0")
-        for flag, v in (("--fit-from", self.fit_from), ("--fit-until", self.fit_until)):
-            if v is not None and not math.isfinite(v):
-                raise UserError(f"{flag} {v:g}: must be a finite compute (leave it out for no limit)")
-        if self.seed < 0:
-            raise UserError(f"--seed {self.seed}: must be >= 0")
-        if self.fit_from is not None and self.fit_until is not None and self.fit_from >= self.fit_until:
-            raise UserError(f"--fit-from {self.fit_from:g} is not below --fit-until {self.fit_until:g}: the window is empty")
-        if self.target_r is not None and not 0.0 < self.target_r < 1.0:
-            raise UserError(f"--target-r {self.target_r}: a pass rate strictly between 0 and 1")
-        if self.r0 is not None and not 0.0 <= self.r0 <= 1.0:
-            raise UserError(f"--r0 {self.r0}: a pass rate in [0, 1]")
-        if self.r0 is not None and self.fit_r0:
-            raise UserError(f"--r0 {self.r0:g} and --fit-r0 conflict: --r0 holds R0 fixed, --fit-r0 frees it; give one")
-
-    def window_text(self) -> str:
-        lo = "0" if self.fit_from is None else f"{self.fit_from:g}"
-        hi = "end" if self.fit_until is None else f"{self.fit_until:g}"
-        return f"[{lo}, {hi}]"
-
-
-@dataclass
-class FitResult:
-    run: str
-    group: str | None
-    method: str
-    n_points: int
-    n_runs: int
-    window: tuple[float, float]
-    fit: PointFit
-    draws: np.ndarray | None
-    """Bootstrap parameter draws [n_boot, 4] = (R0, A, B, C_mid), or None (paper method)."""
-    interval_method: str
-    A_ci: tuple[float, float] | None
-    B_ci: tuple[float, float] | None
-    C_mid_ci: tuple[float, float] | None
-    gain_fraction: float
-    identifiable: bool
-    status: str
-    target: float
-    pred_at_target: float
-    pred_ci: tuple[float, float] | None
-    target_r: float | None = None
-    compute_to_target: float | None = None
-    compute_to_target_ci: tuple[float, float] | None = None
-    notes: list[str] = field(default_factory=list)
-    curves: list[Curve] = field(default_factory=list, repr=False)
-    f_ci: tuple[float, float] | None = None
-    """Interval of the gain fraction the window reached (identifiability reads its lower end)."""
-    noise: list[NoiseEstimate] | None = field(default=None, repr=False)
-    """Each run's measured noise (None for the paper's method or --n-boot 0)."""
-    seeds: SeedFits | None = field(default=None, repr=False)
-    """An arm's seeds fitted alone (None for a single run)."""
-    sensitivity: list[dict[str, Any]] | None = None
-    """Refits at earlier fit-until cutoffs (`window_sensitivity`), or None when not asked for."""
-    unstable: bool | None = None
-    """True when, at an earlier cutoff where A is identified, its interval of A does not overlap this fit's (None
-    when not checked)."""
-
-    @property
-    def R0(self) -> float:
-        return self.fit.r0
-
-    @property
-    def A(self) -> float:
-        return self.fit.a
-
-    @property
-    def B(self) -> float:
-        return self.fit.b
-
-    @property
-    def C_mid(self) -> float:
-        return self.fit.c_mid
-
-    def predict(self, c) -> np.ndarray:
-        return self.fit.predict(c)
-
-    def predict_band(self, c, level: float = 0.95) -> tuple[np.ndarray, np.ndarray] | None:
-        """Pointwise percentile band of the fitted curve at compute values c ([m]) from the bootstrap draws."""
-        if self.draws is None:
-            return None
-        c = np.asarray(c, dtype=float)
-        d = self.draws
-        preds = sigmoid(c[None, :], d[:, 0:1], d[:, 1:2], d[:, 2:3], d[:, 3:4])
-        q = (1.0 - level) / 2.0 * 100.0
-        lo, hi = np.nanpercentile(preds, [q, 100.0 - q], axis=0)
-        return lo, hi
-
-    def to_json(self) -> dict[str, Any]:
-        def r(v):
-            return None if v is None or not np.isfinite(v) else float(v)
-
-        def ci(v):
-            return None if v is None else [r(v[0]), r(v[1])]
-
-        return {
-            "run": self.run, "group": self.group, "method": self.method, "n_points": self.n_points,
-            "n_runs": self.n_runs, "window": [r(self.window[0]), r(self.window[1])],
-            "R0": r(self.R0), "A": r(self.A), "B": r(self.B), "C_mid": r(self.C_mid),
-            "A_ci": ci(self.A_ci), "B_ci": ci(self.B_ci), "C_mid_ci": ci(self.C_mid_ci),
-            "gain_fraction": r(self.gain_fraction), "identifiable": self.identifiable, "status": self.status,
-            "sse": r(self.fit.sse), "target": r(self.target), "pred_at_target": r(self.pred_at_target),
-            "pred_ci": ci(self.pred_ci), "target_r": r(self.target_r),
-            "compute_to_target": r(self.compute_to_target), "compute_to_target_ci": ci(self.compute_to_target_ci),
-            "interval_method": self.interval_method, "fit_r0": self.fit.fit_r0, "at_bound": self.fit.at_bound,
-            "notes": self.notes, "gain_fraction_ci": ci(self.f_ci),
-            "noise": None if not self.noise else [
-                {"rho": r(e.rho), "drift_sd": r(np.sqrt(e.drift_var)),
-                 "eval_sd": r(np.sqrt(e.eval_var.mean())) if e.eval_known else None} for e in self.noise],
-            "seeds_identified": None if self.seeds is None else self.seeds.n_identified,
-            "window_sensitivity": self.sensitivity, "unstable": self.unstable,
-        }
 
 
 def window_rise(x_lo: float, x_hi: float, b, c_mid):
@@ -225,8 +79,10 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str):
     if x.size == 0:
         span = [float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()]
         span_hi = [float(c.x.max()) for c in curves]
-        where = f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
-        raise UserError(f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until")
+        where = (f" (its points span {min(span):g}..{max(span_hi):g})" if span
+                 else " (it has no points with compute > 0)")
+        raise UserError(f"{name}: no points in the fit window {opts.window_text()}{where}; "
+                        "widen --fit-from/--fit-until")
     n = None if any(v is None for v in ns) else np.concatenate(ns)
     order = np.lexsort((x, run_index))  # run by run, each in compute order (the noise model reads runs as series)
     return (x[order], y[order], run_index[order], None if n is None else n[order],
@@ -237,30 +93,6 @@ def measured_run_r0(curves: list[Curve], opts: FitOptions) -> list[float] | None
     """Each run's measured R0 when the fixed R0 is their mean (so a resample redraws each measurement)."""
     r0s = [c.r0 for c in curves]
     return None if opts.fit_r0 or opts.r0 is not None or None in r0s else r0s
-
-
-@dataclass
-class SeedFits:
-    """Each seed of an arm fitted alone (no intervals): the spread the arm's intervals and `rank`'s tests use."""
-
-    A: np.ndarray
-    """[k] each seed's A (NaN where its fit is not identified)."""
-    C_mid: np.ndarray
-    B: np.ndarray
-    pred: np.ndarray
-    """[k] each seed's predicted pass rate at --to."""
-    identified: np.ndarray
-    fits: list = field(default_factory=list, repr=False)
-    """Each seed's point fit (identified or not; None where it could not be fitted): its curve can be read
-    inside the window whatever its A."""
-
-    def at(self, c: float) -> np.ndarray:
-        """[k] each seed's fitted pass rate at compute c (NaN where a seed could not be fitted)."""
-        return np.array([float(f.predict(np.array([c]))[0]) if f is not None else np.nan for f in self.fits])
-
-    @property
-    def n_identified(self) -> int:
-        return int(self.identified.sum())
 
 
 def _within(ci: tuple[float, float] | None, lo: float, hi: float) -> tuple[float, float] | None:
@@ -286,12 +118,8 @@ def fit_seeds(curves: list[Curve], opts: FitOptions) -> SeedFits:
                     identified=ok.astype(bool), fits=fits)
 
 
-def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None, group: str | None = None) -> FitResult:
-    """Fit one run (one curve) or one arm (several curves pooled) and attach intervals and predictions."""
-    if opts.method not in METHODS:
-        raise UserError(f"unknown fit method '{opts.method}'; valid: {', '.join(METHODS)}")
-    name = name or curves[0].run
-    notes: list[str] = []
+def _held_r0(curves: list[Curve], opts: FitOptions, name: str, notes: list[Note]) -> float | None:
+    """The R0 the fit holds (None: fitted): --r0, else the runs' mean measured pass rate at compute 0."""
     measured = [c.r0 for c in curves if c.r0 is not None]
     if opts.fit_r0:
         r0 = None
@@ -301,39 +129,38 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         r0 = float(np.mean(measured))
     else:
         r0 = None
-        notes.append("no point at compute 0: R0 fitted (give --r0 to fix it)")
+        notes.append(Note("other", "no point at compute 0: R0 fitted (give --r0 to fix it)"))
     if r0 is not None and r0 >= 1.0:  # the box A in [R0, 1] would be empty
         raise UserError(f"{name}: R0 = {r0:g}: the pass rate at compute 0 is already 1, so there is no gain to fit")
-    x, y, run_index, n_eval, window = window_points(curves, opts, name)
-    n_params = 3 if r0 is not None else 4
-    if x.size < n_params + 1:
-        raise UserError(
-            f"{name}: {x.size} point(s) in the fit window {opts.window_text()}, need at least {n_params + 1} "
-            f"for {n_params} parameters; widen the window or log evaluations more often"
-        )
-    rng = np.random.default_rng(opts.seed)
-    huber = 0.01 if opts.loss == "huber" else None
+    return r0
+
+
+def _point_fit(curves: list[Curve], opts: FitOptions, pts: tuple, r0: float | None, name: str,
+               rng: np.random.Generator, notes: list[Note]) -> tuple[PointFit, np.ndarray | None, list | None, str]:
+    """The point fit of the window's points `pts` (x, y, run_index, n) by opts.method, with its bootstrap draws,
+    each run's measured noise and how the intervals are made."""
+    x, y, run_index, n_eval = pts
     draws = noises = None
     if opts.method == "paper":
         if r0 is None:
             raise UserError(f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0")
         pf, grid_note = fit_paper(x, y, r0=r0)
         if grid_note:
-            notes.append(grid_note)
-        interval_method = "none (the paper's procedure gives point estimates)"
-    else:
-        pf = fit_sigmoid(x, y, r0=r0, loss=opts.loss, f_scale=huber or 1.0)
-        if opts.n_boot > 0:
-            draws, noises, interval_method = parametric_bootstrap(
-                x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber,
-                run_r0=measured_run_r0(curves, opts))
-        else:
-            interval_method = "none (--n-boot 0)"
+            notes.append(Note("other", grid_note))
+        return pf, None, None, "none (the paper's procedure gives point estimates)"
+    huber = 0.01 if opts.loss == "huber" else None
+    pf = fit_sigmoid(x, y, r0=r0, loss=opts.loss, f_scale=huber or 1.0)
+    if opts.n_boot <= 0:
+        return pf, None, None, "none (--n-boot 0)"
+    draws, noises, interval_method = parametric_bootstrap(
+        x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber, run_r0=measured_run_r0(curves, opts))
+    return pf, draws, noises, interval_method
 
-    def ci(col):
-        return None if draws is None else percentile_ci(draws[:, col], opts.ci)
 
-    A_ci, B_ci, C_ci = ci(1), ci(2), ci(3)
+def _not_identified(pf: PointFit, draws: np.ndarray | None, x: np.ndarray, window: tuple[float, float],
+                    A_ci: tuple[float, float] | None, opts: FitOptions) -> tuple[list[str], bool, float, Any]:
+    """Why A is not measured (empty when it is), whether B and C_mid are unconstrained by the data, and the gain
+    fraction the window reached with its interval."""
     f = gain_fraction(window[1], pf.b, pf.c_mid) if np.isfinite(pf.b) else float("nan")
     f_ci = None
     if draws is not None:
@@ -369,65 +196,114 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         reasons.append("A is on its bound")
     if A_ci is not None and (A_ci[1] >= 1.0 - CI_CLOSED_TOL or A_ci[0] <= pf.r0 + CI_CLOSED_TOL):
         reasons.append("A's interval reaches its bound")
-    identifiable = pf.success and not reasons
-    notes += [f"A not identified: {r}" for r in reasons]
-    if not pf.success:
-        status = "failed"
-    elif not identifiable:
-        status = "not_identified"
-    elif pf.at_bound:
-        status = "at_bound"
-    else:
-        status = "converged"
+    return reasons, unconstrained, f, f_ci
 
+
+def _status(pf: PointFit, identifiable: bool) -> str:
+    if not pf.success:
+        return "failed"
+    if not identifiable:
+        return "not_identified"
+    return "at_bound" if pf.at_bound else "converged"
+
+
+@dataclass
+class _Intervals:
+    """The intervals of one fit while they are made: A, B, C_mid, the prediction, and how they were made."""
+
+    A: tuple[float, float] | None
+    B: tuple[float, float] | None
+    C_mid: tuple[float, float] | None
+    pred: tuple[float, float] | None
+    method: str
+
+
+def _seed_intervals(iv: _Intervals, curves: list[Curve], opts: FitOptions, pf: PointFit, pred: float,
+                    x: np.ndarray, notes: list[Note]) -> SeedFits:
+    """An arm: the spread between its seeds, which no single run shows, sets its intervals (updates `iv`)."""
+    seeds = fit_seeds(curves, opts)
+    # t-intervals from few seeds can reach past what a fit could report: cut them to the fit's own box. The
+    # prediction is every seed's (a seed's curve predicts whether or not its A is identified)
+    iv.pred = _within(seed_interval(pred, seeds.pred, opts.ci), 0.0, 1.0) or iv.pred
+    if seeds.n_identified >= 2:
+        m_lo, m_hi = log_c_mid_bounds(x)
+        iv.A = _within(seed_interval(pf.a, seeds.A, opts.ci), pf.r0, 1.0)
+        iv.B = _within(seed_interval(pf.b, seeds.B, opts.ci, log=True), *B_BOUNDS)
+        iv.C_mid = _within(seed_interval(pf.c_mid, seeds.C_mid, opts.ci, log=True), np.exp(m_lo), np.exp(m_hi))
+        iv.method = f"t-intervals over {seeds.n_identified} seeds' own fits (the gain fraction from a {iv.method})"
+    else:
+        notes.append(Note("other", f"fewer than 2 of its {len(curves)} seeds are identified alone: its intervals do "
+                                   "not include the spread between seeds"))
+    return seeds
+
+
+def _reach(opts: FitOptions, pf: PointFit, draws: np.ndarray | None, unconstrained: bool,
+           notes: list[Note]) -> tuple[float | None, tuple[float, float] | None]:
+    """The compute to reach --target-r, with its interval (None when not asked, never reached, or unconstrained)."""
+    if opts.target_r is None:
+        return None, None
+    c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
+    if c_to is None:
+        notes.append(Note("other", f"pass rate {opts.target_r:g} is never reached (outside R0..A)"))
+    c_to_ci = None
+    if draws is not None:
+        reach = np.array([compute_to_reach(opts.target_r, *d) or np.inf for d in draws])
+        if np.isfinite(reach).mean() >= 1.0 - (1.0 - opts.ci) / 2 and not unconstrained:
+            c_to_ci = percentile_ci(reach, opts.ci)  # unconstrained: the draws hold one value, no interval
+    return c_to, c_to_ci
+
+
+def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None,
+               group: str | None = None) -> FitResult:
+    """Fit one run (one curve) or one arm (several curves pooled) and attach intervals and predictions."""
+    if opts.method not in METHODS:
+        raise UserError(f"unknown fit method '{opts.method}'; valid: {', '.join(METHODS)}")
+    name = name or curves[0].run
+    notes: list[Note] = []
+    r0 = _held_r0(curves, opts, name, notes)
+    x, y, run_index, n_eval, window = window_points(curves, opts, name)
+    n_params = 3 if r0 is not None else 4
+    if x.size < n_params + 1:
+        raise UserError(
+            f"{name}: {x.size} point(s) in the fit window {opts.window_text()}, need at least {n_params + 1} "
+            f"for {n_params} parameters; widen the window or log evaluations more often"
+        )
+    rng = np.random.default_rng(opts.seed)
+    pf, draws, noises, interval_method = _point_fit(curves, opts, (x, y, run_index, n_eval), r0, name, rng, notes)
+
+    def ci(col):
+        return None if draws is None else percentile_ci(draws[:, col], opts.ci)
+
+    iv = _Intervals(A=ci(1), B=ci(2), C_mid=ci(3), pred=None, method=interval_method)
+    reasons, unconstrained, f, f_ci = _not_identified(pf, draws, x, window, iv.A, opts)
+    identifiable = pf.success and not reasons
+    notes += [Note("other", f"A not identified: {r}") for r in reasons]
     if opts.target > 100 * x.max():
-        notes.append(f"--to {opts.target:g} is {opts.target / x.max():,.0f}x the largest compute fitted ({x.max():g}): "
-                     "a long extrapolation; pass --to in the units of the data")
+        notes.append(Note("far_target", f"--to {opts.target:g} is {opts.target / x.max():,.0f}x the largest "
+                                        f"compute fitted ({x.max():g}): a long extrapolation; pass --to in the "
+                                        "units of the data"))
     pred = float(pf.predict(opts.target))
-    pred_ci = None
-    c_to = c_to_ci = None
     if draws is not None and len(curves) == 1:
         n_last = None if n_eval is None else float(n_eval[-1])
-        pred_ci = percentile_ci(prediction_draws(draws, opts.target, noises[0], n_last, rng), opts.ci)
+        iv.pred = percentile_ci(prediction_draws(draws, opts.target, noises[0], n_last, rng), opts.ci)
     elif draws is not None:
-        pred_ci = percentile_ci(sigmoid(opts.target, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3]), opts.ci)
+        iv.pred = percentile_ci(sigmoid(opts.target, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3]), opts.ci)
     seeds = None
     if len(curves) > 1 and opts.method != "paper" and opts.n_boot > 0:
-        # an arm: the spread between its seeds, which no single run shows, sets its intervals
-        seeds = fit_seeds(curves, opts)
-        # t-intervals from few seeds can reach past what a fit could report: cut them to the fit's own box. The
-        # prediction is every seed's (a seed's curve predicts whether or not its A is identified)
-        pred_ci = _within(seed_interval(pred, seeds.pred, opts.ci), 0.0, 1.0) or pred_ci
-        if seeds.n_identified >= 2:
-            m_lo, m_hi = _bounds(x)
-            A_ci = _within(seed_interval(pf.a, seeds.A, opts.ci), pf.r0, 1.0)
-            B_ci = _within(seed_interval(pf.b, seeds.B, opts.ci, log=True), *B_BOUNDS)
-            C_ci = _within(seed_interval(pf.c_mid, seeds.C_mid, opts.ci, log=True), np.exp(m_lo), np.exp(m_hi))
-            interval_method = (f"t-intervals over {seeds.n_identified} seeds' own fits (the gain fraction from a "
-                               + interval_method + ")")
-        else:
-            notes.append(f"fewer than 2 of its {len(curves)} seeds are identified alone: its intervals do not "
-                         "include the spread between seeds")
-    if not identifiable and A_ci is not None:  # A is not measured: its interval opens up to the bound
-        A_ci = (min(A_ci[0], pf.a), 1.0)
+        seeds = _seed_intervals(iv, curves, opts, pf, pred, x, notes)
+    if not identifiable and iv.A is not None:  # A is not measured: its interval opens up to the bound
+        iv.A = (min(iv.A[0], pf.a), 1.0)
     if unconstrained and opts.method != "paper":  # an honest interval: all B and C_mid the search allows
-        m_lo, m_hi = _bounds(x)
-        B_ci = None if B_ci is None else (float(B_BOUNDS[0]), float(B_BOUNDS[1]))
-        C_ci = None if C_ci is None else (float(np.exp(m_lo)), float(np.exp(m_hi)))
-    if opts.target_r is not None:
-        c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
-        if c_to is None:
-            notes.append(f"pass rate {opts.target_r:g} is never reached (outside R0..A)")
-        if draws is not None:
-            reach = np.array([compute_to_reach(opts.target_r, *d) or np.inf for d in draws])
-            if np.isfinite(reach).mean() >= 1.0 - (1.0 - opts.ci) / 2 and not unconstrained:
-                c_to_ci = percentile_ci(reach, opts.ci)  # unconstrained: the draws hold one value, no interval
+        m_lo, m_hi = log_c_mid_bounds(x)
+        iv.B = None if iv.B is None else (float(B_BOUNDS[0]), float(B_BOUNDS[1]))
+        iv.C_mid = None if iv.C_mid is None else (float(np.exp(m_lo)), float(np.exp(m_hi)))
+    c_to, c_to_ci = _reach(opts, pf, draws, unconstrained, notes)
     return FitResult(
         run=name, group=group, method=opts.method, n_points=int(x.size), n_runs=len(curves), window=window,
-        fit=pf, draws=draws, interval_method=interval_method, A_ci=A_ci, B_ci=B_ci, C_mid_ci=C_ci,
-        gain_fraction=f, identifiable=identifiable, status=status, target=opts.target, pred_at_target=pred,
-        pred_ci=pred_ci, target_r=opts.target_r, compute_to_target=c_to, compute_to_target_ci=c_to_ci,
-        notes=notes, curves=curves, f_ci=f_ci, noise=noises, seeds=seeds,
+        fit=pf, draws=draws, interval_method=iv.method, A_ci=iv.A, B_ci=iv.B, C_mid_ci=iv.C_mid,
+        gain_fraction=f, identifiable=identifiable, status=_status(pf, identifiable), target=opts.target,
+        pred_at_target=pred, pred_ci=iv.pred, target_r=opts.target_r, compute_to_target=c_to,
+        compute_to_target_ci=c_to_ci, notes=notes, curves=curves, f_ci=f_ci, noise=noises, seeds=seeds,
     )
 
 
@@ -454,7 +330,8 @@ def window_sensitivity(result: FitResult, opts: FitOptions, cutoffs=SENSITIVITY_
                 rows.append({"cutoff": frac, "fit_until": until, "A": None, "A_ci": None, "B": None, "C_mid": None,
                              "pred_at_target": None, "identifiable": False, "note": str(e).split(": ", 1)[-1]})
                 continue
-        rows.append({"cutoff": frac, "fit_until": f.window[1], "A": f.A, "A_ci": None if f.A_ci is None else list(f.A_ci),
+        rows.append({"cutoff": frac, "fit_until": f.window[1], "A": f.A,
+                     "A_ci": None if f.A_ci is None else list(f.A_ci),
                      "B": f.B, "C_mid": f.C_mid, "pred_at_target": f.pred_at_target, "identifiable": f.identifiable})
     result.sensitivity = rows
     if result.A_ci is not None and result.identifiable:
@@ -462,8 +339,9 @@ def window_sensitivity(result: FitResult, opts: FitOptions, cutoffs=SENSITIVITY_
         result.unstable = any(r["identifiable"] and r["A_ci"] is not None and (r["A_ci"][1] < lo or r["A_ci"][0] > hi_a)
                               for r in rows[:-1])
         if result.unstable:
-            result.notes.append("unstable: A fitted on an earlier part of the window and A fitted on all of it have "
-                                "intervals that do not overlap (see the window-sensitivity table)")
+            result.notes.append(Note("other", "unstable: A fitted on an earlier part of the window and A fitted on all "
+                                              "of it have intervals that do not overlap (see the window-sensitivity "
+                                              "table)"))
     return result
 
 

@@ -30,17 +30,19 @@ to every trial's ranking as `--noise` does; `floor="own"` cells use only what th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from ablate.fit.analysis import FitOptions
-from ablate.fit.compare import NoiseFloor, measured_floor, rank
+from ablate.fit.compare import rank
 from ablate.fit.curve import Curve
+from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import sigmoid
+from ablate.fit.spread import MinEffect, NoiseFloor
 from ablate.fit.synthetic import synthetic_curve
-from ablate.fit.verdicts import MinEffect
+from ablate.fit.verdicts import measured_floor
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ class Curve:
     n: np.ndarray | None = None
     """Graded samples behind each pass rate ([n]; `val_n` in a run's metrics), or None when unknown: the
     evaluation noise of a point is then estimated from the curve's residuals."""
+    stopped: str | None = None
+    """The state a monitor stopped the run in (`pruned`, `unstable`), or None when it ran its course: `rank` compares
+    a stopped arm with the baseline on the stopped arm's window."""
 
     @property
     def r0(self) -> float | None:

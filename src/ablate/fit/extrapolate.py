@@ -10,8 +10,15 @@ from typing import Any
 import numpy as np
 
 from ablate.errors import UserError
-from ablate.fit.analysis import FitOptions, FitResult, fit_curves, group_arms, rank_key
+from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.curve import Curve
+from ablate.fit.result import FitOptions, FitResult
+
+
+def is_interpolation(to: float, top: float) -> bool:
+    """A target inside the fitted window (up to its largest compute `top`) is read off the fitted curve where it has
+    data: no projection."""
+    return to <= top
 
 
 @dataclass
@@ -26,8 +33,6 @@ class Extrapolation:
     @property
     def interpolated(self) -> bool:
         """The target lies inside the fitted window: the fit is read where it has data, not projected past it."""
-        from ablate.defaults import is_interpolation
-
         return is_interpolation(self.fit.target, self.fit.window[1])
 
     @property

@@ -11,7 +11,7 @@ the curve and scored on the later points it did not see (rolling forecasting ori
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -74,7 +74,7 @@ def backtest(x, y, r0, *, origins=(0.5, 0.6, 0.7, 0.8), forms=tuple(FORMS)) -> d
     n = len(x)
     scores: dict[str, list[float]] = {f: [] for f in forms}
     for frac in origins:
-        k = int(round(frac * n))
+        k = round(frac * n)
         if k < 5 or n - k < 1:
             continue
         for name in forms:

@@ -54,10 +54,6 @@ class NoiseEstimate:
     plausible: tuple[np.ndarray, np.ndarray] | None = None
     """([k] drift variances, [k] rhos) the data allow (see the module docstring); None: the point estimate only."""
 
-    @property
-    def total_sd(self) -> float:
-        return float(np.sqrt(self.drift_var + self.eval_var.mean()))
-
     def eval_var_at(self, p, n: float | None):
         """Evaluation variance of one new evaluation at pass rate(s) p (0 when the counts are unknown: then the
         evaluation noise is part of the drift)."""
@@ -67,7 +63,8 @@ class NoiseEstimate:
         return q * (1.0 - q) / n
 
     def describe(self) -> str:
-        ev = f"evaluation sd {np.sqrt(self.eval_var.mean()):.4f}" if self.eval_known else "evaluation noise in the drift"
+        ev = (f"evaluation sd {np.sqrt(self.eval_var.mean()):.4f}" if self.eval_known
+              else "evaluation noise in the drift")
         return f"AR(1) drift sd {np.sqrt(self.drift_var):.4f}, rho {self.rho:.2f}; {ev}"
 
 
@@ -110,7 +107,8 @@ def estimate_noise(x, y, yhat, n=None, n_params: int = 3) -> NoiseEstimate:
     return NoiseEstimate(rho=rho, drift_var=drift_var, eval_var=eval_var, eval_known=bool(known), step=_steps(x))
 
 
-def debias(est: NoiseEstimate, observed: tuple[float, float], simulated: tuple[np.ndarray, np.ndarray]) -> NoiseEstimate:
+def debias(est: NoiseEstimate, observed: tuple[float, float],
+           simulated: tuple[np.ndarray, np.ndarray]) -> NoiseEstimate:
     """`est` corrected for what fitting does to residuals: `observed` = (variance, lag-1 autocorrelation) of the real
     residuals; `simulated` = the same ([k] each) for residuals of refits to data simulated from `est`. The total
     variance is scaled up by the share the refits lost, the autocorrelation moved by the bias the refits showed,

@@ -28,7 +28,8 @@ def paper_grid(x, y, r0: float) -> tuple[np.ndarray, np.ndarray, str | None]:
     so when it differs from the paper's."""
     x_max, y_max = float(np.max(x)), float(np.max(y))
     # the paper's A range holds curves whose best evaluation lies between about 0.50 and 0.70; beyond that, widen it
-    lo = 0.450 if y_max >= 0.50 else max(np.floor((y_max - 0.05) / 0.005) * 0.005, np.ceil((r0 + 0.005) / 0.005) * 0.005)
+    lo = 0.450 if y_max >= 0.50 else max(np.floor((y_max - 0.05) / 0.005) * 0.005,
+                                          np.ceil((r0 + 0.005) / 0.005) * 0.005)
     hi = 0.800 if y_max <= 0.70 else min(np.ceil((y_max + 0.20) / 0.005) * 0.005, 1.0)
     a_grid = np.round(np.arange(lo, hi + 1e-9, 0.005), 3)
     cmid_grid = np.linspace(x_max / 160.0, 2.5 * x_max, 100)

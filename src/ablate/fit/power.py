@@ -1,6 +1,6 @@
 """`ablate plan`'s fast engine: the power of a design from simulated sweeps, every trial of a compute rung at once.
 
-The exact engine (`planning.trial`) ranks each simulated sweep with `compare.rank`: per sweep, a grid-started scipy
+The exact engine (`exact.trial`) ranks each simulated sweep with `compare.rank`: per sweep, a grid-started scipy
 fit of every seed and of every arm, a 100-resample parametric bootstrap per arm, and a scipy shared-A refit per
 pair. That costs ~0.15 s per 2-arm, 3-seed sweep on one core, and a plan visits ~30 designs of up to 100 sweeps:
 3 min 28 s for two arms of three seeds. This engine draws the same sweeps (the same task model, seed spread,
@@ -26,16 +26,10 @@ drift and evaluation noise) and reaches the same verdicts by the same rules, wit
    0.57 and 0.90 here from the raw noise estimate, 0.50 and 0.81 debiased, 0.38 and 0.62 with the mixture too
    (200 trials each; at 55% of the gain 0.03 and 0.00 against 0 and 0; at 90%, 1.0 against 1.0).
 
-The tests (t-tests of ΔA and of the log compute ratio, TOST against the smallest effect that matters, one
-Benjamini-Hochberg family per sweep) are computed in closed form for all trials at once, as
-`verdicts.decide_verdicts` does. A null arm not identified takes a uniform p-value in the family (its end-of-window
-test; a null arm's is at least uniform).
-
-Measured (bench/plan.py, `make bench-plan`: two arms of three seeds, 50 evaluations, 100 trials per design, on
-2 busy cores, both engines in one run): the fast plan 5.5 s, the exact one 279 s (50x; `ablate plan` end to end
-4.8 s). The seeds per arm agree at every rung: ceiling 20 and 8 seeds at 1x and 2x the budget from both engines
-(powers 0.82 / 0.81 and 0.88 / 0.84), efficiency 8 (0.80) against 10 (0.82) at 0.5x, where the exact engine's 8
-seeds gave 0.79, a hair under the goal; every other seed count tried agreed within its binomial error.
+The tests (t-tests of ΔA and of the log compute ratio, TOST, one Benjamini-Hochberg family per sweep) are those of
+`verdicts.decide_verdicts`, in closed form for all trials at once; a null arm not identified takes a uniform p-value.
+Measured (bench/plan.py; docs/verdicts.md, Planning): 5.5 s against the exact engine's 279 s for two arms of three
+seeds, with the same seeds per arm at every rung but one (8 seeds at 0.80 against 0.79 power).
 """
 
 from __future__ import annotations
@@ -50,10 +44,11 @@ from scipy.stats import t as student_t
 
 from ablate.fit.analysis import CI_CLOSED_TOL, MIN_RISE
 from ablate.fit.noise import RHO_MAX
-from ablate.fit.planning import MAX_POINTS, TaskModel, _seed_spread
-from ablate.fit.sigmoid import AT_BOUND_TOL, B_BOUNDS, PointFit, _bounds, fit_batch, sigmoid
+from ablate.fit.sigmoid import AT_BOUND_TOL, B_BOUNDS, PointFit, fit_batch, log_c_mid_bounds, sigmoid
+from ablate.fit.spread import MinEffect, NoiseFloor
+from ablate.fit.stats import benjamini_hochberg_rows, tost
+from ablate.fit.taskmodel import MAX_POINTS, TaskModel, seed_spread
 from ablate.fit.uncertainty import DEBIAS_ROUNDS
-from ablate.fit.verdicts import FDR, MinEffect, NoiseFloor, benjamini_hochberg_rows, tost
 
 
 @dataclass
@@ -74,7 +69,7 @@ class Rung:
         self.x = np.linspace(0.0, compute, n_pts + 1)
         self.rho = m.drift_rho ** ((compute / n_pts) / m.eval_every)
         self.rng_ident = np.random.default_rng(rng.integers(2**63))
-        self.spread = np.array([_seed_spread(m, rng) for _ in range(trials)])  # [T, 2]: sd A, sd log C_mid
+        self.spread = np.array([seed_spread(m, rng) for _ in range(trials)])  # [T, 2]: sd A, sd log C_mid
         k = len(arms)
         self.y = np.zeros((trials, k, 0, self.x.size))  # [T, arms, seeds, points]
         self.seed_fit = np.zeros((trials, k, 0, 4))  # (R0, A, B, C_mid) of each seed fitted alone
@@ -99,7 +94,7 @@ class Rung:
             drift[..., t] = self.rho * drift[..., t - 1] + innov[..., t]
         p = np.clip(mean + drift, 0.0, 1.0)
         if m.val_n:
-            n = int(round(m.val_n))
+            n = round(m.val_n)
             y = self.rng.binomial(n, p) / n
         else:
             y = p
@@ -120,7 +115,7 @@ class Rung:
         bootstrap): A off its bounds, B and C_mid off theirs, the window past C_mid, a rise of MIN_RISE in it."""
         r0, a, b, c = (f[..., i] for i in range(4))
         xs = self.x[1:]
-        m_lo, m_hi = _bounds(xs)
+        m_lo, m_hi = log_c_mid_bounds(xs)
         lm = np.log(c)
         frac = expit(b * (np.log(xs[-1]) - lm))
         rise = frac - expit(b * (np.log(xs[0]) - lm))
@@ -244,7 +239,7 @@ def _reach_log(r, r0, a, b, c_mid) -> np.ndarray:
 
 def shared_a(rung: Rung, k: int, ybar_k: np.ndarray, ybar_b: np.ndarray, fit_k: np.ndarray,
              fit_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pair's shared-A refit (`compare.fit_shared_a` on the pooled points): A, and (R0, A, B, C_mid) of arm k
+    """The pair's shared-A refit (`shared.fit_shared_a` on the pooled points): A, and (R0, A, B, C_mid) of arm k
     and of the baseline under it ([N] and [N, 4] each). A profile over A: the summed squares at three values, the
     vertex of their parabola, refined once with a narrower step."""
     N = ybar_k.shape[0]
@@ -395,7 +390,7 @@ def rung_for(m: TaskModel, compute: float, effect: dict[str, float], trials: int
 
 def cell_power(rung: Rung, seeds: int, wanted: str, *, target: float, noise: NoiseFloor | None, me: MinEffect,
                extra_arms: int, goal: float, seed: int) -> dict[str, Any]:
-    """`planning.power_cell`'s answer from every trial of the rung at once (no early stop: all trials count)."""
+    """`exact.power_cell`'s answer from every trial of the rung at once (no early stop: all trials count)."""
     rng = np.random.default_rng([seed, seeds, 29])
     codes = verdict_codes(rung, seeds, target=target, noise=noise, me=me, extra_arms=extra_arms, rng=rng)
     n = codes.size

@@ -72,7 +72,8 @@ class PointFit:
         return np.array([self.r0, self.a, self.b, np.log(self.c_mid)])
 
 
-def _bounds(x: np.ndarray):
+def log_c_mid_bounds(x: np.ndarray) -> tuple[float, float]:
+    """The search box of ln C_mid for points at compute x: decades below and above the compute fitted."""
     lx = np.log(x)
     m_lo = lx.min() - CMID_DECADES_BELOW * np.log(10)
     m_hi = lx.max() + CMID_DECADES_ABOVE * np.log(10)
@@ -80,7 +81,7 @@ def _bounds(x: np.ndarray):
 
 
 def _grid(x: np.ndarray, n_b: int = 40, n_m: int = 64):
-    m_lo, m_hi = _bounds(x)
+    m_lo, m_hi = log_c_mid_bounds(x)
     logb = np.linspace(np.log(0.1), np.log(10.0), n_b)
     m = np.linspace(m_lo, m_hi, n_m)
     return np.exp(logb), m
@@ -178,7 +179,7 @@ def fit_sigmoid(
     w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=float)
     fit_r0 = r0 is None
     lx = np.log(x)
-    m_lo, m_hi = _bounds(x)
+    m_lo, m_hi = log_c_mid_bounds(x)
     start = _grid_start(x, y, w, 0.0 if fit_r0 else r0, fit_r0)
     sw = np.sqrt(w)
     if fit_r0:
@@ -252,7 +253,7 @@ def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None
     Y = np.broadcast_to(np.asarray(Y, dtype=float), (K, n))
     w0 = np.broadcast_to(w0, (K, n))
     lx = np.log(x)
-    m_lo, m_hi = _bounds(x)
+    m_lo, m_hi = log_c_mid_bounds(x)
     free_r0 = start.fit_r0
     r0_k = np.full((K, 1), start.r0) if r0 is None else np.asarray(r0, dtype=float).reshape(K, 1)
     p = np.tile(start.params if free_r0 else start.params[1:], (K, 1))
@@ -327,7 +328,8 @@ def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None
         if huber is not None:
             w[act] = weights_for(r[act], act)
             sse[act] = (w[act] * r[act] ** 2).sum(1)
-        # a curve is done when a successful step gained < 1e-8 relative SSE (parameters to ~1e-4 of their spread), or damping ran away (stuck)
+        # a curve is done when a successful step gained < 1e-8 relative SSE (parameters to ~1e-4 of their spread),
+        # or damping ran away (stuck)
         done = (better & (gain < 1e-8)) | (lam[act] > 1e8)
         act = act[~done]
         if act.size == 0:

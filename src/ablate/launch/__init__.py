@@ -1,9 +1,24 @@
-"""Launching sweeps: the submitting side (submit.py), the job side (job.py), the local runner (local.py), SLURM
-profiles and queries (slurm.py), and liveness checks of the runs a ledger calls live (liveness.py)."""
+"""Launching sweeps: the submitting side (submit.py), the job side (job.py) and the job function it calls (jobfn.py),
+the local runner (local.py), SLURM profiles and queries (slurm.py), and liveness checks of the runs a ledger calls
+live (liveness.py).
 
-from ablate.launch.job import DEFAULT_JOB, RunJob, resolve_job
-from ablate.launch.slurm import load_profile, slurm_up
-from ablate.launch.submit import EXECUTORS, Plan, launch_sweep, make_plan, resolve_executor
+The names below are loaded on first use, so that `python -m ablate.launch.local` (the detached runner) starts
+without importing its own module twice."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {"DEFAULT_JOB": "jobfn", "RunJob": "job", "resolve_job": "jobfn", "load_profile": "slurm", "slurm_up": "slurm",
+         "EXECUTORS": "submit", "Plan": "submit", "launch_sweep": "submit", "make_plan": "submit",
+         "resolve_executor": "submit"}
 
 __all__ = ["DEFAULT_JOB", "EXECUTORS", "Plan", "RunJob", "launch_sweep", "load_profile", "make_plan",
            "resolve_executor", "resolve_job", "slurm_up"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'ablate.launch' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"ablate.launch.{_HOME[name]}"), name)

@@ -3,30 +3,11 @@
 `RunJob` (a submitit `Checkpointable`) claims its run in the ledger, calls the job function (`ablate.train:run`
 by default) and records how it ended: in the ledger and, through ablate.rundir, in run.json.
 
-Preemption and time limits are the scheduler's business, so they are handled here and nowhere in the trainer. SLURM
-(and submitit's local executor at its time limit) sends USR2; submitit's handler for it calls
-`RunJob.checkpoint`, which records a `preempted` event and returns the job for requeueing, at most `max_requeues`
-times (after that the run stays `preempted`, which the next `ablate sweep` resubmits). When the job function takes
-a `stop` event (the trainer does), USR2 first only sets it: the run checkpoints at its next step boundary and
-returns, and then the signal is handed to submitit's handler, which requeues the job. So a requeued run resumes
-from the step the signal arrived at. A job function without `stop` resumes from its own last checkpoint.
-
-The prune monitor (`ablate sweep --prune`) stops a run through a file, not a signal, so it works the same on every
-executor: while the job function runs, a watcher thread polls `<run>/stop.json` and sets `stop`; the run
-checkpoints at its next step boundary, and the job records it `pruned` or `unstable` with the request's reason
-(never requeued).
-
-A data-parallel run (resources.nproc x nodes > 1) is one job of that many SLURM tasks. Every task joins the
-process group from submitit's view of the job (ablate.train.distributed); task 0 alone claims the run and
-records it, and tells the others whether to run; the others only train (SLURM signals every task, so all stop at
-the same step, and submitit lets only task 0 requeue the job).
+How a job meets preemption, time limits, stop requests and data-parallel tasks: docs/run-directory.md, "Jobs".
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import logging
 import os
 import signal
@@ -34,55 +15,23 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import submitit
 
 from ablate import store
 from ablate.errors import UserError
+from ablate.launch.jobfn import DEFAULT_JOB, resolve_job, takes_stop
 from ablate.launch.liveness import finished_event
-from ablate.ledger import STOPPED, TERMINAL, Ledger, hostname, me, proc_start
-from ablate.rundir import FINISHED, DirectoryGone, RunDir, cause_of, error_record
+from ablate.ledger import Ledger, RunRecord, hostname, me, proc_start
+from ablate.rundir import DirectoryGone, RunDir
+from ablate.runinfo import cause_of, error_record
 from ablate.spec import RunSpec
+from ablate.states import FINISHED, STOPPED, TERMINAL, RunState
 
-DEFAULT_JOB = "ablate.train:run"
 log = logging.getLogger("ablate.launch")
-
-
-def resolve_job(job: str) -> Callable[..., Any]:
-    """`module:function` or `path/to/file.py:function` -> the callable; a UserError naming what is wrong."""
-    mod_name, _, attr = job.rpartition(":")
-    if not mod_name or not attr:
-        raise UserError(f"--job {job!r} must look like 'module:function' or 'file.py:function'")
-    try:
-        if mod_name.endswith(".py") or "/" in mod_name:
-            path = Path(mod_name).resolve()
-            if not path.is_file():
-                raise UserError(f"--job {job!r}: no such file {str(path)!r}")
-            spec = importlib.util.spec_from_file_location(f"ablate_job_{path.stem}", path)
-            if spec is None or spec.loader is None:
-                raise UserError(f"--job {job!r}: {path} cannot be imported")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(mod_name)
-    except UserError:
-        raise
-    except Exception as e:  # ImportError, SyntaxError, or anything the module raises at import
-        raise UserError(f"--job {job!r}: cannot import {mod_name} ({type(e).__name__}: {e})".splitlines()[0]) from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise UserError(f"--job {job!r}: {mod_name} has no function {attr!r}")
-    return fn
-
-
-def _takes_stop(fn: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "stop" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _set_threads(n: int) -> None:
@@ -125,9 +74,9 @@ def _tell_ranks(world: Any, go: bool) -> None:
 def _watch_stop_requests(rd: RunDir, stop: threading.Event, done: threading.Event, every_s: float = 1.0) -> None:
     """Set `stop` once the run directory holds a stop request (the prune monitor's); return when `done` is set."""
     while not done.wait(every_s):
-        if rd.stop_request() is not None:
-            log.warning("stop requested (%s): the run checkpoints at its next step boundary",
-                        (rd.stop_request() or {}).get("reason"))
+        request = rd.stop_request()
+        if request is not None:
+            log.warning("stop requested (%s): the run checkpoints at its next step boundary", request.reason)
             stop.set()
             return
 
@@ -151,13 +100,16 @@ def _process_age() -> float | None:
 
 
 class RunJob(submitit.helpers.Checkpointable):
-    """One run, as submitted to any executor (see the module docstring)."""
+    """One run, as submitted to any executor (docs/run-directory.md, "Jobs")."""
 
     def __init__(self, spec: RunSpec, sweep_dir: str, batch: str, job: str = DEFAULT_JOB, threads: int = 1,
                  max_requeues: int = 3, timeout_min: float = 60.0):
         self.spec, self.sweep_dir, self.batch, self.job = spec, str(sweep_dir), batch, job
         self.threads, self.max_requeues, self.timeout_min = threads, max_requeues, timeout_min
         self._t0 = 0.0
+        self.timeouts = 0
+        """USR2s that came at the time limit, over every attempt (the requeued job unpickles this object): past
+        `max_requeues`, submitit (given max_num_timeout=max_requeues) ends the job instead of requeueing it."""
         self._sweep_inode: tuple[int, int] | None = None  # the sweep directory this job claimed its run in
 
     def _sweep_moved(self) -> bool:
@@ -168,6 +120,11 @@ class RunJob(submitit.helpers.Checkpointable):
         except OSError:
             return True
         return self._sweep_inode is not None and (st.st_dev, st.st_ino) != self._sweep_inode
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether the job timed out more often than it may be requeued for (submitit then ends it)."""
+        return self.timeouts > self.max_requeues
 
     @property
     def run_id(self) -> str:
@@ -187,7 +144,7 @@ class RunJob(submitit.helpers.Checkpointable):
         tasks = _num_tasks()
         if tasks <= 1:
             return self._run()
-        from ablate.train import distributed
+        from ablate.topology import world as distributed
 
         res = self.spec.config.resources
         if tasks != res.world:
@@ -217,7 +174,7 @@ class RunJob(submitit.helpers.Checkpointable):
         fn = resolve_job(self.job)
         kwargs: dict[str, Any] = {"threads": self.threads}
         handover = None
-        if _takes_stop(fn):
+        if takes_stop(fn):
             kwargs["stop"] = stop
             handover = self._intercept_usr2(stop)
         return fn(self.spec.config, self._run_dir().path, **kwargs), handover
@@ -228,34 +185,9 @@ class RunJob(submitit.helpers.Checkpointable):
         ledger = Ledger(self.sweep_dir)
         job_id, logs = _job_env()
         log_path = logs.get("stderr")
-        told = False  # the other tasks of a data-parallel job hear once whether to run
-        try:
-            with ledger.lock():
-                rec = ledger.fold().get(self.run_id)
-                # The claim: only the current submission of a run that has not ended may run it.
-                if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
-                    told = True
-                    _tell_ranks(world, False)
-                    return {"run_id": self.run_id, "skipped": "superseded"}
-                finished = finished_event(ledger, rec)
-                if finished is not None:  # an earlier job of it finished it, then died before the ledger said so
-                    told = True
-                    _tell_ranks(world, False)
-                    ledger.append(finished)
-                    return {"run_id": self.run_id, "skipped": "finished"}
-                events = []
-                if rec.state == "requeued":
-                    events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
-                events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
-                                          log=log_path, **me()))
-                ledger.append(*events)
-                st = os.stat(self.sweep_dir)
-                self._sweep_inode = (st.st_dev, st.st_ino)
-        except BaseException:
-            if not told:
-                _tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
-            raise
-        _tell_ranks(world, True)
+        rec, skipped = self._claim(ledger, world, job_id, log_path)
+        if rec is None:
+            return skipped
         rd = self._run_dir()
         # `job_logs`: submitit's stdout/stderr of this job (the trainer keeps its own `logs`).
         rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)
@@ -273,7 +205,7 @@ class RunJob(submitit.helpers.Checkpointable):
         except submitit.core.utils.UncompletedJobError as e:
             # Raised by submitit's signal handler when it will not requeue: out of requeues (our checkpoint
             # returned None: the run is `preempted`, already recorded) or timed out too often.
-            if "timed-out" in str(e):
+            if self.out_of_time:
                 self._fail("timeout", e, log_path)
             raise
         except Exception as e:
@@ -284,43 +216,88 @@ class RunJob(submitit.helpers.Checkpointable):
             raise
         finally:
             finished.set()
-        status = summary.get("status", "done") if isinstance(summary, dict) else "done"
-        request = rd.stop_request() if stop.is_set() else None
-        reason = None
-        if status == "preempted" and request is not None:  # the prune monitor's stop: recorded, never requeued
-            status, reason = request["state"], request["reason"]
-            log.warning("stopped by the prune monitor: %s (%s)", status, reason)
-        elif status == "preempted" and stop.is_set() and handover is not None:
-            log.warning("checkpointed at step %s; handing SIGUSR2 to submitit (record, requeue, exit)",
-                        summary.get("step") if isinstance(summary, dict) else "?")
-            signal.signal(signal.SIGUSR2, handover)
-            handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
-        if status != "preempted":
-            status = status if status in ("done", "diverged", *STOPPED) else "done"
+        status, reason = self._how_it_ended(summary, rd, stop, handover)
         if self._sweep_moved():
             log.error("the sweep directory %s was removed or replaced while this run trained: recording nothing",
                       self.sweep_dir)
             return {"run_id": self.run_id, "abandoned": "sweep directory removed or replaced"}
-        # run.json first (for a job function that keeps none): whoever sees the ledger say the run ended finds
-        # run.json saying so too
+        self._record_end(ledger, rd, rec, job_id, status, reason)
+        return summary if isinstance(summary, dict) else {"result": summary}
+
+    def _claim(self, ledger: Ledger, world: Any, job_id: str | None,
+               log_path: str | None) -> tuple[RunRecord | None, dict[str, Any]]:
+        """Claim the run under the ledger lock: only the current submission of a run that has not ended may run it.
+        Returns (its record, {}) when claimed, else (None, what the job returns); the other tasks of a
+        data-parallel job hear either way whether to run."""
+        told = False
+        try:
+            with ledger.lock():
+                rec = ledger.fold().get(self.run_id)
+                if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
+                    told = True
+                    _tell_ranks(world, False)
+                    return None, {"run_id": self.run_id, "skipped": "superseded"}
+                finished = finished_event(ledger, rec)
+                if finished is not None:  # an earlier job of it finished it, then died before the ledger said so
+                    told = True
+                    _tell_ranks(world, False)
+                    ledger.append(finished)
+                    return None, {"run_id": self.run_id, "skipped": "finished"}
+                events = []
+                if rec.state == RunState.REQUEUED:
+                    events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
+                events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
+                                          log=log_path, **me()))
+                ledger.append(*events)
+                st = os.stat(self.sweep_dir)
+                self._sweep_inode = (st.st_dev, st.st_ino)
+        except BaseException:
+            if not told:
+                _tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
+            raise
+        _tell_ranks(world, True)
+        return rec, {}
+
+    def _how_it_ended(self, summary: Any, rd: RunDir, stop: threading.Event,
+                      handover: Callable[..., Any] | None) -> tuple[RunState, str | None]:
+        """The state the job function's return leaves the run in, and why: a stop the prune monitor asked for is
+        recorded (never requeued); a scheduler's USR2 is handed to submitit (which records, requeues and exits)."""
+        status = summary.get("status", RunState.DONE) if isinstance(summary, dict) else RunState.DONE
+        request = rd.stop_request() if stop.is_set() else None
+        reason = None
+        if status == RunState.PREEMPTED and request is not None:
+            status, reason = request.state, request.reason
+            log.warning("stopped by the prune monitor: %s (%s)", status, reason)
+        elif status == RunState.PREEMPTED and stop.is_set() and handover is not None:
+            log.warning("checkpointed at step %s; handing SIGUSR2 to submitit (record, requeue, exit)",
+                        summary.get("step") if isinstance(summary, dict) else "?")
+            signal.signal(signal.SIGUSR2, handover)
+            handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
+        if status != RunState.PREEMPTED:
+            status = status if isinstance(status, str) and status in FINISHED | STOPPED else RunState.DONE
+        return RunState(status), reason
+
+    def _record_end(self, ledger: Ledger, rd: RunDir, rec: RunRecord, job_id: str | None, status: RunState,
+                    reason: str | None) -> None:
+        """run.json first (for a job function that keeps none): whoever sees the ledger say the run ended finds
+        run.json saying so too."""
         if status in STOPPED:
             rd.ended(status, reason=reason)
-        elif rd.info().status not in ("done", "diverged", "preempted"):
+        elif rd.info().status not in FINISHED | {RunState.PREEMPTED}:
             rd.ended(status)
         final = rd.info().status
         if final in FINISHED and final != status:  # the run's own verdict stands (run.json keeps it): say the same
-            status, reason = final, None
+            status, reason = RunState(final), None
         rd.clear_stop_request()  # obeyed, or too late: the run's state says what happened
         crashpoint("job_after_ended")
         with ledger.lock():
-            if status == "preempted":  # the job stopped itself on a signal that was not the scheduler's: resume later
+            if status == RunState.PREEMPTED:  # stopped on a signal that was not the scheduler's: resume later
                 ledger.append(self._event("preempted", job_id=job_id, reason="signal", requeue=False,
                                           requeues=rec.requeues))
             else:
                 ledger.append(self._event("finished", job_id=job_id, status=status,
                                           **({"reason": reason} if reason else {})))
         crashpoint("job_after_finished")
-        return summary if isinstance(summary, dict) else {"result": summary}
 
     def _intercept_usr2(self, stop: threading.Event) -> Callable[..., Any] | None:
         """Under submitit, make USR2 only set `stop`; return submitit's own handler to hand the signal to later."""
@@ -348,18 +325,20 @@ class RunJob(submitit.helpers.Checkpointable):
             # A run that finished before the error (the job function wrote its end, then raised) stays finished:
             # run.json kept its verdict, and the ledger gets the `finished` event rather than `failed`.
             rec = ledger.fold().get(self.run_id)
-            current = rec is not None and rec.batch == self.batch
-            if current and rec.state in FINISHED:
+            current = rec if rec is not None and rec.batch == self.batch else None
+            if current is not None and current.state in FINISHED:
                 return
-            finished = finished_event(ledger, rec) if current else None
+            finished = finished_event(ledger, current) if current is not None else None
             ledger.append(finished or self._event("failed", job_id=job_id, cause=cause,
                                                   error="\n".join(err["traceback"]), log=log_path))
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
+    def checkpoint(  # type: ignore[override]  # None: no requeue, which submitit handles (it types only the other)
+        self, *args: Any, **kwargs: Any
+    ) -> submitit.helpers.DelayedSubmission | None:
         """Called by submitit on USR2 (preemption, or the time limit close): record, then requeue.
 
         Runs inside a signal handler, possibly while this process holds the ledger lock, hence the lock timeout.
-        What the requeued job resumes from is the run's own checkpoint (see the module docstring).
+        What the requeued job resumes from is the run's own checkpoint (docs/run-directory.md, "Jobs").
         """
         if self._sweep_moved():
             return None  # another launch owns that path now: no record, no requeue
@@ -368,6 +347,7 @@ class RunJob(submitit.helpers.Checkpointable):
         elapsed = _process_age() or (time.time() - self._t0 if self._t0 else 0.0)
         limit = self.timeout_min * 60  # same rule as submitit's SignalHandler.has_timed_out
         reason = "timeout" if elapsed >= min(0.8 * limit, limit - 600) else "preemption"
+        self.timeouts += int(reason == "timeout")
         with ledger.lock(timeout=5):
             rec = ledger.fold().get(self.run_id)
             if rec is not None and rec.batch == self.batch and rec.state in FINISHED:
@@ -378,7 +358,7 @@ class RunJob(submitit.helpers.Checkpointable):
                 return None
             done = rec.requeues if rec and rec.batch == self.batch else 0
             requeue = done < self.max_requeues
-            self._run_dir().ended("preempted", reason=reason, requeues=done + int(requeue))
+            self._run_dir().ended(RunState.PREEMPTED, reason=reason, requeues=done + int(requeue))
             ledger.append(self._event("preempted", job_id=job_id, reason=reason, requeue=requeue,
                                       requeues=done + int(requeue)))
         return submitit.helpers.DelayedSubmission(self) if requeue else None

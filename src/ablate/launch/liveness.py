@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.launch.slurm import SACCT_CAUSE, SACCT_LIVE, sacct_states
-from ablate.ledger import LIVE, Ledger, RunRecord, proc_alive
-from ablate.rundir import FINISHED, RunDir
+from ablate.ledger import Ledger, RunRecord, proc_alive
+from ablate.rundir import RunDir
+from ablate.states import FINISHED, LIVE, RunState
 
 
 @dataclass
@@ -45,37 +46,38 @@ def check_live(recs: dict[str, RunRecord], *, locked: bool) -> dict[str, Verdict
     mid-submission (it is new again); without the lock it may be a launcher at work.
     """
     out: dict[str, Verdict] = {}
-    slurm = [r for r in recs.values() if r.state in LIVE and r.state != "submitting" and r.executor == "slurm"]
+    slurm = [r for r in recs.values() if r.state in LIVE and r.state != RunState.SUBMITTING and r.executor == "slurm"]
     sacct = sacct_states([r.job_id for r in slurm if r.job_id]) if slurm else {}
     for r in recs.values():
         if r.state not in LIVE:
             continue
-        if r.state == "submitting":
+        if r.state == RunState.SUBMITTING:
             if locked or not (r.launcher and proc_alive(r.launcher.get("pid"), r.launcher.get("start"))):
-                out[r.run_id] = Verdict("new")
+                out[r.run_id] = Verdict(RunState.NEW)
             continue
         if r.executor == "slurm":
             s = sacct.get(r.job_id or "")
             if s is None or s[0] in SACCT_LIVE:
                 continue
             if s[0] == "PREEMPTED":
-                out[r.run_id] = Verdict("preempted", "preempted")
+                out[r.run_id] = Verdict(RunState.PREEMPTED, "preempted")
             else:
                 why = ("left the queue without recording a result (no accounting to say why)" if s[0] == "GONE"
                        else f"ended {s[0]} (exit {s[1]}) without recording a result")
-                out[r.run_id] = Verdict("failed", SACCT_CAUSE.get(s[0], s[0].lower()), f"slurm job {r.job_id} {why}")
+                out[r.run_id] = Verdict(RunState.FAILED, SACCT_CAUSE.get(s[0], s[0].lower()),
+                                        f"slurm job {r.job_id} {why}")
             continue
         # local and debug: the job process (running) or the runner/launcher that will start it (queued)
         owner = r.runner if r.executor == "local" else r.launcher
-        alive = proc_alive(r.pid, r.pid_start) if r.state == "running" else (
+        alive = proc_alive(r.pid, r.pid_start) if r.state == RunState.RUNNING else (
             proc_alive((owner or {}).get("pid"), (owner or {}).get("start")) or proc_alive(r.pid, r.pid_start)
             or proc_alive((r.dispatched or {}).get("pid"), (r.dispatched or {}).get("start")))
         if alive:
             continue
-        if r.state == "queued":
-            out[r.run_id] = Verdict("new")  # its runner died before starting it: it never ran
+        if r.state == RunState.QUEUED:
+            out[r.run_id] = Verdict(RunState.NEW)  # its runner died before starting it: it never ran
         else:
-            out[r.run_id] = Verdict("failed", "killed", f"{r.executor} job process {r.pid} died without "
+            out[r.run_id] = Verdict(RunState.FAILED, "killed", f"{r.executor} job process {r.pid} died without "
                                     "recording a result (killed: OOM killer, kill -9, or its launcher died)")
     return out
 
@@ -93,7 +95,7 @@ def current_states(ledger: Ledger, *, locked: bool = False) -> tuple[dict[str, R
         if ev is not None:  # it finished; only the ledger's line is missing
             verdicts[rid] = Verdict(ev["status"])
             continue
-        if v.state == "failed":  # a data-parallel run whose job died: the rank that broke first says why
+        if v.state == RunState.FAILED:  # a data-parallel run whose job died: the rank that broke first says why
             first = RunDir.of(ledger.dir.parent, ledger.dir.name, rid).first_rank_failure()
             if first is not None:
                 v.error = (f"{v.error}; rank {first.get('rank')} {first.get('status', 'failed')} first: "

@@ -14,8 +14,6 @@ queue is empty. Nothing else has to stay up: a run whose runner died before star
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from collections import deque
@@ -24,13 +22,15 @@ from typing import Any
 
 import submitit
 
-from ablate import store
+from ablate import ownership, store
 from ablate.errors import UserError
 from ablate.launch.job import RunJob
 from ablate.launch.liveness import finished_event
-from ablate.ledger import TERMINAL, Ledger, proc_alive, proc_start
+from ablate.ledger import Ledger, proc_alive, proc_start
 from ablate.rundir import RunDir
 from ablate.spec import RunSpec
+from ablate.states import TERMINAL, RunState
+from ablate.topology.process import start_module
 
 
 def spawn_runner(ledger: Ledger, batch: str, jobs: list[RunJob], max_parallel: int, timeout_min: float,
@@ -43,15 +43,8 @@ def spawn_runner(ledger: Ledger, batch: str, jobs: list[RunJob], max_parallel: i
     store.write_json(queue, {"sweep_dir": str(ledger.dir), "batch": batch, "max_parallel": max_parallel,
                              "timeout_min": timeout_min, "max_requeues": max_requeues, "signal_delay_s": signal_delay_s,
                              "jobs": [{"spec": j.spec.to_json(), "job": j.job, "threads": j.threads} for j in jobs]})
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])  # so the runner imports this very ablate
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with store.safe_open(launch_dir / f"{batch}.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from ablate.launch.local import run_queue; run_queue(sys.argv[1])",
-             str(queue)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, close_fds=True)  # detached: `ablate sweep | cat` returns at once
+        proc = start_module("ablate.launch.local", [str(queue)], log=log, detach=True)  # `ablate sweep | cat` returns
     return {"pid": proc.pid, "start": proc_start(proc.pid) or 0}
 
 
@@ -62,9 +55,9 @@ def busy_runs(ledger: Ledger) -> set[str]:
     for rid, r in ledger.fold().items():
         if r.executor != "local":
             continue
-        if r.state in ("running", "requeued"):
-            busy.add(rid)
-        elif r.state == "queued" and r.dispatched and proc_alive(r.dispatched.get("pid"), r.dispatched.get("start")):
+        controller = r.dispatched if r.state == RunState.QUEUED else None  # started by a runner, not yet running
+        if r.state in (RunState.RUNNING, RunState.REQUEUED) or (
+                controller and proc_alive(controller.get("pid"), controller.get("start"))):
             busy.add(rid)
     return busy
 
@@ -75,14 +68,14 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
     The queue names the job function, code this process imports and runs, and submitit's pickles in jobs/ are
     unpickled by the jobs: a queue (or its folder) that is a link, or that someone else owns or could write, is
     refused (UserError, in the runner's log), and so is a jobs/ folder that is not private."""
-    why = store.private_problem(queue_file)
+    why = ownership.private_problem(queue_file)
     if why:
         raise UserError(f"refusing the runner queue {queue_file}: {why}; only a queue its owner alone can write is "
                         "run (launch the sweep again from a directory of your own)")
     q = store.read_json(queue_file)
     sweep_dir, batch, limit = Path(q["sweep_dir"]), q["batch"], int(q["max_parallel"])
     jobs_dir = store.make_dirs(store.check_no_links(sweep_dir / "jobs", sweep_dir))
-    why = store.private_problem(jobs_dir)
+    why = ownership.private_problem(jobs_dir)
     if why:
         raise UserError(f"refusing to run jobs from {jobs_dir}: {why}; launch the sweep again from a directory of "
                         "your own")
@@ -97,7 +90,7 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
             with ledger.lock():
                 rid = todo[0]["spec"]["run_id"]
                 rec = ledger.fold().get(rid)
-                if rec is None or rec.batch != batch or rec.state not in ("submitting", "queued"):
+                if rec is None or rec.batch != batch or rec.state not in (RunState.SUBMITTING, RunState.QUEUED):
                     todo.popleft()  # superseded, or already ended
                     continue
                 in_use = busy_runs(ledger) | set(active)
@@ -140,3 +133,7 @@ def _finalize(ledger: Ledger, batch: str, run_id: str, job: Any) -> None:
         RunDir.of(ledger.dir.parent, ledger.dir.name, run_id).try_failed(cause, err)  # run.json first, as jobs do
         ledger.append({"event": "failed", "run_id": run_id, "batch": batch, "job_id": job.job_id, "cause": cause,
                        "error": err, "log": str(job.paths.stderr)})
+
+
+if __name__ == "__main__":  # the detached runner `spawn_runner` starts: python -m ablate.launch.local QUEUE_FILE
+    run_queue(sys.argv[1])

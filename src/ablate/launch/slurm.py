@@ -1,11 +1,11 @@
 """SLURM: whether a controller answers, cluster profiles, and the queries that tell what became of a job.
 
-Profiles are short YAML files whose keys map onto submitit's SlurmExecutor parameters. They are chosen, never
-found: a profile's `setup:` lines are pasted into the sbatch script, so neither a recipe nor the folder you run in
-may supply one. `--profile NAME` is ablate's own `slurm/NAME.yaml` (PROFILES_DIR), `--profile path/to/x.yaml`
-(anything with a `/` or a .yaml suffix) is exactly that file, and no `--profile` is the packaged `local`. A
-`slurm/NAME.yaml` in the working directory is used only when named by path (`--profile ./slurm/NAME.yaml`). The
-sbatch script says which file it came from (`# ablate profile: <absolute path>`, its first setup line).
+Profiles are short YAML files whose keys map onto submitit's SlurmExecutor parameters. They are chosen, never found: a
+profile's `setup:` lines are pasted into the sbatch script, so neither a recipe nor the folder you run in may supply
+one. `--profile NAME` is ablate's own packaged profile (ablate/profiles/NAME.yaml), `--profile path/to/x.yaml` (anything
+with a `/` or a .yaml suffix) is exactly that file, and no `--profile` is the packaged `local`. A `slurm/NAME.yaml` in
+the working directory is used only when named by path (`--profile ./slurm/NAME.yaml`). The sbatch script says which file
+it came from (`# ablate profile: <absolute path>`, its first setup line).
 
 `job_states` asks `sacct` (accounting on) or, without accounting, `squeue` once for a batch of jobs.
 """
@@ -15,15 +15,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ablate.config import closest
 from ablate.errors import UserError
+from ablate.resources import profile_names, profile_path
+from ablate.validation import closest
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-PROFILES_DIR = REPO_ROOT / "slurm"
-"""ablate's own profiles (the repository's slurm/): the one place `--profile NAME` looks."""
 DEFAULT_PROFILE = "local"
 
 # Profile keys -> submitit SlurmExecutor parameters.
@@ -57,7 +56,7 @@ def slurm_up(timeout: float = 5.0) -> bool:
     if shutil.which("scontrol") is None:
         return False
     try:
-        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=timeout, check=False)
     except (subprocess.TimeoutExpired, OSError):
         return False
     return out.returncode == 0 and "UP" in out.stdout
@@ -65,15 +64,15 @@ def slurm_up(timeout: float = 5.0) -> bool:
 
 def packaged_profiles() -> list[str]:
     """The names `--profile NAME` accepts."""
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")) if PROFILES_DIR.is_dir() else []
+    return profile_names()
 
 
 def find_profile(profile: str | None = None) -> Path:
-    """The profile file, as an absolute path: a name is ablate's own slurm/<name>.yaml, a path (a `/` or a .yaml/.yml
+    """The profile file, as an absolute path: a name is ablate's own packaged <name>.yaml, a path (a `/` or a .yaml/.yml
     suffix) exactly that file, None the packaged default. Never a file the working directory happens to hold."""
     name = profile or DEFAULT_PROFILE
     by_path = name.endswith((".yaml", ".yml")) or "/" in name or os.sep in name
-    path = Path(name) if by_path else PROFILES_DIR / f"{name}.yaml"
+    path = Path(name) if by_path else profile_path(name)
     if not path.is_file():
         names = ", ".join(packaged_profiles()) or "none"
         raise UserError(f"SLURM profile {name!r} not found (looked for {path}); --profile NAME takes one of ablate's "
@@ -89,7 +88,7 @@ def load_profile(profile: str | None = None) -> dict[str, Any]:
     valid key. The first setup line names the profile's file, so the sbatch script says where it came from."""
     import yaml
 
-    from ablate.compose import check_yaml
+    from ablate.safe_yaml import check_yaml
 
     path = find_profile(profile)
     try:
@@ -107,9 +106,7 @@ def load_profile(profile: str | None = None) -> dict[str, Any]:
             raise UserError(f"{path}: unknown key {key!r}{hint}")
         if value is None or value == [] or value == {}:
             continue
-        if key == "mem_gb":
-            value = f"{value}G"
-        params[PROFILE_KEYS[key]] = value
+        params[PROFILE_KEYS[key]] = f"{value}G" if key == "mem_gb" else value
     setup = params.get("setup", [])
     setup = [setup] if isinstance(setup, str) else setup
     if not isinstance(setup, list) or not all(isinstance(x, str) for x in setup):
@@ -136,7 +133,7 @@ def _query(cmd: list[str], job_ids: Sequence[str]) -> subprocess.CompletedProces
     if not bases or shutil.which(cmd[0]) is None:
         return None
     try:
-        return subprocess.run(cmd + [",".join(bases)], capture_output=True, text=True, timeout=30)
+        return subprocess.run(cmd + [",".join(bases)], capture_output=True, text=True, timeout=30, check=False)
     except (subprocess.TimeoutExpired, OSError):
         return None
 

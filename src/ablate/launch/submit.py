@@ -22,23 +22,28 @@ Deaths a job cannot record (scancel, OOM kill, time limit, node failure, SIGKILL
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import submitit
 
-from ablate import store
+from ablate import ownership, store
 from ablate.errors import UserError
-from ablate.launch.job import DEFAULT_JOB, RunJob, crashpoint, resolve_job
+from ablate.launch.job import RunJob, crashpoint
+from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
 from ablate.launch.liveness import Verdict, current_states, finished_event
 from ablate.launch.local import spawn_runner
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
-from ablate.ledger import LIVE, STOPPED, Ledger, RunRecord, me
-from ablate.rundir import FINISHED, RunDir, sweep_dir as sweep_path
+from ablate.ledger import Ledger, RunRecord, me
+from ablate.rundir import RunDir
+from ablate.rundir import sweep_dir as sweep_path
 from ablate.spec import RunSpec
+from ablate.states import FINISHED, LIVE, STOPPED, TERMINAL, RunState
 
 EXECUTORS = ("local", "slurm", "debug", "auto")
 
@@ -75,7 +80,7 @@ class Plan:
         parts = [f"{len(self.done)} done", f"{len(self.running)} running", f"{len(self.failed)} failed"]
         if self.preempted:
             parts.append(f"{len(self.preempted)} preempted")
-        for state in STOPPED:  # pruned, unstable
+        for state in (s for s in RunState if s in STOPPED):  # pruned, then unstable
             n = sum(self.previous.get(rid) == state for rid in self.pruned)
             if n:
                 parts.append(f"{n} {state}")
@@ -89,15 +94,15 @@ def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord
     plan = Plan(sweep_name, executor)
     for rid in run_ids:
         rec = recs.get(rid)
-        state = verdicts[rid].state if rid in verdicts else (rec.state if rec else "new")
-        if state == "failed" and rec is not None and rec.cause == "submit" and rid not in verdicts:
-            state = "new"  # the executor refused it (bad profile, sbatch error): it never ran
+        state = verdicts[rid].state if rid in verdicts else (rec.state if rec else RunState.NEW)
+        if state == RunState.FAILED and rec is not None and rec.cause == "submit" and rid not in verdicts:
+            state = RunState.NEW  # the executor refused it (bad profile, sbatch error): it never ran
         plan.previous[rid] = state
-        if state in ("done", "diverged"):
+        if state in FINISHED:
             plan.done.append(rid)
-        elif state == "failed":
+        elif state == RunState.FAILED:
             plan.failed.append(rid)
-        elif state == "preempted":
+        elif state == RunState.PREEMPTED:
             plan.preempted.append(rid)
         elif state in STOPPED:
             plan.pruned.append(rid)
@@ -106,7 +111,7 @@ def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord
             continue
         else:
             plan.new.append(rid)
-        if (state in ("new", "preempted") or force or (state == "failed" and retry_failed)
+        if (state in (RunState.NEW, RunState.PREEMPTED) or force or (state == RunState.FAILED and retry_failed)
                 or (state in STOPPED and resume_pruned)):
             plan.submit.append(rid)
     return plan
@@ -136,37 +141,21 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), group_read: b
 def submit_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
                  max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
                  force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print,
-                 prune: Any = None, resume_pruned: bool = False, group_read: bool = False) -> Plan:
+                 monitored: bool = False, after_submit: Callable[[Path], None] | None = None,
+                 resume_pruned: bool = False, group_read: bool = False) -> Plan:
     """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that the plan says to;
     return the plan. Safe to call again at any time. `echo` prints the plan (None: silent). `profile`: a SLURM
-    profile name or path (default: slurm/local.yaml); recipes cannot name one. `prune`: ablate.prune.PruneSettings
-    to start the prune monitor on the runs this call submits (runs resumed with `resume_pruned` are not pruned
-    again). The sweep directory is made owner-only (0700), or readable by its group with `group_read` (0750;
+    profile name or path (default: the packaged `local`); recipes cannot name one. `monitored`: a monitor may stop
+    the runs this call submits (`ablate sweep --prune`; runs resumed with `resume_pruned` are not stopped again):
+    the ledger says so, and they go baseline first, then every arm's first seed, then the next. `after_submit` is
+    called with the sweep directory once the runs are submitted (ablate.prune.monitor.start_hook starts the
+    monitor). The sweep directory is made owner-only (0700), or readable by its group with `group_read` (0750;
     asking for it opens an existing sweep to the group too); a sweep directory others could change is refused
     before anything is written (`_check_sweep_dir`)."""
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
         raise UserError(f"sweep {sweep.name!r} has no runs")
-    lcfg = runs[0].config.launcher
-    kind = resolve_executor(executor or lcfg.name)
-    if max_parallel is not None and max_parallel < 1:
-        raise UserError(f"--max-parallel {max_parallel}: must be at least 1")
-    asked_parallel = max_parallel or lcfg.max_parallel
-    # as many runs as the cores hold: a run takes `threads` cores per rank
-    per_run = lcfg.threads * max(s.config.resources.nproc for s in runs)
-    parallel = asked_parallel or max(1, store.cpu_count() // per_run)
-    resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
-    if kind in ("local", "debug"):
-        _check_devices_here(runs)
-    slurm_params: dict[str, Any] = {}
-    if kind == "slurm":
-        slurm_params = load_profile(profile or DEFAULT_PROFILE)  # bad profiles fail before any write
-        if not slurm_up():
-            raise UserError("-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
-                            "`scontrol ping` on this host), or run with -e local")
-        if asked_parallel:
-            slurm_params["array_parallelism"] = int(asked_parallel)  # --max-parallel beats the profile's value
-
+    kind, parallel, slurm_params = _executor_setup(runs, executor, max_parallel, profile, job)
     root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
     sdir = sweep_path(root, sweep.name)
     _check_sweep_dir(sdir, [s.run_id for s in runs])
@@ -186,53 +175,81 @@ def submit_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
         if echo:
             echo(plan.summary())
         if plan.submit:
-            plan.batch = batch = secrets.token_hex(6)
-            specs = [by_id[rid] for rid in plan.submit]
-            if prune is not None:
-                # the monitor decides on what runs: the baseline first, then every arm's first seed, then the next
-                seed_rank = {s: i for i, s in enumerate(dict.fromkeys(r.config.seed for r in specs))}
-                specs.sort(key=lambda r: (seed_rank[r.config.seed], not r.baseline))
-            _prepare_dirs(root, sdir, specs, plan, kind, force)
-            ledger.append(*({"event": "submitting", "run_id": s.run_id, "batch": batch, "label": s.label,
-                             "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps,
-                             "prune": prune is not None and plan.previous.get(s.run_id) not in STOPPED}
-                            for s in specs))
-            crashpoint("after_submitting")
-            jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min)
-                    for s in specs]
-            try:
-                if kind == "local":
-                    runner = spawn_runner(ledger, batch, jobs, parallel, lcfg.timeout_min, lcfg.max_requeues,
-                                          lcfg.signal_delay_s)
-                    crashpoint("after_spawn")
-                    ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner}
-                                    for j in jobs))
-                    plan.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
-                elif kind == "slurm":
-                    _submit_slurm(ledger, plan, jobs, slurm_params, lcfg.timeout_min, lcfg.max_requeues, sweep.name)
-                else:
-                    debug_jobs = _submit_debug(ledger, plan, jobs)
-            except Exception as e:
-                msg = _first_line(e)
-                for j in jobs:  # run.json first: once the ledger says failed, run.json agrees
-                    RunDir.of(root, sweep.name, j.run_id).try_failed("submit", msg)
-                ledger.append(*({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit",
-                                 "error": msg} for j in jobs))
-                raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
-    if prune is not None and any(r.prune and r.state in LIVE for r in ledger.fold().values()):
-        from ablate.prune import ensure_monitor
-
-        started = ensure_monitor(sdir, prune)
-        if echo:
-            echo(f"prune monitor {'started' if started else 'already watching'}: decisions in "
-                 f"{sdir / 'prune' / 'decisions.jsonl'}")
+            plan.batch = secrets.token_hex(6)
+            debug_jobs = _submit(ledger, root, plan, [by_id[rid] for rid in plan.submit], parallel, slurm_params,
+                                 job=job, force=force, monitored=monitored)
+    if after_submit is not None:
+        after_submit(sdir)
     # Debug runs execute here, in this process, after the lock is released (each job claims its run).
     for dj in debug_jobs:
-        try:
+        with contextlib.suppress(Exception):  # recorded in the ledger by RunJob; pdb has already had its chance
             dj.result()
-        except Exception:
-            pass  # recorded in the ledger by RunJob; pdb has already had its chance
     return plan
+
+
+def _executor_setup(runs: list[RunSpec], executor: str | None, max_parallel: int | None, profile: str | None,
+                    job: str) -> tuple[str, int, dict[str, Any]]:
+    """(executor, runs at once on the local executor, SLURM parameters), once every check that can fail before
+    anything is written has passed: the job function imports, the devices and the SLURM controller are there,
+    the profile reads."""
+    lcfg = runs[0].config.launcher
+    kind = resolve_executor(executor or lcfg.name)
+    if max_parallel is not None and max_parallel < 1:
+        raise UserError(f"--max-parallel {max_parallel}: must be at least 1")
+    asked_parallel = max_parallel or lcfg.max_parallel
+    # as many runs as the cores hold: a run takes `threads` cores per rank
+    per_run = lcfg.threads * max(s.config.resources.nproc for s in runs)
+    parallel = asked_parallel or max(1, store.cpu_count() // per_run)
+    resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
+    if kind in ("local", "debug"):
+        _check_devices_here(runs)
+    slurm_params: dict[str, Any] = {}
+    if kind == "slurm":
+        slurm_params = load_profile(profile or DEFAULT_PROFILE)  # bad profiles fail before any write
+        if not slurm_up():
+            raise UserError("-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
+                            "`scontrol ping` on this host), or run with -e local")
+        if asked_parallel:
+            slurm_params["array_parallelism"] = int(asked_parallel)  # --max-parallel beats the profile's value
+    return kind, parallel, slurm_params
+
+
+def _submit(ledger: Ledger, root: Path, plan: Plan, specs: list[RunSpec], parallel: int,
+            slurm_params: dict[str, Any], *, job: str, force: bool, monitored: bool) -> list[Any]:
+    """Under the ledger lock: write the runs' intent (`submitting`), hand them to the executor, record its answer
+    (or, when it refuses, that they failed to submit). Returns the debug executor's jobs, to run after the lock."""
+    kind, batch, sdir, lcfg = plan.executor, plan.batch or "", ledger.dir, specs[0].config.launcher
+    if monitored:
+        # the monitor decides on what runs: the baseline first, then every arm's first seed, then the next
+        seed_rank = {s: i for i, s in enumerate(dict.fromkeys(r.config.seed for r in specs))}
+        specs.sort(key=lambda r: (seed_rank[r.config.seed], not r.baseline))
+    _prepare_dirs(root, sdir, specs, plan, kind, force)
+    ledger.append(*({"event": "submitting", "run_id": s.run_id, "batch": batch, "label": s.label,
+                     "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps,
+                     "prune": monitored and plan.previous.get(s.run_id) not in STOPPED}
+                    for s in specs))
+    crashpoint("after_submitting")
+    jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min) for s in specs]
+    try:
+        if kind == "local":
+            runner = spawn_runner(ledger, batch, jobs, parallel, lcfg.timeout_min, lcfg.max_requeues,
+                                  lcfg.signal_delay_s)
+            crashpoint("after_spawn")
+            ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner}
+                            for j in jobs))
+            plan.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
+        elif kind == "slurm":
+            _submit_slurm(ledger, plan, jobs, slurm_params, lcfg.timeout_min, lcfg.max_requeues, plan.sweep)
+        else:
+            return _submit_debug(ledger, plan, jobs)
+    except Exception as e:
+        msg = _first_line(e)
+        for j in jobs:  # run.json first: once the ledger says failed, run.json agrees
+            RunDir.of(root, plan.sweep, j.run_id).try_failed("submit", msg)
+        ledger.append(*({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit",
+                         "error": msg} for j in jobs))
+        raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
+    return []
 
 
 def _first_line(e: BaseException) -> str:
@@ -253,13 +270,13 @@ def _check_sweep_dir(sdir: Path, run_ids: Sequence[str]) -> None:
     own or can write, one in a folder they can write that has no sticky bit (they could replace it), or one whose
     ledger, folders or run directories are links (they would put the sweep's files elsewhere). Plain state
     readers (status, rank) do not check: they load no code from the sweep."""
-    store.check_owned_dir(sdir)
+    ownership.check_owned_dir(sdir)
     if not sdir.exists():
         return
     for p in [*(sdir / f for f in SWEEP_FILES), *(sdir / "runs" / rid for rid in run_ids)]:
         store.check_no_links(p, sdir)
         if p.is_dir():
-            store.check_owned_dir(p, chain=False)
+            ownership.check_owned_dir(p, chain=False)
 
 
 def _record_deaths(ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord],
@@ -271,14 +288,14 @@ def _record_deaths(ledger: Ledger, root: Path, name: str, recs: dict[str, RunRec
         ev = finished_event(ledger, recs[rid])  # whatever happened to its job (v.state done or diverged)
         if ev is not None:
             dead.append(ev)
-        elif v.state == "failed":
+        elif v.state == RunState.FAILED:
             dead.append({"event": "failed", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
                          "cause": v.cause, "error": v.error, "log": recs[rid].log})
             RunDir.of(root, name, rid).try_failed(v.cause or "killed", v.error)
-        elif v.state == "preempted":
+        elif v.state == RunState.PREEMPTED:
             dead.append({"event": "preempted", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
                          "requeue": False, "reason": "preemption"})
-            RunDir.of(root, name, rid).ended("preempted", reason="preempted by the scheduler")
+            RunDir.of(root, name, rid).ended(RunState.PREEMPTED, reason="preempted by the scheduler")
     ledger.append(*dead)
 
 
@@ -289,8 +306,7 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
         rd = RunDir.of(root, spec.sweep, spec.run_id)
         # a run.json that says finished is archived too when the ledger lost the run (it plans as new): run.json
         # never leaves a finished state in place, so --force must move the directory aside to run it again
-        if force and rd.path.exists() and (plan.previous.get(spec.run_id) in ("done", "diverged", "failed",
-                                                                             "preempted", *STOPPED)
+        if force and rd.path.exists() and (plan.previous.get(spec.run_id) in TERMINAL
                                            or rd.info().status in FINISHED):
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
             store.make_dirs(store.check_no_links(arch.parent, sdir))

@@ -1,4 +1,5 @@
-"""One RL run (loop.py), its pieces (step, evaluate, checkpoint, feeders, stopping, warmup) and the algorithm core:
+"""One RL run (loop.py, over a session.RunSession and the recipe's trainer: builtin.py, trl_backend.py), its pieces
+(build, step, evaluate, checkpoint, feeders, stopping, warmup) and the algorithm core:
 losses, advantages, filters and length control as pure tensor functions in name registries.
 
 Kept import-free on purpose: `import ablate.train` must not pull torch or a model in (the CLI imports lazily).
@@ -13,7 +14,7 @@ def run(config, run_dir, *, threads: int = 1, stop=None):
 
 
 def preflight(config, run_dir):
-    """Refuse what can be refused before a run writes anything (see `ablate.train.loop.preflight`)."""
-    from ablate.train.loop import preflight as _preflight
+    """Refuse what can be refused before a run writes anything (see `ablate.train.session.preflight`)."""
+    from ablate.train.session import preflight as _preflight
 
     return _preflight(config, run_dir)

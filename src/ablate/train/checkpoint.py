@@ -30,7 +30,7 @@ import torch
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.rundir import no_space
+from ablate.runinfo import no_space
 
 log = logging.getLogger("ablate.train")
 

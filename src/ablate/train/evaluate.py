@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ablate.rundir import TRUNCATION_WARN
-from ablate.train.distributed import rank_seed
+from ablate.topology.world import worker_seed
 from ablate.train.step import Diverged, Learner
 
 COLLAPSE_PASS_RATE = 0.01
@@ -43,7 +43,7 @@ class Evaluator:
         own (seed, step, rank) generator and the counts are summed, so every rank returns the same rate."""
         lr, world = self.learner, self.learner.world
         seed = 10_000_019 * (lr.cfg.seed + 1) + step
-        g = torch.Generator().manual_seed(seed if world.size == 1 else rank_seed(seed, world.rank))
+        g = torch.Generator().manual_seed(seed if world.size == 1 else worker_seed(seed, world.rank))
         val = world.shard(lr.val)
         correct = 0.0
         if val:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ablate.train.distributed import rank_seed
+from ablate.topology.world import worker_seed
 from ablate.train.policy import Policy
 from ablate.train.step import Batch, Learner
 
@@ -95,7 +95,7 @@ def _generator_side(learner: Learner, step: int) -> tuple[Any, torch.Generator, 
     sampler.version = step
     seed = learner.cfg.seed * 7919 + step + 1
     world = learner.world
-    rollouts = None if world.size == 1 else torch.Generator().manual_seed(rank_seed(seed, world.rank))
+    rollouts = None if world.size == 1 else torch.Generator().manual_seed(worker_seed(seed, world.rank))
     return sampler, torch.Generator().manual_seed(seed), rollouts
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate.config import ModelConfig, RunConfig
+from ablate.config import ModelConfig
 from ablate.errors import UserError
 from ablate.train.decoder import decoder_forward, fast_supported
 
@@ -190,14 +190,3 @@ def load_hf(path: str | Path):
         raise UserError(f"model.path: the tokenizer in {str(p)!r} has no eos_token")
     return model, tok
 
-
-def build_policy(cfg: RunConfig, task: Any) -> Policy:
-    """The starting policy of a run: for `tiny`, the cached warmed-up model (warming it up once if needed)."""
-    head_dtype = HEAD_DTYPES[cfg.precision.name]
-    if cfg.model.name == "hf":
-        model, tok = load_hf(cfg.model.path)
-        return Policy(model, tok, head_dtype)
-    from ablate.train.warmup import warmed_up_folder
-
-    model, tok = load_hf(warmed_up_folder(cfg, task))
-    return Policy(model, tok, head_dtype)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -68,16 +68,6 @@ class Rollouts:
     def lengths(self) -> Tensor:
         """[N] completion lengths in tokens (EOS and forced tokens included)."""
         return self.present.sum(1)
-
-
-class RolloutBackend(Protocol):
-    version: int
-
-    def generate(
-        self, prompts: list[str], n: int, spec: SampleSpec, generator: torch.Generator | None = None
-    ) -> Rollouts: ...
-
-    def load_weights(self, state_dict: dict[str, Tensor], version: int) -> None: ...
 
 
 BACKENDS: Registry[Any] = Registry("rollout")

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 
-from ablate.train.distributed import World
+from ablate.topology.world import World
 from ablate.train.policy import Policy
 
 

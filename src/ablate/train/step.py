@@ -5,10 +5,11 @@ RNG and the registry functions the recipe names (loss, aggregation, normalisatio
 to step, evaluate and checkpoint; the feeders (feeders.py) decide which weights generate each batch.
 
     learner = Learner(cfg)                       # task, warmed-up policy, AdamW, pool; no run directory
+    Learner(cfg, world, optimizer=None)          # no optimizer: a learner another trainer steps (TRL)
     batch = learner.make_batch(sampler, gen)     # G prompts x n completions, scored
     metrics = learner.step(batch, step)          # one optimizer step; `step` = steps taken before it
 
-Data-parallel (`Learner(cfg, world)` with world.size > 1, see distributed.py): every rank draws the same G prompts,
+Data-parallel (`Learner(cfg, world)` with world.size > 1, see docs/distributed.md): every rank draws the same G prompts,
 generates and scores its share of the groups, and `step` takes the same optimizer step on every rank: the batch
 normalisers are summed over ranks, DDP sums the gradients, and the pool and metrics are reduced. Every rank makes
 the same collective calls in the same order whatever its share holds (a rank whose groups were all filtered out
@@ -19,16 +20,18 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ablate.config import RunConfig
+from ablate.config import OptimConfig, RunConfig
 from ablate.errors import UserError
+from ablate.topology.world import World, worker_seed
 from ablate.train import advantages, filters, length, losses, sharding
-from ablate.train.distributed import World, rank_seed
-from ablate.train.policy import Policy, build_policy
+from ablate.train.build import build_policy
+from ablate.train.policy import Policy
 from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, make_sampler
 from ablate.train.tasks import Task, build_task
 
@@ -58,14 +61,25 @@ class Batch:
     version: int
 
 
-class Learner:
-    """Everything one optimizer step needs (see the module docstring)."""
+Optimizer = Callable[[Iterable[torch.nn.Parameter], OptimConfig], torch.optim.Optimizer]
+"""Builds a learner's optimizer over the policy's parameters from the recipe's `optim` section."""
 
-    def __init__(self, cfg: RunConfig, world: World | None = None) -> None:
+
+def adamw(params: Iterable[torch.nn.Parameter], o: OptimConfig) -> torch.optim.Optimizer:
+    """The built-in trainer's optimizer: AdamW with the recipe's lr, betas, weight decay and eps."""
+    return torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay,
+                             **({} if o.eps is None else {"eps": o.eps}))
+
+
+class Learner:
+    """Everything one optimizer step needs (see the module docstring). `optimizer=None`: a learner that does not
+    step itself (TRL's trainer wraps, steps and shards the model): no optimizer, no DDP/FSDP wrapping."""
+
+    def __init__(self, cfg: RunConfig, world: World | None = None, optimizer: Optimizer | None = adamw) -> None:
         self.cfg = cfg
         self.world = world = world or World()
         self.device = resolve_device(cfg.train.device)
-        if self.device.type == "cuda" and world.size > 1:
+        if self.device.type == "cuda" and world.size > 1 and optimizer is not None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.phrase = cfg.length.phrase or TASK_PHRASE[cfg.task.name]
         self.task: Task = build_task(cfg.task, cfg.train.val_size, self.phrase)
@@ -81,17 +95,23 @@ class Learner:
         self.policy.model.to(self.device)  # sampler and trainer follow the parameters' device
         # the module the training forward goes through (DDP / FSDP in a data-parallel run), and the policy the
         # samplers read (the trained one, or under fsdp a whole copy refreshed after every step): sharding.py
-        self.scorer, self.sampled = sharding.wrap(self.policy, world, self.device, cfg.train.sharding)
+        self.scorer, self.sampled = (sharding.wrap(self.policy, world, self.device, cfg.train.sharding)
+                                     if optimizer is not None else (sharding.Scorer(self.policy), self.policy))
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))
-        o = cfg.optim
-        self.opt = torch.optim.AdamW(self.policy.model.parameters(), lr=o.lr, betas=tuple(o.betas),
-                                     weight_decay=o.weight_decay, **({} if o.eps is None else {"eps": o.eps}))
+        self.opt = optimizer(self.policy.model.parameters(), cfg.optim) if optimizer is not None else None
         self.pool = filters.PromptPool(len(self.task.train), cfg.filtering.pass_threshold)
         self.pool_lock = threading.Lock()  # the PipelineRL generator thread draws from the pool too
         self.gen = torch.Generator().manual_seed(cfg.seed)  # the prompt draws: the same stream on every rank
         # the rollouts: one stream with the prompt draws in a single process, each rank its own otherwise
         self.rollout_gen = (self.gen if world.size == 1
-                            else torch.Generator().manual_seed(rank_seed(cfg.seed, world.rank)))
+                            else torch.Generator().manual_seed(worker_seed(cfg.seed, world.rank)))
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer this learner steps with; a learner built without one (TRL's) never steps or saves."""
+        if self.opt is None:
+            raise RuntimeError("this Learner was built with optimizer=None: its trainer steps the model")
+        return self.opt
 
     # ---- samplers ----
 
@@ -174,9 +194,10 @@ class Learner:
         if trained:  # (not when every group of the step had equal rewards: nothing to learn from this batch)
             gn = self._backward(b, adv, rows, step, reduce, sums)
             lr, warm = self.cfg.optim.lr, self.cfg.optim.lr_warmup_steps
-            for grp in self.opt.param_groups:  # linear lr warm-up, a function of the step: restarts resume it exactly
+            # linear lr warm-up, a function of the step: restarts resume it exactly
+            for grp in self.optimizer.param_groups:
                 grp["lr"] = lr * min(1.0, (step + 1) / max(1, warm))
-            self.opt.step()
+            self.optimizer.step()
             sharding.refresh(self.policy, self.sampled)
         t = dict(zip(sums, world.totals(list(sums.values()))))
         m = {
@@ -243,7 +264,7 @@ class Learner:
         # DDP needs the same number of backward passes on every rank: a rank with fewer chunks runs zero-weight ones
         total_chunks = world.max(chunks)
         temperature = self.cfg.rollout.temperature
-        self.opt.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         bad: float | None = None
         for c in range(total_chunks):
             sync = c == total_chunks - 1
@@ -280,11 +301,12 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer, prompt RNG and pool (under fsdp every rank calls it: the shards are gathered)."""
-        return {**sharding.state(self.policy, self.opt), "rng": self.gen.get_state(), "pool": self.pool.state_dict()}
+        return {**sharding.state(self.policy, self.optimizer), "rng": self.gen.get_state(),
+                "pool": self.pool.state_dict()}
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
         # weights and optimizer state are copied onto the parameters' device; the RNG state stays a CPU tensor
         # (checkpoints are loaded on the CPU)
-        sharding.load_state(self.policy, self.sampled, self.opt, st)
+        sharding.load_state(self.policy, self.sampled, self.optimizer, st)
         self.gen.set_state(st["rng"])
         self.pool.load_state_dict(st["pool"])

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate import store
+from ablate import ownership, store
 from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.train.checkpoint import first_line
@@ -88,7 +88,7 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
 
     try:
         for p in (folder, *sorted(folder.iterdir())):
-            why = store.private_problem(p)
+            why = ownership.private_problem(p)
             if why:
                 return f"not private: {why}"
         info = warmup_info(folder)

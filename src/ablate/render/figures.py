@@ -1,6 +1,6 @@
 """Figures (matplotlib): every fit with its band and points, and the efficiency view of rank's comparisons.
 
-Like report.py, nothing here computes a fit: the figures draw the `FitResult`s and the pairwise comparisons that
+Like the tables, nothing here computes a fit: the figures draw the `FitResult`s and the pairwise comparisons that
 produced the table's verdicts. The output format follows the file's extension (any format matplotlib can write).
 """
 
@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ablate.errors import UserError
 
 if TYPE_CHECKING:
-    from ablate.fit.analysis import FitResult
+    from ablate.fit.compare import Ranking
+    from ablate.fit.result import FitResult
 
 
 def _plt():
@@ -59,7 +61,7 @@ def figure_path(path: Path | str) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"--plot {path}: {parent} is a file, not a directory; choose another path")
-    from ablate.report import check_writable_output
+    from ablate.paths import check_writable_output
 
     return check_writable_output(path, "--plot")  # and writable: not a read-only file system
 
@@ -89,7 +91,7 @@ def _tight(fig, **kw) -> None:
         fig.tight_layout(**kw)
 
 
-def _tex(text: str) -> str:
+def as_figure_text(text: str) -> str:
     """Text for a figure, shown as written: matplotlib would read `$...$` in a run name as math, and a control
     character (an escape sequence, a bidi override) as a glyph it lacks, with a warning on stderr (text.safe)."""
     from ablate.text import safe
@@ -132,16 +134,16 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
                 first = held.any() and not labelled_held
                 labelled_held |= bool(first)
                 ax.scatter(c.x[k], c.y[k], s=22, facecolors="none", edgecolors=color, marker="D",
-                           label=_tex(f"{r.run}: held out") if first else None)
+                           label=as_figure_text(f"{r.run}: held out") if first else None)
                 out &= ~held
             k = _thin(out)
             ax.scatter(c.x[k], c.y[k], s=9, facecolors="none", edgecolors=color, alpha=0.6)
         x_lo = max(min(float(c.x[c.x > 0].min()) for c in r.curves), 1e-9)
-        x_hi = max(r.target, max(float(c.x.max()) for c in r.curves))
+        x_hi = max(r.target, *(float(c.x.max()) for c in r.curves))
         xs = np.geomspace(x_lo, x_hi, 300)
         inside = xs <= r.window[1]
         a_text = f"A={r.A:.3f}" if r.identifiable else "A not identified"
-        label = _tex(f"{r.run}: {a_text} B={r.B:.2f} C_mid={r.C_mid:,.3g}")
+        label = as_figure_text(f"{r.run}: {a_text} B={r.B:.2f} C_mid={r.C_mid:,.3g}")
         ax.plot(xs[inside], r.predict(xs[inside]), color=color, lw=lw, label=label)
         ax.plot(xs[~inside], r.predict(xs[~inside]), color=color, lw=lw, ls="--")
         band = r.predict_band(xs)
@@ -156,9 +158,10 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
         ax.axvspan(ax.get_xlim()[0], lo_all, color="grey", alpha=0.08, lw=0)
     ax.axvline(hi_all, color="grey", lw=0.8, ls="-.", alpha=0.6)
     ax.set_xscale("log")
-    ax.set_xlabel(_tex(xlabel))
+    ax.set_xlabel(as_figure_text(xlabel))
     ax.set_ylabel("validation pass rate")
-    ax.set_title(_tex(title) if title else "ScaleRL sigmoid fits (dashed: extrapolation; band: the fit's interval; "
+    ax.set_title(as_figure_text(title) if title else "ScaleRL sigmoid fits (dashed: extrapolation; band: the fit's "
+                 "interval; "
                  "bar: the reported interval at the target; dotted: ceiling A)")
     ax.grid(alpha=0.25, which="both")
     ax.legend(fontsize=7, loc="lower right")
@@ -180,7 +183,7 @@ def _window_points(fit) -> tuple[np.ndarray, np.ndarray]:
     return x[k], y[k]
 
 
-def plot_efficiency(ranking, path: Path | str) -> Path | None:
+def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
     """The efficiency comparisons behind the verdicts, one panel per arm compared with the baseline.
 
     Each panel draws the pairwise fit `rank` made (`ArmResult.shared`: the arm and the baseline refitted with one
@@ -190,7 +193,7 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     Arms that are not identified were not compared this way and have no panel. Returns None (nothing written)
     when no arm was compared on efficiency.
     """
-    from ablate.report import verdict_cell
+    from ablate.render.rank import verdict_cell
 
     pairs = [a for a in ranking.arms if a.shared is not None]
     base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
@@ -203,6 +206,8 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     arm_color = plt.rcParams["axes.prop_cycle"].by_key()["color"][0]
     for ax, arm in zip(axes.flat, pairs):
         sh = arm.shared
+        if sh is None:  # never: `pairs` are the arms compared on efficiency
+            continue
         a_s, r_t, target = sh["A_shared"], sh["target_pass_rate"], ranking.target
         ratio = sh["compute_ratio"]
         for who, fit, b, c_mid, color, reach in (
@@ -215,12 +220,12 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
             xs = np.geomspace(float(x.min()), hi, 100)
             name = base.arm if who == "baseline" else arm.arm
             ax.plot(xs, (xs / c_mid) ** b, color=color, lw=2.0 if who == "baseline" else 1.5,
-                    label=_tex(f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}"))
+                    label=as_figure_text(f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}"))
             if math.isfinite(reach) and fit.R0 < r_t < a_s:
                 ax.plot([reach], [(r_t - fit.R0) / (a_s - r_t)], marker="o", ms=7, mfc="none", mec=color)
         ci = sh["compute_ratio_ci"]
         ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        ax.set_title(_tex(f"{arm.arm}: {verdict_cell(arm).plain}") + f"\n{ratio_text}, A shared {a_s:.3f}",
+        ax.set_title(as_figure_text(f"{arm.arm}: {verdict_cell(arm).plain}") + f"\n{ratio_text}, A shared {a_s:.3f}",
                      fontsize=9)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -229,7 +234,7 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     for ax in list(axes.flat)[len(pairs):]:
         ax.set_visible(False)
     for ax in axes[-1]:
-        ax.set_xlabel(_tex(f"compute ({ranking.x})"))
+        ax.set_xlabel(as_figure_text(f"compute ({ranking.x})"))
     for ax in axes[:, 0]:
         ax.set_ylabel("F(R) = (R - R0) / (A - R)")
     how = "a shared ceiling per pair" if ranking.shared_a is None else "one ceiling for every arm"
@@ -238,8 +243,33 @@ def plot_efficiency(ranking, path: Path | str) -> Path | None:
     others = [f"{a.arm} ({verdict_cell(a).plain})" for a in ranking.arms if a.shared is None and a is not base]
     if others:
         shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
-        fig.text(0.01, 0.005, _tex(f"no panel (not compared on efficiency): {shown}"), fontsize=7, color="grey")
+        fig.text(0.01, 0.005, as_figure_text(f"no panel (not compared on efficiency): {shown}"), fontsize=7,
+                 color="grey")
     _tight(fig, rect=(0, 0.03 if others else 0, 1, 1))
     return _save(fig, Path(path))
 
 
+
+
+def figures_line(plot: Path, efficiency: Path | None) -> str:
+    """rank's last line: the figures it wrote (markup, paths escaped), or why there is no efficiency figure."""
+    from ablate.render.terminal import esc
+
+    return f"figures: {esc(str(plot))}" + (f", {esc(str(efficiency))}" if efficiency else
+                                           " (no arm was compared on efficiency: no efficiency figure)")
+
+
+def rank_figure_paths(plot: Path | None) -> tuple[Path, Path] | None:
+    """rank's two figures, checked before any fitting: the fits' (--plot) and the efficiency one beside it
+    (NAME-efficiency.EXT); None without --plot."""
+    if plot is None:
+        return None
+    plot = figure_path(plot)
+    return plot, figure_path(plot.with_name(plot.stem + "-efficiency" + plot.suffix))
+
+
+def plot_rank(ranking: Ranking, plot: Path, efficiency: Path) -> Path | None:
+    """rank's figures: every arm's fit (baseline in black), and the efficiency panels (None: no arm compared)."""
+    plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({ranking.x})",
+              title=f"arms fitted on {ranking.opts.window_text()} (baseline in black)")
+    return plot_efficiency(ranking, efficiency)

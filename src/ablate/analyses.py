@@ -1,0 +1,228 @@
+"""The work behind `ablate fit`, `rank`, `extrapolate` and `plan`: read the inputs on the compute axis chosen,
+choose the target, then fit, rank, project or plan. The commands print what these return (ablate.render). The
+defaults they name: ablate.defaults; the verdicts: docs/verdicts.md; the JSON: docs/json.md."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ablate.defaults import check_reach, choose_axis, choose_target, wall_clock_note, with_target
+from ablate.errors import UserError
+
+if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs it
+    from ablate.fit.compare import MinEffect, NoiseFloor, Ranking
+    from ablate.fit.curve import Curve
+    from ablate.fit.extrapolate import Extrapolation
+    from ablate.fit.result import FitOptions, FitResult
+    from ablate.plan import PlanResult
+
+
+@dataclass
+class Inputs:
+    """The curves a command read, on the compute axis it chose (`axis_text`: why, when not the paper's)."""
+
+    paths: list[Path]
+    curves: list[Curve]
+    skipped: list[dict[str, Any]]
+    x: str
+    axis_text: str | None
+
+    @property
+    def axis_note(self) -> str | None:
+        """A warning when the axis is wall-clock that varies between seeds (defaults.wall_clock_note)."""
+        return wall_clock_note(self.curves, self.x)
+
+
+def read_inputs(paths: list[Path], *, x: str, y: str, run: str, group: str | None, fmt: str,
+                samples_per_step: float | None, gpu_hours_per_step: float | None) -> Inputs:
+    """The curves of `paths` (ablate.curves.load_inputs) on `x`, or on the axis `--x auto` picks for them."""
+    from ablate.curves import load_inputs
+
+    per_step: dict[str, Any] = {"samples": samples_per_step, "gpu_hours": gpu_hours_per_step}
+    x, axis_text = choose_axis(paths, x, per_step)
+    curves, skipped = load_inputs(paths, x=x, y=y, run=run, group=group, fmt=fmt, per_step=per_step)
+    return Inputs(list(paths), curves, skipped, x, axis_text)
+
+
+def fit_options(**kw: Any) -> FitOptions:
+    """FitOptions from the command's flags, checked (a bad flag is one UserError line before any data is read)."""
+    from ablate.fit.result import FitOptions
+
+    opts = FitOptions(**kw)
+    opts.validate()
+    return opts
+
+
+@dataclass
+class FitReport:
+    """`ablate fit`: a fit per run (or arm), the options they used, and how the target was chosen."""
+
+    results: list[FitResult]
+    opts: FitOptions
+    target_text: str
+    forms: dict[str, dict[str, float]] | None = None
+    """--compare-forms: each form's backtest error per run."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"fits": [r.to_json() for r in self.results]}
+        if self.forms is not None:
+            out["forms"] = self.forms
+        return out
+
+
+def fit_inputs(inputs: Inputs, opts: FitOptions, *, to: float | None, by_group: bool, window: bool,
+               compare: bool) -> FitReport:
+    """Fit every run of `inputs` (each arm when `by_group`), with the window-sensitivity refits and the forms'
+    backtest when asked."""
+    from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
+
+    opts, target_text = with_target(opts, inputs.curves, inputs.x, to, opts.fit_until, reach=False)
+    results = fit_table(inputs.curves, opts, by_group=by_group)
+    if window:
+        results = [window_sensitivity(r, opts) for r in results]
+    forms = {r.run: compare_forms(r, opts) for r in results} if compare else None
+    return FitReport(results, opts, target_text, forms)
+
+
+@dataclass
+class RankSettings:
+    """rank's options beyond the fit's, parsed and checked before any data is read (check_rank_settings)."""
+
+    baseline: str | None
+    margin: str | None
+    shared_a: Any
+    noise: NoiseFloor | None
+    min_effect: MinEffect
+    window: bool = False
+
+
+def check_rank_settings(*, baseline: str | None, margin: str | None, shared_a: str, noise: Path | None,
+                        save_noise: Path | None, min_effect: float, min_effect_compute: float, n_boot: int,
+                        window: bool) -> RankSettings:
+    """Parse rank's --margin, --shared-a and --noise, check that --save-noise can be written, and refuse --n-boot 0
+    (rank's verdicts rest on intervals)."""
+    from ablate.fit.compare import MinEffect, NoiseFloor, parse_margin, parse_shared_a
+    from ablate.paths import check_writable_output
+
+    smallest = MinEffect(a=min_effect, ratio=min_effect_compute)
+    parse_margin(margin)
+    mode = parse_shared_a(shared_a)
+    floor = None if noise is None else NoiseFloor.load(noise)
+    if save_noise is not None:
+        check_writable_output(save_noise, "--save-noise")
+    if n_boot == 0:
+        raise UserError("--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot "
+                        "of 200 or more")
+    return RankSettings(baseline, margin, mode, floor, smallest, window)
+
+
+def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to: float | None, jobs: int) -> Ranking:
+    """Rank the arms of `inputs` at the target (--to, or the default), with the lines that say how the target and
+    the axis were chosen, and the window-sensitivity refits when asked."""
+    from ablate.fit.analysis import window_sensitivity
+    from ablate.fit.compare import rank
+
+    opts, target_source = with_target(opts, inputs.curves, inputs.x, to, opts.fit_until)
+    ranking = rank(inputs.curves, opts, baseline=settings.baseline, margin=settings.margin, noise=settings.noise,
+                   x=inputs.x, not_fitted=inputs.skipped, jobs=jobs, shared_a=settings.shared_a,
+                   min_effect=settings.min_effect)
+    ranking.target_source = target_source  # how --to was chosen, and why x is what it is (defaults.py)
+    ranking.axis_note = "; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None
+    if settings.window:
+        for a in ranking.arms:
+            window_sensitivity(a.fit, opts)
+    return ranking
+
+
+def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
+    """`rank --save-noise`: write the seed spread measured on the ranking's seeded arms, for a later --noise."""
+    from ablate import store
+    from ablate.fit.compare import measured_floor
+
+    measured = measured_floor(ranking.arms)
+    if measured is None:
+        raise UserError(f"--save-noise {path}: no arm has 2 identified seeds, so there is no seed spread "
+                        "to save; run the sweep with seed=0,1,2")
+    measured.source = f"{measured.source}, on '{inputs.x}': " + ", ".join(str(p) for p in inputs.paths)
+    store.write_json(path, measured.to_json())
+
+
+def settled_elsewhere(ranking: Ranking, inputs: Inputs) -> tuple[Path, float] | None:
+    """A sweep among the inputs whose prune monitor settled its stopped arms at another target than this ranking's
+    (ablate.prune.rules.recorded_target), and that target; None when no arm was stopped or every monitor agrees."""
+    if not any(a.stopped for a in ranking.arms):
+        return None
+    from ablate.prune.rules import recorded_target
+
+    settled_at = [(p, t) for p in inputs.paths if p.is_dir() for t in [recorded_target(p, inputs.x)] if t is not None]
+    if settled_at and not any(math.isclose(t, ranking.target, rel_tol=1e-6) for _, t in settled_at):
+        return settled_at[0]
+    return None
+
+
+@dataclass
+class ExtrapolationReport:
+    """`ablate extrapolate`: the projection, and how its subject and target were chosen."""
+
+    projection: Extrapolation
+    opts: FitOptions
+    target_text: str
+    by_rank: bool
+    """True when the subject is the rank winner (no --arm, several arms)."""
+
+
+def extrapolate_inputs(inputs: Inputs, opts: FitOptions, *, arm: str | None, to: float | None,
+                       window: bool) -> ExtrapolationReport:
+    """Project one arm (--arm, the only one, or the rank winner) to the target, checked on held-out points. The
+    target, its words and the reach are the arm's: its own data, not the longest arm's."""
+    from ablate.fit.analysis import group_arms, window_sensitivity
+    from ablate.fit.extrapolate import extrapolate, winner
+    from ablate.fit.result import FitOptions
+
+    x, fit_until = inputs.x, opts.fit_until
+    opts, _ = with_target(opts, inputs.curves, x, to, fit_until)
+    arms = group_arms(inputs.curves)
+    by_rank = arm is None and len(arms) > 1
+    if arm is None and len(arms) == 1:
+        arm = next(iter(arms))
+    elif arm is None:
+        arm = winner(inputs.curves, FitOptions(fit_from=opts.fit_from, fit_until=fit_until, n_boot=0,
+                                               target=opts.target, r0=opts.r0))
+    elif arm not in arms:
+        raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
+    target, target_text = choose_target(arms[arm], x, to, fit_until)
+    opts = replace(opts, target=target)
+    check_reach(arms[arm], target, x, fit_until)
+    ex = extrapolate(arms[arm], opts, subject=arm, target_source=target_text)
+    if window:
+        window_sensitivity(ex.fit, opts)
+    return ExtrapolationReport(ex, opts, target_text, by_rank)
+
+
+
+def plan_any(source: Path, overrides: list[str], calibration: Path | None, *, x: str, baseline: str | None,
+             to: float | None, futures: int, fmt: str, run: str, group: str | None, common: dict[str, Any],
+             axis_line: Callable[[str], None] | None) -> PlanResult:
+    """`ablate plan` on what SOURCE is: a sweep file (with overrides and --calibration) is planned before any run
+    (ablate.plan.plan_from_file); a sweep directory or curves from what they measured (plan_measured), on the
+    axis `--x auto` picks (said through `axis_line` first, when it is not the paper's)."""
+    from ablate import plan
+
+    if not source.exists():
+        raise UserError(f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
+                        "or a sweep file with --calibration")
+    if source.is_file() and source.suffix in (".yaml", ".yml"):
+        return plan.plan_from_file(source, overrides, calibration, to=to, **common)
+    if overrides:
+        raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")
+    if calibration is not None:
+        raise UserError("--calibration plans a sweep file before any run; SOURCE has measurements of its own")
+    x, axis_text = choose_axis([source], x)
+    if axis_text and axis_line is not None:
+        axis_line(axis_text)
+    return plan.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, run=run, group=group,
+                              **common)

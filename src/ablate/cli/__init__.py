@@ -1,0 +1,31 @@
+"""The `ablate` command line: one thin command per verb, grouped by what they work on (fitting: fit, rank,
+extrapolate; planning: calibrate, plan; runs: status, sweep, show, train, init). The work lives in the library,
+the printing in ablate.render; a bad input is one `error:` line and exit 2 (errors.user_errors). The commands
+and their options: README.md; the JSON they print: docs/json.md."""
+
+from __future__ import annotations
+
+import typer
+
+from ablate.cli import fitting, planning, runs
+from ablate.cli.errors import user_errors
+
+app = typer.Typer(
+    help="ScaleRL-style ablations for RL post-training of LLMs: sweep recipes, fit compute-scaling sigmoids, rank "
+         "and extrapolate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main() -> None:
+    """ablate: sweep RL recipes, fit the ScaleRL sigmoid to each run, rank design choices, extrapolate."""
+
+
+for verb in (fitting.fit, fitting.rank, fitting.extrapolate, planning.calibrate, planning.plan, runs.status,
+             runs.sweep, runs.show, runs.train, runs.init):
+    app.command(verb.__name__)(user_errors(verb))
+
+__all__ = ["app", "main"]

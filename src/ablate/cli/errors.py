@@ -1,0 +1,67 @@
+"""How a command fails: one line on stderr and the shell's exit status, never a traceback (docs/security.md: text
+from files is shown, not obeyed)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from ablate.errors import UserError
+from ablate.text import safe
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(e: UserError) -> NoReturn:
+    """`error: <message>` on stderr and exit 2. The message often quotes a file (a run name, a label, a value): its
+    control characters are shown, not obeyed, and it stays one line (a config's several errors: one line each)."""
+    each = getattr(e, "errors", None)  # config.ConfigErrors: several problems, one line each
+    lines = [safe(m) for m in each] if isinstance(each, list) and each else [safe(e)]
+    typer.echo("error: " + "\nerror: ".join(lines), err=True)
+    raise typer.Exit(2) from None
+
+
+def user_errors(fn: F) -> F:
+    """Print a UserError as one `error:` line per problem and exit 2 (fail). An OSError no check foresaw (a disk
+    that filled up, a file system remounted read-only) is one such line too, naming the path. Ctrl-C exits 130 and
+    a closed output pipe 141, as a shell reports them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            fail(e)
+        except BrokenPipeError:  # `ablate status | head`: the reader has gone, nothing is left to say
+            with contextlib.suppress(OSError, ValueError):  # no second error at exit's flush
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(141) from None  # 128 + SIGPIPE, as a shell reports it
+        except KeyboardInterrupt:  # Ctrl-C in any verb: the shell's convention, no traceback
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            typer.echo(f"error: {safe(where)}{safe(e.strerror or e)}; check that path (free space, permissions, a "
+                       "read-only file system)", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def checked(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """An option's callback: `check(value)` returns the value to use (parsed, or as given) or raises UserError,
+    printed as `fail` prints it, as the option is read."""
+
+    def callback(value: Any) -> Any:
+        try:
+            return check(value)
+        except UserError as e:
+            fail(e)
+
+    return callback

@@ -1,0 +1,137 @@
+"""The options several verbs share, each declared once so that its flag, default and help agree everywhere, and the
+checks of single options, run as each option is read (errors.checked): a bad value is one `error:` line."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from ablate.cli.errors import checked
+from ablate.errors import UserError
+
+# How much work one command may be asked for. Past these a command would not finish in a working day or would
+# not fit in memory, and no answer needs more (they are 10x to 20x the defaults):
+MAX_N_BOOT = 10_000
+"""--n-boot: the resamples are [n_boot, n] arrays with n up to 2,048 points (fit/uncertainty.py's BOOT_POINTS), so
+10,000 resamples take ~160 MB an array, and a billion took hundreds of GiB; 1,000 (the default) already puts a
+95% interval's ends within a fraction of its width."""
+MAX_TRIALS = 1_000
+"""--trials (plan, calibrate): each trial fits and ranks a whole simulated sweep (about a second); 1,000 trials give
+a power or a rate to +-1.6 points, and cost hours per design already."""
+MAX_FUTURES = 1_000
+"""--futures (plan): each future re-ranks the whole sweep (about a second); 40 (the default) settle an arm."""
+MAX_CALIBRATE_CELLS = 2_000
+"""ablate calibrate: cells (shapes x noises x seeds x f x effects, with repeats); the full default grid has 360."""
+BOOT_WHY = "more resamples do not sharpen an interval, and need memory"
+
+
+def at_most(flag: str, value: int, limit: int, why: str) -> None:
+    """Refuse a request for more work than any answer needs (the MAX_ limits above)."""
+    if value > limit:
+        raise UserError(f"{flag} {value}: at most {limit:,} ({why}); give a smaller number")
+
+
+def limited(flag: str, limit: int | None = None, why: str = "", least: int | None = None) -> Callable[[Any], Any]:
+    """The callback of an integer option with a lower limit (`least`) and an upper one (`limit`, see `at_most`)."""
+
+    def check(value: int) -> int:
+        if least is not None and value < least:
+            raise UserError(f"{flag} {value}: must be >= {least}")
+        if limit is not None:
+            at_most(flag, value, limit, why)
+        return value
+
+    return checked(check)
+
+
+def positive_seconds(value: float) -> float:
+    """--interval: seconds between refreshes."""
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"--interval {value:g}: seconds between refreshes, a number > 0 (e.g. 5)")
+    return value
+
+
+def torch_threads(value: int) -> int:
+    """--threads: torch threads for one run."""
+    if not 1 <= value <= 1024:
+        raise UserError(f"--threads {value}: give a number of torch threads from 1 to 1024")
+    return value
+
+
+def executor_name(value: str | None) -> str | None:
+    """--executor: one ablate knows (checked before the sweep is expanded, so --dry-run says so too)."""
+    from ablate.launch import EXECUTORS
+
+    if value is not None and value not in EXECUTORS:
+        raise UserError(f"--executor {value}: unknown; choose one of {', '.join(EXECUTORS)}")
+    return value
+
+
+# Options of fit, rank and extrapolate.
+X_OPT = typer.Option(
+    "auto", "--x",
+    help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for "
+         "other tools' logs a logged metric, or step (made into compute by --samples-per-step / "
+         "--gpu-hours-per-step). auto: samples for runs that ran on CPU (where gpu_hours is wall-clock: the machine's "
+         "load), else gpu_hours.",
+)
+Y_OPT = typer.Option("val_pass_rate", "--y", help="Pass-rate column or metric (values in [0, 1]).")
+RUN_OPT = typer.Option(
+    "run", "--run",
+    help="Column of curve files naming the run (optional: without it a file is one run).",
+)
+GROUP_OPT = typer.Option(
+    None, "--group",
+    help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.",
+)
+FIT_FROM_OPT = typer.Option(
+    None, "--fit-from",
+    help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours).",
+)
+FIT_UNTIL_OPT = typer.Option(
+    None, "--fit-until",
+    help="Fit only points up to this compute; later points check the extrapolation.",
+)
+TO_OPT = typer.Option(
+    None, "--to",
+    help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and "
+         "extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data "
+         "ends below it (within 1000x), else twice the largest compute fitted.",
+    show_default=False,
+)
+TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
+N_BOOT_OPT = typer.Option(
+    1000, "--n-boot",
+    help="Bootstrap resamples for the fits' intervals (0: none; at most 10,000).",
+    callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY),
+)
+CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (keys: docs/json.md).")
+PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...).")
+SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
+R0_OPT = typer.Option(
+    None, "--r0",
+    help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted).",
+)
+FORMAT_OPT = typer.Option(
+    "auto", "--format",
+    help="Input format: auto (told by content), table (CSV/JSONL), tensorboard, wandb (offline run folder), wandb-csv "
+         "(W&B CSV export), trl (trainer_state.json) or verl (JSONL or console log); sweep and run directories are "
+         "read as such.",
+)
+SAMPLES_PER_STEP_OPT = typer.Option(
+    None, "--samples-per-step",
+    help="Other tools' logs only: add the column samples = step x this (then --x samples).",
+)
+GPU_HOURS_PER_STEP_OPT = typer.Option(
+    None, "--gpu-hours-per-step",
+    help="Other tools' logs only: add the column gpu_hours = step x this (the default --x).",
+)
+WINDOW_OPT = typer.Option(
+    False, "--window-sensitivity",
+    help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier "
+         "cutoff's A interval does not overlap the full fit's.",
+)

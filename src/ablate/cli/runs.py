@@ -1,0 +1,295 @@
+"""`ablate status`, `sweep`, `show`, `train` and `init`: expand and launch sweeps, follow them, run one recipe in the
+foreground, start a project of one's own. Recipes and sweep files: docs/ and recipes/README.md; run directories:
+docs/run-directory.md."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ablate.cli.errors import checked
+from ablate.cli.options import executor_name, positive_seconds, torch_threads
+from ablate.errors import UserError
+
+STATUS_SWEEP = typer.Argument(
+    None,
+    help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root.",
+)
+STATUS_INTERVAL = typer.Option(
+    5.0, "--interval",
+    help="Seconds between refreshes with --watch.",
+    callback=checked(positive_seconds),
+)
+
+
+def status(
+    sweep: str | None = STATUS_SWEEP,
+    root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps."),
+    watch: bool = typer.Option(False, "--watch", help="Refresh until every run has ended (Ctrl-C to stop)."),
+    interval: float = STATUS_INTERVAL,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+) -> None:
+    """Show every run of a sweep: state, job id, progress, latest pass rate, GPU-hours, truncation warnings.
+
+    Reads the files only (plus one batched sacct call per refresh on SLURM); works from any shell.
+    Example: ablate status loss --watch
+    """
+    from ablate.render.status import show_status
+    from ablate.train.stopping import ctrl_c
+
+    if sweep is not None and "/" in sweep and (Path(sweep) / "ledger.jsonl").exists():
+        root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
+    elif sweep is not None and "/" in sweep:
+        raise UserError(f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory "
+                        "(sweeps/NAME)")
+    with ctrl_c() as interrupted:
+        show_status(root, sweep, watch=watch, interval=interval, as_json=as_json)
+    if interrupted.is_set():
+        raise typer.Exit(130)  # Ctrl-C: the shell's status for it, not success
+
+
+SWEEP_OVERRIDES = typer.Argument(
+    None,
+    help="Hydra overrides for every run: key=value; a sweep value (a,b / range(..) / choice(..)) adds or replaces "
+         "a grid axis; seed=0,1,2 replaces the seeds.",
+)
+SWEEP_DRY_RUN = typer.Option(
+    False, "--dry-run",
+    help="Print the runs (label, run id, arm id, overrides vs base) and launch nothing.",
+)
+SWEEP_EXECUTOR = typer.Option(
+    None, "--executor", "-e",
+    help="local | slurm | debug | auto (default: the recipe's launcher.name).",
+    callback=checked(executor_name),
+)
+SWEEP_MAX_PARALLEL = typer.Option(
+    None, "--max-parallel",
+    help="Runs of this sweep at once (default: launcher.max_parallel, else as many as the cores hold).",
+    show_default=False,
+)
+SWEEP_PROFILE = typer.Option(
+    None, "--profile",
+    help="slurm: cluster resources: NAME is ablate's own slurm/NAME.yaml, a path (./slurm/x.yaml) exactly that "
+         "file (default: ablate's slurm/local.yaml). Only the command line names a profile, never a recipe or the "
+         "working directory.",
+)
+SWEEP_RETRY_FAILED = typer.Option(
+    False, "--retry-failed",
+    help="Also resubmit failed runs (they resume from their checkpoints).",
+)
+SWEEP_FORCE = typer.Option(
+    False, "--force",
+    help="Re-run every run not queued or running, from scratch (old run dirs are archived).",
+)
+SWEEP_TENSORBOARD = typer.Option(
+    False, "--tensorboard",
+    help="Runs also write their metrics to TensorBoard event files in their tb/ (train.tensorboard=true; not part "
+         "of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs",
+)
+SWEEP_PRUNE = typer.Option(
+    False, "--prune",
+    help="Stop runs that can no longer decide anything while the sweep runs: arms whose verdict against the "
+         "baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken "
+         "runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both "
+         "keep their files; see `ablate status`.",
+)
+SWEEP_PRUNE_X = typer.Option(
+    "auto", "--prune-x",
+    help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is "
+         "load-independent on a shared CPU). auto: samples when the runs train on CPU, else gpu_hours.",
+)
+SWEEP_PRUNE_TO = typer.Option(
+    None, "--prune-to",
+    help="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run "
+         "reaches at max_steps).",
+)
+SWEEP_RESUME_PRUNED = typer.Option(
+    False, "--resume-pruned",
+    help="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not "
+         "pruned again).",
+)
+SWEEP_GROUP_READ = typer.Option(
+    False, "--group-read",
+    help="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, "
+         "and an existing owner-only sweep is opened to the group (g+rx).",
+)
+
+
+def sweep(
+    recipe: Path = typer.Argument(..., help="Sweep file (recipes/loss.yaml) or recipe (recipes/base.yaml)."),
+    overrides: list[str] | None = SWEEP_OVERRIDES,
+    dry_run: bool = SWEEP_DRY_RUN,
+    executor: str | None = SWEEP_EXECUTOR,
+    max_parallel: int | None = SWEEP_MAX_PARALLEL,
+    profile: str | None = SWEEP_PROFILE,
+    retry_failed: bool = SWEEP_RETRY_FAILED,
+    force: bool = SWEEP_FORCE,
+    follow: bool = typer.Option(False, "--follow", help="Wait with a progress bar until the submitted runs end."),
+    root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps (results in <root>/<sweep>/)."),
+    job: str = typer.Option("ablate.train:run", "--job", help="The run function, module:function or file.py:function."),
+    tensorboard: bool = SWEEP_TENSORBOARD,
+    prune: bool = SWEEP_PRUNE,
+    prune_x: str = SWEEP_PRUNE_X,
+    prune_to: float | None = SWEEP_PRUNE_TO,
+    resume_pruned: bool = SWEEP_RESUME_PRUNED,
+    group_read: bool = SWEEP_GROUP_READ,
+) -> None:
+    """Expand a sweep into validated runs and launch them; safe to run again at any time.
+
+    Re-running says how many runs are done, running, failed and new, and submits only new and preempted runs.
+    With --prune, a monitor stops the runs that can no longer change a verdict (and broken ones) as the sweep goes.
+    Example: ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4 --dry-run
+    """
+    from ablate.defaults import prune_settings
+    from ablate.launch import launch_sweep
+    from ablate.paths import check_writable_output
+    from ablate.render.terminal import console
+    from ablate.status import check_ledger, follow_runs
+    from ablate.sweep import load_sweep, plan_table
+    from ablate.text import safe
+    from ablate.train.stopping import ctrl_c
+
+    expanded = load_sweep(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
+    if dry_run:
+        console().print(plan_table(expanded))
+        return
+    settings = prune_settings(expanded, prune=prune, x=prune_x, to=prune_to, executor=executor, echo=typer.echo)
+    check_writable_output(root / expanded.name, "--root", folder=True)  # before any run is submitted
+    check_ledger(root / expanded.name)
+    for note in expanded.notes:
+        typer.echo(f"note: {safe(note)}")
+    submitted = launch_sweep(expanded, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
+                             retry_failed=retry_failed, force=force, job=job, echo=typer.echo,
+                             monitored=settings is not None, after_submit=monitor_hook(settings),
+                             resume_pruned=resume_pruned, group_read=group_read)
+    if follow and (submitted.submit or submitted.running):
+        with ctrl_c() as interrupted:
+            follow_runs(root, expanded.name, submitted.submit + submitted.running)
+        if interrupted.is_set():
+            raise typer.Exit(130)  # Ctrl-C stopped the following, not the runs (follow_runs said so)
+    elif not follow:
+        elsewhere = f" --root {root}" if root != Path("sweeps") else ""
+        typer.echo(f"follow with: ablate status {expanded.name}{elsewhere}")
+
+
+def monitor_hook(settings: Any) -> Callable[[Path], None] | None:
+    """What `sweep --prune` runs once the runs are submitted: the prune monitor started (None without --prune)."""
+    if settings is None:
+        return None
+    from ablate.prune.monitor import start_hook
+
+    return start_hook(settings, echo=typer.echo)
+
+
+SHOW_RECIPE = typer.Argument(
+    None,
+    help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo).",
+)
+SHOW_TRAINERS = typer.Option(
+    False, "--trainers",
+    help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
+)
+
+
+def show(
+    recipe: Path | None = SHOW_RECIPE,
+    overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
+    trainers: bool = SHOW_TRAINERS,
+) -> None:
+    """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
+
+    The first line names the recipe file read: recipes/X.yaml is yours when your folder has it, else ablate's
+    packaged one.
+    Example: ablate show recipes/base.yaml loss=dapo aggregation=token
+    """
+    from ablate.compose import compose_run
+    from ablate.render.runs import print_trainers
+    from ablate.render.terminal import console
+    from ablate.resources import find_recipe
+    from ablate.sweep import config_yaml
+    from ablate.text import safe
+
+    if trainers:
+        print_trainers(console())
+        return
+    if recipe is None:
+        raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")
+    config = config_yaml(compose_run(recipe, overrides or []))
+    found, source = find_recipe(recipe)
+    typer.echo(f"# recipe: {safe(found)} ({source})\n{config}", nl=False)
+
+
+TRAIN_THREADS = typer.Option(
+    1, "--threads",
+    help="torch threads for this run (several runs can share a machine).",
+    callback=checked(torch_threads),
+)
+TRAIN_TENSORBOARD = typer.Option(
+    False, "--tensorboard",
+    help="Also write the metrics to TensorBoard event files in the run's tb/ (train.tensorboard=true).",
+)
+TRAIN_GROUP_READ = typer.Option(
+    False, "--group-read",
+    help="Let your group read (never write) the run directory: it is made 0750 instead of owner-only 0700, and an "
+         "existing owner-only one is opened to the group (g+rx).",
+)
+
+
+def train(
+    recipe: Path = typer.Argument(..., help="Recipe (recipes/base.yaml) or sweep file narrowed to one run."),
+    overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
+    out: Path | None = typer.Option(None, "--out", help="Run directory (default: sweeps/train/runs/<run_id>)."),
+    threads: int = TRAIN_THREADS,
+    tensorboard: bool = TRAIN_TENSORBOARD,
+    group_read: bool = TRAIN_GROUP_READ,
+) -> None:
+    """Execute one RL run in the foreground and write its run directory (resumes it if it has a checkpoint).
+
+    Example: ablate train recipes/base.yaml loss=dapo train.max_steps=100 --out /tmp/run1
+    """
+    import signal
+
+    from ablate import store
+    from ablate.compose import compose_run
+    from ablate.foreground import prepare_run_dir, resume_command
+    from ablate.render.runs import run_end
+    from ablate.train import run as run_train
+    from ablate.train.stopping import Stop, stop_on_signals
+
+    config = compose_run(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
+    run_dir = prepare_run_dir(config, out, group_read=group_read)
+    typer.echo(f"run directory: {run_dir}")
+    again = resume_command(recipe, list(overrides or []), run_dir, threads=threads, tensorboard=tensorboard)
+    try:  # a signal stops the run at a step boundary; its number is the exit status
+        with stop_on_signals() as stop, store.sweep_umask(store.group_readable(run_dir)):
+            summary = run_train(config, run_dir, threads=threads, stop=stop)
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once
+        typer.echo(f"interrupted; resume from the last checkpoint with: {again}", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(run_end(summary))
+    if summary["status"] == "diverged":
+        raise typer.Exit(3)
+    if summary["status"] == "preempted" and isinstance(stop, Stop) and stop.signum is not None:  # not finished
+        at = f" at step {summary['step']}" if summary.get("step") is not None else ""
+        typer.echo(f"stopped by {signal.Signals(stop.signum).name}{at}; resume with: {again}", err=True)
+        raise typer.Exit(128 + stop.signum)  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
+
+
+
+
+def init(
+    folder: Path = typer.Argument(Path("."), help="The project's folder (created if missing; default: here)."),
+) -> None:
+    """Start a project of your own: an editable copy of ablate's recipes (DIR/recipes/) and an example SLURM
+    profile (DIR/slurm/example.yaml). Writes only new files.
+
+    Example: ablate init my-ablations && cd my-ablations && ablate sweep recipes/loss.yaml --dry-run
+    """
+    from ablate.project import init_project
+    from ablate.render.runs import written
+
+    for line in written(folder, init_project(folder)):
+        typer.echo(line)

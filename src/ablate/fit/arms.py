@@ -1,0 +1,124 @@
+"""What `rank` returns: each arm's fit with its verdict (`ArmResult`) and the whole ranking (`Ranking`), and the
+verdicts' vocabulary. `to_json()` gives the keys documented in docs/json.md; docs/verdicts.md says what each
+verdict means."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ablate.fit.notes import Note
+from ablate.fit.result import FitOptions, FitResult
+from ablate.fit.spread import FDR, MinEffect, NoiseFloor
+
+VERDICTS = ("baseline", "ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "equivalent", "inconclusive",
+            "not_identified")
+CHANGED = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
+VERDICT_TEXT = {
+    "baseline": "baseline", "ceiling_up": "ceiling ↑", "ceiling_down": "ceiling ↓",
+    "efficiency_up": "efficiency ↑", "efficiency_down": "efficiency ↓", "equivalent": "equivalent",
+    "inconclusive": "inconclusive", "not_identified": "not identified", None: "—",
+}
+PRACTICAL = ("material", "negligible", "unclear")
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    arm_id: str | None
+    fit: FitResult
+    seeds: int
+    partial: bool
+    truncation_warning: bool
+    verdict: str | None = None
+    margin: float | None = None
+    """The paper rule's margin on A (None under the calibrated tests)."""
+    delta_A: float | None = None
+    delta_A_ci: list[float] | None = None
+    """dA's interval at the ranking's --ci level (None without a seed spread)."""
+    practical: str | None = None
+    """A compared arm's effect against the smallest that matters: material, negligible or unclear (PRACTICAL)."""
+    effect: str = ""
+    """The short why: the effect that decided and its interval (the table's why cell)."""
+    detail: str = ""
+    """The long why: every test, its p-value and interval, what would decide (`--explain`)."""
+    decide: dict[str, Any] | None = None
+    """An inconclusive arm: {"seeds", "compute", "power", "text"}, the seeds per arm that would decide it."""
+    shared: dict[str, Any] | None = None
+    """The shared-A comparison: A_shared, B and C_mid of both arms under it, compute ratio and interval."""
+    p_ceiling: float | None = None
+    p_efficiency: float | None = None
+    p_equivalent: float | None = None
+    """The equivalence test (TOST on A and on compute, the larger p)."""
+    delta_R_end: float | None = None
+    """Not identified: the arm's pass rate minus the baseline's at the end of the window they share."""
+    p_at_end: float | None = None
+    r_call: str | None = None
+    """Not identified: `higher` / `lower` when the test at the shared window's end finds a difference, else None."""
+    stopped: list[str] = field(default_factory=list)
+    """`pruned` / `unstable` when `ablate sweep --prune` stopped some of its runs: ranked on what they have."""
+    log_compute_seeds: list[float] | None = field(default=None, repr=False)
+    """Each seed's log compute to the baseline's pass rate at the target, under the shared A."""
+    base_log_compute_seeds: list[float] | None = field(default=None, repr=False)
+    """The baseline's seeds' log compute to that same pass rate under this pair's shared A (each pair has its own)."""
+
+    @property
+    def seed_A(self) -> list[float]:
+        """A of each seed fitted alone (NaN where not identified); the pooled A for a single run."""
+        if self.fit.seeds is not None:
+            return [float(v) for v in self.fit.seeds.A]
+        return [self.fit.A if self.fit.identifiable else float("nan")]
+
+    def to_json(self) -> dict[str, Any]:
+        def r(v):
+            return None if v is None or not np.isfinite(v) else float(v)
+
+        return {"arm": self.arm, "arm_id": self.arm_id, "seeds": self.seeds, **self.fit.to_json(),
+                "verdict": self.verdict, "practical": self.practical, "margin": self.margin,
+                "delta_A": r(self.delta_A), "delta_A_ci": self.delta_A_ci, "effect": self.effect, "detail": self.detail,
+                "decide": self.decide, "p_equivalent": r(self.p_equivalent),
+                "partial": self.partial, "truncation_warning": self.truncation_warning, "shared_A": self.shared,
+                "p_ceiling": r(self.p_ceiling), "p_efficiency": r(self.p_efficiency),
+                "delta_R_end": r(self.delta_R_end), "p_at_end": r(self.p_at_end), "r_call": self.r_call,
+                "stopped": self.stopped}
+
+
+@dataclass
+class Ranking:
+    arms: list[ArmResult]
+    baseline: str | None
+    margin_source: str
+    target: float
+    x: str
+    opts: FitOptions
+    not_fitted: list[dict[str, Any]] = field(default_factory=list)
+    floor: NoiseFloor | None = None
+    rule: str = "test"
+    """test (calibrated t-tests with FDR control) | paper (the paper's threshold convention)."""
+    end_spread: dict[str, Any] | None = None
+    """{"at", "sd_R", "dof"}: the seed spread of the pass rate at the end of the window all arms share, which the
+    not-identified arms are compared on; None when no arm has two seeds."""
+    shared_mode: str = ""
+    """How the efficiency comparison's shared A was set (per pair, or one A for every arm), in words."""
+    shared_a: str | float | None = None
+    """--shared-a: None (per pair), "all", or the value given."""
+    min_effect: MinEffect = field(default_factory=MinEffect)
+    notes: list[Note] = field(default_factory=list)
+    """What applies to every arm (needs seeds, ...), said once under the table instead of in every row."""
+    target_source: str = ""
+    """How the target compute was chosen, in words (set by the command: `--to X`, or the default it picked)."""
+    axis_note: str | None = None
+    """A warning about the compute axis (wall-clock varying between seeds), set by the command."""
+
+    def to_json(self) -> dict[str, Any]:
+        margins = {a.margin for a in self.arms if a.margin is not None}
+        return {"baseline": self.baseline, "margin": margins.pop() if len(margins) == 1 else None,
+                "margin_source": self.margin_source, "rule": self.rule, "fdr": FDR if self.rule == "test" else None,
+                "noise_floor": None if self.floor is None else self.floor.to_json(),
+                "end_spread": self.end_spread, "shared_a": self.shared_a, "shared_mode": self.shared_mode,
+                "min_effect": self.min_effect.to_json(), "notes": [n.text for n in self.notes], "target": self.target,
+                "target_source": self.target_source, "axis_note": self.axis_note, "x": self.x,
+                "window": self.opts.window_text(), "arms": [a.to_json() for a in self.arms],
+                "not_fitted": self.not_fitted}

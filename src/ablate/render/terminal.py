@@ -1,0 +1,61 @@
+"""The console every command prints to, escaping of untrusted text, and JSON output (keys: docs/json.md).
+
+Names come from users and from files: tables take them as `cell(name)`, printed lines through `esc(name)`, so that
+`[bold]` in a name is shown as written and an escape sequence as `\\x1b` (ablate.text.safe; docs/security.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape as markup_escape
+from rich.text import Text
+
+from ablate.text import safe
+
+
+def esc(s: object) -> str:
+    """Untrusted text for a printed line: control characters made visible (text.safe), then markup escaped."""
+    return markup_escape(safe(s))
+
+
+def cell(s: object) -> Text:
+    """Untrusted text for a table cell: a Text (never markup) with its control characters made visible."""
+    return Text(safe(s))
+
+
+def console(stderr: bool = False) -> Console:
+    """A console that keeps tables whole when output goes to a file or a pipe (rich assumes 80 columns).
+
+    Emoji codes stay text: a run named `:x:` is printed as `:x:`."""
+    stream = sys.stderr if stderr else sys.stdout
+    # an explicit COLUMNS is the reader's pager width; else at least 150, so that a table piped to a file stays whole
+    cols = os.environ.get("COLUMNS", "")
+    width = (None if stream.isatty() else int(cols) if cols.isdigit() and int(cols) >= 40
+             else max(shutil.get_terminal_size((150, 40)).columns, 150))
+    return Console(width=width, stderr=stderr, emoji=False)
+
+
+def dump_json(obj: Any) -> str:
+    """JSON for scripts: numpy scalars and arrays as plain values, NaN and infinities as null (not valid JSON)."""
+    return json.dumps(jsonable(obj), indent=2, allow_nan=False)
+
+
+def jsonable(o: Any) -> Any:
+    """`o` with numpy values made plain and non-finite floats made None, recursively."""
+    if isinstance(o, dict):
+        return {k: jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in o]
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o

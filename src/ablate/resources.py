@@ -1,0 +1,55 @@
+"""The data ablate ships inside its package: the recipes (ablate/recipes/) and the SLURM profiles (ablate/profiles/).
+
+They are read through importlib.resources, so a plain `pip install` finds them wherever the package lands. A recipe
+path is looked up in the user's folder first, then among the packaged recipes; a profile NAME is only ever the
+packaged one (why: docs/security.md).
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from ablate.errors import UserError
+
+YOUR_FOLDER = "your folder"
+PACKAGED = "ablate's packaged recipes"
+
+
+def _package_dir(name: str) -> Path:
+    """A data folder of the installed package as a file-system path (Hydra composes from a real folder)."""
+    found = files("ablate").joinpath(name)
+    if not isinstance(found, Path):
+        raise UserError(f"ablate's {name} are inside an archive; install ablate as files (`pip install ablate`)")
+    return found
+
+
+RECIPES_DIR = _package_dir("recipes")
+"""The packaged recipes and sweep files; `ablate init` copies them into a project to edit."""
+PROFILES_DIR = _package_dir("profiles")
+"""The packaged SLURM profiles: the one place `--profile NAME` looks."""
+
+
+def find_recipe(path: Path | str) -> tuple[Path, str]:
+    """A recipe or sweep file and where it was found: YOUR_FOLDER (the path as given) when it exists, else PACKAGED
+    (`recipes/loss.yaml` or `loss.yaml` is the packaged recipes/loss.yaml). UserError when it is in neither."""
+    given = Path(path)
+    if given.is_file():
+        return given, YOUR_FOLDER
+    if not given.is_absolute():
+        inside = Path(*given.parts[1:]) if given.parts[:1] == ("recipes",) else given
+        packaged = RECIPES_DIR / inside
+        if packaged.resolve().is_relative_to(RECIPES_DIR.resolve()) and packaged.is_file():
+            return packaged, PACKAGED
+    raise UserError(f"{given}: no such file (in your folder or among ablate's packaged recipes); check the path, "
+                    "or run `ablate init` for a copy of the recipes to edit")
+
+
+def profile_names() -> list[str]:
+    """The names `--profile NAME` accepts."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def profile_path(name: str) -> Path:
+    """The packaged profile NAME (it may not exist: the caller says so with the names it accepts)."""
+    return PROFILES_DIR / f"{name}.yaml"

@@ -1,0 +1,28 @@
+"""What a run starts from, wired together: the task, the starting policy (the warmed-up tiny model, or a Hugging
+Face folder) and the warm-up record run.json keeps. Kept apart from policy.py and warmup.py so that neither
+imports the other's users (the warm-up samples with rollout.py, which builds on policy.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ablate.config import RunConfig
+from ablate.train.policy import HEAD_DTYPES, Policy, load_hf
+from ablate.train.tasks import Task
+from ablate.train.warmup import warmed_up_folder, warmup_info
+
+
+def build_policy(cfg: RunConfig, task: Task) -> Policy:
+    """The starting policy of a run: for `tiny`, the cached warmed-up model (warming it up once if needed)."""
+    head_dtype = HEAD_DTYPES[cfg.precision.name]
+    model, tok = load_hf(cfg.model.path if cfg.model.name == "hf" else warmed_up_folder(cfg, task))
+    return Policy(model, tok, head_dtype)
+
+
+def warmup_record(cfg: RunConfig, task: Task) -> dict[str, Any]:
+    """The warm-up behind the run's starting policy, as run.json records it (its history left out); {} for a
+    model that was not warmed up here (`hf`)."""
+    if cfg.model.name != "tiny":
+        return {}
+    return {k: v for k, v in warmup_info(warmed_up_folder(cfg, task)).items() if k != "history"}

@@ -1,0 +1,264 @@
+"""One run's record over its run directory, whatever trainer trains it: `RunSession`.
+
+The session owns what every trainer shares: the refusals before anything is written (`preflight`), the writer's
+hold on the directory (`writing`: the lock, config.yaml, train.log), run.json's start and end, the evaluation
+record and the per-step bookkeeping (metrics.jsonl, Health, Compute), the mending of metrics.jsonl on resume, and
+the divergence handling and summary at the end. A trainer (the `Trainer` protocol; one class per `trainer.name`
+in ablate.trainers.TRAINERS) brings the learner, its checkpoints and its steps. The run's lifecycle is in
+docs/run-directory.md; the trainers, in docs/trainers.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from omegaconf import OmegaConf
+
+from ablate import store
+from ablate.config import RunConfig
+from ablate.errors import UserError
+from ablate.identity import arm_id, canonical, run_id
+from ablate.rundir import METRICS, RunDir
+from ablate.states import RunState
+from ablate.topology.world import World
+from ablate.train.build import warmup_record
+from ablate.train.compute import Compute, device_count
+from ablate.train.evaluate import Accumulator, Evaluator, Health
+from ablate.train.step import Diverged, Learner, resolve_device
+
+log = logging.getLogger("ablate.train")
+
+
+class Trainer(Protocol):
+    """What a trainer offers its session. `label` and `scheme` name it in train.log's headline, `facts` are what
+    run.json records of it, `max_lag` how stale its batches got."""
+
+    label: str
+    scheme: str
+    facts: dict[str, Any]
+    max_lag: int
+
+    def resume(self) -> bool:
+        """Load the newest usable checkpoint into the trainer and its session (metrics.jsonl mended); False: a
+        fresh start."""
+
+    def train(self, resumed: bool) -> tuple[RunState, str | None]:
+        """Train until train.max_steps, a stop request or the end of the prompt pool: (status, reason)."""
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint of the run holds (the session's part included)."""
+
+
+def preflight(config: RunConfig, run_dir: Path | str) -> RunDir:
+    """What can be refused before anything is written: a missing GPU, what the recipe's trainer lacks, a run
+    directory that is a file (or under one), or one that holds another run. Raises UserError."""
+    from ablate.trainers import TRAINERS
+
+    rd = RunDir(run_dir)
+    resolve_device(config.train.device)
+    TRAINERS.get(config.trainer.name).preflight(config)
+    _check_directory(rd.path)
+    check_config(config, rd)
+    return rd
+
+
+def _check_directory(path: Path) -> None:
+    """A run directory must be a directory (or not exist yet) with no file in the way."""
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            where = "is a file" if p == path else f"is under {p}, which is a file"
+            raise UserError(f"{path}: {where}; give a directory for the run (--out)")
+        if p.exists():
+            break
+
+
+def check_config(config: RunConfig, rd: RunDir) -> None:
+    """A run directory is never silently reused for another config: an existing config.yaml must be this one
+    (resource-only fields may change on a retry)."""
+    path = rd.config_path
+    if not path.exists():
+        return
+    try:
+        old = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        same = canonical(old) == canonical(config)
+    except Exception as e:
+        raise UserError(f"{path}: unreadable ({type(e).__name__}); this directory holds something else: give "
+                        "another directory or remove it") from None
+    if not same:
+        raise UserError(f"{rd.path} holds a run of another config; pick another --out or remove it")
+
+
+class _LogFile(logging.FileHandler):
+    """train.log; a failed write (a full disk) is dropped quietly: the run's error says what happened."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+    def _open(self) -> Any:
+        """Opened without following a link (store.safe_open): a link planted at train.log is refused in one line,
+        recorded as the run's failure, instead of appending to the file it points to."""
+        return store.safe_open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+def attach_log(path: Path) -> logging.Handler:
+    """The run's log lines go to `path` too (train.log, or a worker's own log) until `detach_log`."""
+    store.make_dirs(path.parent)  # logs/ takes the run directory's permissions
+    log.setLevel(logging.INFO)
+    h = _LogFile(path)
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(h)
+    return h
+
+
+def detach_log(handler: logging.Handler) -> None:
+    log.removeHandler(handler)
+    handler.close()
+
+
+@contextlib.contextmanager
+def writing(config: RunConfig, rd: RunDir) -> Iterator[None]:
+    """The writer's hold on the run directory for the run's length: the lock (another process writing it is
+    refused), config.yaml, train.log and the TensorBoard mirror."""
+    with rd.writer():
+        check_config(config, rd)  # again, now that no one else can write it
+        store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
+        handler = attach_log(rd.train_log)
+        rd.tensorboard = config.train.tensorboard
+        try:
+            yield
+        finally:
+            rd.close_tensorboard()
+            detach_log(handler)
+
+
+class RunSession:
+    """One run of one process over its run directory (see the module docstring). Worker 0 (`lead`) writes the
+    directory; the other workers of a data-parallel run keep the same counters and write nothing."""
+
+    def __init__(self, cfg: RunConfig, rd: RunDir, stop: threading.Event, world: World | None = None) -> None:
+        self.cfg, self.rd, self.stop = cfg, rd, stop
+        self.world = world or World()
+        self.lead = self.world.lead
+
+    learner: Learner  # (set by attach)
+    evaluator: Evaluator
+
+    # ---- the counters a checkpoint holds ----
+
+    def attach(self, learner: Learner) -> None:
+        """The run starts from `learner` at step 0: its evaluator and fresh counters."""
+        self.learner = learner
+        self.evaluator = Evaluator(learner)
+        # a data-parallel run holds one device per worker (a CPU worker counts one, as a single CPU run does)
+        w = self.world
+        self.devices = w.size if w.size > 1 else (device_count() if learner.device.type == "cuda" else 1)
+        self.reset_counters()
+        self.step = 0
+        self.last_eval: dict[str, Any] | None = None
+
+    def release(self) -> None:
+        """Let go of the learner (its model's memory is freed before the next one is built)."""
+        del self.learner, self.evaluator
+
+    def reset_counters(self) -> None:
+        """Compute, the training metrics' means and Health as at a fresh start."""
+        self.compute = Compute(devices=self.devices, params=self.learner.policy.n_params)
+        self.acc = Accumulator()
+        self.health = Health()
+
+    def state(self) -> dict[str, Any]:
+        """The session's part of a checkpoint."""
+        return {"step": self.step, "compute": self.compute.state_dict(), "acc": self.acc.state_dict(),
+                "health": self.health.state_dict(), "eval": self.last_eval}
+
+    def load_state(self, st: dict[str, Any]) -> None:
+        """Put the session's part of checkpoint `st` back (or raise: it did not fit)."""
+        self.compute.load_state_dict(st["compute"])
+        self.acc.load_state_dict(st["acc"])
+        self.health.load_state_dict(st["health"])
+        self.step, self.last_eval = st["step"], st.get("eval")
+
+    def mend_metrics(self) -> None:
+        """Worker 0, on resume at self.step: cut metrics.jsonl back to the checkpoint's lines (later ones belong to
+        work that is redone) and write the checkpoint's own evaluation again if a crash tore its line."""
+        kept = self.rd.keep_metrics_until(self.step)
+        if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
+            self.rd.append_metrics(self.last_eval)
+
+    def stop_requested(self) -> bool:
+        """Whether the run stops at this step boundary: a stop request on any worker stops every worker here."""
+        return self.world.any(self.stop.is_set())
+
+    # ---- the record ----
+
+    def log_eval(self) -> None:
+        """The held-out pass rate now: a metrics.jsonl line with the training means since the last one."""
+        self.compute.tick()
+        rate = self.evaluator.pass_rate(self.step)  # (the torch sampler samples in eval mode, whatever TRL set)
+        self.compute.tick()
+        means = self.acc.means()
+        rec: dict[str, Any] = {"step": self.step, "gpu_hours": self.compute.gpu_hours, "flops": self.compute.flops,
+                               "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
+                               "wall_s": self.compute.wall_s}
+        rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
+        if self.lead:
+            self.rd.append_metrics(rec)
+        self.last_eval = rec
+        self.acc = Accumulator()
+        log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
+                 ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
+        self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
+        if self.lead:
+            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
+                             gpu_hours=self.compute.gpu_hours)
+
+    def after_step(self, truncation_rate: float) -> None:
+        """Step self.step was taken: ScaleRL's truncation warning, and the evaluation when one is due."""
+        warning = self.health.after_step(truncation_rate, self.step)
+        if warning:
+            log.warning(warning)
+            if self.lead:
+                self.rd.progress(warnings=self.health.warnings, truncation_warning=True)
+        if self.step % self.cfg.train.eval_every == 0 or self.step == self.cfg.train.max_steps:
+            self.log_eval()
+
+    def _record_start(self, resumed: bool, trainer: Trainer) -> None:
+        """run.json says the run is running (worker 0), and train.log's headline says what runs."""
+        cfg, rd, learner = self.cfg, self.rd, self.learner
+        if self.lead:
+            ids = {} if rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
+            ranks = {"ranks": self.world.size} if self.world.size > 1 else {}
+            rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resumed else None, **trainer.facts,
+                       logs={"train": str(rd.train_log)}, warmup=warmup_record(cfg, learner.task),
+                       params=learner.policy.n_params, max_steps=cfg.train.max_steps, device=str(learner.device),
+                       **ranks)
+        log.info("run %s%s: %d params, %s x %s per step, %s, %d steps%s", rd.path.name, trainer.label,
+                 learner.policy.n_params, cfg.batch.prompts, cfg.batch.generations, trainer.scheme,
+                 cfg.train.max_steps, f" (resuming at {self.step})" if resumed else "")
+
+    def run(self, trainer: Trainer) -> dict[str, Any]:
+        """Resume, train and end the run with `trainer`. Returns the summary: status (done | preempted |
+        diverged), step, val_pass_rate, r0, reason, gpu_hours, samples, warnings, max_lag."""
+        resumed = trainer.resume()
+        self._record_start(resumed, trainer)
+        try:
+            status, reason = trainer.train(resumed)
+        except (Diverged, FloatingPointError) as e:
+            status, reason = RunState.DIVERGED, str(e) if isinstance(e, Diverged) else f"{e} at step {self.step}"
+            log.error("diverged: %s", reason)
+        self.compute.tick()
+        summary = {"status": status, "step": self.step, "r0": self.health.r0,
+                   "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None, "reason": reason,
+                   "gpu_hours": self.compute.gpu_hours, "samples": self.compute.samples,
+                   "warnings": self.health.warnings, "max_lag": trainer.max_lag}
+        if self.lead:
+            self.rd.ended(status, reason=reason, step=self.step, max_lag=trainer.max_lag,
+                          **({"diverged_reason": reason} if status == RunState.DIVERGED else {}))
+        log.info("run %s: %s at step %d (%s)", self.rd.path.name, status, self.step, reason or "max_steps reached")
+        return summary
