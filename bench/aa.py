@@ -70,25 +70,33 @@ def main() -> None:
     ablate("rank", str(one_arm), "--group", "group", "--x", a.x, "--to", to, "--save-noise", str(noise), capture=True)
     for c in curves:
         c.group = c.run
-    for name, extra in (("default rule", []), ("floor from these seeds", ["--noise", str(noise)]),
-                        ("paper convention", ["--margin", "paper"])):
+    for name, extra in (
+        ("default rule", []),
+        ("floor from these seeds", ["--noise", str(noise)]),
+        ("paper convention", ["--margin", "paper"]),
+    ):
         res = json.loads(ablate("rank", str(solo), *common, "--baseline", base, *extra, capture=True))
-        results[name] = [(arm["arm"], arm["verdict"], arm["detail"]) for arm in res["arms"] if arm["verdict"] != "baseline"]
+        results[name] = [
+            (arm["arm"], arm["verdict"], arm["detail"]) for arm in res["arms"] if arm["verdict"] != "baseline"
+        ]
     half = a.seeds // 2
     for i, c in enumerate(sorted(curves, key=lambda c: c.run)):
         c.group = "first-half" if i < half else "second-half"
     split = a.root / "aa-split.csv"
     write_csv(curves, split, x=a.x)
     res = json.loads(ablate("rank", str(split), *common, "--baseline", "first-half", capture=True))
-    results[f"{half} seeds against {a.seeds - half}"] = [(arm["arm"], arm["verdict"], arm["detail"])
-                                                         for arm in res["arms"] if arm["verdict"] != "baseline"]
+    results[f"{half} seeds against {a.seeds - half}"] = [
+        (arm["arm"], arm["verdict"], arm["detail"]) for arm in res["arms"] if arm["verdict"] != "baseline"
+    ]
     fits = json.loads(ablate("fit", str(solo), "--x", a.x, "--to", to, "--json", capture=True))["fits"]
     print(f"\nper-seed fits on '{a.x}' (--to {float(to):g}):")
     for f in fits:
         nz = (f.get("noise") or [{}])[0]
-        print(f"  {f['run']:24s} R0 {f['R0']:.3f}  A {f['A']:.3f}  B {f['B']:.2f}  C_mid {f['C_mid']:10.0f}  "
-              f"f {f['gain_fraction']:.2f}  {f['status']:15s} noise: drift sd {nz.get('drift_sd') or 0:.4f} "
-              f"rho {nz.get('rho') or 0:.2f} eval sd {nz.get('eval_sd') or 0:.4f}")
+        print(
+            f"  {f['run']:24s} R0 {f['R0']:.3f}  A {f['A']:.3f}  B {f['B']:.2f}  C_mid {f['C_mid']:10.0f}  "
+            f"f {f['gain_fraction']:.2f}  {f['status']:15s} noise: drift sd {nz.get('drift_sd') or 0:.4f} "
+            f"rho {nz.get('rho') or 0:.2f} eval sd {nz.get('eval_sd') or 0:.4f}"
+        )
     print(f"\nmeasured seed spread: {noise.read_text().strip()}")
     out = {"seeds": a.seeds, "x": a.x, "to": float(to), "results": results, "fits": fits}
     total = 0

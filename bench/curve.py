@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 from ablate.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +49,11 @@ def main() -> None:
     task = build_task(cfg.task, cfg.train.val_size, TASK_PHRASE[cfg.task.name])
     folder = warmed_up_folder(cfg, task)  # once per machine; every seed starts from these weights
     info = warmup_info(folder)
-    print(f"warm-up: {info['steps']} steps, check pass rate {info['check_pass_rate']:.3f}, "
-          f"{info.get('seconds', time.time() - t0):.0f} s when it ran (cached at {folder})", flush=True)
+    print(
+        f"warm-up: {info['steps']} steps, check pass rate {info['check_pass_rate']:.3f}, "
+        f"{info.get('seconds', time.time() - t0):.0f} s when it ran (cached at {folder})",
+        flush=True,
+    )
 
     cores = os.cpu_count() or 1
     pin = shutil.which("taskset") is not None
@@ -86,20 +90,37 @@ def main() -> None:
         ys = [r["val_pass_rate"] for r in recs]
         res = fit_curves([curve], opts, name=f"seed{seed}")
         run_s = recs[-1]["wall_s"]
-        rows.append({
-            "seed": seed, "status": meta.get("status"), "R0": ys[0], "last": ys[-1], "best": max(ys),
-            "rise": ys[-1] - ys[0], "A": res.A, "A_ci": res.A_ci, "B": res.B, "C_mid": res.C_mid,
-            "f": res.gain_fraction, "fit_status": res.status, "run_s": run_s, "process_s": walls[seed],
-            "curve": [(r["samples"], round(r["val_pass_rate"], 3)) for r in recs],
-        })
-    print(f"\n{'seed':>4} {'R0':>6} {'last':>6} {'best':>6} {'rise':>6} {'A [95%]':>20} {'B':>5} {'C_mid':>8} "
-          f"{'f':>5} {'fit':>15} {'run s':>6}  bars (R0, rise, f, <=300 s)")
+        rows.append(
+            {
+                "seed": seed,
+                "status": meta.get("status"),
+                "R0": ys[0],
+                "last": ys[-1],
+                "best": max(ys),
+                "rise": ys[-1] - ys[0],
+                "A": res.A,
+                "A_ci": res.A_ci,
+                "B": res.B,
+                "C_mid": res.C_mid,
+                "f": res.gain_fraction,
+                "fit_status": res.status,
+                "run_s": run_s,
+                "process_s": walls[seed],
+                "curve": [(r["samples"], round(r["val_pass_rate"], 3)) for r in recs],
+            }
+        )
+    print(
+        f"\n{'seed':>4} {'R0':>6} {'last':>6} {'best':>6} {'rise':>6} {'A [95%]':>20} {'B':>5} {'C_mid':>8} "
+        f"{'f':>5} {'fit':>15} {'run s':>6}  bars (R0, rise, f, <=300 s)"
+    )
     for r in rows:
         lo, hi = r["A_ci"] if r["A_ci"] else (float("nan"), float("nan"))
         bars = [0.05 <= r["R0"] <= 0.5, r["rise"] >= 0.25, r["f"] >= 0.7, r["run_s"] <= 300]
-        print(f"{r['seed']:>4} {r['R0']:6.3f} {r['last']:6.3f} {r['best']:6.3f} {r['rise']:+6.3f} "
-              f"{r['A']:6.3f} [{lo:.3f}, {hi:.3f}] {r['B']:5.2f} {r['C_mid']:8.0f} {r['f']:5.2f} {r['fit_status']:>15} "
-              f"{r['run_s']:6.0f}  {' '.join('ok' if b else 'MISS' for b in bars)}")
+        print(
+            f"{r['seed']:>4} {r['R0']:6.3f} {r['last']:6.3f} {r['best']:6.3f} {r['rise']:+6.3f} "
+            f"{r['A']:6.3f} [{lo:.3f}, {hi:.3f}] {r['B']:5.2f} {r['C_mid']:8.0f} {r['f']:5.2f} {r['fit_status']:>15} "
+            f"{r['run_s']:6.0f}  {' '.join('ok' if b else 'MISS' for b in bars)}"
+        )
     for r in rows:
         pts = r["curve"][:: max(1, len(r["curve"]) // 10)] + r["curve"][-1:]
         print(f"seed {r['seed']} curve (samples, pass rate): " + " ".join(f"({s}, {y})" for s, y in pts))

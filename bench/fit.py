@@ -24,8 +24,10 @@ def main() -> None:
     default_opts = FitOptions(n_boot=1000)
     paper_opts = FitOptions(method="paper")
     fit_curves(curves[:1], default_opts)  # warm caches/imports outside the timing
-    print(f"{'curve':22s} {'default s':>10s} {'paper s':>9s} {'ratio':>7s} {'SSE default':>12s} {'SSE paper':>11s} "
-          f"{'A default':>9s} {'A paper':>8s}")
+    print(
+        f"{'curve':22s} {'default s':>10s} {'paper s':>9s} {'ratio':>7s} {'SSE default':>12s} {'SSE paper':>11s} "
+        f"{'A default':>9s} {'A paper':>8s}"
+    )
     tot_d = tot_p = 0.0
     worse = 0
     for i, c in enumerate(curves):
@@ -37,11 +39,15 @@ def main() -> None:
         tot_d += t1 - t0
         tot_p += t2 - t1
         worse += d.fit.sse > p.fit.sse * (1 + 1e-9)
-        print(f"{c.run + '#' + str(i // 3):22s} {t1 - t0:10.3f} {t2 - t1:9.3f} {(t2 - t1) / (t1 - t0):6.1f}x "
-              f"{d.fit.sse:12.6f} {p.fit.sse:11.6f} {d.A:9.4f} {p.A:8.3f}")
-    print(f"\ntotal: default {tot_d:.2f} s (with {default_opts.n_boot}-resample intervals), paper {tot_p:.2f} s "
-          f"(point estimates only) -> default is {tot_p / tot_d:.1f}x faster; "
-          f"default SSE worse than paper's on {worse} of {len(curves)} curves")
+        print(
+            f"{c.run + '#' + str(i // 3):22s} {t1 - t0:10.3f} {t2 - t1:9.3f} {(t2 - t1) / (t1 - t0):6.1f}x "
+            f"{d.fit.sse:12.6f} {p.fit.sse:11.6f} {d.A:9.4f} {p.A:8.3f}"
+        )
+    print(
+        f"\ntotal: default {tot_d:.2f} s (with {default_opts.n_boot}-resample intervals), paper {tot_p:.2f} s "
+        f"(point estimates only) -> default is {tot_p / tot_d:.1f}x faster; "
+        f"default SSE worse than paper's on {worse} of {len(curves)} curves"
+    )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,17 @@ TOY_JOB = f"{REPO / 'tests' / 'jobs.py'}:toy_run"
 def sweep_of(root: Path, name: str, n: int, steps: int = 1) -> Sweep:
     """n runs of the toy job (tests/jobs.py), `steps` steps each, no sleep; its knobs in <root>/<name>/toy.json."""
     base = compose_run(RECIPES_DIR / "base.yaml", [f"train.max_steps={steps}"])
-    runs = [RunSpec(name, f"arm={i // 2},seed={i % 2}", f"{name}{i:04d}", f"{name}-arm{i // 2}",
-                    (f"arm={i // 2}", f"seed={i % 2}"), base.replace(seed=i % 2))
-            for i in range(n)]
+    runs = [
+        RunSpec(
+            name,
+            f"arm={i // 2},seed={i % 2}",
+            f"{name}{i:04d}",
+            f"{name}-arm{i // 2}",
+            (f"arm={i // 2}", f"seed={i % 2}"),
+            base.replace(seed=i % 2),
+        )
+        for i in range(n)
+    ]
     store.write_json(root / name / "toy.json", {r.run_id: {"steps": steps, "sleep": 0} for r in runs})
     return Sweep(name=name, path=Path(f"{name}.yaml"), baseline="arm=0", seeds=[0, 1], runs=runs)
 
@@ -74,14 +82,34 @@ def make_ledger(root: Path, n: int = 1000, evals: int = 30) -> None:
     evs = []
     for i in range(n):
         rid = f"r{i:04d}"
-        evs += [{"event": "submitting", "run_id": rid, "batch": "b", "label": f"arm={i // 3},seed={i % 3}",
-                 "executor": "local", "launcher": {"pid": 1, "start": 1}, "max_steps": evals * 10},
-                {"event": "submitted", "run_id": rid, "batch": "b", "runner": {"pid": 1, "start": 1}},
-                {"event": "started", "run_id": rid, "batch": "b", "job_id": str(10000 + i), "pid": 1, "start": 1},
-                {"event": "finished", "run_id": rid, "batch": "b", "status": "done"}]
-        rows = "".join(json.dumps({"step": 10 * k, "gpu_hours": k / 10, "flops": 1e12 * k, "samples": 64 * k,
-                                   "val_pass_rate": 0.2 + k / 100, "truncation_rate": 0.01 * (i % 20)}) + "\n"
-                       for k in range(1, evals + 1))
+        evs += [
+            {
+                "event": "submitting",
+                "run_id": rid,
+                "batch": "b",
+                "label": f"arm={i // 3},seed={i % 3}",
+                "executor": "local",
+                "launcher": {"pid": 1, "start": 1},
+                "max_steps": evals * 10,
+            },
+            {"event": "submitted", "run_id": rid, "batch": "b", "runner": {"pid": 1, "start": 1}},
+            {"event": "started", "run_id": rid, "batch": "b", "job_id": str(10000 + i), "pid": 1, "start": 1},
+            {"event": "finished", "run_id": rid, "batch": "b", "status": "done"},
+        ]
+        rows = "".join(
+            json.dumps(
+                {
+                    "step": 10 * k,
+                    "gpu_hours": k / 10,
+                    "flops": 1e12 * k,
+                    "samples": 64 * k,
+                    "val_pass_rate": 0.2 + k / 100,
+                    "truncation_rate": 0.01 * (i % 20),
+                }
+            )
+            + "\n"
+            for k in range(1, evals + 1)
+        )
         store.atomic_write_text(RunDir.of(root, "status1000", rid).metrics_path, rows)
     led.append(*evs)
 
@@ -93,8 +121,9 @@ def bench_status(root: Path) -> tuple[float, float]:
     lib = time.perf_counter() - t0
     assert len(sts) == 1000 and all(s.state == "done" for s in sts)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "ablate", "status", "status1000", "--root", str(root)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ablate", "status", "status1000", "--root", str(root)], capture_output=True, text=True
+    )
     cli = time.perf_counter() - t0
     assert out.returncode == 0 and "1000 runs" in out.stdout, out.stderr
     return lib, cli
@@ -126,8 +155,14 @@ def main() -> None:
     targets = {"submit_100_local_s": 5.0, "noop_rerun_100_s": 2.0, "status_1000_s": 1.0}
     for k, v in res.items():
         t = targets.get(k)
-        print(f"{k:22s} {v:7.3f} s" + (f"   target <= {t:g} s: {'ok' if v <= t else 'MISSED'}" if t else
-                                       "   (command line, incl. interpreter start-up)"))
+        print(
+            f"{k:22s} {v:7.3f} s"
+            + (
+                f"   target <= {t:g} s: {'ok' if v <= t else 'MISSED'}"
+                if t
+                else "   (command line, incl. interpreter start-up)"
+            )
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({**res, "targets": targets}, indent=2) + "\n")
     if any(res[k] > t for k, t in targets.items()):

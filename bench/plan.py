@@ -38,17 +38,45 @@ def task(path: Path) -> Path:
     for arm, a in (("base", shape.a), ("alt", shape.a + 0.02)):
         for s in range(SEEDS):
             c_mid = shape.c_mid * float(np.exp(0.1 * rng.standard_normal()))
-            curves.append(synthetic_curve(a=a, b=shape.b, c_mid=c_mid, r0=shape.r0, c_max=c_max, n_points=POINTS,
-                                          drift_sd=0.005, drift_phi=0.7, seed=rng, run=f"{arm}-{s}", group=arm))
+            curves.append(
+                synthetic_curve(
+                    a=a,
+                    b=shape.b,
+                    c_mid=c_mid,
+                    r0=shape.r0,
+                    c_max=c_max,
+                    n_points=POINTS,
+                    drift_sd=0.005,
+                    drift_phi=0.7,
+                    seed=rng,
+                    run=f"{arm}-{s}",
+                    group=arm,
+                )
+            )
     write_csv(curves, path)
     return path
 
 
 def timed_plan(source: Path, engine: str, questions: list[str], trials: int) -> tuple[float, planner.PlanResult]:
     t0 = time.perf_counter()
-    result = planner.plan_measured(source, x="gpu_hours", baseline="base", to=None, noise=None, questions=questions,
-                                   delta_a=0.02, ratio=1.25, goal=0.8, trials=trials, seed=0, jobs=store.cpu_count(),
-                                   n_futures=0, progress=None, group="group", engine=engine)
+    result = planner.plan_measured(
+        source,
+        x="gpu_hours",
+        baseline="base",
+        to=None,
+        noise=None,
+        questions=questions,
+        delta_a=0.02,
+        ratio=1.25,
+        goal=0.8,
+        trials=trials,
+        seed=0,
+        jobs=store.cpu_count(),
+        n_futures=0,
+        progress=None,
+        group="group",
+        engine=engine,
+    )
     return time.perf_counter() - t0, result
 
 
@@ -56,9 +84,15 @@ def side_by_side(fast: planner.PlanResult, exact: planner.PlanResult) -> list[di
     rows = []
     for df, de in zip(fast.designs, exact.designs):
         for rf, re_ in zip(df["rungs"], de["rungs"]):
-            rows.append({"question": df["question"], "multiple": rf["multiple"], "compute": rf["compute"],
-                         "fast": {"seeds": rf["seeds"], "power": rf["power"], "tried": rf["tried"]},
-                         "exact": {"seeds": re_["seeds"], "power": re_["power"], "tried": re_["tried"]}})
+            rows.append(
+                {
+                    "question": df["question"],
+                    "multiple": rf["multiple"],
+                    "compute": rf["compute"],
+                    "fast": {"seeds": rf["seeds"], "power": rf["power"], "tried": rf["tried"]},
+                    "exact": {"seeds": re_["seeds"], "power": re_["power"], "tried": re_["tried"]},
+                }
+            )
     return rows
 
 
@@ -88,12 +122,28 @@ def main() -> None:
         print(f"{r['question']:<11} {r['compute']:>10.4g}  {_cell(r['fast']):>20}  {_cell(r['exact']):>21}")
     for name, res in (("fast", fast), ("exact", exact)):
         best = {d["question"]: d["best"] for d in res.designs}
-        print(f"{name} cheapest: " + "; ".join(
-            f"{q}: " + ("none" if b is None else f"{b['seeds']} seeds x {b['compute']:.4g}") for q, b in best.items()))
+        print(
+            f"{name} cheapest: "
+            + "; ".join(
+                f"{q}: " + ("none" if b is None else f"{b['seeds']} seeds x {b['compute']:.4g}")
+                for q, b in best.items()
+            )
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"fast_s": t_fast, "exact_s": t_exact, "speedup": t_exact / t_fast,
-                                         "trials": args.trials, "rows": rows}, indent=1, default=float))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "fast_s": t_fast,
+                    "exact_s": t_exact,
+                    "speedup": t_exact / t_fast,
+                    "trials": args.trials,
+                    "rows": rows,
+                },
+                indent=1,
+                default=float,
+            )
+        )
     sys.exit(0 if t_fast <= 20.0 else 1)
 
 

@@ -32,8 +32,9 @@ def ablate(*args: str, capture: bool = False) -> str:
     print("$ ablate " + " ".join(args), flush=True)
     out = subprocess.run([sys.executable, "-m", "ablate", *args], cwd=ROOT, text=True, capture_output=capture)
     if out.returncode != 0:
-        raise SystemExit(f"prune: `ablate {' '.join(args)}` exited with {out.returncode}: "
-                         f"{out.stderr if capture else ''}")
+        raise SystemExit(
+            f"prune: `ablate {' '.join(args)}` exited with {out.returncode}: {out.stderr if capture else ''}"
+        )
     return out.stdout if capture else ""
 
 
@@ -61,8 +62,10 @@ def replayed(sweep_dir: Path, to: float) -> None:
     from ablate.prune.rules import PruneSettings, replay
 
     curves, _ = curves_from_sweep(sweep_dir, x="samples")
-    print(f"\nreplaying the settled rule on {len(curves)} runs of {sweep_dir} (a check at every 10% of the way)",
-          flush=True)
+    print(
+        f"\nreplaying the settled rule on {len(curves)} runs of {sweep_dir} (a check at every 10% of the way)",
+        flush=True,
+    )
     r = replay(curves, to, PruneSettings(x="samples", to=to))
     full = {a.arm: verdict_key(a) for a in r.full.arms}
     pruned = {a.arm: verdict_key(a) for a in r.pruned.arms}
@@ -74,8 +77,11 @@ def replayed(sweep_dir: Path, to: float) -> None:
     for arm, v in full.items():
         tag = f" (stopped at {at[arm]:.0%})" if arm in at else ""
         print(f"{arm:<14}{v:<22}{pruned.get(arm, 'missing') + tag:<30}{'yes' if pruned.get(arm) == v else 'NO'}")
-    print(f"replay saving: {1 - r.spent:.1%} of the samples; same verdicts: "
-          f"{'yes' if all(pruned.get(a) == v for a, v in full.items()) else 'NO'}", flush=True)
+    print(
+        f"replay saving: {1 - r.spent:.1%} of the samples; same verdicts: "
+        f"{'yes' if all(pruned.get(a) == v for a, v in full.items()) else 'NO'}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -109,14 +115,20 @@ def main() -> None:
         ok = f[:2] == p[:2]
         same &= ok
         tag = f" ({', '.join(p[2])})" if p[2] else ""
-        print(f"{arm:<14}{f[0] + (' ' + f[1] if f[1] else ''):<22}{p[0] + (' ' + p[1] if p[1] else '') + tag:<22}"
-              f"{'yes' if ok else 'NO'}")
+        print(
+            f"{arm:<14}{f[0] + (' ' + f[1] if f[1] else ''):<22}{p[0] + (' ' + p[1] if p[1] else '') + tag:<22}"
+            f"{'yes' if ok else 'NO'}"
+        )
     a, b = spent(full), spent(pruned)
     print(f"\ncompute spent   full: {a['samples']:.4g} samples, {a['gpu_hours']:.3g} GPU-h ({a['runs']} runs)")
-    print(f"              pruned: {b['samples']:.4g} samples, {b['gpu_hours']:.3g} GPU-h ({b['stopped']} of "
-          f"{b['runs']} runs stopped)")
-    print(f"saving: {1 - b['samples'] / a['samples']:.1%} of the samples, {1 - b['gpu_hours'] / a['gpu_hours']:.1%} "
-          f"of the GPU-hours; same verdicts: {'yes' if same else 'NO'}")
+    print(
+        f"              pruned: {b['samples']:.4g} samples, {b['gpu_hours']:.3g} GPU-h ({b['stopped']} of "
+        f"{b['runs']} runs stopped)"
+    )
+    print(
+        f"saving: {1 - b['samples'] / a['samples']:.1%} of the samples, {1 - b['gpu_hours'] / a['gpu_hours']:.1%} "
+        f"of the GPU-hours; same verdicts: {'yes' if same else 'NO'}"
+    )
     decisions = pruned / "loss" / "prune" / "decisions.jsonl"
     if decisions.exists():
         print("\nprune decisions:")

@@ -28,8 +28,15 @@ KINDS = {
     "null": ("embedded", {"base": {}, "b": {}, "c": {}, "d": {}}),
     "mixed": ("scalerl-8b", {"base": {}, "null": {}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}}),
 }
-TRUTH = {"base": "baseline", "b": "null", "c": "null", "d": "null", "null": "null",
-         "a+0.05": "ceiling_up", "cmid/2": "efficiency_up"}
+TRUTH = {
+    "base": "baseline",
+    "b": "null",
+    "c": "null",
+    "d": "null",
+    "null": "null",
+    "a+0.05": "ceiling_up",
+    "cmid/2": "efficiency_up",
+}
 CALLS = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
 
 
@@ -60,9 +67,12 @@ def main() -> None:
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         for i, (kind, r) in enumerate(pool.map(one, jobs), 1):
             done[kind].append(r)
-            print(f"[{i}/{len(jobs)} {time.time() - t0:.0f}s] {kind}: spent {r['spent']:.0%}, stopped "
-                  f"{r['stopped'] or 'none'}; " + ", ".join(f"{a} {r['full'][a]}->{r['pruned'].get(a)}"
-                                                          for a in r["full"] if a != "base"), flush=True)
+            print(
+                f"[{i}/{len(jobs)} {time.time() - t0:.0f}s] {kind}: spent {r['spent']:.0%}, stopped "
+                f"{r['stopped'] or 'none'}; "
+                + ", ".join(f"{a} {r['full'][a]}->{r['pruned'].get(a)}" for a in r["full"] if a != "base"),
+                flush=True,
+            )
     for kind in kinds:
         rs = done[kind]
         pairs = [(r["full"][a], r["pruned"].get(a), TRUTH[a]) for r in rs for a in r["full"] if a != "base"]
@@ -74,13 +84,19 @@ def main() -> None:
         print(f"\n{kind} ({KINDS[kind][0]} shape, {len(rs)} sweeps, {len(pairs)} arm verdicts):")
         print(f"  pruned verdict = full verdict: {interval(same, len(pairs))}")
         if null:  # a false call: a null arm given an effect (not_identified / not_fitted say nothing)
-            print(f"  false calls on null arms:      full {interval(sum(f in CALLS for f, _ in null), len(null))}; "
-                  f"pruned {interval(sum(p in CALLS for _, p in null), len(null))}")
+            print(
+                f"  false calls on null arms:      full {interval(sum(f in CALLS for f, _ in null), len(null))}; "
+                f"pruned {interval(sum(p in CALLS for _, p in null), len(null))}"
+            )
         if real:
-            print(f"  real effects found:            full {interval(sum(f == t for f, _, t in real), len(real))}; "
-                  f"pruned {interval(sum(p == t for _, p, t in real), len(real))}")
-        print(f"  arms stopped: {stopped} of {len(pairs)}; compute spent by the pruned sweeps: {spent:.1%} of the "
-              f"full ones (saved {1 - spent:.1%})")
+            print(
+                f"  real effects found:            full {interval(sum(f == t for f, _, t in real), len(real))}; "
+                f"pruned {interval(sum(p == t for _, p, t in real), len(real))}"
+            )
+        print(
+            f"  arms stopped: {stopped} of {len(pairs)}; compute spent by the pruned sweeps: {spent:.1%} of the "
+            f"full ones (saved {1 - spent:.1%})"
+        )
 
 
 if __name__ == "__main__":

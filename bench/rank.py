@@ -34,9 +34,14 @@ def main() -> None:
     arms = {}
     for i in range(args.arms):
         # a spread of ceilings and efficiencies around the ScaleRL 8B curve, so every verdict occurs
-        p = dict(a=0.61 + (0 if i == 0 else rng.choice([-0.04, 0.0, 0.0, 0.04])),
-                 b=1.92 * (1 if i == 0 else rng.choice([0.7, 1.0, 1.4])), c_mid=2542.0 * (1 if i == 0 else rng.choice([0.6, 1.0, 1.6, 20.0])))
-        arms[f"arm={i:03d}"] = [synthetic_curve(**p, seed=1000 * i + s, n_points=args.points) for s in range(args.seeds)]
+        p = dict(
+            a=0.61 + (0 if i == 0 else rng.choice([-0.04, 0.0, 0.0, 0.04])),
+            b=1.92 * (1 if i == 0 else rng.choice([0.7, 1.0, 1.4])),
+            c_mid=2542.0 * (1 if i == 0 else rng.choice([0.6, 1.0, 1.6, 20.0])),
+        )
+        arms[f"arm={i:03d}"] = [
+            synthetic_curve(**p, seed=1000 * i + s, n_points=args.points) for s in range(args.seeds)
+        ]
     with tempfile.TemporaryDirectory() as tmp:
         sweep = write_sweep(tmp, "bench", arms, baseline="arm=000")
         t0 = time.perf_counter()

@@ -103,16 +103,28 @@ def main() -> None:
             v_tps, v_tok = tokens_per_s(vs, ps, n, spec, reps)
             u_tps, _ = tokens_per_s(vs, ps, n, spec, reps, seeded=False)
             t_tps, t_tok = tokens_per_s(ts, ps, n, spec, reps)
-            row = {"model": name, "params": params, "completions": G * n, "max_new_tokens": T,
-                   "vllm_tokens_per_s": round(v_tps), "vllm_unseeded_tokens_per_s": round(u_tps),
-                   "torch_tokens_per_s": round(t_tps),
-                   "vllm_tokens": v_tok, "torch_tokens": t_tok}
+            row = {
+                "model": name,
+                "params": params,
+                "completions": G * n,
+                "max_new_tokens": T,
+                "vllm_tokens_per_s": round(v_tps),
+                "vllm_unseeded_tokens_per_s": round(u_tps),
+                "torch_tokens_per_s": round(t_tps),
+                "vllm_tokens": v_tok,
+                "torch_tokens": t_tok,
+            }
             results.append(row)
             print(json.dumps(row), flush=True)
         syncs = sync_times(vs, pol, 3 if a.quick else 8)
-        row = {"model": name, "params": params, "engine_start_s": round(start_s, 2),
-               "weight_sync_ms_median": round(1e3 * statistics.median(syncs), 1),
-               "weight_sync_ms_max": round(1e3 * max(syncs), 1), "sync_steps": len(syncs)}
+        row = {
+            "model": name,
+            "params": params,
+            "engine_start_s": round(start_s, 2),
+            "weight_sync_ms_median": round(1e3 * statistics.median(syncs), 1),
+            "weight_sync_ms_max": round(1e3 * max(syncs), 1),
+            "sync_steps": len(syncs),
+        }
         results.append(row)
         print(json.dumps(row), flush=True)
         shutdown_engines()

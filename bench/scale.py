@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
 from ablate.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,8 +38,9 @@ def config(overrides: list[str], nproc: int):
 
     if nproc == 1:
         overrides = [o for o in overrides if not o.startswith("train.sharding=")]
-    return compose_run(RECIPES_DIR / "base.yaml",
-                       ["offpolicy=ppo", "offpolicy.k=1", f"resources.nproc={nproc}", *overrides])
+    return compose_run(
+        RECIPES_DIR / "base.yaml", ["offpolicy=ppo", "offpolicy.k=1", f"resources.nproc={nproc}", *overrides]
+    )
 
 
 def measure(world, cfg: dict, steps: int, warm: int) -> dict:
@@ -63,10 +65,19 @@ def measure(world, cfg: dict, steps: int, warm: int) -> dict:
             m = learner.step(feeder.next(i), i)
             tokens += m["new_tokens"]
         wall = time.perf_counter() - t0
-    comm = sum(e.cpu_time_total for e in prof.events()
-               if e.name.startswith(("gloo:", "nccl:"))) / 1e6 if world.size > 1 else 0.0
-    return {"steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "tokens_per_s": tokens / wall,
-            "comm_s": comm, "ranks": world.size}
+    comm = (
+        sum(e.cpu_time_total for e in prof.events() if e.name.startswith(("gloo:", "nccl:"))) / 1e6
+        if world.size > 1
+        else 0.0
+    )
+    return {
+        "steps": steps,
+        "wall_s": wall,
+        "steps_per_s": steps / wall,
+        "tokens_per_s": tokens / wall,
+        "comm_s": comm,
+        "ranks": world.size,
+    }
 
 
 @contextlib.contextmanager
@@ -99,24 +110,37 @@ def main() -> None:
 
     one_cfg = config(a.overrides, 1)
     Learner(one_cfg)  # builds (and caches) the warmed-up policy before anything is timed
-    print(f"base recipe, {one_cfg.batch.prompts} prompts x {one_cfg.batch.generations} completions per step, "
-          f"{one_cfg.model.name} model, on-policy; {a.steps} timed steps after {a.warmup_steps}", flush=True)
+    print(
+        f"base recipe, {one_cfg.batch.prompts} prompts x {one_cfg.batch.generations} completions per step, "
+        f"{one_cfg.model.name} model, on-policy; {a.steps} timed steps after {a.warmup_steps}",
+        flush=True,
+    )
     one = measure(World(), one_cfg.to_dict(), a.steps, a.warmup_steps)
     print(f"1 process : {one['steps_per_s']:.3f} steps/s, {one['tokens_per_s']:.0f} completion tokens/s", flush=True)
     cfg = config(a.overrides, a.nproc)
     with tempfile.TemporaryDirectory() as tmp:
-        sp = spawn("scale:_rank", a.nproc, {"cfg": cfg.to_dict(), "steps": a.steps, "warm": a.warmup_steps},
-                               Path(tmp), backend=backend_for(cfg.train.device), timeout_s=600,
-                               stop=threading.Event())
+        sp = spawn(
+            "scale:_rank",
+            a.nproc,
+            {"cfg": cfg.to_dict(), "steps": a.steps, "warm": a.warmup_steps},
+            Path(tmp),
+            backend=backend_for(cfg.train.device),
+            timeout_s=600,
+            stop=threading.Event(),
+        )
     many = sp.result
     if many is None or any(sp.codes.values()):
         sys.exit(f"the {a.nproc}-rank measurement failed: exit codes {sp.codes}")
     speedup = many["steps_per_s"] / one["steps_per_s"]
     share = many["comm_s"] / many["wall_s"]
-    print(f"{a.nproc} processes: {many['steps_per_s']:.3f} steps/s, {many['tokens_per_s']:.0f} completion tokens/s "
-          f"({many['tokens_per_s'] / a.nproc:.0f} per device)")
-    print(f"speed-up {speedup:.2f}x on {a.nproc} processes (ideal {a.nproc}x); communication {share:.1%} of a step "
-          f"(rank 0 in collectives, waiting for the slower rank included)")
+    print(
+        f"{a.nproc} processes: {many['steps_per_s']:.3f} steps/s, {many['tokens_per_s']:.0f} completion tokens/s "
+        f"({many['tokens_per_s'] / a.nproc:.0f} per device)"
+    )
+    print(
+        f"speed-up {speedup:.2f}x on {a.nproc} processes (ideal {a.nproc}x); communication {share:.1%} of a step "
+        f"(rank 0 in collectives, waiting for the slower rank included)"
+    )
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"one": one, "many": many, "speedup": speedup, "comm_share": share}, indent=1))

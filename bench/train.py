@@ -26,13 +26,20 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
 from ablate.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-COMPAT = ["aggregation=token", "filtering.zero_variance=false", "filtering.no_positive_resampling=false", "length=none",
-          "offpolicy=ppo", "offpolicy.k=1"]
+COMPAT = [
+    "aggregation=token",
+    "filtering.zero_variance=false",
+    "filtering.no_positive_resampling=false",
+    "length=none",
+    "offpolicy=ppo",
+    "offpolicy.k=1",
+]
 """The base recipe minus what TRL lacks (ablate.trainers): both sides run exactly this recipe."""
 
 
@@ -64,8 +71,14 @@ def bench_ablate(cfg, steps: int, warm: int) -> dict:
 
 def _rates(n: int, tok: int, dt: float, dc: float, steps: int) -> dict:
     """Wall-clock rates, and rates per CPU-second of this process (robust to other load on a shared machine)."""
-    return {"completions_per_s": n / dt, "tokens_per_s": tok / dt, "s_per_step": dt / steps,
-            "completions_per_cpu_s": n / dc, "tokens_per_cpu_s": tok / dc, "cpu_s_per_step": dc / steps}
+    return {
+        "completions_per_s": n / dt,
+        "tokens_per_s": tok / dt,
+        "s_per_step": dt / steps,
+        "completions_per_cpu_s": n / dc,
+        "tokens_per_cpu_s": tok / dc,
+        "cpu_s_per_step": dc / steps,
+    }
 
 
 def bench_ablate_default(extra: list[str], steps: int) -> dict:
@@ -103,9 +116,17 @@ def bench_trl(extra: list[str], steps: int, warm: int) -> dict:
     from ablate.train.session import RunSession
     from ablate.train.trl_backend import TRLTrainer
 
-    cfg = compose_run(RECIPES_DIR / "base.yaml", [*COMPAT, "trainer=trl", f"train.max_steps={warm + steps}",
-                                                       "train.eval_every=1000000", "train.checkpoint_every=1000000",
-                                                       *extra])
+    cfg = compose_run(
+        RECIPES_DIR / "base.yaml",
+        [
+            *COMPAT,
+            "trainer=trl",
+            f"train.max_steps={warm + steps}",
+            "train.eval_every=1000000",
+            "train.checkpoint_every=1000000",
+            *extra,
+        ],
+    )
 
     class Timer(TrainerCallback):  # called before ablate's callback: the run's last evaluation is not timed
         def __init__(self):
@@ -129,9 +150,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup-steps", type=int, default=3)
-    ap.add_argument("--default-steps", type=int, default=100,
-                    help="steps of the default run (its PipelineRL queue is filled k batches ahead at the start: "
-                         "a short window over-counts that start)")
+    ap.add_argument(
+        "--default-steps",
+        type=int,
+        default=100,
+        help="steps of the default run (its PipelineRL queue is filled k batches ahead at the start: "
+        "a short window over-counts that start)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides for both sides (key=value)")
@@ -144,10 +169,17 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     cfg = ablate_config(a.overrides)
+
     def show(name: str, d: dict) -> None:
-        print(f"{name:36s} {d['completions_per_s']:7.0f} completions/s ({d['completions_per_cpu_s']:7.0f} per CPU-s)"
-              + (f" {d['tokens_per_s']:7.0f} tokens/s ({d['tokens_per_cpu_s']:7.0f} per CPU-s)" if "tokens_per_s" in d else ""),
-              flush=True)
+        print(
+            f"{name:36s} {d['completions_per_s']:7.0f} completions/s ({d['completions_per_cpu_s']:7.0f} per CPU-s)"
+            + (
+                f" {d['tokens_per_s']:7.0f} tokens/s ({d['tokens_per_cpu_s']:7.0f} per CPU-s)"
+                if "tokens_per_s" in d
+                else ""
+            ),
+            flush=True,
+        )
 
     res = {"ablate": bench_ablate(cfg, a.steps, a.warmup_steps)}
     show("ablate (on-policy, cispo)", res["ablate"])
@@ -156,15 +188,22 @@ def main() -> None:
     res["ablate_default"] = bench_ablate_default(a.overrides, a.default_steps)
     show("ablate default run (PipelineRL-8)", res["ablate_default"])
     for unit in ("s", "cpu_s"):
-        res[f"ratio_completions_per_{unit}"] = res["ablate"][f"completions_per_{unit}"] / res["trl"][f"completions_per_{unit}"]
+        res[f"ratio_completions_per_{unit}"] = (
+            res["ablate"][f"completions_per_{unit}"] / res["trl"][f"completions_per_{unit}"]
+        )
         res[f"ratio_tokens_per_{unit}"] = res["ablate"][f"tokens_per_{unit}"] / res["trl"][f"tokens_per_{unit}"]
-        res[f"ratio_default_completions_per_{unit}"] = (res["ablate_default"][f"completions_per_{unit}"]
-                                                        / res["trl"][f"completions_per_{unit}"])
-    print(f"ratio ablate/TRL, wall clock:  {res['ratio_completions_per_s']:.2f}x completions, "
-          f"{res['ratio_tokens_per_s']:.2f}x tokens (default run {res['ratio_default_completions_per_s']:.2f}x)")
-    print(f"ratio ablate/TRL, CPU time:    {res['ratio_completions_per_cpu_s']:.2f}x completions, "
-          f"{res['ratio_tokens_per_cpu_s']:.2f}x tokens (default run {res['ratio_default_completions_per_cpu_s']:.2f}x)"
-          "  [CPU time is the fair measure on a shared machine]")
+        res[f"ratio_default_completions_per_{unit}"] = (
+            res["ablate_default"][f"completions_per_{unit}"] / res["trl"][f"completions_per_{unit}"]
+        )
+    print(
+        f"ratio ablate/TRL, wall clock:  {res['ratio_completions_per_s']:.2f}x completions, "
+        f"{res['ratio_tokens_per_s']:.2f}x tokens (default run {res['ratio_default_completions_per_s']:.2f}x)"
+    )
+    print(
+        f"ratio ablate/TRL, CPU time:    {res['ratio_completions_per_cpu_s']:.2f}x completions, "
+        f"{res['ratio_tokens_per_cpu_s']:.2f}x tokens (default run {res['ratio_default_completions_per_cpu_s']:.2f}x)"
+        "  [CPU time is the fair measure on a shared machine]"
+    )
     if a.json:
         a.json.write_text(json.dumps(res, indent=2) + "\n")
 

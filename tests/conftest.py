@@ -24,8 +24,10 @@ import pytest
 SLURM_ENV = "ABLATE_SLURM"
 
 
-REASON = (f"SLURM tests deselected: {SLURM_ENV} is not set "
-          f"(run `bash slurm/up && {SLURM_ENV}=1 pytest -m slurm`, or `make test`)")
+REASON = (
+    f"SLURM tests deselected: {SLURM_ENV} is not set "
+    f"(run `bash slurm/up && {SLURM_ENV}=1 pytest -m slurm`, or `make test`)"
+)
 _dropped: list[str] = []
 
 

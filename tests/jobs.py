@@ -19,8 +19,8 @@ from pathlib import Path
 import yaml
 
 from ablate import store
-from ablate.rundir import RunDir
 from ablate.resources import RECIPES_DIR
+from ablate.rundir import RunDir
 
 RECIPE = RECIPES_DIR / "base.yaml"
 
@@ -37,8 +37,12 @@ def toy_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
     store.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=True))
     # One line per real execution: the tests count these to prove no run executes twice.
     with open(run_dir / "executions.log", "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "threads": threads,
-                            "omp": os.environ.get("OMP_NUM_THREADS"), "t": time.time()}) + "\n")
+        f.write(
+            json.dumps(
+                {"pid": os.getpid(), "threads": threads, "omp": os.environ.get("OMP_NUM_THREADS"), "t": time.time()}
+            )
+            + "\n"
+        )
     attempt = len(store.read_jsonl(run_dir / "executions.log"))
     ckpt = run_dir / "ckpt" / "state.json"
     start = store.read_json(ckpt)["step"] if ckpt.exists() else 0
@@ -55,9 +59,17 @@ def toy_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
         time.sleep(float(toy.get("sleep", 0.02)))
         if toy.get("fail_at") == step:
             raise ValueError(f"toy failure at step {step}")
-        store.append_jsonl(run_dir / "metrics.jsonl", {
-            "step": step, "gpu_hours": step * 1e-4, "flops": step * 1e9, "samples": step * 8,
-            "val_pass_rate": 0.1 + 0.8 * step / steps, "truncation_rate": toy.get("trunc", 0.0)})
+        store.append_jsonl(
+            run_dir / "metrics.jsonl",
+            {
+                "step": step,
+                "gpu_hours": step * 1e-4,
+                "flops": step * 1e9,
+                "samples": step * 8,
+                "val_pass_rate": 0.1 + 0.8 * step / steps,
+                "truncation_rate": toy.get("trunc", 0.0),
+            },
+        )
         store.write_json(ckpt, {"step": step})
     return {"status": "done", "steps": steps}
 
@@ -65,8 +77,16 @@ def toy_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
 TOY_JOB = f"{Path(__file__).resolve()}:toy_run"
 
 
-def toy_sweep(root, name: str = "toy", *, arms=("a", "b"), seeds=(0, 1), toy: dict | None = None,
-              per_run: dict | None = None, launcher: dict | None = None):
+def toy_sweep(
+    root,
+    name: str = "toy",
+    *,
+    arms=("a", "b"),
+    seeds=(0, 1),
+    toy: dict | None = None,
+    per_run: dict | None = None,
+    launcher: dict | None = None,
+):
     """A sweep of arms x seeds over the toy job, built directly as RunSpecs (ablate.sweep.Sweep), with run ids
     `<name>-<arm><seed>`; the toy knobs go to `<root>/<name>/toy.json`."""
     from ablate.compose import compose_run
@@ -81,8 +101,11 @@ def toy_sweep(root, name: str = "toy", *, arms=("a", "b"), seeds=(0, 1), toy: di
             rid = f"{name}-{a}{s}"
             knobs[rid] = {**(toy or {}), **((per_run or {}).get(label, {}))}
             lau = {"threads": 1, "max_requeues": 3, **(launcher or {})}
-            cfg = base.replace(seed=s, **{"train.max_steps": int((toy or {}).get("steps", 3))},
-                               **{f"launcher.{k}": v for k, v in lau.items()})
+            cfg = base.replace(
+                seed=s,
+                **{"train.max_steps": int((toy or {}).get("steps", 3))},
+                **{f"launcher.{k}": v for k, v in lau.items()},
+            )
             runs.append(RunSpec(name, label, rid, f"{name}-{a}", (f"arm={a}", f"seed={s}"), cfg, baseline=a == arms[0]))
     store.write_json(Path(root) / name / "toy.json", knobs)
     return Sweep(name=name, path=Path(f"{name}.yaml"), baseline=f"arm={arms[0]}", seeds=list(seeds), runs=runs)
@@ -137,14 +160,31 @@ def until(pred, what: str, timeout: float = GUARD, interval: float = 0.05):
 SMALL_TRAIN = [
     # one-digit sums only (a 1-digit difference is too easy to guess to be "unseen"): the small model warms up to
     # R0 ~ 0.2 in about 100 steps
-    "task.digits=1", "task.train_size=80", "task.unseen_frac=0",
-    "model.hidden=32", "model.n_layers=1", "model.n_heads=2", "model.mlp=64",
-    "batch.prompts=4", "batch.generations=4",
-    "length.max_new_tokens=4", "length.think_budget_min=1", "length.think_budget_max=2",
-    "train.max_steps=6", "train.eval_every=2", "train.eval_k=2", "train.val_size=16", "train.checkpoint_every=3",
-    "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2",
+    "task.digits=1",
+    "task.train_size=80",
+    "task.unseen_frac=0",
+    "model.hidden=32",
+    "model.n_layers=1",
+    "model.n_heads=2",
+    "model.mlp=64",
+    "batch.prompts=4",
+    "batch.generations=4",
+    "length.max_new_tokens=4",
+    "length.think_budget_min=1",
+    "length.think_budget_max=2",
+    "train.max_steps=6",
+    "train.eval_every=2",
+    "train.eval_k=2",
+    "train.val_size=16",
+    "train.checkpoint_every=3",
+    "train.warmup.max_steps=300",
+    "train.warmup.lr=3e-3",
+    "train.warmup.batch=32",
+    "train.warmup.target_pass_rate=0.2",
     "train.warmup.check_every=10",
-    "offpolicy=ppo", "offpolicy.k=1", "optim.lr_warmup_steps=0",
+    "offpolicy=ppo",
+    "offpolicy.k=1",
+    "optim.lr_warmup_steps=0",
 ]
 """A real run small enough for tests: 1-digit sums, a 1-layer model, a few steps (warm-up cached per test session)."""
 

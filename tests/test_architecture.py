@@ -125,8 +125,11 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def _fit_leaving_fit() -> dict[str, list[str]]:
-    outside = {m: sorted(t for t in GRAPH[m] if not (t.startswith("ablate.fit") or t == "ablate.errors"))
-               for m in MODULES if m.startswith("ablate.fit")}
+    outside = {
+        m: sorted(t for t in GRAPH[m] if not (t.startswith("ablate.fit") or t == "ablate.errors"))
+        for m in MODULES
+        if m.startswith("ablate.fit")
+    }
     return {m: t for m, t in outside.items() if t}
 
 
@@ -164,8 +167,12 @@ def _private_crossings() -> list[str]:
                     if alias.name in MODULES and alias.asname:
                         aliases[alias.asname] = alias.name
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases):
+            if (
+                isinstance(node, ast.Attribute)
+                and _private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+            ):
                 crossings.append(f"{module}: {node.value.id}.{node.attr}")
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 if re.fullmatch(r"ablate(\.\w+)+:_\w+", node.value):
@@ -178,8 +185,11 @@ def test_no_private_names_across_modules():
 
 
 def _child_process_starters() -> list[str]:
-    return [m for m, path in MODULES.items()
-            if m != CHILD_PROCESS_MODULE and ("sys.executable" in (text := path.read_text()) or ".parents[" in text)]
+    return [
+        m
+        for m, path in MODULES.items()
+        if m != CHILD_PROCESS_MODULE and ("sys.executable" in (text := path.read_text()) or ".parents[" in text)
+    ]
 
 
 def test_one_way_to_start_a_child_python_and_to_find_the_package():
@@ -224,11 +234,15 @@ def test_kernels_named_exist(kernel):
 
 
 if __name__ == "__main__":  # a report of every finding: python tests/test_architecture.py
-    for title, found in (("import cycles", _cycles()), ("fit/ reaching outside", _fit_leaving_fit()),
-                         ("launch/ reaching pruning", _launch_reaching_pruning()),
-                         ("private names across modules", _private_crossings()),
-                         ("child processes / package root outside topology.process", _child_process_starters()),
-                         ("modules over 400 lines", _long_modules()), ("functions over 80 lines", _long_functions())):
+    for title, found in (
+        ("import cycles", _cycles()),
+        ("fit/ reaching outside", _fit_leaving_fit()),
+        ("launch/ reaching pruning", _launch_reaching_pruning()),
+        ("private names across modules", _private_crossings()),
+        ("child processes / package root outside topology.process", _child_process_starters()),
+        ("modules over 400 lines", _long_modules()),
+        ("functions over 80 lines", _long_functions()),
+    ):
         print(f"{title}: {len(found)}")
         for item in found.items() if isinstance(found, dict) else found:
             print("   ", item)

@@ -59,16 +59,21 @@ def test_loo_dry_run_lists_scalerl_plus_the_papers_seven_arms():
     assert "8 arms x 1 seed = 8 runs" in res.output
 
 
-@pytest.mark.parametrize("args,messages", [
-    (["loss.eps_mx=4"], ["error: loss.eps_mx: unknown key (did you mean 'loss.eps_max'?)"]),
-    (["loss=cispoo"], ["no such option (did you mean 'cispo'?)"]),
-    (["batch.prompts=abc"], ["error: batch.prompts: expected int, got 'abc'"]),
-    (["offpolicy.k=0", "batch.generations=1"], ["error: offpolicy.k: must be >= 1, got 0",
-                                                "error: batch.generations: must be >= 2, got 1"]),
-    (["aggregation=token"], ["error: arm loss=gspo: loss=gspo with aggregation=token"]),
-    (["model=hf"], ["error: model=hf needs model.path"]),
-    (["--executor", "nope"], ["error: --executor nope: unknown; choose one of local, slurm, debug, auto"]),
-])
+@pytest.mark.parametrize(
+    "args,messages",
+    [
+        (["loss.eps_mx=4"], ["error: loss.eps_mx: unknown key (did you mean 'loss.eps_max'?)"]),
+        (["loss=cispoo"], ["no such option (did you mean 'cispo'?)"]),
+        (["batch.prompts=abc"], ["error: batch.prompts: expected int, got 'abc'"]),
+        (
+            ["offpolicy.k=0", "batch.generations=1"],
+            ["error: offpolicy.k: must be >= 1, got 0", "error: batch.generations: must be >= 2, got 1"],
+        ),
+        (["aggregation=token"], ["error: arm loss=gspo: loss=gspo with aggregation=token"]),
+        (["model=hf"], ["error: model=hf needs model.path"]),
+        (["--executor", "nope"], ["error: --executor nope: unknown; choose one of local, slurm, debug, auto"]),
+    ],
+)
 @pytest.mark.parametrize("dry", [True, False])
 def test_bad_input_is_one_line_per_error_and_launches_nothing(in_tmp, args, messages, dry):
     res = runner.invoke(app, ["sweep", LOSS, *args] + (["--dry-run"] if dry else []))
@@ -122,7 +127,8 @@ def test_show_errors():
     assert res.exit_code == 2 and "expands to 4 runs" in res.stderr
     res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml"), "loss=dapo", "loss.eps_max=4"])
     assert res.exit_code == 2
-    assert res.stderr.strip() == ("error: loss.eps_max: not a parameter of loss=dapo (its parameters: eps_low, "
-                                  "eps_high); use it with loss=cispo")
+    assert res.stderr.strip() == (
+        "error: loss.eps_max: not a parameter of loss=dapo (its parameters: eps_low, eps_high); use it with loss=cispo"
+    )
     res = runner.invoke(app, ["show", "no/such.yaml"])
     assert res.exit_code == 2 and "no such file" in res.stderr

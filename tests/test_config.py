@@ -20,8 +20,18 @@ from ablate.resources import RECIPES_DIR
 from ablate.sections import WarmupConfig
 
 BASE = RECIPES_DIR / "base.yaml"
-GROUPS = ["loss", "aggregation", "normalization", "precision", "length", "offpolicy", "model", "task", "rollout",
-          "launcher"]
+GROUPS = [
+    "loss",
+    "aggregation",
+    "normalization",
+    "precision",
+    "length",
+    "offpolicy",
+    "model",
+    "task",
+    "rollout",
+    "launcher",
+]
 # options that need a path to be valid (config.validate says so when it is missing)
 NEEDS = {("model", "hf"): ["model.path=/models/m"], ("task", "jsonl"): ["task.path=/data/p.jsonl"]}
 
@@ -48,7 +58,7 @@ def test_every_option_composes_and_validates(group, option):
     for key, written in raw.items():
         value = written
         if isinstance(written, str) and written.startswith("${setup."):  # the scale the recipe runs at
-            value = cfg["setup"][written[len("${setup."):-1]]
+            value = cfg["setup"][written[len("${setup.") : -1]]
         if not any(o.startswith(f"{group}.{key}=") for o in extra):
             assert cfg[group][key] == value, (group, option, key)
 
@@ -136,16 +146,19 @@ def test_unknown_option_value(base):
     assert err.startswith("aggregation.name: 'tokn' is not an option") and "'token'" in err
 
 
-@pytest.mark.parametrize("overrides,keys", [
-    (["loss=gspo", "aggregation=token"], ["loss=gspo", "aggregation=token", "aggregation=sample"]),
-    (["length=penalty", "length.l_cache=9"], ["length.l_cache", "length.l_max"]),
-    (["length=penalty", "length.l_max=20"], ["length.l_max", "length.max_new_tokens"]),
-    (["length.think_budget_min=7", "length.think_budget_max=6"], ["think_budget_min", "think_budget_max"]),
-    (["length.think_budget_max=8"], ["length.think_budget_max", "length.max_new_tokens"]),
-    (["model=hf"], ["model=hf", "model.path"]),
-    (["task=jsonl"], ["task=jsonl", "task.path"]),
-    (["model.hidden=130"], ["model.hidden", "model.n_heads"]),
-])
+@pytest.mark.parametrize(
+    "overrides,keys",
+    [
+        (["loss=gspo", "aggregation=token"], ["loss=gspo", "aggregation=token", "aggregation=sample"]),
+        (["length=penalty", "length.l_cache=9"], ["length.l_cache", "length.l_max"]),
+        (["length=penalty", "length.l_max=20"], ["length.l_max", "length.max_new_tokens"]),
+        (["length.think_budget_min=7", "length.think_budget_max=6"], ["think_budget_min", "think_budget_max"]),
+        (["length.think_budget_max=8"], ["length.think_budget_max", "length.max_new_tokens"]),
+        (["model=hf"], ["model=hf", "model.path"]),
+        (["task=jsonl"], ["task=jsonl", "task.path"]),
+        (["model.hidden=130"], ["model.hidden", "model.n_heads"]),
+    ],
+)
 def test_impossible_combinations_name_both_keys(overrides, keys):
     with pytest.raises(ConfigErrors) as e:
         compose_run(BASE, overrides)
@@ -171,8 +184,11 @@ def test_compose_errors_are_one_line_user_errors():
         ("loss=cispoo",): ["loss=cispoo", "'cispo'", "options: cispo, dapo, grpo, gspo"],
         ("los=dapo",): ["los: unknown key", "'loss'"],
         ("loss.eps_mx=4",): ["loss.eps_mx: unknown key", "'loss.eps_max'"],
-        ("loss=dapo", "loss.eps_max=4"): ["loss.eps_max: not a parameter of loss=dapo", "eps_low, eps_high",
-                                          "loss=cispo"],
+        ("loss=dapo", "loss.eps_max=4"): [
+            "loss.eps_max: not a parameter of loss=dapo",
+            "eps_low, eps_high",
+            "loss=cispo",
+        ],
         ("batch.prompts=abc",): ["batch.prompts: expected int, got 'abc'"],
         ("seed=0,1",): ["seed=0,1: a sweep value"],
         ("a==",): ["cannot parse override 'a=='"],
@@ -213,7 +229,11 @@ def test_the_paper_preset_sets_what_its_appendix_states(base):
     assert (cfg["length"]["think_budget_min"], cfg["length"]["think_budget_max"]) == (10240, 12288)
     assert cfg["rollout"]["name"] == "vllm" and cfg["rollout"]["max_model_len"] == 16384
     assert (cfg["optim"]["lr"], cfg["optim"]["lr_warmup_steps"], cfg["optim"]["eps"], cfg["optim"]["weight_decay"]) == (
-        5e-7, 100, 1e-15, 0.01)
+        5e-7,
+        100,
+        1e-15,
+        0.01,
+    )
     assert (cfg["train"]["eval_every"], cfg["train"]["eval_k"], cfg["train"]["val_size"]) == (100, 16, 1000)
     assert cfg["train"]["device"] == "cuda" and cfg["task"]["reward"] == "signed"
     assert (cfg["model"]["name"], cfg["model"]["path"], cfg["task"]["name"]) == ("hf", "/models/my-8b", "jsonl")
@@ -258,8 +278,9 @@ def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path, monkeypatch):
     assert res.exit_code == 0 and "eps: 1.0e-15" in res.output and "device: cuda" in res.output
     # a machine with no CUDA device (as CI's): the local executor would run it here, so it is refused up front
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    res = CliRunner().invoke(app, ["sweep", str(RECIPES_DIR / "loss.yaml"), "preset=scalerl_8b", *PATHS,
-                                   "--root", str(tmp_path / "sweeps")])
+    res = CliRunner().invoke(
+        app, ["sweep", str(RECIPES_DIR / "loss.yaml"), "preset=scalerl_8b", *PATHS, "--root", str(tmp_path / "sweeps")]
+    )
     assert res.exit_code == 2, res.output
     assert "train.device=cuda, but this machine has no CUDA device" in res.output and "-e slurm" in res.output
     assert not (tmp_path / "sweeps").exists()

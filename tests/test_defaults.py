@@ -45,13 +45,19 @@ def cpu_sweep(root, name: str, devices=("cpu",), slow_seed: float = 1.0) -> Path
 
 
 def test_the_papers_target_only_for_gpu_hours_within_reach():
-    assert choose_target([line(8000)], "gpu_hours", None, None) == \
-        (16000.0, "16000 gpu_hours (the paper's scale; no --to)")
+    assert choose_target([line(8000)], "gpu_hours", None, None) == (
+        16000.0,
+        "16000 gpu_hours (the paper's scale; no --to)",
+    )
     # a CPU run's hundredths of a GPU-hour: 16000 would be 320,000x the data, so twice the data instead
-    assert choose_target([line(0.05)], "gpu_hours", None, None) == \
-        (0.1, "0.1 gpu_hours: twice the largest compute fitted (0.05; no --to)")
-    assert choose_target([line(256000), line(1000, "short")], "samples", None, None) == \
-        (512000.0, "512000 samples: twice the largest compute fitted (256000; no --to)")
+    assert choose_target([line(0.05)], "gpu_hours", None, None) == (
+        0.1,
+        "0.1 gpu_hours: twice the largest compute fitted (0.05; no --to)",
+    )
+    assert choose_target([line(256000), line(1000, "short")], "samples", None, None) == (
+        512000.0,
+        "512000 samples: twice the largest compute fitted (256000; no --to)",
+    )
     # --fit-until cuts what is fitted; a readable number, said to be about twice
     target, text = choose_target([line(256000)], "samples", None, 56789.0)
     assert target == 114000.0 and text == "114000 samples: about twice the largest compute fitted (56789; no --to)"
@@ -104,8 +110,11 @@ def test_auto_axis_is_samples_for_cpu_runs_and_gpu_hours_elsewhere(tmp_path):
 
 def test_prune_axis_follows_where_the_runs_will_train():
     def runs(device, executor="local"):
-        return [SimpleNamespace(config=SimpleNamespace(train=SimpleNamespace(device=device),
-                                                       launcher=SimpleNamespace(name=executor)))]
+        return [
+            SimpleNamespace(
+                config=SimpleNamespace(train=SimpleNamespace(device=device), launcher=SimpleNamespace(name=executor))
+            )
+        ]
 
     assert launch_axis(runs("cpu"), None)[0] == "samples"
     assert launch_axis(runs("cuda"), None)[0] == "gpu_hours"

@@ -21,8 +21,13 @@ def test_the_run_directory_page_names_every_metric_and_state():
 
 
 def test_no_file_points_outside_the_repository():
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     # the names of the developers' notes outside the repository and of a machine path, spelled in pieces so that
     # this file (which is checked too) does not name them
     outside = ["design" + r"\.md", r"\.\./" + "sha" + "red", "/" + "work/", r"[a-z]+-" + "notes" + r"\.md"]
@@ -55,15 +60,18 @@ def test_the_json_page_names_every_key_and_verdict_rank_prints():
     from ablate.fit.compare import VERDICT_TEXT, VERDICTS, rank
     from ablate.fit.synthetic import synthetic_curve
 
-    curves = [synthetic_curve(a=a, b=1.9, c_mid=2500, seed=10 * i + s, run=f"{arm},seed={s}", group=arm)
-              for i, (arm, a) in enumerate([("base", 0.61), ("other", 0.62)]) for s in range(2)]
+    curves = [
+        synthetic_curve(a=a, b=1.9, c_mid=2500, seed=10 * i + s, run=f"{arm},seed={s}", group=arm)
+        for i, (arm, a) in enumerate([("base", 0.61), ("other", 0.62)])
+        for s in range(2)
+    ]
     out = rank(curves, FitOptions(n_boot=100), baseline="base").to_json()
     keys = set(out) | {k for arm in out["arms"] for k in arm}
     text = (ROOT / "docs" / "json.md").read_text()
     assert not [k for k in keys if f"`{k}`" not in text]
     for verdict in VERDICTS:
         assert f"`{verdict}`" in text, verdict
-    assert "no_effect` (\"no detectable effect\") is no longer a verdict" in text
+    assert 'no_effect` ("no detectable effect") is no longer a verdict' in text
     page = (ROOT / "docs" / "verdicts.md").read_text()
     for verdict in VERDICTS:
         if verdict != "baseline":

@@ -54,8 +54,9 @@ def sweep(root, arms=("a", "b"), **toy):
     for i, r in enumerate(sw.runs):
         cfg = r.config.replace(**{"optim.lr": r.config.optim.lr * (i + 1)})
         runs.append(dataclasses.replace(r, run_id=run_id(cfg), arm_id=arm_id(cfg), config=cfg))
-    store.write_json(Path(root) / sw.name / "toy.json", {new.run_id: knobs[old.run_id]
-                                                         for old, new in zip(sw.runs, runs)})
+    store.write_json(
+        Path(root) / sw.name / "toy.json", {new.run_id: knobs[old.run_id] for old, new in zip(sw.runs, runs)}
+    )
     return dataclasses.replace(sw, runs=runs)
 
 
@@ -123,8 +124,9 @@ def test_a_job_killed_while_recording_its_end_is_done_and_its_runner_says_so(tmp
 
 
 @pytest.mark.parametrize("point, torn", [("job_after_ended", False), ("job_after_finished", True)])
-def test_a_job_killed_while_recording_its_end_with_no_runner_left_is_done_on_the_next_sweep(tmp_path, monkeypatch,
-                                                                                           point, torn):
+def test_a_job_killed_while_recording_its_end_with_no_runner_left_is_done_on_the_next_sweep(
+    tmp_path, monkeypatch, point, torn
+):
     """Its runner died first (nothing cleans up after the job): `ablate status` reads the run done from run.json,
     writing nothing, and the next `ablate sweep` appends the missing `finished` event, also after a torn one."""
     hold = tmp_path / "hold"
@@ -237,8 +239,9 @@ def test_no_transition_turns_a_finished_run_json_into_another_state(tmp_path, fi
         "preempted": lambda: rd.ended("preempted", reason="timeout"),
         "pruned": lambda: rd.ended("pruned", reason="settled"),
         "started": lambda: rd.started(pid=2),
-        "submitted": lambda: rd.submitted(run_id="r", arm_id="a", label="x", sweep="s", overrides=[],
-                                          baseline=False, executor="local", batch="b2"),
+        "submitted": lambda: rd.submitted(
+            run_id="r", arm_id="a", label="x", sweep="s", overrides=[], baseline=False, executor="local", batch="b2"
+        ),
     }
     for what, attempt in attempts.items():
         assert attempt() is False, what
@@ -258,8 +261,19 @@ def test_other_states_still_move(tmp_path):
         rd = RunDir(tmp_path / state)
         rd.path.mkdir()
         assert (rd.failed("killed", "x") if state == "failed" else rd.ended(state, reason="x")) is True
-        assert rd.submitted(run_id=state, arm_id="a", label="x", sweep="s", overrides=[], baseline=False,
-                            executor="local", batch="b") is True
+        assert (
+            rd.submitted(
+                run_id=state,
+                arm_id="a",
+                label="x",
+                sweep="s",
+                overrides=[],
+                baseline=False,
+                executor="local",
+                batch="b",
+            )
+            is True
+        )
         assert rd.info().status == "pending"
         assert rd.started(pid=1) is True and rd.info().status == "running"
 
@@ -269,18 +283,22 @@ def test_the_ledger_fold_keeps_a_finished_run_finished(tmp_path):
     submission (--force) starts afresh."""
     led = Ledger(tmp_path / "s")
     base = {"run_id": "r1", "batch": "b1"}
-    led.append({"event": "submitting", **base, "label": "x", "executor": "local", "launcher": {"pid": 1, "start": 1}},
-               {"event": "submitted", **base, "runner": {"pid": 1, "start": 1}},
-               {"event": "started", **base, "pid": 1, "start": 1, "attempt": 1},
-               {"event": "finished", **base, "status": "done"},
-               {"event": "failed", **base, "cause": "killed", "error": "died"},
-               {"event": "preempted", **base, "requeue": True, "requeues": 1},
-               {"event": "requeued", **base, "requeues": 1},
-               {"event": "started", **base, "pid": 2, "start": 2, "attempt": 2})
+    led.append(
+        {"event": "submitting", **base, "label": "x", "executor": "local", "launcher": {"pid": 1, "start": 1}},
+        {"event": "submitted", **base, "runner": {"pid": 1, "start": 1}},
+        {"event": "started", **base, "pid": 1, "start": 1, "attempt": 1},
+        {"event": "finished", **base, "status": "done"},
+        {"event": "failed", **base, "cause": "killed", "error": "died"},
+        {"event": "preempted", **base, "requeue": True, "requeues": 1},
+        {"event": "requeued", **base, "requeues": 1},
+        {"event": "started", **base, "pid": 2, "start": 2, "attempt": 2},
+    )
     rec = led.fold()["r1"]
     assert (rec.state, rec.cause, rec.error, rec.attempts, rec.pid) == ("done", None, None, 1, 1)
-    led.append({"event": "submitting", "run_id": "r1", "batch": "b2", "label": "x", "executor": "local"},
-               {"event": "failed", "run_id": "r1", "batch": "b2", "cause": "submit", "error": "sbatch said no"})
+    led.append(
+        {"event": "submitting", "run_id": "r1", "batch": "b2", "label": "x", "executor": "local"},
+        {"event": "failed", "run_id": "r1", "batch": "b2", "cause": "submit", "error": "sbatch said no"},
+    )
     assert led.fold()["r1"].state == "failed"
 
 

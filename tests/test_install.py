@@ -46,8 +46,11 @@ def test_init_writes_an_editable_copy_and_never_overwrites(tmp_path):
     proj = tmp_path / "proj"
     assert proj / "recipes" / "base.yaml" in written and proj / "recipes" / "loss" / "dapo.yaml" in written
     assert (proj / "slurm" / "example.yaml").read_bytes() == (PROFILES_DIR / "example-cluster.yaml").read_bytes()
-    assert all(p.read_bytes() == (RECIPES_DIR / p.relative_to(proj / "recipes")).read_bytes()
-               for p in written if p.parent != proj / "slurm")
+    assert all(
+        p.read_bytes() == (RECIPES_DIR / p.relative_to(proj / "recipes")).read_bytes()
+        for p in written
+        if p.parent != proj / "slurm"
+    )
     copied = load_sweep(proj / "recipes" / "loss.yaml").runs
     assert [r.run_id for r in copied] == [r.run_id for r in load_sweep(RECIPES_DIR / "loss.yaml").runs]
     (proj / "recipes" / "loss.yaml").unlink()
@@ -71,13 +74,42 @@ def installed(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(CHECKOUT / name, source / name)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-          "-w", base / "dist", source], base, env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            base / "dist",
+            source,
+        ],
+        base,
+        env,
+    )
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], base, env)
     wheel = next((base / "dist").glob("ablate-*.whl"))
-    _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--no-deps", "--no-index",
-          "-q", wheel], base, env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            venv / "bin" / "python",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            wheel,
+        ],
+        base,
+        env,
+    )
     site = next((venv / "lib").glob("python*/site-packages"))
     (site / "ablate-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv / "bin"
@@ -93,26 +125,52 @@ def test_the_installed_wheel_shows_sweeps_trains_and_ranks_from_any_folder(insta
 
     shown = _run([installed / "ablate", "show", "recipes/base.yaml"], work, env)
     assert f"({PACKAGED})" in shown and "site-packages/ablate/recipes/base.yaml" in shown and "# run_id: " in shown
-    plan = _run([installed / "ablate", "sweep", "recipes/loss.yaml", "--dry-run", "--root", tmp_path / "sweeps"],
-                work, env)
+    plan = _run(
+        [installed / "ablate", "sweep", "recipes/loss.yaml", "--dry-run", "--root", tmp_path / "sweeps"], work, env
+    )
     assert "4 arms" in plan and "loss=dapo" in plan and not (tmp_path / "sweeps").exists()
 
     # five RL steps on the tiny model as built: the supervised warm-up (its own tests' subject) is skipped
-    _run([installed / "ablate", "train", "recipes/base.yaml", "train.max_steps=5", "train.warmup.max_steps=0",
-          "--out", tmp_path / "run"], work, env)
+    _run(
+        [
+            installed / "ablate",
+            "train",
+            "recipes/base.yaml",
+            "train.max_steps=5",
+            "train.warmup.max_steps=0",
+            "--out",
+            tmp_path / "run",
+        ],
+        work,
+        env,
+    )
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["status"] == "done", run
     assert (tmp_path / "run" / "metrics.jsonl").read_text().strip()
 
     curves = []
     for arm, seed in (("a", 0), ("a", 1), ("b", 2), ("b", 3)):
-        c = synthetic_curve(**PAPER_CURVES["scalerl-8b" if arm == "a" else "scalerl-scout"], seed=seed,
-                            n_points=30, run=f"{arm}{seed}")
+        c = synthetic_curve(
+            **PAPER_CURVES["scalerl-8b" if arm == "a" else "scalerl-scout"], seed=seed, n_points=30, run=f"{arm}{seed}"
+        )
         c.group = arm
         curves.append(c)
     write_csv(curves, tmp_path / "curves.csv")
-    ranked = _run([installed / "ablate", "rank", tmp_path / "curves.csv", "--group", "group", "--baseline", "a",
-                   "--n-boot", "50"], work, env)
+    ranked = _run(
+        [
+            installed / "ablate",
+            "rank",
+            tmp_path / "curves.csv",
+            "--group",
+            "group",
+            "--baseline",
+            "a",
+            "--n-boot",
+            "50",
+        ],
+        work,
+        env,
+    )
     assert "baseline: a" in ranked, ranked
 
     _run([installed / "ablate", "init", "proj"], work, env)

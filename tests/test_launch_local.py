@@ -98,12 +98,19 @@ def test_piped_launch_returns_while_runs_go_on(tmp_path):
     """`ablate sweep ... | cat` must not wait for the jobs (submitit's controllers keep stdio open)."""
     hold = tmp_path / "hold"
     hold.touch()  # the runs block at step 2 until it is removed: a launcher that waited would never return
-    code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
-            "from ablate.launch import launch_sweep;"
-            "launch_sweep(toy_sweep(Path(sys.argv[1]), seeds=(0,), toy={'steps': 3, 'hold': sys.argv[3]}),"
-            " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)], capture_output=True,
-                         text=True, timeout=GUARD, env={**os.environ, "PYTHONPATH": SRC})
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
+        "from ablate.launch import launch_sweep;"
+        "launch_sweep(toy_sweep(Path(sys.argv[1]), seeds=(0,), toy={'steps': 3, 'hold': sys.argv[3]}),"
+        " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)],
+        capture_output=True,
+        text=True,
+        timeout=GUARD,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
     assert out.returncode == 0, out.stderr
     assert "2 new -> submitting 2 via local" in out.stdout
     assert not any(s.ended for s in sweep_status(tmp_path, "toy"))
@@ -184,13 +191,16 @@ def test_debug_executor_runs_in_process(tmp_path):
 def test_launcher_killed_mid_submission_loses_and_duplicates_nothing(tmp_path, point):
     """Whatever the killed launcher's orphaned runner managed to start before the re-run, every run executes
     exactly once and none is lost."""
-    code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
-            "from ablate.launch import launch_sweep;"
-            "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2}), root=Path(sys.argv[1]), executor='local',"
-            " max_parallel=2, job=TOY_JOB)")
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
+        "from ablate.launch import launch_sweep;"
+        "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2}), root=Path(sys.argv[1]), executor='local',"
+        " max_parallel=2, job=TOY_JOB)"
+    )
     env = {**os.environ, "PYTHONPATH": SRC, "ABLATE_CRASHPOINT": point}
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), TESTS], capture_output=True, text=True, env=env,
-                         timeout=GUARD)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), TESTS], capture_output=True, text=True, env=env, timeout=GUARD
+    )
     assert out.returncode == -signal.SIGKILL, out.stderr
     sw = toy_sweep(tmp_path, toy={"steps": 2})
     plan = launch_sweep(sw, root=tmp_path, executor="local", max_parallel=2, job=TOY_JOB, echo=None)
@@ -209,16 +219,26 @@ def test_launcher_killed_mid_submission_loses_and_duplicates_nothing(tmp_path, p
 def test_two_launchers_at_once_submit_each_run_once(tmp_path):
     hold = tmp_path / "hold"
     hold.touch()  # the runs cannot end while both launchers plan: the second sees all four live
-    code = ("import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
-            "from ablate.launch import launch_sweep;"
-            "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2, 'hold': sys.argv[3], 'hold_at': 1}),"
-            " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)")
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
+        "from ablate.launch import launch_sweep;"
+        "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2, 'hold': sys.argv[3], 'hold_at': 1}),"
+        " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)"
+    )
     env = {**os.environ, "PYTHONPATH": SRC}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)], stdout=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), TESTS, str(hold)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
     outs = sorted(p.communicate(timeout=GUARD)[0].strip() for p in procs)
-    assert outs == sorted(["toy: 0 done, 4 running, 0 failed, 0 new -> nothing to submit",
-                           "toy: 0 done, 0 running, 0 failed, 4 new -> submitting 4 via local"])
+    assert outs == sorted(
+        [
+            "toy: 0 done, 4 running, 0 failed, 0 new -> nothing to submit",
+            "toy: 0 done, 0 running, 0 failed, 4 new -> submitting 4 via local",
+        ]
+    )
     hold.unlink()
     sw = toy_sweep(tmp_path, toy={"steps": 2})
     wait_for(tmp_path, "toy", ids(sw), timeout=GUARD)
@@ -246,8 +266,13 @@ def test_local_time_limit_checkpoints_and_requeues(tmp_path):
     """At the time limit the local controller sends USR2: the run stops at a step boundary, the job is requeued and
     the run resumes, with gap-free metrics. The first attempt waits at step 3 for that signal, so the limit is
     reached on any machine, however fast; 10 s of the 15 s limit are left to checkpoint, however slow."""
-    sw = toy_sweep(tmp_path, arms=("t",), seeds=(0,), toy={"steps": 10, "hold_at": 3, "wait_for_stop": True},
-                   launcher={"timeout_min": 0.25, "signal_delay_s": 10})
+    sw = toy_sweep(
+        tmp_path,
+        arms=("t",),
+        seeds=(0,),
+        toy={"steps": 10, "hold_at": 3, "wait_for_stop": True},
+        launcher={"timeout_min": 0.25, "signal_delay_s": 10},
+    )
     launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
     st = wait_for(tmp_path, "toy", ["toy-t0"], timeout=GUARD)["toy-t0"]
     assert st.state == "done" and st.requeues >= 1 and st.attempts == st.requeues + 1
@@ -266,8 +291,9 @@ def test_a_job_out_of_time_is_told_apart_from_one_out_of_requeues(tmp_path):
 
     spec = toy_sweep(tmp_path, arms=("a",), seeds=(0,)).runs[0]
     sdir = tmp_path / "toy"
-    Ledger(sdir).append({"event": "submitting", "run_id": spec.run_id, "batch": "b1", "label": spec.label,
-                         "executor": "local"})
+    Ledger(sdir).append(
+        {"event": "submitting", "run_id": spec.run_id, "batch": "b1", "label": spec.label, "executor": "local"}
+    )
     job = RunJob(spec, str(sdir), "b1", TOY_JOB, max_requeues=1, timeout_min=0.01)  # any age is past its limit
     assert job.checkpoint() is not None and job.timeouts == 1 and not job.out_of_time
     assert job.checkpoint() is None and job.out_of_time  # no requeue left: the run stays preempted
@@ -294,8 +320,9 @@ def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):
     want = sorted(f"loss={x},seed=0" for x in ("cispo", "dapo", "grpo", "gspo"))
     assert sorted(r["label"] for r in data["runs"]) == want
     # --force re-runs all four through the local executor; --follow waits for them with a progress bar.
-    res = CliRunner().invoke(app, args[:-4] + ["-e", "local", "--max-parallel", "2", "--force", "--follow",
-                                               "--job", TOY_JOB])
+    res = CliRunner().invoke(
+        app, args[:-4] + ["-e", "local", "--max-parallel", "2", "--force", "--follow", "--job", TOY_JOB]
+    )
     assert res.exit_code == 0 and "4 done, 0 running, 0 failed, 0 new -> submitting 4 via local" in res.output
     assert "4/4" in res.output
     assert all(s.state == "done" and s.executor == "local" for s in sweep_status(tmp_path, "loss"))
@@ -317,11 +344,21 @@ def test_profile_becomes_sbatch_flags(tmp_path):
     from submitit.slurm.slurm import _make_sbatch_string
 
     params = load_profile("example-cluster")
-    text = _make_sbatch_string(command="python -m submitit.core._submit X", folder=tmp_path / "%j", map_count=40,
-                               **params)
-    for flag in ("--partition=gpu", "--account=my-project", "--qos=normal", "--constraint=h100",
-                 "--gpus-per-node=1", "--cpus-per-task=16", "--mem=120G", "--time=1440", "--array=0-39%32",
-                 "--signal=USR2@120"):
+    text = _make_sbatch_string(
+        command="python -m submitit.core._submit X", folder=tmp_path / "%j", map_count=40, **params
+    )
+    for flag in (
+        "--partition=gpu",
+        "--account=my-project",
+        "--qos=normal",
+        "--constraint=h100",
+        "--gpus-per-node=1",
+        "--cpus-per-task=16",
+        "--mem=120G",
+        "--time=1440",
+        "--array=0-39%32",
+        "--signal=USR2@120",
+    ):
         assert f"#SBATCH {flag}\n" in text, flag
     assert "module load cuda/12.4\nsource ~/venvs/ablate/bin/activate\n" in text
 
@@ -335,8 +372,9 @@ def test_a_job_whose_sweep_directory_is_replaced_records_nothing_in_the_new_one(
     hold = tmp_path / "hold"
     hold.touch()
     sw = toy_sweep(tmp_path, arms=("a",), seeds=(0,), toy={"steps": 3, "hold": str(hold), "hold_at": 2})
-    t = threading.Thread(target=launch_sweep, args=(sw,),
-                         kwargs=dict(root=tmp_path, executor="debug", job=TOY_JOB, echo=None))
+    t = threading.Thread(
+        target=launch_sweep, args=(sw,), kwargs=dict(root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
+    )
     t.start()
     rd = run_dir(tmp_path, "toy", "toy-a0")
     until(lambda: (rd / "metrics.jsonl").exists() and store.read_jsonl(rd / "metrics.jsonl"), "step 1")

@@ -41,8 +41,10 @@ def test_array_sweep_rerun_scancel_and_retry_failed(tmp_path):
     wait_for(tmp_path, "toy", ["toy-b1"], states=("running",), timeout=GUARD)
     # Without accounting, one squeue call tells queued/running jobs from jobs that left the queue.
     b1, a0 = plan.job_ids["toy-b1"], plan.job_ids["toy-a0"]
-    q = until(lambda: (q := squeue_states([b1, a0]))[a0][0] == "GONE" and q,  # a finished job may still be COMPLETING
-              "the finished job to leave the queue")
+    q = until(
+        lambda: (q := squeue_states([b1, a0]))[a0][0] == "GONE" and q,  # a finished job may still be COMPLETING
+        "the finished job to leave the queue",
+    )
     assert q[b1] == ("RUNNING", "")
     again = launch(sw, tmp_path)  # re-running submits nothing: 3 done, 1 running
     assert again.submit == [] and again.running == ["toy-b1"] and len(again.done) == 3

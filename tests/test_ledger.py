@@ -18,20 +18,30 @@ def ev(kind, rid="r1", batch="b1", **kw):
 
 def test_fold_follows_the_current_batch_only(tmp_path):
     led = Ledger(tmp_path)
-    led.append(ev("submitting", label="x", executor="slurm"), ev("submitted", job_id="7_0"),
-               ev("started", job_id="7_0", pid=1, start=2), ev("failed", cause="oom", error="boom"))
+    led.append(
+        ev("submitting", label="x", executor="slurm"),
+        ev("submitted", job_id="7_0"),
+        ev("started", job_id="7_0", pid=1, start=2),
+        ev("failed", cause="oom", error="boom"),
+    )
     rec = led.fold()["r1"]
     assert (rec.state, rec.cause, rec.job_id, rec.attempts) == ("failed", "oom", "7_0", 1)
     # A resubmission starts a fresh record; late events of the old batch (an orphan job) are ignored.
     led.append(ev("submitting", batch="b2", label="x", executor="local"), ev("finished", batch="b1"))
     rec = led.fold()["r1"]
     assert (rec.state, rec.batch, rec.cause, rec.job_id, rec.executor) == ("submitting", "b2", None, None, "local")
-    led.append(ev("submitted", batch="b2", runner={"pid": 5, "start": 6}), ev("started", batch="b2", job_id="42"),
-               ev("preempted", batch="b2", requeue=True, requeues=1))
+    led.append(
+        ev("submitted", batch="b2", runner={"pid": 5, "start": 6}),
+        ev("started", batch="b2", job_id="42"),
+        ev("preempted", batch="b2", requeue=True, requeues=1),
+    )
     rec = led.fold()["r1"]
     assert (rec.state, rec.requeues, rec.runner) == ("requeued", 1, {"pid": 5, "start": 6})
-    led.append(ev("requeued", batch="b2", requeues=1), ev("started", batch="b2", attempt=2),
-               ev("finished", batch="b2", status="diverged"))
+    led.append(
+        ev("requeued", batch="b2", requeues=1),
+        ev("started", batch="b2", attempt=2),
+        ev("finished", batch="b2", status="diverged"),
+    )
     rec = led.fold()["r1"]
     assert (rec.state, rec.attempts) == ("diverged", 2)
 
@@ -58,10 +68,19 @@ def test_torn_last_line_is_skipped_and_the_next_append_starts_a_new_line(tmp_pat
 
 def test_lock_is_exclusive_survives_a_deleted_lock_file_and_is_released_when_its_holder_dies(tmp_path):
     led = Ledger(tmp_path / "sweep")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from ablate.ledger import Ledger\n"
-        "with Ledger(sys.argv[1]).lock():\n    print('locked', flush=True); time.sleep(600)"), str(led.dir)],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from ablate.ledger import Ledger\n"
+                "with Ledger(sys.argv[1]).lock():\n    print('locked', flush=True); time.sleep(600)"
+            ),
+            str(led.dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     with led.lock(timeout=0) as held:
         assert not held.locked, "the lock was taken while another process held it"
@@ -88,10 +107,12 @@ def test_lock_is_exclusive_survives_a_deleted_lock_file_and_is_released_when_its
 
 
 def test_concurrent_appenders_never_corrupt_lines(tmp_path):
-    code = ("import sys; from ablate.ledger import Ledger; led = Ledger(sys.argv[1])\n"
-            "for i in range(100):\n"
-            "    with led.lock(): led.append({'event': 'started', 'run_id': f'{sys.argv[2]}-{i}', 'batch': 'b'},"
-            " {'event': 'finished', 'run_id': f'{sys.argv[2]}-{i}', 'batch': 'b', 'pad': 'x' * 3000})\n")
+    code = (
+        "import sys; from ablate.ledger import Ledger; led = Ledger(sys.argv[1])\n"
+        "for i in range(100):\n"
+        "    with led.lock(): led.append({'event': 'started', 'run_id': f'{sys.argv[2]}-{i}', 'batch': 'b'},"
+        " {'event': 'finished', 'run_id': f'{sys.argv[2]}-{i}', 'batch': 'b', 'pad': 'x' * 3000})\n"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(k)]) for k in range(4)]
     assert [p.wait() for p in procs] == [0] * 4
     lines = (tmp_path / "ledger.jsonl").read_text().splitlines()

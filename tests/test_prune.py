@@ -30,13 +30,24 @@ runner = CliRunner()
 
 def _sweep_file(tmp_path: Path) -> Path:
     path = tmp_path / "guarded.yaml"
-    path.write_text(yaml.safe_dump({
-        "base": str(RECIPE), "baseline": "base", "seeds": [0],
-        "overrides": SMALL + ["train.eval_every=5", "train.checkpoint_every=1000000"],
-        "runs": [{"label": "base", "overrides": ["train.max_steps=20"]},
-                 # every completion cut at one token: truncated, from the first evaluation on; far too long to end
-                 {"label": "cut", "overrides": ["length=none", "length.max_new_tokens=1", "train.max_steps=1000000"]}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "base": str(RECIPE),
+                "baseline": "base",
+                "seeds": [0],
+                "overrides": SMALL + ["train.eval_every=5", "train.checkpoint_every=1000000"],
+                "runs": [
+                    {"label": "base", "overrides": ["train.max_steps=20"]},
+                    # every completion cut at one token: truncated, from the first evaluation on; far too long to end
+                    {
+                        "label": "cut",
+                        "overrides": ["length=none", "length.max_new_tokens=1", "train.max_steps=1000000"],
+                    },
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -97,21 +108,23 @@ def test_prune_stops_a_broken_run_and_resume_pruned_continues_it(tmp_path):
 
 
 def _evals(trunc, rates, n=800):
-    return [{"step": 5 * i, "val_pass_rate": r, "val_n": n, **({} if i == 0 else {"truncation_rate": t})}
-            for i, (t, r) in enumerate(zip(trunc, rates))]
+    return [
+        {"step": 5 * i, "val_pass_rate": r, "val_n": n, **({} if i == 0 else {"truncation_rate": t})}
+        for i, (t, r) in enumerate(zip(trunc, rates))
+    ]
 
 
 def test_broken_runs_are_named_and_noise_is_not():
     s = PruneSettings()
     # truncation: three in a row above 10%, not two, not three with a dip between
-    assert "truncation above 10%" in broken(_evals([0, .2, .3, .4], [.5] * 4), s)
-    assert broken(_evals([0, .05, .3, .4], [.5] * 4), s) is None
-    assert broken(_evals([0, .3, .05, .3, .3], [.5] * 5), s) is None
+    assert "truncation above 10%" in broken(_evals([0, 0.2, 0.3, 0.4], [0.5] * 4), s)
+    assert broken(_evals([0, 0.05, 0.3, 0.4], [0.5] * 4), s) is None
+    assert broken(_evals([0, 0.3, 0.05, 0.3, 0.3], [0.5] * 5), s) is None
     # collapse: below R0 by more than 4 sd of evaluation noise (sd 0.0177 at p 0.5, n 800) three times in a row
-    assert "collapsed" in broken(_evals([0] * 5, [.5, .45, .40, .41, .39]), s)
-    assert broken(_evals([0] * 5, [.5, .45, .46, .45, .47]), s) is None  # within the noise
-    assert broken(_evals([0] * 5, [.5, .40, .41, .50, .39]), s) is None  # not three in a row
-    assert broken([{"step": 0, "val_pass_rate": .5}], s) is None
+    assert "collapsed" in broken(_evals([0] * 5, [0.5, 0.45, 0.40, 0.41, 0.39]), s)
+    assert broken(_evals([0] * 5, [0.5, 0.45, 0.46, 0.45, 0.47]), s) is None  # within the noise
+    assert broken(_evals([0] * 5, [0.5, 0.40, 0.41, 0.50, 0.39]), s) is None  # not three in a row
+    assert broken([{"step": 0, "val_pass_rate": 0.5}], s) is None
 
 
 def test_prune_needs_a_baseline_and_its_options_need_prune(tmp_path):
@@ -128,9 +141,24 @@ def test_saved_compute_counts_only_what_stopped_runs_had_left():
     from ablate.status import RunStatus, pruning_saved
 
     def st(state, step, gh):
-        return RunStatus(run_id=state + str(step), label="x", state=state, cause=None, job_id=None, executor="local",
-                         step=step, max_steps=100, val_pass_rate=None, gpu_hours=gh, truncation_rate=None,
-                         truncation_warning=False, attempts=1, requeues=0, error=None, log=None)
+        return RunStatus(
+            run_id=state + str(step),
+            label="x",
+            state=state,
+            cause=None,
+            job_id=None,
+            executor="local",
+            step=step,
+            max_steps=100,
+            val_pass_rate=None,
+            gpu_hours=gh,
+            truncation_rate=None,
+            truncation_warning=False,
+            attempts=1,
+            requeues=0,
+            error=None,
+            log=None,
+        )
 
     assert pruning_saved([st("done", 100, 1.0)]) is None
     got = pruning_saved([st("done", 100, 1.0), st("pruned", 25, 0.25), st("running", 50, 0.5)])

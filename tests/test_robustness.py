@@ -35,7 +35,6 @@ def _threads():
     torch.set_num_threads(1)
 
 
-
 # ---- bad input ----
 
 
@@ -56,8 +55,11 @@ def test_threads_max_parallel_and_job_are_checked_before_anything_runs(tmp_path)
     one_error(runner.invoke(app, ["train", str(RECIPE), "--threads", "0"]), "--threads 0")
     loss = str(RECIPES / "loss.yaml")
     one_error(runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--max-parallel", "0"]), "--max-parallel 0")
-    one_error(runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "no_such_module:run"]),
-              "no_such_module", "cannot import")
+    one_error(
+        runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "no_such_module:run"]),
+        "no_such_module",
+        "cannot import",
+    )
     one_error(runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "ablate.train:nope"]), "'nope'")
     assert not (tmp_path / "loss").exists()  # nothing launched, nothing written
 
@@ -77,7 +79,7 @@ def test_out_of_range_and_non_finite_values_are_refused_by_validation():
 
 def test_an_empty_sweep_file_and_a_sweep_name_that_is_not_a_plain_name(tmp_path):
     (tmp_path / "base.yaml").write_text(RECIPE.read_text())
-    for f in (RECIPES / "loss" ).parent.iterdir():
+    for f in (RECIPES / "loss").parent.iterdir():
         if f.is_dir():
             shutil.copytree(f, tmp_path / f.name)
     empty = tmp_path / "empty.yaml"
@@ -95,9 +97,17 @@ def test_markup_in_labels_and_values_is_printed_literally(tmp_path):
     assert res.exit_code == 0, res.output
     assert "task.path='[/]'" in res.output and "task.path='x[bold]y'" in res.output
     led = Ledger(tmp_path / "m")
-    led.append({"event": "submitting", "run_id": "r1", "batch": "b", "label": "[bold]x[/],seed=0", "executor": "local",
-                "launcher": {"pid": 1, "start": 1}},
-               {"event": "failed", "run_id": "r1", "batch": "b", "cause": "exception", "error": "E: [/] broke"})
+    led.append(
+        {
+            "event": "submitting",
+            "run_id": "r1",
+            "batch": "b",
+            "label": "[bold]x[/],seed=0",
+            "executor": "local",
+            "launcher": {"pid": 1, "start": 1},
+        },
+        {"event": "failed", "run_id": "r1", "batch": "b", "cause": "exception", "error": "E: [/] broke"},
+    )
     res = runner.invoke(app, ["status", "m", "--root", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "[bold]x[/],seed=0" in res.output and "E: [/] broke" in res.output
@@ -113,15 +123,26 @@ def test_slurm_without_a_controller_is_one_line(tmp_path, monkeypatch):
 def test_ledger_lines_with_wrong_types_or_hostile_run_ids_are_ignored(tmp_path):
     sdir = tmp_path / "toy"
     led = Ledger(sdir)
-    led.append({"event": "submitting", "run_id": "ok1", "batch": "b", "label": "a,seed=0", "executor": "local",
-                "launcher": "nope", "max_steps": "ten"},
-               {"event": "started", "run_id": "ok1", "batch": "b", "pid": "x", "attempt": [1], "job_id": {"a": 1}})
+    led.append(
+        {
+            "event": "submitting",
+            "run_id": "ok1",
+            "batch": "b",
+            "label": "a,seed=0",
+            "executor": "local",
+            "launcher": "nope",
+            "max_steps": "ten",
+        },
+        {"event": "started", "run_id": "ok1", "batch": "b", "pid": "x", "attempt": [1], "job_id": {"a": 1}},
+    )
     with open(led.path, "a") as f:
         f.write('{"event": "started", "run_id": "ok1", "batch": "b", "t": "yesterday"}\n[1, 2]\n"text"\n')
-    led.append({"event": "finished", "run_id": "ok1", "batch": "b", "status": 3},
-               {"event": "submitting", "run_id": "../../escape", "batch": "b", "label": "x"},
-               {"event": "submitting", "run_id": 7, "batch": "b"},
-               {"event": "preempted", "run_id": "ok1", "batch": ["b"], "requeue": "yes"})
+    led.append(
+        {"event": "finished", "run_id": "ok1", "batch": "b", "status": 3},
+        {"event": "submitting", "run_id": "../../escape", "batch": "b", "label": "x"},
+        {"event": "submitting", "run_id": 7, "batch": "b"},
+        {"event": "preempted", "run_id": "ok1", "batch": ["b"], "requeue": "yes"},
+    )
     recs = led.fold()
     assert list(recs) == ["ok1"] and recs["ok1"].state == "done"  # an ill-typed status reads as done
     [st] = sweep_status(tmp_path, "toy")
@@ -135,13 +156,24 @@ def test_ledger_lines_with_wrong_types_or_hostile_run_ids_are_ignored(tmp_path):
 
 def test_status_reads_past_damaged_metrics_lines(tmp_path):
     led = Ledger(tmp_path / "s")
-    led.append({"event": "submitting", "run_id": "r1", "batch": "b", "label": "a,seed=0", "executor": "local",
-                "launcher": {"pid": 1, "start": 1}, "max_steps": 10},
-               {"event": "finished", "run_id": "r1", "batch": "b", "status": "done"})
+    led.append(
+        {
+            "event": "submitting",
+            "run_id": "r1",
+            "batch": "b",
+            "label": "a,seed=0",
+            "executor": "local",
+            "launcher": {"pid": 1, "start": 1},
+            "max_steps": 10,
+        },
+        {"event": "finished", "run_id": "r1", "batch": "b", "status": "done"},
+    )
     path = RunDir.of(tmp_path, "s", "r1").metrics_path
     path.parent.mkdir(parents=True)
-    path.write_bytes(b'{"step": 2, "val_pass_rate": 0.5}\n\xff\xfe\n{"step": null, "val_pass_rate": "high", '
-                     b'"gpu_hours": "x", "truncation_rate": null}\n')
+    path.write_bytes(
+        b'{"step": 2, "val_pass_rate": 0.5}\n\xff\xfe\n{"step": null, "val_pass_rate": "high", '
+        b'"gpu_hours": "x", "truncation_rate": null}\n'
+    )
     res = runner.invoke(app, ["status", "s", "--root", str(tmp_path)])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     [st] = sweep_status(tmp_path, "s")
@@ -170,10 +202,19 @@ def test_a_run_is_owner_only_unless_group_read_is_asked_for(tmp_path, group_read
 
 def test_a_second_writer_on_a_run_directory_is_refused(tmp_path):
     d = tmp_path / "r"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from ablate.rundir import RunDir\n"
-        "with RunDir(sys.argv[1]).writer():\n    print('writing', flush=True); time.sleep(600)"), str(d)],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from ablate.rundir import RunDir\n"
+                "with RunDir(sys.argv[1]).writer():\n    print('writing', flush=True); time.sleep(600)"
+            ),
+            str(d),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "writing"
         with pytest.raises(UserError, match=f"is being written by pid {holder.pid}"):
@@ -198,8 +239,12 @@ def test_a_writer_whose_directory_is_replaced_or_removed_writes_nothing_more(tmp
             d.mkdir()
         else:
             shutil.rmtree(d)
-        for write in (lambda: rd.append_metrics({"step": 2}), lambda: rd.progress(step=2),
-                      lambda: rd.keep_metrics_until(0), lambda: rd.ended("done")):
+        for write in (
+            lambda: rd.append_metrics({"step": 2}),
+            lambda: rd.progress(step=2),
+            lambda: rd.keep_metrics_until(0),
+            lambda: rd.ended("done"),
+        ):
             with pytest.raises(DirectoryGone, match="was removed or replaced while this run was writing"):
                 write()
     if how == "replaced":
@@ -214,11 +259,20 @@ def test_a_run_whose_directory_is_replaced_stops_with_one_line(tmp_path):
     moved away and a new one made at its path. The run stops with one line and exit 2, and never says in the new
     directory that it is running or done."""
     d = tmp_path / "r"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=1000000",
-           "train.eval_every=2", "--out", str(d)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate",
+        "train",
+        str(RECIPE),
+        *SMALL_TRAIN,
+        "train.max_steps=1000000",
+        "train.eval_every=2",
+        "--out",
+        str(d),
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    until(lambda: (d / "metrics.jsonl").exists() and len(store.read_jsonl(d / "metrics.jsonl")) >= 2,
-          "2 evaluations")
+    until(lambda: (d / "metrics.jsonl").exists() and len(store.read_jsonl(d / "metrics.jsonl")) >= 2, "2 evaluations")
     d.rename(tmp_path / "moved")
     d.mkdir(exist_ok=True)  # (a write already under way may have made it again)
     try:
@@ -287,8 +341,11 @@ def tiny_disk(tmp_path):
     mnt.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mnt)], capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs for the full-disk test ({res.stderr.strip()}); run the suite as root "
-                    "(make test does)", pytrace=False)
+        pytest.fail(
+            f"cannot mount a tmpfs for the full-disk test ({res.stderr.strip()}); run the suite as root "
+            "(make test does)",
+            pytrace=False,
+        )
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 

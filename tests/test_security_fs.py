@@ -39,7 +39,6 @@ def _threads():
     torch.set_num_threads(1)
 
 
-
 def one_line(exc: pytest.ExceptionInfo, *parts: str) -> str:
     msg = str(exc.value)
     assert "\n" not in msg, msg
@@ -111,8 +110,9 @@ def test_make_dirs_ignores_a_permissive_umask_and_inherits_the_parent_s_privacy(
 
 def test_train_group_read_makes_the_run_directory_group_readable(tmp_path):
     out = tmp_path / "run"
-    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "--out", str(out),
-                              "--group-read"])
+    res = runner.invoke(
+        app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "--out", str(out), "--group-read"]
+    )
     assert res.exit_code == 0, res.output
     for d in (out, out / "ckpt", out / "logs"):
         assert mode(d) == 0o750, (d, oct(mode(d)))
@@ -163,8 +163,9 @@ def test_cli_sweep_into_a_world_writable_sweep_directory_is_one_line(tmp_path):
     sdir = tmp_path / "loss"
     sdir.mkdir()
     sdir.chmod(0o777)
-    res = runner.invoke(app, ["sweep", str(RECIPE.parent / "loss.yaml"), "--root", str(tmp_path), "-e", "debug",
-                              "--job", TOY_JOB])
+    res = runner.invoke(
+        app, ["sweep", str(RECIPE.parent / "loss.yaml"), "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
+    )
     one_error(res, str(sdir), "chmod go-w")
     assert list(sdir.iterdir()) == []
 
@@ -226,8 +227,13 @@ def test_a_sweep_job_meeting_a_linked_train_log_records_a_failure_naming_it(tmp_
 
     victim = outside(tmp_path)
     cfg = small_config("train.max_steps=2").replace(**{"launcher.threads": 1})
-    sw = Sweep(name="s", path=Path("s.yaml"), baseline="arm=a", seeds=[0],
-               runs=[RunSpec("s", "arm=a,seed=0", "s-a0", "s-a", ("arm=a",), cfg, baseline=True)])
+    sw = Sweep(
+        name="s",
+        path=Path("s.yaml"),
+        baseline="arm=a",
+        seeds=[0],
+        runs=[RunSpec("s", "arm=a,seed=0", "s-a0", "s-a", ("arm=a",), cfg, baseline=True)],
+    )
     logs = store.make_dirs(tmp_path / "s" / "runs" / "s-a0" / "logs")
     (logs / "train.log").symlink_to(victim)
     launch_sweep(sw, root=tmp_path, executor="debug", job="ablate.train:run", echo=None)
@@ -286,9 +292,11 @@ def test_store_writers_refuse_a_link_at_their_path(tmp_path, writer):
     victim = outside(tmp_path)
     link = tmp_path / "f"
     link.symlink_to(victim)
-    call = {"append_jsonl": lambda: store.append_jsonl(link, {"a": 1}),
-            "atomic_write_bytes": lambda: store.atomic_write_bytes(link, b"x"),
-            "update_json": lambda: store.update_json(link, a=1)}[writer]
+    call = {
+        "append_jsonl": lambda: store.append_jsonl(link, {"a": 1}),
+        "atomic_write_bytes": lambda: store.atomic_write_bytes(link, b"x"),
+        "update_json": lambda: store.update_json(link, a=1),
+    }[writer]
     with pytest.raises(store.LinkRefused):
         call()
     assert victim.read_bytes() == SECRET and link.is_symlink()
@@ -312,8 +320,18 @@ def test_metrics_jsonl_as_a_link_is_refused(tmp_path):
 def _queue(tmp_path: Path) -> Path:
     sdir = store.make_dirs(tmp_path / "sw", store.DIR_MODE)
     q = store.make_dirs(sdir / "launch") / "b.json"
-    store.write_json(q, {"sweep_dir": str(sdir), "batch": "b", "max_parallel": 1, "timeout_min": 1,
-                         "max_requeues": 0, "signal_delay_s": 1, "jobs": []})
+    store.write_json(
+        q,
+        {
+            "sweep_dir": str(sdir),
+            "batch": "b",
+            "max_parallel": 1,
+            "timeout_min": 1,
+            "max_requeues": 0,
+            "signal_delay_s": 1,
+            "jobs": [],
+        },
+    )
     return q
 
 

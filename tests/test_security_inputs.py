@@ -29,7 +29,6 @@ EVIL = "ev\x1b[2Jil\u202e\x07"  # clears the screen, reverses what follows, ring
 SHOWN = "ev\\x1b[2Jil\\u202e\\x07"
 
 
-
 def no_raw_controls(text: str) -> None:
     """Nothing a terminal would obey: no ESC, BEL or CR byte, no bidi override."""
     for ch in ("\x1b", "\x07", "\r", "\u202e"):
@@ -37,8 +36,14 @@ def no_raw_controls(text: str) -> None:
 
 
 def curves_csv(path: Path, names: tuple[str, ...] = (EVIL, "base"), seeds: int = 1) -> Path:
-    write_csv([synthetic_curve(a=0.61, b=1.92, c_mid=2542.0, seed=10 * i + s, n_points=30, run=f"{n}#{s}",
-                               group=n) for i, n in enumerate(names) for s in range(seeds)], path)
+    write_csv(
+        [
+            synthetic_curve(a=0.61, b=1.92, c_mid=2542.0, seed=10 * i + s, n_points=30, run=f"{n}#{s}", group=n)
+            for i, n in enumerate(names)
+            for s in range(seeds)
+        ],
+        path,
+    )
     return path
 
 
@@ -47,7 +52,8 @@ def curves_csv(path: Path, names: tuple[str, ...] = (EVIL, "base"), seeds: int =
 
 def test_safe_shows_control_format_and_separator_characters_and_leaves_names_alone():
     assert safe("a\x1b[31mb\rc\nd\te\x00\x7f\x85") == "a\\x1b[31mb\\rc\\nd\\te\\x00\\x7f\\x85".replace(
-        "\\r", "\\x0d").replace("\\n", "\\x0a").replace("\\t", "\\x09")
+        "\\r", "\\x0d"
+    ).replace("\\n", "\\x0a").replace("\\t", "\\x09")
     assert safe("x\u202ey\u2066z\u200b\ufeff\u2028") == "x\\u202ey\\u2066z\\u200b\\ufeff\\u2028"
     assert safe("bad\udcff") == "bad\\udcff"  # an undecodable byte kept by surrogateescape: not even encodable
     assert safe("\U000e0041") == "\\U000e0041"  # a tag character (invisible)
@@ -61,12 +67,27 @@ def test_status_shows_hostile_labels_job_ids_and_errors_as_text(tmp_path):
     name = "demo"  # sweep names are letters, digits, _ and - (rundir.sweep_dir)
     led = Ledger(tmp_path / name)
     me = {"pid": os.getpid(), "start": proc_start(os.getpid())}
-    led.append({"event": "submitting", "run_id": "r0", "batch": "b", "label": f"loss={EVIL}", "executor": "local",
-                "launcher": me, "max_steps": 10},
-               {"event": "submitted", "run_id": "r0", "batch": "b", "runner": me},
-               {"event": "started", "run_id": "r0", "batch": "b", "job_id": "1\x1b[8m", **me},
-               {"event": "failed", "run_id": "r0", "batch": "b", "cause": "exception", "log": "/x/\u202elog",
-                "error": "Traceback ...\nValueError: \x1b[2J boom"})
+    led.append(
+        {
+            "event": "submitting",
+            "run_id": "r0",
+            "batch": "b",
+            "label": f"loss={EVIL}",
+            "executor": "local",
+            "launcher": me,
+            "max_steps": 10,
+        },
+        {"event": "submitted", "run_id": "r0", "batch": "b", "runner": me},
+        {"event": "started", "run_id": "r0", "batch": "b", "job_id": "1\x1b[8m", **me},
+        {
+            "event": "failed",
+            "run_id": "r0",
+            "batch": "b",
+            "cause": "exception",
+            "log": "/x/\u202elog",
+            "error": "Traceback ...\nValueError: \x1b[2J boom",
+        },
+    )
     for args in (["status", name, "--root", str(tmp_path)], ["status", "--root", str(tmp_path)]):
         res = runner.invoke(app, args)
         assert res.exit_code == 0, res.output
@@ -85,15 +106,25 @@ def test_status_reads_huge_numbers_and_blank_errors_in_a_sweeps_files(tmp_path):
 
     led = Ledger(tmp_path / "demo")
     me = {"pid": os.getpid(), "start": proc_start(os.getpid())}
-    led.append({"event": "submitting", "run_id": "r0", "batch": "b", "label": "a", "executor": "local",
-                "launcher": me, "max_steps": 10},
-               {"event": "submitted", "run_id": "r0", "batch": "b", "runner": me},
-               {"event": "started", "run_id": "r0", "batch": "b", "job_id": "1", **me},
-               {"event": "failed", "run_id": "r0", "batch": "b", "cause": "exception", "error": " \n "})
+    led.append(
+        {
+            "event": "submitting",
+            "run_id": "r0",
+            "batch": "b",
+            "label": "a",
+            "executor": "local",
+            "launcher": me,
+            "max_steps": 10,
+        },
+        {"event": "submitted", "run_id": "r0", "batch": "b", "runner": me},
+        {"event": "started", "run_id": "r0", "batch": "b", "job_id": "1", **me},
+        {"event": "failed", "run_id": "r0", "batch": "b", "cause": "exception", "error": " \n "},
+    )
     big = "1" + "0" * 400
     store.append_jsonl(RunDir.of(tmp_path, "demo", "r0").metrics_path, {"step": 1})
     RunDir.of(tmp_path, "demo", "r0").metrics_path.write_text(
-        f'{{"step": {big}, "val_pass_rate": {big}, "gpu_hours": 1e400, "truncation_rate": -{big}}}\n')
+        f'{{"step": {big}, "val_pass_rate": {big}, "gpu_hours": 1e400, "truncation_rate": -{big}}}\n'
+    )
     res = runner.invoke(app, ["status", "demo", "--root", str(tmp_path)])
     assert res.exit_code == 0 and "failed(exception)" in res.output and big[:20] not in res.output, res.output
     res = runner.invoke(app, ["status", "demo", "--root", str(tmp_path), "--json"])
@@ -108,20 +139,40 @@ def test_fit_rank_and_their_errors_show_hostile_run_names_as_text(tmp_path):
     assert res.exit_code == 0, res.output
     no_raw_controls(res.output)
     assert SHOWN in res.output and "Glyph" not in res.output and fig.stat().st_size > 0  # no warning about glyphs
-    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "base", "--n-boot", "200",
-                              "--x", "gpu_hours", "--to", "20000"])
+    res = runner.invoke(
+        app,
+        [
+            "rank",
+            str(path),
+            "--group",
+            "group",
+            "--baseline",
+            "base",
+            "--n-boot",
+            "200",
+            "--x",
+            "gpu_hours",
+            "--to",
+            "20000",
+        ],
+    )
     assert res.exit_code == 0, res.output
     no_raw_controls(res.output)
     assert "ev\\x1b[2Jil" in res.output  # the table may cut the name's end short ("…")
-    line = one_error(runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "nope\x1b[2J",
-                                         "--n-boot", "200"]), "no such arm", SHOWN)
+    line = one_error(
+        runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "nope\x1b[2J", "--n-boot", "200"]),
+        "no such arm",
+        SHOWN,
+    )
     no_raw_controls(line)
 
 
 def test_a_hostile_override_value_in_an_error_is_shown_as_text(tmp_path):
     """(A config's several errors stay one line each: tests/test_cli_sweep.py.)"""
-    line = one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), f"loss='{EVIL}'", "--root", str(tmp_path),
-                                         "--dry-run"]), f"loss={SHOWN}: no such option")
+    line = one_error(
+        runner.invoke(app, ["sweep", str(SWEEP_FILE), f"loss='{EVIL}'", "--root", str(tmp_path), "--dry-run"]),
+        f"loss={SHOWN}: no such option",
+    )
     no_raw_controls(line)
 
 
@@ -133,17 +184,37 @@ def test_figure_labels_carry_no_control_characters():
 
 def _calibration(**change) -> dict:
     """A valid calibration whose compute rungs all stop short of C_mid: `ablate plan` simulates nothing."""
-    return {"x": "gpu_hours", "r0": 0.3, "a": 0.6, "b": 1.9, "c_mid": 1e6, "val_n": 1000.0, "eval_every": 25.0,
-            "drift_sd": 0.005, "drift_rho": 0.7, "seed_sd_a": 0.01, "seed_sd_logc": 0.1, "seed_dof": 6,
-            "fit_sd_a": 0.0, "fit_sd_logc": 0.0, "budget": 1000.0, "arms": 4, "gpu_hours_per_x": 1.0,
-            "steps_per_x": None, "source": "pilot", "notes": [], **change}
+    return {
+        "x": "gpu_hours",
+        "r0": 0.3,
+        "a": 0.6,
+        "b": 1.9,
+        "c_mid": 1e6,
+        "val_n": 1000.0,
+        "eval_every": 25.0,
+        "drift_sd": 0.005,
+        "drift_rho": 0.7,
+        "seed_sd_a": 0.01,
+        "seed_sd_logc": 0.1,
+        "seed_dof": 6,
+        "fit_sd_a": 0.0,
+        "fit_sd_logc": 0.0,
+        "budget": 1000.0,
+        "arms": 4,
+        "gpu_hours_per_x": 1.0,
+        "steps_per_x": None,
+        "source": "pilot",
+        "notes": [],
+        **change,
+    }
 
 
 def test_plan_shows_a_calibrations_source_and_notes_as_text(tmp_path):
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps(_calibration(source=f"from {EVIL}", notes=[f"note {EVIL}"])))
-    res = runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--question", "ceiling",
-                              "--trials", "20"])
+    res = runner.invoke(
+        app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--question", "ceiling", "--trials", "20"]
+    )
     assert res.exit_code == 0, res.output
     no_raw_controls(res.output)
     assert f"from {SHOWN}" in res.output and f"note {SHOWN}" in res.output
@@ -156,32 +227,39 @@ def test_plan_shows_a_calibrations_source_and_notes_as_text(tmp_path):
 GOOD_NOISE = {"sd_A": 0.02, "sd_logc": 0.2, "dof": 6, "source": "pilot"}
 
 
-@pytest.mark.parametrize("change,part", [
-    ({"sd_A": -0.01}, "sd_A is -0.01, out of range"),
-    ({"sd_A": 0}, "sd_A is 0, out of range"),
-    ({"sd_logc": 1e300}, "sd_logc is 1e+300, out of range"),
-    ({"sd_A": "NaN"}, 'sd_A is "NaN", not a number'),
-    ({"sd_A": True}, "sd_A is true, not a number"),
-    ({"dof": 2.5}, "dof is 2.5, not an integer"),
-    ({"dof": 0}, "dof is 0, out of range"),
-    ({"dof": 10**30}, "out of range: an integer in [1, 1e+09]"),
-    ({"dof": None}, "no dof"),
-    ({"source": ["x"]}, "source is"),
-])
+@pytest.mark.parametrize(
+    "change,part",
+    [
+        ({"sd_A": -0.01}, "sd_A is -0.01, out of range"),
+        ({"sd_A": 0}, "sd_A is 0, out of range"),
+        ({"sd_logc": 1e300}, "sd_logc is 1e+300, out of range"),
+        ({"sd_A": "NaN"}, 'sd_A is "NaN", not a number'),
+        ({"sd_A": True}, "sd_A is true, not a number"),
+        ({"dof": 2.5}, "dof is 2.5, not an integer"),
+        ({"dof": 0}, "dof is 0, out of range"),
+        ({"dof": 10**30}, "out of range: an integer in [1, 1e+09]"),
+        ({"dof": None}, "no dof"),
+        ({"source": ["x"]}, "source is"),
+    ],
+)
 def test_noise_file_values_are_range_checked(tmp_path, change, part):
     noise = tmp_path / "noise.json"
     noise.write_text(json.dumps({**GOOD_NOISE, **change}))
-    one_error(runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(noise)]),
-              f"--noise {noise}", part)
+    one_error(
+        runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(noise)]), f"--noise {noise}", part
+    )
 
 
-@pytest.mark.parametrize("text,part", [
-    ('{"sd_A": NaN, "sd_logc": 0.2, "dof": 6}', "sd_A is NaN, out of range"),
-    ('{"sd_A": Infinity, "sd_logc": 0.2, "dof": 6}', "sd_A is Infinity, out of range"),
-    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
-    ("[1, 2]", "a JSON list, not an object"),
-    ("{", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text,part",
+    [
+        ('{"sd_A": NaN, "sd_logc": 0.2, "dof": 6}', "sd_A is NaN, out of range"),
+        ('{"sd_A": Infinity, "sd_logc": 0.2, "dof": 6}', "sd_A is Infinity, out of range"),
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ("[1, 2]", "a JSON list, not an object"),
+        ("{", "not valid JSON"),
+    ],
+)
 def test_noise_files_that_are_not_json_objects_are_one_line(tmp_path, text, part):
     noise = tmp_path / "noise.json"
     noise.write_text(text)
@@ -189,37 +267,45 @@ def test_noise_files_that_are_not_json_objects_are_one_line(tmp_path, text, part
 
 
 def test_noise_file_that_is_a_folder_binary_or_huge_is_one_line(tmp_path):
-    for what, make, part in (("dir", lambda p: p.mkdir(), "is a directory"),
-                             ("bin", lambda p: p.write_bytes(b"\xff\xfe{"), "not UTF-8"),
-                             ("big", lambda p: p.write_bytes(b" " * (2 << 20)), "more than a noise file ever holds")):
+    for what, make, part in (
+        ("dir", lambda p: p.mkdir(), "is a directory"),
+        ("bin", lambda p: p.write_bytes(b"\xff\xfe{"), "not UTF-8"),
+        ("big", lambda p: p.write_bytes(b" " * (2 << 20)), "more than a noise file ever holds"),
+    ):
         p = tmp_path / what
         make(p)
         one_error(runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(p)]), part)
 
 
-@pytest.mark.parametrize("change,part", [
-    ({"c_mid": 1e-300}, "c_mid is 1e-300, out of range"),  # made `ablate plan` run without end
-    ({"budget": 1e300}, "budget is 1e+300, out of range"),
-    ({"eval_every": 0}, "eval_every is 0, out of range"),
-    ({"b": 1e9}, "b is 1000000000.0, out of range"),
-    ({"a": 1.5}, "a is 1.5, out of range"),
-    ({"r0": 0.7}, "needs r0 < a"),
-    ({"drift_rho": -0.5}, "drift_rho is -0.5, out of range"),
-    ({"seed_sd_logc": 1e10}, "seed_sd_logc is 10000000000.0, out of range"),
-    ({"val_n": 1e300}, "val_n is 1e+300, out of range"),
-    ({"seed_dof": True}, "seed_dof is true, not an integer"),
-    ({"seed_dof": 3.5}, "seed_dof is 3.5, not an integer"),
-    ({"arms": "4"}, 'arms is "4", not an integer'),
-    ({"gpu_hours_per_x": -1}, "gpu_hours_per_x is -1, out of range"),
-    ({"steps_per_x": 1e30}, "steps_per_x 1e+30 makes"),  # a budget of ~1e-27 from the max_steps
-    ({"x": ""}, "x (the compute axis)"),
-    ({"notes": [1]}, "notes a list of texts"),
-])
+@pytest.mark.parametrize(
+    "change,part",
+    [
+        ({"c_mid": 1e-300}, "c_mid is 1e-300, out of range"),  # made `ablate plan` run without end
+        ({"budget": 1e300}, "budget is 1e+300, out of range"),
+        ({"eval_every": 0}, "eval_every is 0, out of range"),
+        ({"b": 1e9}, "b is 1000000000.0, out of range"),
+        ({"a": 1.5}, "a is 1.5, out of range"),
+        ({"r0": 0.7}, "needs r0 < a"),
+        ({"drift_rho": -0.5}, "drift_rho is -0.5, out of range"),
+        ({"seed_sd_logc": 1e10}, "seed_sd_logc is 10000000000.0, out of range"),
+        ({"val_n": 1e300}, "val_n is 1e+300, out of range"),
+        ({"seed_dof": True}, "seed_dof is true, not an integer"),
+        ({"seed_dof": 3.5}, "seed_dof is 3.5, not an integer"),
+        ({"arms": "4"}, 'arms is "4", not an integer'),
+        ({"gpu_hours_per_x": -1}, "gpu_hours_per_x is -1, out of range"),
+        ({"steps_per_x": 1e30}, "steps_per_x 1e+30 makes"),  # a budget of ~1e-27 from the max_steps
+        ({"x": ""}, "x (the compute axis)"),
+        ({"notes": [1]}, "notes a list of texts"),
+    ],
+)
 def test_calibration_file_values_are_range_checked(tmp_path, change, part):
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps(_calibration(**change)))
-    one_error(runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--trials", "20"]),
-              f"--calibration {cal}", part)
+    one_error(
+        runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--trials", "20"]),
+        f"--calibration {cal}",
+        part,
+    )
 
 
 def test_calibration_file_nested_too_deeply_or_a_folder_is_one_line(tmp_path):
@@ -232,17 +318,33 @@ def test_calibration_file_nested_too_deeply_or_a_folder_is_one_line(tmp_path):
 HUGE = "9" * 5000  # past int()'s 4,300 digits
 
 
-@pytest.mark.parametrize("name,text,args", [
-    ("console.log", "".join(f"step:{s} - val_pass_rate:0.{i}\n" for i, s in enumerate(["1", "2", HUGE])), []),
-    ("c2.log", "".join(f"step:{s} - val_pass_rate:0.{i}\n" for i, s in enumerate(["1", "2", "1" + "0" * 30])), []),
-    ("verl.jsonl", "".join(json.dumps({"step": s, "data": {"val_pass_rate": 0.1 * i}}) + "\n"
-                           for i, s in enumerate([1, 2, 1e300])), []),
-    ("verl2.jsonl", "".join(f'{{"step": {s}, "data": {{"val_pass_rate": 0.{i}}}}}\n'
-                            for i, s in enumerate(["1", "2", "9" * 400])), []),
-    ("trainer_state.json", json.dumps({"log_history": [{"step": s, "val_pass_rate": 0.1 * i}
-                                                        for i, s in enumerate([1, 2, 2**60])]}), []),
-    ("wb.csv", f"Step,r - val_pass_rate\n1,0.1\n2,0.2\n{HUGE},0.3\n", []),
-])
+@pytest.mark.parametrize(
+    "name,text,args",
+    [
+        ("console.log", "".join(f"step:{s} - val_pass_rate:0.{i}\n" for i, s in enumerate(["1", "2", HUGE])), []),
+        ("c2.log", "".join(f"step:{s} - val_pass_rate:0.{i}\n" for i, s in enumerate(["1", "2", "1" + "0" * 30])), []),
+        (
+            "verl.jsonl",
+            "".join(
+                json.dumps({"step": s, "data": {"val_pass_rate": 0.1 * i}}) + "\n" for i, s in enumerate([1, 2, 1e300])
+            ),
+            [],
+        ),
+        (
+            "verl2.jsonl",
+            "".join(
+                f'{{"step": {s}, "data": {{"val_pass_rate": 0.{i}}}}}\n' for i, s in enumerate(["1", "2", "9" * 400])
+            ),
+            [],
+        ),
+        (
+            "trainer_state.json",
+            json.dumps({"log_history": [{"step": s, "val_pass_rate": 0.1 * i} for i, s in enumerate([1, 2, 2**60])]}),
+            [],
+        ),
+        ("wb.csv", f"Step,r - val_pass_rate\n1,0.1\n2,0.2\n{HUGE},0.3\n", []),
+    ],
+)
 def test_huge_step_numbers_in_other_tools_logs_are_one_line(tmp_path, name, text, args):
     p = tmp_path / name
     p.write_text(text)
@@ -272,8 +374,13 @@ def test_prune_files_nested_too_deeply_or_out_of_range_read_as_nothing(tmp_path)
         assert monitor_alive(tmp_path) is False, bad
     store.write_json(pdir / "monitor.json", {"pid": os.getpid(), "start": proc_start(os.getpid())})
     assert monitor_alive(tmp_path) is True
-    lines = ["[" * 100_000 + "]" * 100_000, '{"x": "samples", "target": 1' + "0" * 400 + "}",
-             '{"x": "samples", "target": true}', '{"x": "samples", "target": NaN}', '{"x": "samples", "target": -1}']
+    lines = [
+        "[" * 100_000 + "]" * 100_000,
+        '{"x": "samples", "target": 1' + "0" * 400 + "}",
+        '{"x": "samples", "target": true}',
+        '{"x": "samples", "target": NaN}',
+        '{"x": "samples", "target": -1}',
+    ]
     (pdir / "decisions.jsonl").write_text('{"x": "samples", "target": 500.0}\n' + "\n".join(lines) + "\n")
     assert recorded_target(tmp_path, "samples") == 500.0
     (pdir / "decisions.jsonl").unlink()
@@ -281,16 +388,19 @@ def test_prune_files_nested_too_deeply_or_out_of_range_read_as_nothing(tmp_path)
     assert recorded_target(tmp_path, "samples") is None
 
 
-@pytest.mark.parametrize("args,part", [
-    (["fit", "{csv}", "--n-boot", str(10**9)], "--n-boot 1000000000: at most 10,000"),
-    (["rank", "{csv}", "--n-boot", str(10**30)], "at most 10,000"),
-    (["extrapolate", "{csv}", "--n-boot", "20000"], "--n-boot 20000: at most 10,000"),
-    (["plan", "{csv}", "--trials", str(10**6)], "--trials 1000000: at most 1,000"),
-    (["plan", "{csv}", "--futures", str(10**6)], "--futures 1000000: at most 1,000"),
-    (["calibrate", "--trials", str(10**6)], "--trials 1000000: at most 1,000"),
-    (["calibrate", "--n-boot", str(10**9)], "--n-boot 1000000000: at most 10,000"),
-    (["calibrate", "--f", ",".join(["0.5"] * 20)], "2,400 cells, at most 2,000"),
-])
+@pytest.mark.parametrize(
+    "args,part",
+    [
+        (["fit", "{csv}", "--n-boot", str(10**9)], "--n-boot 1000000000: at most 10,000"),
+        (["rank", "{csv}", "--n-boot", str(10**30)], "at most 10,000"),
+        (["extrapolate", "{csv}", "--n-boot", "20000"], "--n-boot 20000: at most 10,000"),
+        (["plan", "{csv}", "--trials", str(10**6)], "--trials 1000000: at most 1,000"),
+        (["plan", "{csv}", "--futures", str(10**6)], "--futures 1000000: at most 1,000"),
+        (["calibrate", "--trials", str(10**6)], "--trials 1000000: at most 1,000"),
+        (["calibrate", "--n-boot", str(10**9)], "--n-boot 1000000000: at most 10,000"),
+        (["calibrate", "--f", ",".join(["0.5"] * 20)], "2,400 cells, at most 2,000"),
+    ],
+)
 def test_work_beyond_memory_and_time_is_refused_naming_the_limit(tmp_path, monkeypatch, args, part):
     import ablate.fit.calibrate
 
@@ -307,12 +417,14 @@ def test_work_beyond_memory_and_time_is_refused_naming_the_limit(tmp_path, monke
 
 def _outputs(tmp_path: Path, out: Path) -> list[tuple[list[str], str]]:
     absent = str(tmp_path / "absent.csv")  # the output is refused before this missing input is even looked at
-    return [(["fit", absent, "--plot", str(out)], "--plot"),
-            (["rank", absent, "--plot", str(out)], "--plot"),
-            (["extrapolate", absent, "--plot", str(out)], "--plot"),
-            (["rank", absent, "--save-noise", str(out)], "--save-noise"),
-            (["plan", absent, "--save-calibration", str(out)], "--save-calibration"),
-            (["calibrate", "--out", str(out)], "--out")]
+    return [
+        (["fit", absent, "--plot", str(out)], "--plot"),
+        (["rank", absent, "--plot", str(out)], "--plot"),
+        (["extrapolate", absent, "--plot", str(out)], "--plot"),
+        (["rank", absent, "--save-noise", str(out)], "--save-noise"),
+        (["plan", absent, "--save-calibration", str(out)], "--save-calibration"),
+        (["calibrate", "--out", str(out)], "--out"),
+    ]
 
 
 @pytest.fixture
@@ -375,16 +487,20 @@ def test_sweep_root_that_is_a_file_or_holds_a_ledger_folder_is_one_line(tmp_path
     one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(f)]), "--root", "is a file")
     one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(f / "sub")]), "is a file, not a directory")
     (tmp_path / "root" / "loss" / "ledger.jsonl").mkdir(parents=True)
-    one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(tmp_path / "root")]),
-              "ledger.jsonl: a directory")
+    one_error(
+        runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(tmp_path / "root")]), "ledger.jsonl: a directory"
+    )
     assert [p.name for p in (tmp_path / "root" / "loss").iterdir()] == ["ledger.jsonl"]  # nothing submitted
 
 
 def test_status_on_a_ledger_that_is_a_folder_is_one_line(tmp_path):
     sdir = tmp_path / "loss"
     (sdir / "ledger.jsonl").mkdir(parents=True)
-    for args in (["status", "loss", "--root", str(tmp_path)], ["status", "--root", str(tmp_path)],
-                 ["status", str(sdir)]):
+    for args in (
+        ["status", "loss", "--root", str(tmp_path)],
+        ["status", "--root", str(tmp_path)],
+        ["status", str(sdir)],
+    ):
         one_error(runner.invoke(app, args), "ledger.jsonl: a directory", "move it aside")
 
 
@@ -397,9 +513,29 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(p))
 
     monkeypatch.setattr(store, "atomic_write_bytes", eros)
-    one_error(runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "base", "--n-boot", "200",
-                                  "--save-noise", str(noise), "--x", "gpu_hours", "--to", "20000"]),
-              str(noise), "Read-only file system")
+    one_error(
+        runner.invoke(
+            app,
+            [
+                "rank",
+                str(path),
+                "--group",
+                "group",
+                "--baseline",
+                "base",
+                "--n-boot",
+                "200",
+                "--save-noise",
+                str(noise),
+                "--x",
+                "gpu_hours",
+                "--to",
+                "20000",
+            ],
+        ),
+        str(noise),
+        "Read-only file system",
+    )
     assert not noise.exists()
 
 

@@ -67,19 +67,23 @@ def recipe_with(d: Path, name: str, body: str) -> Path:
 # ---- recipes are data: only plain key interpolation ----
 
 
-@pytest.mark.parametrize("body", [
-    "task:\n  name: jsonl\n  path: ${oc.env:SECRET_TOKEN}\n",
-    "task:\n  name: jsonl\n  path: \"${oc.decode:'${oc.env:SECRET_TOKEN}'}\"\n",
-    "task:\n  name: jsonl\n  path: \"${oc.create:'{a: ${oc.env:SECRET_TOKEN}}'}\"\n",
-    # the resolver's name built from another key: the regex check let this through and the secret was stored
-    "task:\n  name: jsonl\n  val_path: oc.env\n  path: ${${task.val_path}:SECRET_TOKEN}\n",
-    # a key built from another interpolation
-    "task:\n  name: jsonl\n  val_path: generations\n  path: ${batch.${task.val_path}}\n",
-    # escaped: config.yaml would hold `${oc.env:...}` for the next reader to resolve
-    "task:\n  name: jsonl\n  path: \\${oc.env:SECRET_TOKEN}\n",
-    # `${` pieced together across keys: each string is harmless alone
-    "task:\n  name: jsonl\n  val_path: $\n  path: \"${task.val_path}{oc.env:SECRET_TOKEN}\"\n",
-], ids=["oc.env", "oc.decode", "oc.create", "nested-name", "nested-key", "escaped", "pieced"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "task:\n  name: jsonl\n  path: ${oc.env:SECRET_TOKEN}\n",
+        "task:\n  name: jsonl\n  path: \"${oc.decode:'${oc.env:SECRET_TOKEN}'}\"\n",
+        "task:\n  name: jsonl\n  path: \"${oc.create:'{a: ${oc.env:SECRET_TOKEN}}'}\"\n",
+        # the resolver's name built from another key: the regex check let this through and the secret was stored
+        "task:\n  name: jsonl\n  val_path: oc.env\n  path: ${${task.val_path}:SECRET_TOKEN}\n",
+        # a key built from another interpolation
+        "task:\n  name: jsonl\n  val_path: generations\n  path: ${batch.${task.val_path}}\n",
+        # escaped: config.yaml would hold `${oc.env:...}` for the next reader to resolve
+        "task:\n  name: jsonl\n  path: \\${oc.env:SECRET_TOKEN}\n",
+        # `${` pieced together across keys: each string is harmless alone
+        'task:\n  name: jsonl\n  val_path: $\n  path: "${task.val_path}{oc.env:SECRET_TOKEN}"\n',
+    ],
+    ids=["oc.env", "oc.decode", "oc.create", "nested-name", "nested-key", "escaped", "pieced"],
+)
 def test_a_recipe_that_interpolates_anything_but_a_key_is_one_line_and_nothing_is_written(tmp_path, body):
     d = recipes_copy(tmp_path)
     evil = recipe_with(d, "evil", body)
@@ -106,23 +110,28 @@ def test_a_resolver_in_a_defaults_list_is_refused_before_it_picks_an_option(tmp_
 
 
 def test_a_resolver_in_a_sweep_files_grid_runs_or_overrides_is_refused(tmp_path):
-    for i, body in enumerate([
-        "grid:\n  task.path: ['${oc.env:SECRET_TOKEN}', b]\n",
-        "grid: [\"task.path=${oc.env:SECRET_TOKEN},b\"]\n",
-        "runs:\n  - ['task.path=${oc.env:SECRET_TOKEN}']\n",
-        "overrides: ['task.path=${${task.val_path}:SECRET_TOKEN}', task.val_path=oc.env]\n",
-    ]):
+    for i, body in enumerate(
+        [
+            "grid:\n  task.path: ['${oc.env:SECRET_TOKEN}', b]\n",
+            'grid: ["task.path=${oc.env:SECRET_TOKEN},b"]\n',
+            "runs:\n  - ['task.path=${oc.env:SECRET_TOKEN}']\n",
+            "overrides: ['task.path=${${task.val_path}:SECRET_TOKEN}', task.val_path=oc.env]\n",
+        ]
+    ):
         f = tmp_path / f"evil{i}.yaml"
         f.write_text(f"base: {RECIPE}\n{body}")
         sweep_writes_nothing(tmp_path, f, parts=(str(f), "calls a resolver"))
 
 
-@pytest.mark.parametrize("override", [
-    "task.path=${oc.env:SECRET_TOKEN}",
-    "task.path=\\${oc.env:SECRET_TOKEN}",
-    "task.path=${oc.env:SECRET_TOKEN},b",  # a sweep value on the command line
-    "train.eval_k=${batch.${task.path}}",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "task.path=${oc.env:SECRET_TOKEN}",
+        "task.path=\\${oc.env:SECRET_TOKEN}",
+        "task.path=${oc.env:SECRET_TOKEN},b",  # a sweep value on the command line
+        "train.eval_k=${batch.${task.path}}",
+    ],
+)
 def test_a_command_line_override_goes_through_the_same_check(tmp_path, override):
     sweep_writes_nothing(tmp_path, RECIPE, override, "task.name=jsonl")
     res = runner.invoke(app, ["train", str(RECIPE), override, "--out", str(tmp_path / "run")])
@@ -204,8 +213,10 @@ def test_a_self_referring_alias_is_one_line_and_small_aliases_are_fine(tmp_path)
     with pytest.raises(UserError, match="refers to the node that holds it"):
         check_yaml("a: &a [1, *a]\n", "x.yaml")
     f = tmp_path / "ok.yaml"  # anchors that add a few nodes are ordinary YAML
-    f.write_text(f"base: {RECIPE}\noverrides: &common [optim.lr=1e-4]\n"
-                 "runs:\n  - {label: a, overrides: *common}\n  - {label: b, overrides: [optim.lr=2e-4]}\n")
+    f.write_text(
+        f"base: {RECIPE}\noverrides: &common [optim.lr=1e-4]\n"
+        "runs:\n  - {label: a, overrides: *common}\n  - {label: b, overrides: [optim.lr=2e-4]}\n"
+    )
     res = runner.invoke(app, ["sweep", str(f), "--dry-run"])
     assert res.exit_code == 0, res.output
     assert check_yaml(laughs(3), "x") is not None  # 10^3 leaves: under the limit
@@ -256,21 +267,24 @@ def test_a_profile_path_that_would_break_the_script_comment_is_refused(tmp_path)
 # ---- sweeps the grammar cannot expand, and their size ----
 
 
-@pytest.mark.parametrize("override, parts", [
-    ("seed=interval(0,1)", ("seed=interval(0,1)", "an interval sweep", "supported")),
-    ("optim.lr=interval(0,1)", ("optim.lr=interval(0,1)", "an interval sweep")),
-    ("loss=glob(*)", ("loss=glob(*)", "a glob sweep", "supported")),
-    ("loss=tag(x,interval(0,1))", ("an interval sweep",)),
-    ("loss=shuffle()", ("loss=shuffle()", "no values")),
-    ("seed=range(0,3),5", ("a sweep inside a sweep",)),
-    ("batch.prompts=range(8,12,2),16", ("a sweep inside a sweep",)),
-    ("seed=range(0,3,0)", ("a nonzero step",)),
-    ("optim.lr=range(0,inf)", ("finite bounds",)),
-    ("seed=range(5,1)", ("an empty range",)),
-    ("seed=range(0,100000000)", ("seed=range(0,100000000)", "100,000,000 runs", f"{MAX_RUNS:,}")),
-    ("batch.prompts=range(0,100000000)", ("100,000,000 runs",)),
-    ("optim.lr=range(0,1,1e-300)", ("about 1.0e+300 runs",)),
-])
+@pytest.mark.parametrize(
+    "override, parts",
+    [
+        ("seed=interval(0,1)", ("seed=interval(0,1)", "an interval sweep", "supported")),
+        ("optim.lr=interval(0,1)", ("optim.lr=interval(0,1)", "an interval sweep")),
+        ("loss=glob(*)", ("loss=glob(*)", "a glob sweep", "supported")),
+        ("loss=tag(x,interval(0,1))", ("an interval sweep",)),
+        ("loss=shuffle()", ("loss=shuffle()", "no values")),
+        ("seed=range(0,3),5", ("a sweep inside a sweep",)),
+        ("batch.prompts=range(8,12,2),16", ("a sweep inside a sweep",)),
+        ("seed=range(0,3,0)", ("a nonzero step",)),
+        ("optim.lr=range(0,inf)", ("finite bounds",)),
+        ("seed=range(5,1)", ("an empty range",)),
+        ("seed=range(0,100000000)", ("seed=range(0,100000000)", "100,000,000 runs", f"{MAX_RUNS:,}")),
+        ("batch.prompts=range(0,100000000)", ("100,000,000 runs",)),
+        ("optim.lr=range(0,1,1e-300)", ("about 1.0e+300 runs",)),
+    ],
+)
 def test_a_sweep_the_grammar_cannot_expand_is_one_line(tmp_path, override, parts):
     sweep_writes_nothing(tmp_path, RECIPES / "loss.yaml", override, parts=parts)
 
@@ -279,13 +293,15 @@ def test_a_sweep_files_grid_gets_the_same_checks_and_the_total_is_bounded(tmp_pa
     f = tmp_path / "g.yaml"
     f.write_text(f"base: {RECIPE}\ngrid: ['loss=glob(*)']\n")
     sweep_writes_nothing(tmp_path, f, parts=("loss=glob(*)", "a glob sweep"))
-    f.write_text(f"base: {RECIPE}\ngrid: ['batch.prompts=range(1,101)', 'optim.lr=range(0.01,1.01,0.01)']\n"
-                 "seeds: [0, 1]\n")  # each axis is small; together 100 x 100 arms x 2 seeds
+    f.write_text(
+        f"base: {RECIPE}\ngrid: ['batch.prompts=range(1,101)', 'optim.lr=range(0.01,1.01,0.01)']\nseeds: [0, 1]\n"
+    )  # each axis is small; together 100 x 100 arms x 2 seeds
     sweep_writes_nothing(tmp_path, f, parts=(str(f), "10000 arms x 2 seeds", "20,000 runs"))
     sweep_writes_nothing(tmp_path, RECIPES / "loss.yaml", "seed=range(0,3000)", parts=("4 arms x 3000 seeds",))
 
 
 def test_supported_sweep_functions_still_expand():
-    res = runner.invoke(app, ["sweep", str(RECIPES / "loss.yaml"), "seed=shuffle(range(0,3))",
-                              "optim.lr=sort(3e-4,1e-4)", "--dry-run"])
+    res = runner.invoke(
+        app, ["sweep", str(RECIPES / "loss.yaml"), "seed=shuffle(range(0,3))", "optim.lr=sort(3e-4,1e-4)", "--dry-run"]
+    )
     assert res.exit_code == 0 and "8 arms x 3 seeds = 24 runs" in res.output, res.output

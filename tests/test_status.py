@@ -30,10 +30,20 @@ def make_sweep(root):
     me = {"pid": os.getpid(), "start": proc_start(os.getpid())}
     dead = {"pid": _dead_pid(), "start": 1}
     evs = []
-    for i, label in enumerate(["loss=a,seed=0", "loss=a,seed=1", "loss=b,seed=0", "loss=b,seed=1", "loss=c,seed=0",
-                               "loss=c,seed=1"]):
-        evs.append({"event": "submitting", "run_id": f"r{i}", "batch": "b", "label": label, "executor": "local",
-                    "launcher": dead, "max_steps": 10})
+    for i, label in enumerate(
+        ["loss=a,seed=0", "loss=a,seed=1", "loss=b,seed=0", "loss=b,seed=1", "loss=c,seed=0", "loss=c,seed=1"]
+    ):
+        evs.append(
+            {
+                "event": "submitting",
+                "run_id": f"r{i}",
+                "batch": "b",
+                "label": label,
+                "executor": "local",
+                "launcher": dead,
+                "max_steps": 10,
+            }
+        )
     evs += [{"event": "submitted", "run_id": f"r{i}", "batch": "b", "runner": me} for i in (0, 1, 2, 3, 4)]
     evs += [
         {"event": "started", "run_id": "r0", "batch": "b", "job_id": "11", **me},
@@ -41,16 +51,30 @@ def make_sweep(root):
         {"event": "started", "run_id": "r1", "batch": "b", "job_id": "12", **me},  # alive: this process
         {"event": "started", "run_id": "r2", "batch": "b", "job_id": "13", **dead},  # died silently
         {"event": "started", "run_id": "r3", "batch": "b", "job_id": "14", **me},
-        {"event": "failed", "run_id": "r3", "batch": "b", "cause": "exception", "log": "/x/14_0_log.err",
-         "error": "Traceback ...\nValueError: lr too high"},
+        {
+            "event": "failed",
+            "run_id": "r3",
+            "batch": "b",
+            "cause": "exception",
+            "log": "/x/14_0_log.err",
+            "error": "Traceback ...\nValueError: lr too high",
+        },
         # r4: queued behind a live runner; r5: its launcher died before handing it over
     ]
     led.append(*evs)
     for rid, rows in {"r0": [(5, 0.0), (10, 0.02)], "r1": [(3, 0.25)]}.items():
         for step, trunc in rows:
-            store.append_jsonl(RunDir.of(root, "demo", rid).metrics_path,
-                               {"step": step, "gpu_hours": step / 100, "flops": 1, "samples": 1,
-                                "val_pass_rate": step / 20, "truncation_rate": trunc})
+            store.append_jsonl(
+                RunDir.of(root, "demo", rid).metrics_path,
+                {
+                    "step": step,
+                    "gpu_hours": step / 100,
+                    "flops": 1,
+                    "samples": 1,
+                    "val_pass_rate": step / 20,
+                    "truncation_rate": trunc,
+                },
+            )
     with open(RunDir.of(root, "demo", "r1").metrics_path, "ab") as f:
         f.write(b'{"step": 4, "gpu_ho')  # a torn last line while the run writes
     return led
@@ -61,8 +85,13 @@ def test_status_states_progress_and_warnings(tmp_path):
     before = led.path.read_bytes()
     st = {s.run_id: s for s in sweep_status(tmp_path, "demo")}
     assert {k: (v.state, v.cause) for k, v in st.items()} == {
-        "r0": ("done", None), "r1": ("running", None), "r2": ("failed", "killed"), "r3": ("failed", "exception"),
-        "r4": ("pending", None), "r5": ("lost", None)}
+        "r0": ("done", None),
+        "r1": ("running", None),
+        "r2": ("failed", "killed"),
+        "r3": ("failed", "exception"),
+        "r4": ("pending", None),
+        "r5": ("lost", None),
+    }
     assert (st["r0"].step, st["r0"].progress, st["r0"].val_pass_rate) == (10, 1.0, 0.5)
     assert (st["r1"].step, st["r1"].progress) == (3, 0.3)  # the torn line is skipped
     assert st["r1"].truncation_warning and not st["r0"].truncation_warning

@@ -23,8 +23,19 @@ from ablate.resources import RECIPES_DIR
 from ablate.sweep import load_sweep, plan_rows
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
-EXPECTED_SWEEPS = {"loss", "aggregation", "normalization", "precision", "filtering", "length", "offpolicy", "batch",
-                   "loo", "loo_extra", "prevalent"}
+EXPECTED_SWEEPS = {
+    "loss",
+    "aggregation",
+    "normalization",
+    "precision",
+    "filtering",
+    "length",
+    "offpolicy",
+    "batch",
+    "loo",
+    "loo_extra",
+    "prevalent",
+}
 
 
 @pytest.fixture(scope="module")
@@ -108,17 +119,56 @@ def test_the_extra_loo_arm_is_apart_and_says_it_is_not_the_papers(loaded, base):
 # The prevalent recipes as the paper defines them (App. A.16), every choice named; batch 1,280 vs 768 -> 5/3 of
 # the base's 32 prompts. The choices A.16 leaves open come from each recipe's own paper (see the sweep file).
 PAPER_PREVALENT = {
-    "deepseek": dict(loss=("grpo", {"eps": 0.2}), aggregation="sample", offpolicy=("ppo", 8), normalization="prompt",
-                     precision="bf16", length="none", zero_variance=False, prompts=32),
-    "qwen25_dapo": dict(loss=("dapo", {"eps_low": 0.2, "eps_high": 0.26}), aggregation="prompt", offpolicy=("ppo", 8),
-                        normalization="prompt", precision="bf16", length="penalty", zero_variance=True, prompts=53),
-    "magistral": dict(loss=("dapo", {"eps_low": 0.2, "eps_high": 0.28}), aggregation="token",
-                      offpolicy=("pipeline", 8), normalization="batch", precision="bf16", length="penalty",
-                      zero_variance=True, prompts=32),
-    "minimax_m1": dict(loss=("cispo", {"eps_max": 5.0}), aggregation="prompt", offpolicy=("ppo", 8),
-                       normalization="prompt", precision="fp32_head", length="none", zero_variance=True, prompts=53),
-    "scalerl": dict(loss=("cispo", {"eps_max": 5.0}), aggregation="prompt", offpolicy=("pipeline", 8),
-                    normalization="batch", precision="fp32_head", length="interrupt", zero_variance=True, prompts=32),
+    "deepseek": dict(
+        loss=("grpo", {"eps": 0.2}),
+        aggregation="sample",
+        offpolicy=("ppo", 8),
+        normalization="prompt",
+        precision="bf16",
+        length="none",
+        zero_variance=False,
+        prompts=32,
+    ),
+    "qwen25_dapo": dict(
+        loss=("dapo", {"eps_low": 0.2, "eps_high": 0.26}),
+        aggregation="prompt",
+        offpolicy=("ppo", 8),
+        normalization="prompt",
+        precision="bf16",
+        length="penalty",
+        zero_variance=True,
+        prompts=53,
+    ),
+    "magistral": dict(
+        loss=("dapo", {"eps_low": 0.2, "eps_high": 0.28}),
+        aggregation="token",
+        offpolicy=("pipeline", 8),
+        normalization="batch",
+        precision="bf16",
+        length="penalty",
+        zero_variance=True,
+        prompts=32,
+    ),
+    "minimax_m1": dict(
+        loss=("cispo", {"eps_max": 5.0}),
+        aggregation="prompt",
+        offpolicy=("ppo", 8),
+        normalization="prompt",
+        precision="fp32_head",
+        length="none",
+        zero_variance=True,
+        prompts=53,
+    ),
+    "scalerl": dict(
+        loss=("cispo", {"eps_max": 5.0}),
+        aggregation="prompt",
+        offpolicy=("pipeline", 8),
+        normalization="batch",
+        precision="fp32_head",
+        length="interrupt",
+        zero_variance=True,
+        prompts=32,
+    ),
 }
 
 
@@ -128,18 +178,33 @@ def test_prevalent_recipes_are_the_papers_definitions(loaded):
     for r in sw.runs:
         c, want = r.config, PAPER_PREVALENT[r.arm_label]
         _, eps = want["loss"]
-        got = {"loss": (c.loss.name, {k: getattr(c.loss, k) for k in eps}), "aggregation": c.aggregation.name,
-               "offpolicy": (c.offpolicy.name, c.offpolicy.k), "normalization": c.normalization.name,
-               "precision": c.precision.name, "length": c.length.name, "zero_variance": c.filtering.zero_variance,
-               "prompts": c.batch.prompts}
+        got = {
+            "loss": (c.loss.name, {k: getattr(c.loss, k) for k in eps}),
+            "aggregation": c.aggregation.name,
+            "offpolicy": (c.offpolicy.name, c.offpolicy.k),
+            "normalization": c.normalization.name,
+            "precision": c.precision.name,
+            "length": c.length.name,
+            "zero_variance": c.filtering.zero_variance,
+            "prompts": c.batch.prompts,
+        }
         assert got == want, r.arm_label
         no_npr = r.arm_label != "scalerl"  # no-positive-resampling is ScaleRL's own
         assert c.filtering.no_positive_resampling is not no_npr, r.arm_label
     text = (RECIPES_DIR / "prevalent.yaml").read_text()
     for arm in set(PAPER_PREVALENT) - {"scalerl"}:  # every arm names every choice, not only what differs
         block = text.split("label: " + arm)[1].split("- label")[0]
-        for key in ("loss=", "aggregation=", "offpolicy=", "offpolicy.k=", "normalization=", "precision=", "length=",
-                    "filtering.zero_variance=", "filtering.no_positive_resampling="):
+        for key in (
+            "loss=",
+            "aggregation=",
+            "offpolicy=",
+            "offpolicy.k=",
+            "normalization=",
+            "precision=",
+            "length=",
+            "filtering.zero_variance=",
+            "filtering.no_positive_resampling=",
+        ):
             assert key in block, (arm, key)
         # the 1,280-completion batch follows the scale the sweep runs at (53 here, 80 under preset=scalerl_8b)
         assert ("batch.prompts=${setup.large_batch_prompts}" in block) == (PAPER_PREVALENT[arm]["prompts"] == 53)
@@ -168,14 +233,17 @@ def test_seed_override_replaces_seeds_and_constant_applies_where_it_exists():
 
 def test_sweep_values_replace_or_add_grid_axes():
     sw = load_sweep(RECIPES_DIR / "loss.yaml", ["loss=grpo,dapo", "optim.lr=choice(1e-4,3e-4)"])
-    assert sw.arms == ["loss=grpo,optim.lr=0.0001", "loss=grpo,optim.lr=0.0003",
-                       "loss=dapo,optim.lr=0.0001", "loss=dapo,optim.lr=0.0003"]
+    assert sw.arms == [
+        "loss=grpo,optim.lr=0.0001",
+        "loss=grpo,optim.lr=0.0003",
+        "loss=dapo,optim.lr=0.0001",
+        "loss=dapo,optim.lr=0.0003",
+    ]
     assert sw.baseline is None and any("baseline" in n for n in sw.notes)
     sw = load_sweep(RECIPES_DIR / "batch.yaml", ["batch.prompts=range(4,13,4)", "seed=range(2)"])
     assert [r.config.batch.prompts for r in sw.runs] == [4, 4, 8, 8, 12, 12]
     sw = load_sweep(RECIPES_DIR / "loss.yaml", ["loss=dapo"])  # a single value narrows the axis
     assert [r.label for r in sw.runs] == ["loss=dapo,seed=0"]
-
 
 
 def test_sweep_file_elsewhere_names_its_base_by_path(tmp_path):
@@ -191,10 +259,18 @@ def test_runs_cross_the_grid(tmp_recipes):
     f.write_text("seeds: [0]\nbaseline: scalerl\nruns: [{label: scalerl, overrides: []}, [loss=dapo]]\n")
     assert load_sweep(f).arms == ["scalerl", "loss=dapo"]
     sw = load_sweep(f, ["batch.prompts=8,16"])
-    assert sw.arms == ["scalerl,batch.prompts=8", "scalerl,batch.prompts=16",
-                       "loss=dapo,batch.prompts=8", "loss=dapo,batch.prompts=16"]
+    assert sw.arms == [
+        "scalerl,batch.prompts=8",
+        "scalerl,batch.prompts=16",
+        "loss=dapo,batch.prompts=8",
+        "loss=dapo,batch.prompts=16",
+    ]
     assert [(r.config.loss.name, r.config.batch.prompts) for r in sw.runs] == [
-        ("cispo", 8), ("cispo", 16), ("dapo", 8), ("dapo", 16)]
+        ("cispo", 8),
+        ("cispo", 16),
+        ("dapo", 8),
+        ("dapo", 16),
+    ]
 
 
 def test_constant_that_no_arm_has_is_an_error():
@@ -271,12 +347,15 @@ def test_ids_differ_when_any_semantic_field_differs(base):
 
 def test_ids_are_the_same_in_another_process(base):
     # another interpreter with another hash seed stands in for another machine
-    code = ("from ablate.resources import RECIPES_DIR; from ablate.compose import compose_run; "
-            "from ablate.identity import run_id, arm_id; "
-            "c = compose_run(RECIPES_DIR / 'base.yaml', ['loss=dapo']); print(run_id(c), arm_id(c))")
+    code = (
+        "from ablate.resources import RECIPES_DIR; from ablate.compose import compose_run; "
+        "from ablate.identity import run_id, arm_id; "
+        "c = compose_run(RECIPES_DIR / 'base.yaml', ['loss=dapo']); print(run_id(c), arm_id(c))"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
     c = compose_run(RECIPES_DIR / "base.yaml", ["loss=dapo"])
     assert out == [run_id(c), arm_id(c)]
     assert len(out[0]) == 12 and json.loads(canonical(c))["loss"]["eps_high"] == 0.28
@@ -289,30 +368,44 @@ def test_ids_are_the_same_in_another_process(base):
 def tmp_recipes(tmp_path) -> Path:
     """A copy of the recipe tree (base + groups) to write broken sweep files beside."""
     dst = tmp_path / "recipes"
-    shutil.copytree(RECIPES_DIR, dst, ignore=lambda d, names: [n for n in names if d == str(RECIPES_DIR)
-                                                                and n.endswith(".yaml") and n != "base.yaml"])
+    shutil.copytree(
+        RECIPES_DIR,
+        dst,
+        ignore=lambda d, names: [
+            n for n in names if d == str(RECIPES_DIR) and n.endswith(".yaml") and n != "base.yaml"
+        ],
+    )
     return dst
 
 
-@pytest.mark.parametrize("body,parts", [
-    ("base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n",
-     ["unknown sweep key 'baselin'", "'baseline'"]),
-    ("base: nope\ngrid: {loss: [grpo]}\n", ["base recipe 'nope' not found"]),
-    ("grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n",
-     ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"]),
-    ("grid: {seed: [0, 1]}\n", ["grid axis 'seed'", "seeds: [...]"]),
-    ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be integers in [0, 4294967295]"]),
-    ("runs: [loss=dapo]\n", ["runs[0] must be a list of overrides"]),
-    ("runs: [[loss=dapo], [loss=dapo]]\n", ["two arms are labelled 'loss=dapo'"]),
-    ("runs: [[loss=dapo], {label: dapo2, overrides: [loss=dapo]}]\n", ["resolve to the same config"]),
-    ("runs: [[loss=dapo]]\ngrid: {loss: [grpo]}\n", ["loss: set by both the run list and a grid axis"]),
-    ("overrides: ['loss=grpo,dapo']\n", ["is a sweep; put it under `grid`"]),
-    ("runs: [['loss=grpo,dapo']]\n", ["is a sweep; an explicit run takes single values"]),
-    ("grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token]\n",
-     ["arm loss=gspo: loss=gspo with aggregation=token"]),
-    ("grid: {loss: [grpo, dapo]}\noverrides: [batch.generations=1]\n", ["batch.generations: must be >= 2, got 1"]),
-    ("grid: {loss: [grpo, dapoo]}\n", ["arm loss=dapoo: loss=dapoo: no such option", "'dapo'"]),
-])
+@pytest.mark.parametrize(
+    "body,parts",
+    [
+        (
+            "base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n",
+            ["unknown sweep key 'baselin'", "'baseline'"],
+        ),
+        ("base: nope\ngrid: {loss: [grpo]}\n", ["base recipe 'nope' not found"]),
+        (
+            "grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n",
+            ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"],
+        ),
+        ("grid: {seed: [0, 1]}\n", ["grid axis 'seed'", "seeds: [...]"]),
+        ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be integers in [0, 4294967295]"]),
+        ("runs: [loss=dapo]\n", ["runs[0] must be a list of overrides"]),
+        ("runs: [[loss=dapo], [loss=dapo]]\n", ["two arms are labelled 'loss=dapo'"]),
+        ("runs: [[loss=dapo], {label: dapo2, overrides: [loss=dapo]}]\n", ["resolve to the same config"]),
+        ("runs: [[loss=dapo]]\ngrid: {loss: [grpo]}\n", ["loss: set by both the run list and a grid axis"]),
+        ("overrides: ['loss=grpo,dapo']\n", ["is a sweep; put it under `grid`"]),
+        ("runs: [['loss=grpo,dapo']]\n", ["is a sweep; an explicit run takes single values"]),
+        (
+            "grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token]\n",
+            ["arm loss=gspo: loss=gspo with aggregation=token"],
+        ),
+        ("grid: {loss: [grpo, dapo]}\noverrides: [batch.generations=1]\n", ["batch.generations: must be >= 2, got 1"]),
+        ("grid: {loss: [grpo, dapoo]}\n", ["arm loss=dapoo: loss=dapoo: no such option", "'dapo'"]),
+    ],
+)
 def test_bad_sweep_files(tmp_recipes, body, parts):
     f = tmp_recipes / "bad.yaml"
     f.write_text(body)
@@ -337,6 +430,10 @@ def test_all_errors_of_all_runs_are_collected(tmp_recipes):
 
 def test_plan_rows(loaded):
     rows = plan_rows(loaded["loss"])
-    assert [r["label"] for r in rows] == ["loss=grpo,seed=0", "loss=dapo,seed=0", "loss=gspo,seed=0",
-                                          "loss=cispo,seed=0 *"]
+    assert [r["label"] for r in rows] == [
+        "loss=grpo,seed=0",
+        "loss=dapo,seed=0",
+        "loss=gspo,seed=0",
+        "loss=cispo,seed=0 *",
+    ]
     assert [r["overrides"] for r in rows] == ["loss=grpo", "loss=dapo", "loss=gspo", "(base)"]

@@ -37,8 +37,17 @@ class Inputs:
         return wall_clock_note(self.curves, self.x)
 
 
-def read_inputs(paths: list[Path], *, x: str, y: str, run: str, group: str | None, fmt: str,
-                samples_per_step: float | None, gpu_hours_per_step: float | None) -> Inputs:
+def read_inputs(
+    paths: list[Path],
+    *,
+    x: str,
+    y: str,
+    run: str,
+    group: str | None,
+    fmt: str,
+    samples_per_step: float | None,
+    gpu_hours_per_step: float | None,
+) -> Inputs:
     """The curves of `paths` (ablate.curves.load_inputs) on `x`, or on the axis `--x auto` picks for them."""
     from ablate.curves import load_inputs
 
@@ -74,8 +83,9 @@ class FitReport:
         return out
 
 
-def fit_inputs(inputs: Inputs, opts: FitOptions, *, to: float | None, by_group: bool, window: bool,
-               compare: bool) -> FitReport:
+def fit_inputs(
+    inputs: Inputs, opts: FitOptions, *, to: float | None, by_group: bool, window: bool, compare: bool
+) -> FitReport:
     """Fit every run of `inputs` (each arm when `by_group`), with the window-sensitivity refits and the forms'
     backtest when asked."""
     from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
@@ -100,9 +110,18 @@ class RankSettings:
     window: bool = False
 
 
-def check_rank_settings(*, baseline: str | None, margin: str | None, shared_a: str, noise: Path | None,
-                        save_noise: Path | None, min_effect: float, min_effect_compute: float, n_boot: int,
-                        window: bool) -> RankSettings:
+def check_rank_settings(
+    *,
+    baseline: str | None,
+    margin: str | None,
+    shared_a: str,
+    noise: Path | None,
+    save_noise: Path | None,
+    min_effect: float,
+    min_effect_compute: float,
+    n_boot: int,
+    window: bool,
+) -> RankSettings:
     """Parse rank's --margin, --shared-a and --noise, check that --save-noise can be written, and refuse --n-boot 0
     (rank's verdicts rest on intervals)."""
     from ablate.fit.compare import MinEffect, NoiseFloor, parse_margin, parse_shared_a
@@ -115,8 +134,9 @@ def check_rank_settings(*, baseline: str | None, margin: str | None, shared_a: s
     if save_noise is not None:
         check_writable_output(save_noise, "--save-noise")
     if n_boot == 0:
-        raise UserError("--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot "
-                        "of 200 or more")
+        raise UserError(
+            "--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot of 200 or more"
+        )
     return RankSettings(baseline, margin, mode, floor, smallest, window)
 
 
@@ -127,9 +147,18 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
     from ablate.fit.compare import rank
 
     opts, target_source = with_target(opts, inputs.curves, inputs.x, to, opts.fit_until)
-    ranking = rank(inputs.curves, opts, baseline=settings.baseline, margin=settings.margin, noise=settings.noise,
-                   x=inputs.x, not_fitted=inputs.skipped, jobs=jobs, shared_a=settings.shared_a,
-                   min_effect=settings.min_effect)
+    ranking = rank(
+        inputs.curves,
+        opts,
+        baseline=settings.baseline,
+        margin=settings.margin,
+        noise=settings.noise,
+        x=inputs.x,
+        not_fitted=inputs.skipped,
+        jobs=jobs,
+        shared_a=settings.shared_a,
+        min_effect=settings.min_effect,
+    )
     ranking.target_source = target_source  # how --to was chosen, and why x is what it is (defaults.py)
     ranking.axis_note = "; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None
     if settings.window:
@@ -145,8 +174,10 @@ def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
 
     measured = measured_floor(ranking.arms)
     if measured is None:
-        raise UserError(f"--save-noise {path}: no arm has 2 identified seeds, so there is no seed spread "
-                        "to save; run the sweep with seed=0,1,2")
+        raise UserError(
+            f"--save-noise {path}: no arm has 2 identified seeds, so there is no seed spread "
+            "to save; run the sweep with seed=0,1,2"
+        )
     measured.source = f"{measured.source}, on '{inputs.x}': " + ", ".join(str(p) for p in inputs.paths)
     store.write_json(path, measured.to_json())
 
@@ -175,8 +206,9 @@ class ExtrapolationReport:
     """True when the subject is the rank winner (no --arm, several arms)."""
 
 
-def extrapolate_inputs(inputs: Inputs, opts: FitOptions, *, arm: str | None, to: float | None,
-                       window: bool) -> ExtrapolationReport:
+def extrapolate_inputs(
+    inputs: Inputs, opts: FitOptions, *, arm: str | None, to: float | None, window: bool
+) -> ExtrapolationReport:
     """Project one arm (--arm, the only one, or the rank winner) to the target, checked on held-out points. The
     target, its words and the reach are the arm's: its own data, not the longest arm's."""
     from ablate.fit.analysis import group_arms, window_sensitivity
@@ -190,8 +222,10 @@ def extrapolate_inputs(inputs: Inputs, opts: FitOptions, *, arm: str | None, to:
     if arm is None and len(arms) == 1:
         arm = next(iter(arms))
     elif arm is None:
-        arm = winner(inputs.curves, FitOptions(fit_from=opts.fit_from, fit_until=fit_until, n_boot=0,
-                                               target=opts.target, r0=opts.r0))
+        arm = winner(
+            inputs.curves,
+            FitOptions(fit_from=opts.fit_from, fit_until=fit_until, n_boot=0, target=opts.target, r0=opts.r0),
+        )
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
     target, target_text = choose_target(arms[arm], x, to, fit_until)
@@ -203,18 +237,31 @@ def extrapolate_inputs(inputs: Inputs, opts: FitOptions, *, arm: str | None, to:
     return ExtrapolationReport(ex, opts, target_text, by_rank)
 
 
-
-def plan_any(source: Path, overrides: list[str], calibration: Path | None, *, x: str, baseline: str | None,
-             to: float | None, futures: int, fmt: str, run: str, group: str | None, common: dict[str, Any],
-             axis_line: Callable[[str], None] | None) -> PlanResult:
+def plan_any(
+    source: Path,
+    overrides: list[str],
+    calibration: Path | None,
+    *,
+    x: str,
+    baseline: str | None,
+    to: float | None,
+    futures: int,
+    fmt: str,
+    run: str,
+    group: str | None,
+    common: dict[str, Any],
+    axis_line: Callable[[str], None] | None,
+) -> PlanResult:
     """`ablate plan` on what SOURCE is: a sweep file (with overrides and --calibration) is planned before any run
     (ablate.plan.plan_from_file); a sweep directory or curves from what they measured (plan_measured), on the
     axis `--x auto` picks (said through `axis_line` first, when it is not the paper's)."""
     from ablate import plan
 
     if not source.exists():
-        raise UserError(f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
-                        "or a sweep file with --calibration")
+        raise UserError(
+            f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
+            "or a sweep file with --calibration"
+        )
     if source.is_file() and source.suffix in (".yaml", ".yml"):
         return plan.plan_from_file(source, overrides, calibration, to=to, **common)
     if overrides:
@@ -224,5 +271,6 @@ def plan_any(source: Path, overrides: list[str], calibration: Path | None, *, x:
     x, axis_text = choose_axis([source], x)
     if axis_text and axis_line is not None:
         axis_line(axis_text)
-    return plan.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, run=run, group=group,
-                              **common)
+    return plan.plan_measured(
+        source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, run=run, group=group, **common
+    )

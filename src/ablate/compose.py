@@ -35,8 +35,10 @@ def compose_run(recipe_path: Path | str, overrides: Sequence[str] = ()) -> RunCo
         sweep = load_sweep(path, overrides)
         if len(sweep.runs) != 1:
             labels = ", ".join(r.label for r in sweep.runs[:6]) + (", ..." if len(sweep.runs) > 6 else "")
-            raise UserError(f"{path} expands to {len(sweep.runs)} runs ({labels}); pick one with overrides, "
-                            f"e.g. {sweep.runs[0].label.replace(',', ' ')}")
+            raise UserError(
+                f"{path} expands to {len(sweep.runs)} runs ({labels}); pick one with overrides, "
+                f"e.g. {sweep.runs[0].label.replace(',', ' ')}"
+            )
         return sweep.runs[0].config
     parsed = parse_overrides(overrides, str(path))
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]

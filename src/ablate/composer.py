@@ -135,8 +135,10 @@ class Composer:
         if m and m.group(1) in self.groups:
             group, option = m.group(1), m.group(2)
             opts = self.groups[group]
-            return (f"{group}={option}: no such option{closest(option, opts)}; options: {', '.join(opts)} "
-                    f"(recipes/{group}/)")
+            return (
+                f"{group}={option}: no such option{closest(option, opts)}; options: {', '.join(opts)} "
+                f"(recipes/{group}/)"
+            )
         if m:
             return f"{m.group(1)}: no such config group{closest(m.group(1), list(self.groups))}"
         m = re.search(r"Could not find '([^']+)'", text)
@@ -154,8 +156,9 @@ class Composer:
 
     def options_with(self, group: str, param: str) -> list[str]:
         """The options of `group` whose file sets `param`."""
-        return [o for o in self.groups.get(group, [])
-                if param in (OmegaConf.load(self.dir / group / f"{o}.yaml") or {})]
+        return [
+            o for o in self.groups.get(group, []) if param in (OmegaConf.load(self.dir / group / f"{o}.yaml") or {})
+        ]
 
     def explain_missing_key(self, name: str, overrides: Sequence[str], key: str) -> str:
         """Why `key` cannot be overridden: not a parameter of the arm's option, or unknown (with a suggestion)."""
@@ -163,8 +166,11 @@ class Composer:
         if param and key in schema.all_keys() and head in self.groups:
             others = [o for o in overrides if override_key(parse_overrides([o], "override")[0]) != key]
             option = self.option_of(name, others, head)
-            own = ([str(k) for k in (OmegaConf.load(self.dir / head / f"{option}.yaml") or {}) if k != "name"]
-                   if option in self.groups[head] else [])
+            own = (
+                [str(k) for k in (OmegaConf.load(self.dir / head / f"{option}.yaml") or {}) if k != "name"]
+                if option in self.groups[head]
+                else []
+            )
             having = self.options_with(head, param)
             fix = f"use it with {head}={'|'.join(having)}" if having else "drop it"
             return f"{key}: not a parameter of {head}={option} (its parameters: {', '.join(own) or 'none'}); {fix}"

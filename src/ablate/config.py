@@ -43,8 +43,9 @@ from ablate.validation import schema_field as _f  # short: every field of the sc
 class LossConfig:
     """The policy loss. Only the clip parameters of the chosen loss are set (the others stay null)."""
 
-    name: str = _f("cispo", "policy loss = registry key in ablate.train.losses",
-                   choices=("grpo", "dapo", "gspo", "cispo"))
+    name: str = _f(
+        "cispo", "policy loss = registry key in ablate.train.losses", choices=("grpo", "dapo", "gspo", "cispo")
+    )
     eps: float | None = _f(None, "grpo: symmetric PPO clip, ratio kept in [1-eps, 1+eps]", gt=0.0, lt=1.0)
     eps_low: float | None = _f(None, "dapo/gspo: lower clip, ratio >= 1-eps_low", gt=0.0, lt=1.0)
     eps_high: float | None = _f(None, "dapo/gspo: upper clip, ratio <= 1+eps_high", gt=0.0)
@@ -62,8 +63,9 @@ class AggregationConfig:
 class NormalizationConfig:
     """How centred advantages r - mean(group) are scaled (ScaleRL §3: batch-level)."""
 
-    name: str = _f("batch", "prompt (group std) | batch (std over the batch) | none",
-                   choices=("prompt", "batch", "none"))
+    name: str = _f(
+        "batch", "prompt (group std) | batch (std over the batch) | none", choices=("prompt", "batch", "none")
+    )
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,13 @@ class FilteringConfig:
     """Data filters (ScaleRL §3: zero-variance filtering and no-positive-resampling)."""
 
     zero_variance: bool = _f(True, "drop prompt groups whose rewards are all equal from the loss and its denominator")
-    zero_variance_tol: float = _f(1e-6, "a group whose highest and lowest rewards are at most this far apart counts as "
-                                        "zero variance", ge=0.0)
+    zero_variance_tol: float = _f(
+        1e-6, "a group whose highest and lowest rewards are at most this far apart counts as zero variance", ge=0.0
+    )
     no_positive_resampling: bool = _f(True, "remove a prompt for good once its historical pass rate >= pass_threshold")
-    pass_threshold: float = _f(0.9, "pass rate at which no-positive-resampling retires a prompt (ScaleRL: 0.9)",
-                               gt=0.0, le=1.0)
+    pass_threshold: float = _f(
+        0.9, "pass rate at which no-positive-resampling retires a prompt (ScaleRL: 0.9)", gt=0.0, le=1.0
+    )
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,9 @@ class LengthConfig:
     max_new_tokens: int = _f(8, "hard cap on generated tokens per completion (L_max of generation)", ge=1)
     think_budget_min: int | None = _f(None, "interrupt: thinking budget drawn uniformly in [min, max]", ge=1)
     think_budget_max: int | None = _f(None, "interrupt: upper end of the budget window (< max_new_tokens)", ge=1)
-    phrase: str | None = _f(None, "interrupt: end-of-thinking text appended at the budget; null = the task's own "
-                                  "marker")
+    phrase: str | None = _f(
+        None, "interrupt: end-of-thinking text appended at the budget; null = the task's own marker"
+    )
     l_max: int | None = _f(None, "penalty: length at which the penalty reaches -1 (DAPO's L_max)", ge=1)
     l_cache: int | None = _f(None, "penalty: width of the soft zone below l_max (DAPO's L_cache)", ge=1)
 
@@ -103,12 +108,20 @@ class LengthConfig:
 class OffPolicyConfig:
     """Off-policy scheme (ScaleRL §3: PipelineRL-8 beats PPO-off-policy-k)."""
 
-    name: str = _f("pipeline", "ppo (k mini-batches per generation round) | pipeline (trainer <= k steps ahead)",
-                   choices=("ppo", "pipeline"))
+    name: str = _f(
+        "pipeline",
+        "ppo (k mini-batches per generation round) | pipeline (trainer <= k steps ahead)",
+        choices=("ppo", "pipeline"),
+    )
     k: int = _f(8, "ppo: optimizer steps per generation round; pipeline: max steps the trainer runs ahead", ge=1)
-    generator: str = _f("auto", "pipeline: where generation runs: thread (concurrent with training) | inline (in "
-                        "turn with training, at the bound: lag = k) | auto (inline for the torch sampler on a CPU, "
-                        "else thread)", choices=("auto", "thread", "inline"), hash=False)
+    generator: str = _f(
+        "auto",
+        "pipeline: where generation runs: thread (concurrent with training) | inline (in "
+        "turn with training, at the bound: lag = k) | auto (inline for the torch sampler on a CPU, "
+        "else thread)",
+        choices=("auto", "thread", "inline"),
+        hash=False,
+    )
 
 
 @dataclass(frozen=True)

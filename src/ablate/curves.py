@@ -90,8 +90,10 @@ def load_curves(
             members[key] = []
             groups[key] = (g, ln)
         elif g != groups[key][0]:
-            raise UserError(f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
-                            f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group")
+            raise UserError(
+                f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
+                f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group"
+            )
         members[key].append(i)
     curves = []
     for key, picked in members.items():
@@ -126,8 +128,9 @@ def recorded_devices(paths: list[Path]) -> list[str | None] | None:
     return devices
 
 
-def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
-                      y: str = "val_pass_rate") -> tuple[list[Curve], list[dict[str, Any]]]:
+def curves_from_sweep(
+    sweep_dir: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate"
+) -> tuple[list[Curve], list[dict[str, Any]]]:
     """Read every run of a sweep directory (`<sweep>/runs/<run_id>/`).
 
     Returns the curves of runs that have metrics (meta as in `curve_from_run_dir`), and the runs that can't be
@@ -138,8 +141,9 @@ def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
         raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
     runs_dir = sweep_dir / "runs"
     if not sweep_dir.is_dir():
-        raise UserError(f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a "
-                        "CSV/JSONL file)")
+        raise UserError(
+            f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)"
+        )
     run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
     if not run_dirs:
         raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
@@ -160,8 +164,9 @@ def curves_from_sweep(sweep_dir: Path | str, *, x: str = "gpu_hours",
     if not curves and missing:  # the metric's name is wrong, not the runs: say so once
         name, flag, _ = missing[0]
         present = list(dict.fromkeys(k for *_, names in missing for k in names))
-        raise UserError(f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: "
-                        f"{', '.join(present)}")
+        raise UserError(
+            f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: {', '.join(present)}"
+        )
     if not curves:
         reasons = "; ".join(f"{s['label']}: {s['reason']}" for s in skipped[:3])
         raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
@@ -188,9 +193,11 @@ def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
         if len(labels) > 1:
             ranked = sorted(labels.values(), key=lambda m: (-len(m), str(m[0][0])))
             (p0, c0), (p1, c1) = ranked[0][0], ranked[1][0]
-            raise UserError(f"{p1}: run.json labels it {c1.run!r}, but its config.yaml is arm {aid}, whose run "
-                            f"{p0.name} is labelled {c0.run!r}; one config is one arm: fix the label in run.json, "
-                            "or move the run directory out of the sweep")
+            raise UserError(
+                f"{p1}: run.json labels it {c1.run!r}, but its config.yaml is arm {aid}, whose run "
+                f"{p0.name} is labelled {c0.run!r}; one config is one arm: fix the label in run.json, "
+                "or move the run directory out of the sweep"
+            )
         name = members[0][1].group
         for _, c in members:
             c.group = name
@@ -223,9 +230,16 @@ def _is_sweep(p: Path) -> bool:
     return False
 
 
-def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_rate", run: str | None = "run",
-                group: str | None = None, fmt: str = "auto",
-                per_step: dict[str, float] | None = None) -> tuple[list[Curve], list[dict[str, Any]]]:
+def load_inputs(
+    paths: list[Path],
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    run: str | None = "run",
+    group: str | None = None,
+    fmt: str = "auto",
+    per_step: dict[str, float] | None = None,
+) -> tuple[list[Curve], list[dict[str, Any]]]:
     """Curves from any mix of sweep directories, single run directories, CSV/JSONL files and other tools' logs.
 
     A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
@@ -236,8 +250,10 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
     names) so that they stay apart. Returns the curves and the runs that can't be fitted (see `curves_from_sweep`).
     """
     if not paths:
-        raise UserError("give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
-                        "(TensorBoard, W&B, TRL, verl)")
+        raise UserError(
+            "give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
+            "(TensorBoard, W&B, TRL, verl)"
+        )
     if fmt != "auto" and fmt not in logs.FORMATS:
         raise UserError(f"--format {fmt}: unknown; valid: auto, {', '.join(logs.FORMATS)}")
     per_step = {k: v for k, v in (per_step or {}).items() if v is not None}
@@ -255,11 +271,15 @@ def load_inputs(paths: list[Path], *, x: str = "gpu_hours", y: str = "val_pass_r
             raise UserError(f"{p}: a {ours} directory, read as such: drop --format {fmt}")
         if per_step and kind not in logs.FOREIGN:
             flag = logs.PER_STEP[next(iter(per_step))]
-            raise UserError(f"{flag}: {p} is a {'CSV/JSONL table' if kind == 'table' else kind + ' directory'}, "
-                            "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x")
+            raise UserError(
+                f"{flag}: {p} is a {'CSV/JSONL table' if kind == 'table' else kind + ' directory'}, "
+                "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x"
+            )
         if kind in logs.FOREIGN and (group is not None or run != "run"):
-            raise UserError(f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
-                            "its arms; --run and --group name columns of CSV/JSONL tables: drop it")
+            raise UserError(
+                f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
+                "its arms; --run and --group name columns of CSV/JSONL tables: drop it"
+            )
         if kind == "sweep":
             cs, sk = curves_from_sweep(p, x=x, y=y)
         elif kind == "run":

@@ -39,8 +39,10 @@ of a GPU-hour). The paper's 16000 is the default only within it."""
 WALL_CLOCK_SPREAD = 1.5
 """Seeds of one arm run one recipe, so their GPU-hours per sample differ only by what a seed changes (completion
 lengths, a few percent to tens of percent). Past this max/min ratio the clock measured the machine, not the work."""
-CPU_AXIS_TEXT = ("x = samples: the runs ran on CPU, where gpu_hours is wall-clock and measures the machine's load; "
-                 "--x gpu_hours to use it")
+CPU_AXIS_TEXT = (
+    "x = samples: the runs ran on CPU, where gpu_hours is wall-clock and measures the machine's load; "
+    "--x gpu_hours to use it"
+)
 
 
 def fitted_top(curves: list[Curve], fit_until: float | None) -> float:
@@ -59,8 +61,7 @@ def is_interpolation(to: float, top: float) -> bool:
     return to <= top
 
 
-def choose_target(curves: list[Curve], x: str, to: float | None,
-                  fit_until: float | None) -> tuple[float, str]:
+def choose_target(curves: list[Curve], x: str, to: float | None, fit_until: float | None) -> tuple[float, str]:
     """The compute to predict at, and the line that says where it came from.
 
     A --to given is kept (and named an interpolation when the window reaches it). Without one: the paper's 16000
@@ -89,29 +90,34 @@ def check_reach(curves: list[Curve], to: float, x: str, fit_until: float | None)
     """rank and extrapolate refuse a --to beyond MAX_REACH x the largest compute fitted (see there)."""
     top = fitted_top(curves, fit_until)
     if top > 0 and to > MAX_REACH * top:
-        raise UserError(f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
-                        f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
-                        f"({', '.join(a for a in ('gpu_hours', 'flops', 'samples', 'step') if a != x)})")
+        raise UserError(
+            f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
+            f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
+            f"({', '.join(a for a in ('gpu_hours', 'flops', 'samples', 'step') if a != x)})"
+        )
 
 
-def with_target(opts: FitOptions, curves: list[Curve], x: str, to: float | None, fit_until: float | None, *,
-                reach: bool = True) -> tuple[FitOptions, str]:
+def with_target(
+    opts: FitOptions, curves: list[Curve], x: str, to: float | None, fit_until: float | None, *, reach: bool = True
+) -> tuple[FitOptions, str]:
     """`opts` with the target --to gives, or choose_target picks from the data, and the line that says which. A
     --to below the first evaluation is refused (nothing has been learned there: usually --to in other units);
     with `reach` (rank, extrapolate), so is one past MAX_REACH."""
     target, text = choose_target(curves, x, to, fit_until)
     first = min((float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()), default=0.0)
     if to is not None and to < first:  # e.g. GPU-hours given while --x auto chose samples for a CPU sweep
-        raise UserError(f"--to {to:g} is below the first evaluation ({first:g} {x}): nothing has been learned there; "
-                        f"pass --to in {x} (e.g. --to {2 * fitted_top(curves, fit_until):.3g}), or choose the axis "
-                        "with --x (gpu_hours, flops, samples, step)")
+        raise UserError(
+            f"--to {to:g} is below the first evaluation ({first:g} {x}): nothing has been learned there; "
+            f"pass --to in {x} (e.g. --to {2 * fitted_top(curves, fit_until):.3g}), or choose the axis "
+            "with --x (gpu_hours, flops, samples, step)"
+        )
     if reach:
         check_reach(curves, target, x, fit_until)
     return replace(opts, target=target), text
 
 
 def device_kind(device: str | None) -> str | None:
-    """"cpu", "gpu" (a CUDA device) or None (not recorded, or another accelerator) for run.json's `device`."""
+    """ "cpu", "gpu" (a CUDA device) or None (not recorded, or another accelerator) for run.json's `device`."""
     if device is None:
         return None
     if device == "cpu":
@@ -119,8 +125,7 @@ def device_kind(device: str | None) -> str | None:
     return "gpu" if device.startswith("cuda") else None
 
 
-def choose_axis(paths: list[Path], x: str, per_step: dict[str, float | None] | None = None
-                ) -> tuple[str, str | None]:
+def choose_axis(paths: list[Path], x: str, per_step: dict[str, float | None] | None = None) -> tuple[str, str | None]:
     """The compute axis for `--x` (unchanged unless it is `auto`), and the line that says why when the choice is
     not the paper's gpu_hours.
 
@@ -158,8 +163,10 @@ def launch_axis(runs: list[Any], executor: str | None) -> tuple[str, str]:
 
         on_cpu = not torch.cuda.is_available()
     if on_cpu:
-        return "samples", ("--prune ranks on samples: the runs train on CPU, where gpu_hours is wall-clock and "
-                           "measures the machine's load (--prune-x gpu_hours to rank on it)")
+        return "samples", (
+            "--prune ranks on samples: the runs train on CPU, where gpu_hours is wall-clock and "
+            "measures the machine's load (--prune-x gpu_hours to rank on it)"
+        )
     return "gpu_hours", "--prune ranks on gpu_hours: the runs train on GPUs (the paper's axis)"
 
 
@@ -188,12 +195,15 @@ def wall_clock_note(curves: list[Curve], x: str) -> str | None:
         return None
     arm, (ratio, unit) = max(spread.items(), key=lambda kv: kv[1][0])
     where = arm if len(spread) == 1 else f"{len(spread)} arms (most: {arm})"
-    return (f"gpu_hours is wall-clock, and seeds of one recipe differ up to {ratio:.1f}x in gpu_hours per {unit} in "
-            f"{where}: the machine's load, not the recipe; rank on a load-independent axis: --x samples or --x flops")
+    return (
+        f"gpu_hours is wall-clock, and seeds of one recipe differ up to {ratio:.1f}x in gpu_hours per {unit} in "
+        f"{where}: the machine's load, not the recipe; rank on a load-independent axis: --x samples or --x flops"
+    )
 
 
-def prune_settings(sweep: Any, *, prune: bool, x: str, to: float | None, executor: str | None,
-                   echo: Callable[[str], None]) -> Any:
+def prune_settings(
+    sweep: Any, *, prune: bool, x: str, to: float | None, executor: str | None, echo: Callable[[str], None]
+) -> Any:
     """`sweep --prune`'s settings (ablate.prune.rules.PruneSettings), or None without --prune: --prune-x and --prune-to
     checked, and --prune-x auto made the axis launch_axis picks for the sweep's runs (said through `echo`)."""
     from ablate.rundir import COMPUTE_AXES
@@ -209,8 +219,10 @@ def prune_settings(sweep: Any, *, prune: bool, x: str, to: float | None, executo
     from ablate.prune.rules import PruneSettings
 
     if sweep.baseline is None:
-        raise UserError(f"--prune: sweep {sweep.name!r} has no baseline arm to read verdicts against; name one "
-                        "with `baseline:` in the sweep file")
+        raise UserError(
+            f"--prune: sweep {sweep.name!r} has no baseline arm to read verdicts against; name one "
+            "with `baseline:` in the sweep file"
+        )
     if x == AUTO:
         x, why = launch_axis(sweep.runs, executor)
         echo(f"note: {why}")

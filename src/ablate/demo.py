@@ -50,14 +50,26 @@ def main() -> None:
     ablate("sweep", SWEEP, "--follow")
     sweep = load_sweep(SWEEP)
     # extrapolate from the first half of the runs to twice the compute they used (rank's default target)
-    spent = max(max((r.get("samples", 0) for r in RunDir.of("sweeps", sweep.name, s.run_id).metrics()), default=0)
-                for s in sweep.runs)
+    spent = max(
+        max((r.get("samples", 0) for r in RunDir.of("sweeps", sweep.name, s.run_id).metrics()), default=0)
+        for s in sweep.runs
+    )
     if spent == 0:
         raise SystemExit("demo: the sweep wrote no metrics; see `ablate status demo` and the run logs")
     to, half = str(2 * spent), str(spent // 2)
     ablate("rank", f"sweeps/{sweep.name}", "--plot", str(OUT / "rank.png"))
-    ablate("extrapolate", f"sweeps/{sweep.name}", "--x", "samples", "--fit-until", half, "--to", to,
-           "--plot", str(OUT / "extrapolate.png"))
+    ablate(
+        "extrapolate",
+        f"sweeps/{sweep.name}",
+        "--x",
+        "samples",
+        "--fit-until",
+        half,
+        "--to",
+        to,
+        "--plot",
+        str(OUT / "extrapolate.png"),
+    )
     written = [f.name for f in (OUT / "rank.png", OUT / "rank-efficiency.png", OUT / "extrapolate.png") if f.exists()]
     print(f"\nfigures in {OUT}/: {', '.join(written)}")
 

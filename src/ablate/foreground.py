@@ -33,6 +33,15 @@ def prepare_run_dir(config: Any, out: Path | None, *, group_read: bool) -> Path:
 
 def resume_command(recipe: Path, overrides: list[str], run_dir: Path, *, threads: int, tensorboard: bool) -> str:
     """The `ablate train` command that resumes this run from its last checkpoint, as one shell line."""
-    return shlex.join(["ablate", "train", str(recipe), *overrides, "--out", str(run_dir),
-                       *(["--threads", str(threads)] if threads != 1 else []),
-                       *(["--tensorboard"] if tensorboard else [])])
+    return shlex.join(
+        [
+            "ablate",
+            "train",
+            str(recipe),
+            *overrides,
+            "--out",
+            str(run_dir),
+            *(["--threads", str(threads)] if threads != 1 else []),
+            *(["--tensorboard"] if tensorboard else []),
+        ]
+    )

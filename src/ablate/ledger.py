@@ -48,6 +48,7 @@ from ablate import locks, store
 from ablate.identity import is_name
 from ablate.states import FINISHED, STOPPED, RunState
 
+
 @dataclass
 class RunRecord:
     """The state of one run, folded from its ledger events (current batch only)."""

@@ -47,6 +47,7 @@ def _label(p: Path) -> str:
 
 # ---- finding the files of a log ----
 
+
 def event_files(p: Path) -> list[Path]:
     if p.is_file():
         return [p] if p.name.startswith(TB_PREFIX) else []
@@ -72,8 +73,11 @@ def trainer_state_file(p: Path) -> Path | None:
     """trainer_state.json of a TRL output folder: its own, else the highest checkpoint's."""
     if (p / "trainer_state.json").is_file():
         return p / "trainer_state.json"
-    ckpts = [(int(m.group(1)), c) for c in p.glob("checkpoint-*/trainer_state.json")
-             if (m := re.fullmatch(r"checkpoint-(\d+)", c.parent.name))]
+    ckpts = [
+        (int(m.group(1)), c)
+        for c in p.glob("checkpoint-*/trainer_state.json")
+        if (m := re.fullmatch(r"checkpoint-(\d+)", c.parent.name))
+    ]
     return max(ckpts)[1] if ckpts else None
 
 
@@ -88,6 +92,7 @@ def csv_kind(columns: list[str]) -> str | None:
 
 
 # ---- readers ----
+
 
 def _put(runs: Runs, run: str, step: float, metric: str, value: float) -> None:
     try:
@@ -171,7 +176,7 @@ def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
             pos += left
             continue
         crc, n, kind = struct.unpack_from("<IHB", data, pos)
-        body = data[pos + 7:pos + 7 + n]
+        body = data[pos + 7 : pos + 7 + n]
         if kind == 0 and n == 0:  # preallocated space
             pos += left
             continue
@@ -188,8 +193,9 @@ def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
             try:
                 rec.ParseFromString(chunks)
             except Exception as e:  # protobuf's DecodeError: a record that passed its checksum but is not one
-                raise UserError(f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history "
-                                "can't be read") from None
+                raise UserError(
+                    f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history can't be read"
+                ) from None
             yield rec
 
 
@@ -203,8 +209,10 @@ def read_wandb(p: Path) -> Runs:
     except ImportError:
         raise UserError(f"{p}: reading W&B runs needs the wandb package: pip install wandb") from None
     except Exception as e:  # a wandb whose protobuf schema does not load with the installed protobuf
-        raise UserError(f"{p}: the installed wandb cannot load its record schema ({type(e).__name__}: {e}); "
-                        "reinstall it (pip install -U wandb protobuf)") from None
+        raise UserError(
+            f"{p}: the installed wandb cannot load its record schema ({type(e).__name__}: {e}); "
+            "reinstall it (pip install -U wandb protobuf)"
+        ) from None
     by_id: dict[str, tuple[str, dict[float, dict[str, float]]]] = {}
     for f in files:
         run_id, name = f.stem.removeprefix("run-"), None
@@ -239,14 +247,14 @@ def read_wandb_csv(p: Path) -> Runs:
     columns, rows = read_csv(p)
     kind = csv_kind(columns)
     if kind is None:
-        raise WrongFormat(p, "wandb-csv", "its header has neither `Step` and `<run> - <metric>` columns nor "
-                                     "run, metric, step, value")
+        raise WrongFormat(
+            p, "wandb-csv", "its header has neither `Step` and `<run> - <metric>` columns nor run, metric, step, value"
+        )
     col = {c.strip().lower(): c for c in columns}
     runs: Runs = {}
     if kind == "wide":
         step_col = col.get("step") or col["_step"]
-        series = [(c, *c.rsplit(" - ", 1)) for c in columns
-                  if " - " in c and not c.endswith(("__MIN", "__MAX"))]
+        series = [(c, *c.rsplit(" - ", 1)) for c in columns if " - " in c and not c.endswith(("__MIN", "__MAX"))]
         for ln, r in rows:
             step = number(f"{p} line {ln}", step_col, r.get(step_col))
             if math.isnan(step):
@@ -265,8 +273,9 @@ def read_wandb_csv(p: Path) -> Runs:
             continue
         run, metric = (r.get(run_col) or "").strip(), (r.get(metric_col) or "").strip()
         if not (run and metric):
-            raise UserError(f"{where}: no value in column '{run_col if not run else metric_col}'; fill it in, or "
-                            "drop the row")
+            raise UserError(
+                f"{where}: no value in column '{run_col if not run else metric_col}'; fill it in, or drop the row"
+            )
         _put(runs, run, step, metric, v)
     return runs
 
@@ -310,7 +319,7 @@ def read_verl(p: Path) -> Runs:
         for ln, rec in store.jsonl_rows(p):
             data, step = rec.get("data"), _step(rec.get("step"))
             if not isinstance(data, dict) or step is None:
-                raise WrongFormat(p, "verl", f"line {ln} is not {{\"step\": N, \"data\": {{...}}}}")
+                raise WrongFormat(p, "verl", f'line {ln} is not {{"step": N, "data": {{...}}}}')
             for k, v in data.items():
                 if (fv := _value(v)) is not None:
                     _put(runs, name, step, k, fv)
@@ -340,5 +349,10 @@ def read_verl(p: Path) -> Runs:
     return runs
 
 
-READERS = {"tensorboard": read_tensorboard, "wandb": read_wandb, "wandb-csv": read_wandb_csv, "trl": read_trl,
-           "verl": read_verl}
+READERS = {
+    "tensorboard": read_tensorboard,
+    "wandb": read_wandb,
+    "wandb-csv": read_wandb_csv,
+    "trl": read_trl,
+    "verl": read_verl,
+}

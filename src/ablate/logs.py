@@ -44,17 +44,25 @@ from ablate.log_readers import (
 
 FORMATS = ("table", "tensorboard", "wandb", "wandb-csv", "trl", "verl")
 FOREIGN = FORMATS[1:]
-WHAT = {"table": "CSV/JSONL curve table", "tensorboard": "TensorBoard log", "wandb": "W&B run (.wandb)",
-        "wandb-csv": "W&B CSV export", "trl": "TRL trainer_state.json", "verl": "verl log"}
+WHAT = {
+    "table": "CSV/JSONL curve table",
+    "tensorboard": "TensorBoard log",
+    "wandb": "W&B run (.wandb)",
+    "wandb-csv": "W&B CSV export",
+    "trl": "TRL trainer_state.json",
+    "verl": "verl log",
+}
 STEP_ALIASES = ("_step", "Step", "global_step")
 PER_STEP = {"samples": "--samples-per-step", "gpu_hours": "--gpu-hours-per-step"}
 """Compute axes made from steps: the axis, and the option giving its amount per step."""
+
 
 def _shorten(names: list[str], limit: int = 40) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "") or "(none)"
 
 
 # ---- detection ----------------------------------------------------------------------------------------------
+
 
 def _console_lines(p: Path) -> bool:
     """Whether a text file has a verl console line (`step:N - key:value ...`) anywhere."""
@@ -77,9 +85,11 @@ def detect(path: Path | str) -> str:
             return "wandb"
         if event_files(p):
             return "tensorboard"
-        raise UserError(f"{p}: no curves in this folder: not a sweep (runs/), a run (metrics.jsonl), a TensorBoard "
-                        "log (events.out.tfevents.*), a W&B folder (offline-run-*/run-*.wandb) or a TRL output "
-                        "(trainer_state.json)")
+        raise UserError(
+            f"{p}: no curves in this folder: not a sweep (runs/), a run (metrics.jsonl), a TensorBoard "
+            "log (events.out.tfevents.*), a W&B folder (offline-run-*/run-*.wandb) or a TRL output "
+            "(trainer_state.json)"
+        )
     if p.name.startswith(TB_PREFIX):
         return "tensorboard"
     try:
@@ -111,8 +121,10 @@ def detect(path: Path | str) -> str:
         return "verl" if any(CONSOLE_STEP.search(ln) for ln in text.splitlines()) else "table"
     if _console_lines(p):  # a console log often opens with long config, Ray and vLLM dumps: read on until a step
         return "verl"
-    raise UserError(f"{p}: can't tell what this file is: not a CSV/JSONL table, a TensorBoard event file, a W&B run "
-                    "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --format")
+    raise UserError(
+        f"{p}: can't tell what this file is: not a CSV/JSONL table, a TensorBoard event file, a W&B run "
+        "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --format"
+    )
 
 
 def _wrong(p: Path, fmt: str, why: str) -> UserError:
@@ -121,15 +133,20 @@ def _wrong(p: Path, fmt: str, why: str) -> UserError:
         found = detect(p)
     except UserError:
         found = None
-    hint = (f"it looks like {found}: pass --format {found}, or --format auto" if found and found != fmt
-            else "check the path, or pass --format auto")
+    hint = (
+        f"it looks like {found}: pass --format {found}, or --format auto"
+        if found and found != fmt
+        else "check the path, or pass --format auto"
+    )
     return UserError(f"{p}: not a {WHAT[fmt]} ({why}); {hint}")
 
 
 # ---- runs -> curves -----------------------------------------------------------------------------------------
 
-def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[str, float] | None = None,
-              fmt: str = "") -> list[Curve]:
+
+def to_curves(
+    runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[str, float] | None = None, fmt: str = ""
+) -> list[Curve]:
     """One Curve per run (its own arm): the steps where both x and y are logged and finite, in step order.
 
     `step` is always a column (also as `_step`, `Step`, `global_step`); `per_step` {axis: amount} adds axis =
@@ -145,10 +162,13 @@ def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[
         huge = [s for s in steps if not abs(s) <= MAX_STEP]  # NaN too
         if huge:
             big = "a step too large for a float" if math.isinf(huge[0]) else f"step {huge[0]:g}"
-            raise UserError(f"{source}: run '{name}' logs {big}, beyond {MAX_STEP:,} (2^53): not a step count; fix "
-                            "or drop those entries")
+            raise UserError(
+                f"{source}: run '{name}' logs {big}, beyond {MAX_STEP:,} (2^53): not a step count; fix "
+                "or drop those entries"
+            )
         xs: list[float] = []
         ys: list[float] = []
+
         def at(step: float, key: str, steps: dict = steps) -> float | None:  # a metric, or a column made from steps
             return step if key == "step" else step * per_step[key] if key in per_step else steps[step].get(key)
 
@@ -159,13 +179,17 @@ def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[
             where = f"{source}: run '{name}' step {int(step) if step.is_integer() else step}"
             if not 0.0 <= vy <= 1.0:
                 top = max(s[y] for s in steps.values() if math.isfinite(s.get(y, math.nan)))
-                raise UserError(f"{where}: '{y}' is {vy:g}, outside [0, 1]; --y must name a pass rate"
-                                + (" (percentages? divide by 100)" if top <= 100 else ""))
+                raise UserError(
+                    f"{where}: '{y}' is {vy:g}, outside [0, 1]; --y must name a pass rate"
+                    + (" (percentages? divide by 100)" if top <= 100 else "")
+                )
             if vx < 0:
                 raise UserError(f"{where}: '{x}' is {vx:g}, negative; --x must name a compute axis")
             if xs and vx <= xs[-1]:
-                raise UserError(f"{where}: '{x}' does not increase ({vx:g} after {xs[-1]:g}); pass --x step, or "
-                                "another compute axis")
+                raise UserError(
+                    f"{where}: '{x}' does not increase ({vx:g} after {xs[-1]:g}); pass --x step, or "
+                    "another compute axis"
+                )
             xs.append(vx)
             ys.append(vy)
         if not xs:
@@ -174,21 +198,30 @@ def to_curves(runs: Runs, source: Path | str, *, x: str, y: str, per_step: dict[
     return curves
 
 
-def _no_points(source: Path | str, run: str, steps: dict[float, dict[str, float]], x: str, y: str,
-               per_step: dict[str, float]) -> str:
+def _no_points(
+    source: Path | str, run: str, steps: dict[float, dict[str, float]], x: str, y: str, per_step: dict[str, float]
+) -> str:
     names = list(dict.fromkeys(k for s in steps.values() for k in s))
     have = set(names) | {"step"} | set(per_step)
     where = f"{source}: run '{run}'"
     if y not in have:
         return f"{where} does not log '{y}' (--y); it logs: {_shorten(names)}"
     if x not in have:
-        return (f"{where} does not log '{x}' (--x); it logs: {_shorten(names)}; pass --x step, or make compute from "
-                "steps with --samples-per-step or --gpu-hours-per-step")
+        return (
+            f"{where} does not log '{x}' (--x); it logs: {_shorten(names)}; pass --x step, or make compute from "
+            "steps with --samples-per-step or --gpu-hours-per-step"
+        )
     return f"{where} never logs a finite '{x}' and '{y}' at the same step; choose another --x (e.g. --x step)"
 
 
-def load(path: Path | str, fmt: str = "auto", *, x: str = "gpu_hours", y: str = "val_pass_rate",
-         per_step: dict[str, float] | None = None) -> list[Curve]:
+def load(
+    path: Path | str,
+    fmt: str = "auto",
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    per_step: dict[str, float] | None = None,
+) -> list[Curve]:
     """Curves from one foreign log (`fmt` one of FOREIGN, or auto: detected)."""
     p = Path(path)
     if fmt == "auto":
@@ -202,4 +235,3 @@ def load(path: Path | str, fmt: str = "auto", *, x: str = "gpu_hours", y: str = 
     except WrongFormat as e:
         raise _wrong(e.path, e.fmt, e.why) from None
     return to_curves(runs, p, x=x, y=y, per_step=per_step, fmt=fmt)
-

@@ -82,10 +82,17 @@ class ArmOutlook:
 
     def to_json(self) -> dict[str, Any]:
         """The row `ablate plan --json` writes under "arms"."""
-        row: dict[str, Any] = {"arm": self.arm, "verdict": self.verdict, "identified": self.identified,
-                               "compute_now": self.compute_now, "compute_end": self.compute_end,
-                               "running": self.running, "p_change": self.p_change, "bound": self.bound,
-                               "futures_n": self.futures_n}
+        row: dict[str, Any] = {
+            "arm": self.arm,
+            "verdict": self.verdict,
+            "identified": self.identified,
+            "compute_now": self.compute_now,
+            "compute_end": self.compute_end,
+            "running": self.running,
+            "p_change": self.p_change,
+            "bound": self.bound,
+            "futures_n": self.futures_n,
+        }
         if self.futures is not None:
             row["futures"] = self.futures
         if self.if_stopped:
@@ -121,8 +128,16 @@ def run_ends(source: Path, curves: list, x: str) -> dict[str, RunEnd]:
         x_end = x_now
         if step and max_steps and not ended and step < max_steps:
             x_end = x_now * max_steps / step
-        out[c.run] = RunEnd(run=c.run, arm=c.group or c.run, x_now=x_now, x_end=x_end, step=step,
-                            max_steps=max_steps, gpu_hours_per_x=ghx, ended=ended)
+        out[c.run] = RunEnd(
+            run=c.run,
+            arm=c.group or c.run,
+            x_now=x_now,
+            x_end=x_end,
+            step=step,
+            max_steps=max_steps,
+            gpu_hours_per_x=ghx,
+            ended=ended,
+        )
     return out
 
 
@@ -135,9 +150,16 @@ def candidates(ranking: Ranking, live: set[str]) -> set[str]:
     return {a.arm for a in ranking.arms if a.arm in live and a is not base and a.fit.identifiable}
 
 
-def running_arms(ranking: Ranking, ends: dict[str, RunEnd], n: int, seed: int, floor: NoiseFloor | None,
-                 progress: Callable[[str], None] | None = None, bound: float = SETTLED_BOUND,
-                 settle_only: bool = False) -> list[ArmOutlook]:
+def running_arms(
+    ranking: Ranking,
+    ends: dict[str, RunEnd],
+    n: int,
+    seed: int,
+    floor: NoiseFloor | None,
+    progress: Callable[[str], None] | None = None,
+    bound: float = SETTLED_BOUND,
+    settle_only: bool = False,
+) -> list[ArmOutlook]:
     """Per arm: its verdict now and whether more compute (up to its runs' max_steps) could change it, or stopping
     it now could. `settle_only`: no futures at all when no arm could be settled (the monitor's question)."""
     live = {e.arm for e in ends.values() if e.x_end > e.x_now}
@@ -145,10 +167,15 @@ def running_arms(ranking: Ranking, ends: dict[str, RunEnd], n: int, seed: int, f
     out = []
     for a in ranking.arms:
         f = fut.get(a.arm) if a.arm in live else None
-        o = ArmOutlook(arm=a.arm, verdict=planning.verdict_key(a), identified=a.fit.identifiable,
-                       compute_now=max(float(c.x[-1]) for c in a.fit.curves),
-                       compute_end=max(ends[c.run].x_end if c.run in ends else float(c.x[-1]) for c in a.fit.curves),
-                       running=a.arm in live, advice=Advice(Standing.OPEN, ""))
+        o = ArmOutlook(
+            arm=a.arm,
+            verdict=planning.verdict_key(a),
+            identified=a.fit.identifiable,
+            compute_now=max(float(c.x[-1]) for c in a.fit.curves),
+            compute_end=max(ends[c.run].x_end if c.run in ends else float(c.x[-1]) for c in a.fit.curves),
+            running=a.arm in live,
+            advice=Advice(Standing.OPEN, ""),
+        )
         if f is not None:
             o.p_change, o.bound, o.futures_n, o.futures = f["p_change"], f["bound"], f["n"], f["future"]
             o.if_stopped = f["stopped"] or None
@@ -157,8 +184,17 @@ def running_arms(ranking: Ranking, ends: dict[str, RunEnd], n: int, seed: int, f
     return out
 
 
-def _futures(ranking: Ranking, ends: dict[str, RunEnd], live: set[str], n: int, seed: int, floor: NoiseFloor | None,
-             progress: Callable[[str], None] | None, bound: float, settle_only: bool) -> dict[str, dict[str, Any]]:
+def _futures(
+    ranking: Ranking,
+    ends: dict[str, RunEnd],
+    live: set[str],
+    n: int,
+    seed: int,
+    floor: NoiseFloor | None,
+    progress: Callable[[str], None] | None,
+    bound: float,
+    settle_only: bool,
+) -> dict[str, dict[str, Any]]:
     """planning.futures per arm, with the candidates that settle stopped."""
     can = candidates(ranking, live)
     fut: dict[str, dict[str, Any]] = {}
@@ -191,17 +227,25 @@ def advice(a: Any, o: ArmOutlook, ranking: Ranking, bound: float) -> Advice:
     if base is None or not base.fit.identifiable:
         return Advice(Standing.OPEN, "the baseline's A is not identified yet: no verdict to settle")
     if ranking.floor is None:
-        return Advice(Standing.OPEN, "no seed spread measured yet (needs seeds): its verdict is not a test, so it "
-                      "cannot settle")
+        return Advice(
+            Standing.OPEN, "no seed spread measured yet (needs seeds): its verdict is not a test, so it cannot settle"
+        )
     if not (a.verdict == "equivalent" or a.practical == "material"):
-        now = (f"{a.verdict.replace('_', ' ')}, of a size not yet shown to matter ({a.practical})" if a.practical
-               in ("negligible", "unclear") and a.verdict != "inconclusive" else a.verdict.replace("_", " "))
-        return Advice(Standing.OPEN, f"{now}: only an arm shown equivalent or changed by more than the smallest "
-                      "effect that matters can settle")
+        now = (
+            f"{a.verdict.replace('_', ' ')}, of a size not yet shown to matter ({a.practical})"
+            if a.practical in ("negligible", "unclear") and a.verdict != "inconclusive"
+            else a.verdict.replace("_", " ")
+        )
+        return Advice(
+            Standing.OPEN,
+            f"{now}: only an arm shown equivalent or changed by more than the smallest effect that matters can settle",
+        )
     if o.p_change is None or o.bound is None:
         return Advice(Standing.OPEN, "no futures simulated")
-    said = (f"its verdict changed in {o.p_change * o.futures_n:.0f} of {o.futures_n} futures "
-            f"(continued, or stopped now; ≤{o.bound:.0%} at 95%)")
+    said = (
+        f"its verdict changed in {o.p_change * o.futures_n:.0f} of {o.futures_n} futures "
+        f"(continued, or stopped now; ≤{o.bound:.0%} at 95%)"
+    )
     if o.bound <= bound:
         return Advice(Standing.SETTLED, said, f"it can stop at {o.compute_now:.4g}")
     return Advice(Standing.OPEN, said, "more compute can still decide it")

@@ -31,12 +31,16 @@ def parse_overrides(overrides: Sequence[str], where: str) -> list[Any]:
             parsed = parser.parse_overrides([o])
         except HydraException as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise UserError(f"{where}: cannot parse override {o!r} ({first}); the grammar is Hydra's: key=value, "
-                            "key=a,b,c, key=range(1,4), key=choice(a,b)") from None
+            raise UserError(
+                f"{where}: cannot parse override {o!r} ({first}); the grammar is Hydra's: key=value, "
+                "key=a,b,c, key=range(1,4), key=choice(a,b)"
+            ) from None
         for p in parsed:
             if p.is_hydra_override():  # hydra.searchpath would compose files from anywhere, unchecked
-                raise UserError(f"{where}: {o!r} sets Hydra's own config; ablate composes recipes from the "
-                                "recipe's folder only: drop it")
+                raise UserError(
+                    f"{where}: {o!r} sets Hydra's own config; ablate composes recipes from the "
+                    "recipe's folder only: drop it"
+                )
         out.extend(parsed)
     return out
 
@@ -56,8 +60,10 @@ def value_text(o: Any) -> str:
     return o.get_value_element_as_str()
 
 
-SUPPORTED_SWEEPS = ("a,b,c, choice(a,b), range(start,stop[,step]) with a nonzero step, "
-                    "each optionally in sort(...), shuffle(...) or tag(...)")
+SUPPORTED_SWEEPS = (
+    "a,b,c, choice(a,b), range(start,stop[,step]) with a nonzero step, "
+    "each optionally in sort(...), shuffle(...) or tag(...)"
+)
 
 
 def sweep_size(o: Any) -> int:
@@ -80,21 +86,27 @@ def sweep_size(o: Any) -> int:
         if step.is_finite() and step != 0 and start.is_finite() and stop.is_finite():
             n = max(0, math.ceil((stop - start) / step))
             if n == 0:
-                raise UserError(f"{o.input_line}: an empty range (no value from {v.start} to {v.stop} by {v.step}); "
-                                "e.g. range(0,3) is 0,1,2")
+                raise UserError(
+                    f"{o.input_line}: an empty range (no value from {v.start} to {v.stop} by {v.step}); "
+                    "e.g. range(0,3) is 0,1,2"
+                )
             return n
         raise UserError(f"{o.input_line}: a range needs finite bounds and a nonzero step; e.g. range(0,3) is 0,1,2")
     what = type(v).__name__.replace("Sweep", "").lower() if v is not None else "this"
-    raise UserError(f"{o.input_line}: {'an' if what[0] in 'aeiou' else 'a'} {what} sweep does not expand to a list "
-                    f"of runs; supported: {SUPPORTED_SWEEPS}")
+    raise UserError(
+        f"{o.input_line}: {'an' if what[0] in 'aeiou' else 'a'} {what} sweep does not expand to a list "
+        f"of runs; supported: {SUPPORTED_SWEEPS}"
+    )
 
 
 def check_runs(n: int, what: str) -> None:
     """Refuse a sweep of more than MAX_RUNS runs before anything is expanded."""
     if n > MAX_RUNS:
         count = f"{n:,}" if n < 10**12 else f"about {n:.1e}"
-        raise UserError(f"{what} expands to {count} runs, more than the {MAX_RUNS:,} a sweep may have; "
-                        "narrow its axes or seeds (or split it into several sweeps)")
+        raise UserError(
+            f"{what} expands to {count} runs, more than the {MAX_RUNS:,} a sweep may have; "
+            "narrow its axes or seeds (or split it into several sweeps)"
+        )
 
 
 def sweep_values(o: Any) -> list[str]:
@@ -107,6 +119,8 @@ def sweep_values(o: Any) -> list[str]:
     try:
         texts = list(o.sweep_string_iterator())
     except (HydraException, ValueError, TypeError, ArithmeticError) as e:
-        raise UserError(f"{o.input_line}: cannot expand ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-                        f"supported: {SUPPORTED_SWEEPS}") from None
+        raise UserError(
+            f"{o.input_line}: cannot expand ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+            f"supported: {SUPPORTED_SWEEPS}"
+        ) from None
     return [value_text(parse_overrides([f"{key}={v}"], "sweep")[0]) for v in texts]

@@ -73,7 +73,7 @@ def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
             raise UserError(f"{path} is not a directory; give a directory for the sweep or run")
         why = _foreign(path, st)
         if why:
-            fix = (f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "use a directory of your own")
+            fix = f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "use a directory of your own"
             raise UserError(f"{why}, so others could plant files ablate loads: {fix} (--root / --out)")
         where = path.parent
     if not chain:
@@ -82,9 +82,11 @@ def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
         st = os.stat(p)
         open_bits = _others_write(st, 0o022 if i == 0 else 0o002)
         if open_bits and not st.st_mode & stat.S_ISVTX:
-            raise UserError(f"{p} can be written by {_writers(open_bits)} and has no sticky bit, so "
-                            f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
-                            "directory of your own (--root / --out)")
+            raise UserError(
+                f"{p} can be written by {_writers(open_bits)} and has no sticky bit, so "
+                f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
+                "directory of your own (--root / --out)"
+            )
 
 
 def private_problem(path: Path | str) -> str | None:

@@ -42,63 +42,151 @@ def _median(values) -> float | None:
     return float(np.median(v)) if v else None
 
 
-def plan_measured(source: Path, *, x: str, baseline: str | None, to: float | None, noise: Path | None,
-                  questions: list[str], delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
-                  n_futures: int, progress: Callable[[str], None] | None, fmt: str = "auto", run: str | None = "run",
-                  group: str | None = None, engine: str = "fast", min_effect: MinEffect | None = None) -> PlanResult:
+def plan_measured(
+    source: Path,
+    *,
+    x: str,
+    baseline: str | None,
+    to: float | None,
+    noise: Path | None,
+    questions: list[str],
+    delta_a: float,
+    ratio: float,
+    goal: float,
+    trials: int,
+    seed: int,
+    jobs: int,
+    n_futures: int,
+    progress: Callable[[str], None] | None,
+    fmt: str = "auto",
+    run: str | None = "run",
+    group: str | None = None,
+    engine: str = "fast",
+    min_effect: MinEffect | None = None,
+) -> PlanResult:
     """A plan from measured curves (a sweep directory or any input `rank` reads). `engine`: planning.ENGINES."""
     from ablate.curves import load_inputs
 
     curves, skipped = load_inputs([source], x=x, fmt=fmt, run=run, group=group)
-    ends = run_ends(source, curves, x) if source.is_dir() else {
-        c.run: RunEnd(c.run, c.group or c.run, float(c.x[-1]), float(c.x[-1]), None, None, None, True) for c in curves}
+    ends = (
+        run_ends(source, curves, x)
+        if source.is_dir()
+        else {
+            c.run: RunEnd(c.run, c.group or c.run, float(c.x[-1]), float(c.x[-1]), None, None, None, True)
+            for c in curves
+        }
+    )
     budget = max(e.x_end for e in ends.values())
     target = to if to is not None else 2.0 * budget
     floor = None if noise is None else NoiseFloor.load(noise)
     if progress:
         progress(f"fitting {len(curves)} runs")
-    ranking = rank(curves, FitOptions(n_boot=200, target=target, seed=seed), baseline=baseline, noise=floor, x=x,
-                   not_fitted=skipped, min_effect=min_effect)
+    ranking = rank(
+        curves,
+        FitOptions(n_boot=200, target=target, seed=seed),
+        baseline=baseline,
+        noise=floor,
+        x=x,
+        not_fitted=skipped,
+        min_effect=min_effect,
+    )
     seeds = max((a.seeds for a in ranking.arms), default=1)
     steps_per_x = _median(e.step / e.x_now for e in ends.values() if e.step and e.x_now > 0)
     ghx = 1.0 if x == "gpu_hours" else _median(e.gpu_hours_per_x for e in ends.values())
-    model = planning.from_ranking(ranking, budget=budget, seeds=seeds, gpu_hours_per_x=ghx, steps_per_x=steps_per_x,
-                                  source=f"measured on {source}", seed=seed)
-    designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
-                               jobs=jobs, noise=floor, to=to, progress=progress, engine=engine,
-                               min_effect=min_effect) for q in questions]
+    model = planning.from_ranking(
+        ranking,
+        budget=budget,
+        seeds=seeds,
+        gpu_hours_per_x=ghx,
+        steps_per_x=steps_per_x,
+        source=f"measured on {source}",
+        seed=seed,
+    )
+    designs = [
+        planning.design(
+            model,
+            q,
+            delta_a=delta_a,
+            ratio=ratio,
+            goal=goal,
+            trials=trials,
+            seed=seed,
+            jobs=jobs,
+            noise=floor,
+            to=to,
+            progress=progress,
+            engine=engine,
+            min_effect=min_effect,
+        )
+        for q in questions
+    ]
     arms = [o.to_json() for o in running_arms(ranking, ends, n_futures, seed, floor, progress)]
     return PlanResult(model=model, designs=designs, arms=arms, ranking=ranking)
 
 
-def plan_from_file(sweep_file: Path, overrides: list[str], calibration: Path | None, *, questions: list[str],
-                   delta_a: float, ratio: float, goal: float, trials: int, seed: int, jobs: int,
-                   progress: Callable[[str], None] | None, noise: Path | None,
-                   to: float | None = None, engine: str = "fast", min_effect: MinEffect | None = None) -> PlanResult:
+def plan_from_file(
+    sweep_file: Path,
+    overrides: list[str],
+    calibration: Path | None,
+    *,
+    questions: list[str],
+    delta_a: float,
+    ratio: float,
+    goal: float,
+    trials: int,
+    seed: int,
+    jobs: int,
+    progress: Callable[[str], None] | None,
+    noise: Path | None,
+    to: float | None = None,
+    engine: str = "fast",
+    min_effect: MinEffect | None = None,
+) -> PlanResult:
     """A plan before any run: the sweep file says how many arms and steps, a stored calibration the rest."""
     from ablate.sweep import load_sweep
 
     sweep = load_sweep(sweep_file, overrides)
     if calibration is None:
-        raise UserError(f"{sweep_file}: a sweep file has no measurements yet; give --calibration FILE (written by "
-                        "`ablate plan SWEEP_DIR --save-calibration FILE` on a sweep of the same task that ran with "
-                        "seeds), or plan from a sweep directory")
+        raise UserError(
+            f"{sweep_file}: a sweep file has no measurements yet; give --calibration FILE (written by "
+            "`ablate plan SWEEP_DIR --save-calibration FILE` on a sweep of the same task that ran with "
+            "seeds), or plan from a sweep directory"
+        )
     model = planning.TaskModel.load(calibration)
     model.arms = len(sweep.arms)
     max_steps = max(r.config.train.max_steps for r in sweep.runs)
     if model.steps_per_x:
         model.budget = max_steps / model.steps_per_x
         if not planning.MIN_SCALE <= model.budget <= planning.MAX_SCALE:
-            raise UserError(f"--calibration {calibration}: steps_per_x {model.steps_per_x:g} makes {max_steps} steps "
-                            f"a compute of {model.budget:g} {model.x}, outside [{planning.MIN_SCALE:g}, "
-                            f"{planning.MAX_SCALE:g}]; write the calibration again with `ablate plan SWEEP_DIR "
-                            "--save-calibration FILE`")
+            raise UserError(
+                f"--calibration {calibration}: steps_per_x {model.steps_per_x:g} makes {max_steps} steps "
+                f"a compute of {model.budget:g} {model.x}, outside [{planning.MIN_SCALE:g}, "
+                f"{planning.MAX_SCALE:g}]; write the calibration again with `ablate plan SWEEP_DIR "
+                "--save-calibration FILE`"
+            )
     else:
-        model.notes.append(f"the calibration has no steps per unit of {model.x}: the budget is the calibrated "
-                           f"sweep's ({model.budget:.4g}), not this file's max_steps {max_steps}")
+        model.notes.append(
+            f"the calibration has no steps per unit of {model.x}: the budget is the calibrated "
+            f"sweep's ({model.budget:.4g}), not this file's max_steps {max_steps}"
+        )
     model.source = f"{calibration} ({model.source})"
     floor = None if noise is None else NoiseFloor.load(noise)
-    designs = [planning.design(model, q, delta_a=delta_a, ratio=ratio, goal=goal, trials=trials, seed=seed,
-                               jobs=jobs, noise=floor, to=to, progress=progress, engine=engine,
-                               min_effect=min_effect) for q in questions]
+    designs = [
+        planning.design(
+            model,
+            q,
+            delta_a=delta_a,
+            ratio=ratio,
+            goal=goal,
+            trials=trials,
+            seed=seed,
+            jobs=jobs,
+            noise=floor,
+            to=to,
+            progress=progress,
+            engine=engine,
+            min_effect=min_effect,
+        )
+        for q in questions
+    ]
     return PlanResult(model=model, designs=designs)

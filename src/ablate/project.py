@@ -30,8 +30,10 @@ def init_project(folder: Path | str) -> list[Path]:
     pairs = _planned(folder)
     taken = next((dst for _, dst in pairs if dst.exists()), None)
     if taken is not None:
-        raise UserError(f"{taken}: already exists; ablate init writes only new files: move it away, or give "
-                        "another folder (ablate init DIR)")
+        raise UserError(
+            f"{taken}: already exists; ablate init writes only new files: move it away, or give "
+            "another folder (ablate init DIR)"
+        )
     for src, dst in pairs:
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(src.read_bytes())

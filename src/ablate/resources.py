@@ -41,8 +41,10 @@ def find_recipe(path: Path | str) -> tuple[Path, str]:
         packaged = RECIPES_DIR / inside
         if packaged.resolve().is_relative_to(RECIPES_DIR.resolve()) and packaged.is_file():
             return packaged, PACKAGED
-    raise UserError(f"{given}: no such file (in your folder or among ablate's packaged recipes); check the path, "
-                    "or run `ablate init` for a copy of the recipes to edit")
+    raise UserError(
+        f"{given}: no such file (in your folder or among ablate's packaged recipes); check the path, "
+        "or run `ablate init` for a copy of the recipes to edit"
+    )
 
 
 def profile_names() -> list[str]:

@@ -32,8 +32,10 @@ ENDED_BADLY = frozenset({RunState.FAILED, RunState.DIVERGED})
 def _metric(rd: RunDir, line: int, name: str, v: Any) -> float:
     """The value of a metric on line `line` of metrics.jsonl, as a float; a UserError naming the line otherwise."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise UserError(f"{rd.metrics_path}:{line}: '{name}' is {'null' if v is None else show(v)}, not a number; "
-                        "fix or delete that line")
+        raise UserError(
+            f"{rd.metrics_path}:{line}: '{name}' is {'null' if v is None else show(v)}, not a number; "
+            "fix or delete that line"
+        )
     try:
         return float(v)
     except OverflowError:
@@ -73,7 +75,7 @@ def _ids_of_text(text: str) -> tuple[str, str, Any] | None:
     m = _SEED_LINE.search(text)
     if m is not None:
         seed_doc = _load_mapping(m.group(0))
-        arm_cfg, aid = _arm_of_text(text[:m.start()] + text[m.end():])
+        arm_cfg, aid = _arm_of_text(text[: m.start()] + text[m.end() :])
         if arm_cfg is not None and isinstance(seed_doc, dict) and set(seed_doc) == {"seed"}:
             cfg = {**arm_cfg, "seed": seed_doc["seed"]}
             return run_id(cfg), str(aid), cfg["seed"]
@@ -104,22 +106,28 @@ def config_ids(rd: RunDir) -> tuple[str, str, Any] | None:
     except UserError:
         raise
     except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: can't read the run's config ({getattr(e, 'strerror', None) or type(e).__name__}); "
-                        "restore it or move the run directory out of the sweep") from None
+        raise UserError(
+            f"{path}: can't read the run's config ({getattr(e, 'strerror', None) or type(e).__name__}); "
+            "restore it or move the run directory out of the sweep"
+        ) from None
     try:
         if "*" in text:  # an alias (the trainer writes none): no expanding a planted alias bomb
             check_yaml(text, str(path))
         ids = _ids_of_text(text)
     except RecursionError:
-        raise UserError(f"{path}: nested too deeply to be a run config; restore it or move the run directory out of "
-                        "the sweep") from None
+        raise UserError(
+            f"{path}: nested too deeply to be a run config; restore it or move the run directory out of the sweep"
+        ) from None
     except (_BadYaml, yaml.YAMLError) as e:
         line = getattr(e, "line", None)
-        raise UserError(f"{path}{'' if line is None else f':{line}'}: not valid YAML; restore the run's config "
-                        "or move the run directory out of the sweep") from None
+        raise UserError(
+            f"{path}{'' if line is None else f':{line}'}: not valid YAML; restore the run's config "
+            "or move the run directory out of the sweep"
+        ) from None
     if ids is None:
-        raise UserError(f"{path}: not a run config (a YAML mapping); restore it or move the run directory out of "
-                        "the sweep")
+        raise UserError(
+            f"{path}: not a run config (a YAML mapping); restore it or move the run directory out of the sweep"
+        )
     return ids
 
 
@@ -130,19 +138,24 @@ def _check_ids(rd: RunDir, info: RunInfo, ids: tuple[str, str, Any]) -> None:
     fix = "restore its run.json, or move the directory out of the sweep"
     said = info.raw.get("arm_id")
     if isinstance(said, str) and said != cfg_arm:
-        raise UserError(f"{rd.path}: run.json says arm {said} ({info.label or 'no label'}) but its config.yaml is arm "
-                        f"{cfg_arm}; {fix}")
+        raise UserError(
+            f"{rd.path}: run.json says arm {said} ({info.label or 'no label'}) but its config.yaml is arm "
+            f"{cfg_arm}; {fix}"
+        )
     said = info.raw.get("run_id")
     if isinstance(said, str) and said != cfg_run:
-        raise UserError(f"{rd.path}: run.json says run {said} ({info.label or 'no label'}) but its config.yaml is run "
-                        f"{cfg_run}; {fix}")
+        raise UserError(
+            f"{rd.path}: run.json says run {said} ({info.label or 'no label'}) but its config.yaml is run "
+            f"{cfg_run}; {fix}"
+        )
     seeds = [p.split("=", 1)[1].strip() for p in info.label.split(",") if p.strip().startswith("seed=")]
     if seeds and not (isinstance(cfg_seed, int) and not isinstance(cfg_seed, bool) and seeds[-1] == str(cfg_seed)):
         raise UserError(f"{rd.path}: run.json labels it {info.label!r} but its config.yaml has seed={cfg_seed}; {fix}")
 
 
-def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
-                       y: str = "val_pass_rate") -> tuple[Curve | None, dict[str, Any]]:
+def curve_from_run_dir(
+    run_dir: RunDir | Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate"
+) -> tuple[Curve | None, dict[str, Any]]:
     """One run directory's curve with its meta, or (None, meta with the `reason` it can't be fitted).
 
     meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points) and, for a
@@ -158,9 +171,15 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
     if ids is not None:
         _check_ids(rd, info, ids)
     label = info.label or rd.path.name
-    meta: dict[str, Any] = {"run_id": info.run_id, "arm_id": info.arm_id if ids is None else ids[1], "label": label,
-                            "arm": info.arm if info.label else label, "status": info.status,
-                            "baseline": info.baseline, "partial": info.status in PARTIAL}
+    meta: dict[str, Any] = {
+        "run_id": info.run_id,
+        "arm_id": info.arm_id if ids is None else ids[1],
+        "label": label,
+        "arm": info.arm if info.label else label,
+        "status": info.status,
+        "baseline": info.baseline,
+        "partial": info.status in PARTIAL,
+    }
     if info.status in ENDED_BADLY:
         return None, {**meta, "reason": info.why()}
     lines = rd.metric_lines()
@@ -170,9 +189,12 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
     for name, flag in ((y, "--y"), (x, "--x")):
         if not any(name in r for r in recs):
             present = _metric_names(recs)
-            return None, {**meta, "_missing": (name, flag, present),
-                          "reason": f"the metric '{name}' is not in {rd.metrics_path}; it has: {', '.join(present)} "
-                                    f"(choose with {flag})"}
+            return None, {
+                **meta,
+                "_missing": (name, flag, present),
+                "reason": f"the metric '{name}' is not in {rd.metrics_path}; it has: {', '.join(present)} "
+                f"(choose with {flag})",
+            }
     xs, ys, rec_index, ns = [], [], [], []
     for ln, r in lines:
         if y not in r or (x not in r and r.get("step") != 0):
@@ -183,8 +205,10 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
         v = r.get(VAL_N)
         ns.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else np.nan)
     xa, ya, na, la = np.array(xs), np.array(ys), np.array(ns), np.array(rec_index)
-    for vals, bad, what in ((ya, (ya < 0) | (ya > 1), f"'{y}' is outside [0, 1]; --y must name a pass rate"),
-                            (xa, xa < 0, f"'{x}' is negative; --x must name a compute axis")):
+    for vals, bad, what in (
+        (ya, (ya < 0) | (ya > 1), f"'{y}' is outside [0, 1]; --y must name a pass rate"),
+        (xa, xa < 0, f"'{x}' is negative; --x must name a compute axis"),
+    ):
         if bad.any():  # NaN compares False: dropped below, as a run may log one when it diverges
             k = int(np.argmax(bad))
             raise UserError(f"{rd.metrics_path}:{rec_index[k]}: {vals[k]:g} in {what}")
@@ -194,8 +218,11 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
     if xa.size == 0:
         return None, {**meta, "reason": f"no evaluation with a finite '{x}' and '{y}' yet ({rd.metrics_path})"}
     keep = np.concatenate([[True], np.diff(xa) > 0])  # a resumed run never logs a step twice; be safe
-    trunc = [r["truncation_rate"] for r in recs
-             if isinstance(r.get("truncation_rate"), (int, float)) and not isinstance(r.get("truncation_rate"), bool)]
+    trunc = [
+        r["truncation_rate"]
+        for r in recs
+        if isinstance(r.get("truncation_rate"), (int, float)) and not isinstance(r.get("truncation_rate"), bool)
+    ]
     meta["truncation_warning"] = info.truncation_warning or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
     meta["end"] = _compute_at(dict(lines)[int(la[keep][-1])])
     n = na[keep] if np.all(np.isfinite(na[keep])) else None  # older runs did not log val_n: estimated then
@@ -206,5 +233,8 @@ def curve_from_run_dir(run_dir: RunDir | Path | str, *, x: str = "gpu_hours",
 def _compute_at(rec: dict[str, Any]) -> dict[str, float]:
     """Every compute axis a metrics record logs, as floats: what the run had spent at that evaluation on each axis
     (defaults.wall_clock_note compares the seeds' gpu_hours per sample at their last point)."""
-    return {a: float(rec[a]) for a in COMPUTE_AXES
-            if isinstance(rec.get(a), (int, float)) and not isinstance(rec.get(a), bool) and math.isfinite(rec[a])}
+    return {
+        a: float(rec[a])
+        for a in COMPUTE_AXES
+        if isinstance(rec.get(a), (int, float)) and not isinstance(rec.get(a), bool) and math.isfinite(rec[a])
+    }

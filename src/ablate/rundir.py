@@ -68,7 +68,6 @@ COMPUTE_AXES = ("gpu_hours", "flops", "samples", "step")
 TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
 
 
-
 @dataclass(frozen=True)
 class StopRequest:
     """What `<run>/stop.json` asks: end the run in `state` (pruned or unstable), for `reason`."""
@@ -169,8 +168,10 @@ class RunDir:
         """While this process holds the writer lock: raise DirectoryGone when the directory it locked is no longer
         at its path (removed, or removed and created again by another sweep), so nothing lands in another's files."""
         if self._lock is not None and not self._lock.still_at(self.path):
-            raise DirectoryGone(f"{self.path} was removed or replaced while this run was writing into it; the run "
-                                "stopped without writing more (start it again to train into the new directory)")
+            raise DirectoryGone(
+                f"{self.path} was removed or replaced while this run was writing into it; the run "
+                "stopped without writing more (start it again to train into the new directory)"
+            )
 
     def _update(self, **fields: Any) -> bool:
         """Write `fields` into run.json; False (nothing written) for a state change out of a FINISHED run by
@@ -195,13 +196,36 @@ class RunDir:
         store.update_json(self.at(self.info_path), **fields)
         return True
 
-    def submitted(self, *, run_id: str, arm_id: str, label: str, sweep: str, overrides: list[str], baseline: bool,
-                  executor: str, batch: str) -> bool:
+    def submitted(
+        self,
+        *,
+        run_id: str,
+        arm_id: str,
+        label: str,
+        sweep: str,
+        overrides: list[str],
+        baseline: bool,
+        executor: str,
+        batch: str,
+    ) -> bool:
         """The launcher handed the run to an executor: pending, with who it is (error and cause cleared). False
         for a FINISHED run (nothing written): its job then finds it finished and records that instead of running."""
-        return self._update(run_id=run_id, arm_id=arm_id, label=label, sweep=sweep, overrides=overrides,
-                            baseline=baseline, status=RunState.PENDING, executor=executor, batch=batch, job_id=None,
-                            submitted_at=time.time(), error=None, cause=None, reason=None)
+        return self._update(
+            run_id=run_id,
+            arm_id=arm_id,
+            label=label,
+            sweep=sweep,
+            overrides=overrides,
+            baseline=baseline,
+            status=RunState.PENDING,
+            executor=executor,
+            batch=batch,
+            job_id=None,
+            submitted_at=time.time(),
+            error=None,
+            cause=None,
+            reason=None,
+        )
 
     def job(self, **facts: Any) -> None:
         """Facts about the job that runs (or will run) it: job_id, job_logs, host, attempt. No state change."""
@@ -210,8 +234,15 @@ class RunDir:
     def started(self, **facts: Any) -> bool:
         """A process started training it (facts: pid, device, params, resumed_from, ...). False for a FINISHED run
         unless this process holds the writer lock (a job's launcher side claims no finished run)."""
-        return self._update(status=RunState.RUNNING, started_at=time.time(), host=socket.gethostname(), error=None,
-                            cause=None, reason=None, **facts)
+        return self._update(
+            status=RunState.RUNNING,
+            started_at=time.time(),
+            host=socket.gethostname(),
+            error=None,
+            cause=None,
+            reason=None,
+            **facts,
+        )
 
     def progress(self, **facts: Any) -> None:
         """An evaluation was written (step, val_pass_rate, r0, samples, gpu_hours) or a warning raised."""
@@ -250,8 +281,14 @@ class RunDir:
         """Before a rank exits on an error (or a divergence it found alone), say so: rank, status, the error's
         class, message and traceback, when, where. Written before the process closes its sockets, so a peer that
         sees the broken collective finds it. A failed write is dropped: the rank's log still has the error."""
-        rec = {"rank": rank, "status": status, **error_record(exc), "time": time.time(),
-               "host": socket.gethostname(), "pid": os.getpid()}
+        rec = {
+            "rank": rank,
+            "status": status,
+            **error_record(exc),
+            "time": time.time(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
         with contextlib.suppress(OSError):
             store.write_json(self._make(self.logs_dir) / f"rank-{rank}.failed.json", rec)
 
@@ -297,8 +334,9 @@ class RunDir:
                 if i == len(raw):
                     continue  # the torn tail of a crash mid-append
                 what = "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not valid JSON"
-                raise UserError(f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that "
-                                "line") from None
+                raise UserError(
+                    f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that line"
+                ) from None
             if not isinstance(rec, dict):
                 raise UserError(f"{self.metrics_path}:{i}: expected a JSON object per line, got {type(rec).__name__}")
             out.append((i, rec))
@@ -358,8 +396,11 @@ class RunDir:
         """Rewrite metrics.jsonl (atomically) keeping the records with step <= `step`: lines written after a
         checkpoint belong to work a resumed run redoes. Damaged lines are dropped too. Returns what was kept."""
         self.guard()
-        kept = [r for r in store.read_jsonl(self.at(self.metrics_path))
-                if isinstance(r.get("step"), int) and r["step"] <= step]
+        kept = [
+            r
+            for r in store.read_jsonl(self.at(self.metrics_path))
+            if isinstance(r.get("step"), int) and r["step"] <= step
+        ]
         store.write_jsonl(self.at(self.metrics_path), kept)
         if self.tensorboard:  # the mirror follows at once, even if this attempt ends before its first line
             self._open_tensorboard(purge_from=step + 1)
@@ -381,8 +422,9 @@ class RunDir:
                         holder = f.read().strip()
                 except OSError:
                     holder = "another process"
-                raise UserError(f"{self.path} is being written by {holder}; wait for that run to end, "
-                                "or give another directory")
+                raise UserError(
+                    f"{self.path} is being written by {holder}; wait for that run to end, or give another directory"
+                )
             for folder in (self.ckpt_dir, self.logs_dir, self.tb_dir):  # the trainer's folders: no link either
                 self.at(folder)
             with contextlib.suppress(OSError):

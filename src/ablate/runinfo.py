@@ -88,9 +88,20 @@ class RunInfo:
             return v if isinstance(v, kind) and not (kind is int and isinstance(v, bool)) else default
 
         err = get("error", dict)
-        return cls(run_id=get("run_id", str, default_id), arm_id=get("arm_id", str), label=get("label", str, ""),
-                   sweep=get("sweep", str), overrides=[str(o) for o in get("overrides", list, [])],
-                   baseline=get("baseline", bool, False), status=get("status", str, "unknown"),
-                   cause=get("cause", str), error=err, reason=get("reason", str), step=get("step", int),
-                   max_steps=get("max_steps", int), val_pass_rate=get("val_pass_rate", (int, float)),
-                   truncation_warning=get("truncation_warning", bool, False), raw=d)
+        return cls(
+            run_id=get("run_id", str, default_id),
+            arm_id=get("arm_id", str),
+            label=get("label", str, ""),
+            sweep=get("sweep", str),
+            overrides=[str(o) for o in get("overrides", list, [])],
+            baseline=get("baseline", bool, False),
+            status=get("status", str, "unknown"),
+            cause=get("cause", str),
+            error=err,
+            reason=get("reason", str),
+            step=get("step", int),
+            max_steps=get("max_steps", int),
+            val_pass_rate=get("val_pass_rate", (int, float)),
+            truncation_warning=get("truncation_warning", bool, False),
+            raw=d,
+        )

@@ -37,8 +37,10 @@ MAX_YAML_NODES = 10_000
 nodes; OmegaConf builds ~10k nodes in well under a second and a few tens of MB, while nine levels of ten aliases
 (a billion laughs) would be 10^9 nodes. A file without aliases is as large as it is written and is not limited."""
 
-ONLY_KEYS = ("recipes may interpolate other keys by name (${batch.prompts}) but not call resolvers such as "
-              "${oc.env:...}: write the value itself")
+ONLY_KEYS = (
+    "recipes may interpolate other keys by name (${batch.prompts}) but not call resolvers such as "
+    "${oc.env:...}: write the value itself"
+)
 
 
 def interpolation_problem(text: str) -> str | None:
@@ -58,8 +60,13 @@ def interpolation_problem(text: str) -> str | None:
         tree = grammar_parser.parse(text, parser_rule="configValue")
     except GrammarParseError:
         return "is not a plain interpolation of a key"
-    allowed = (G.ConfigValueContext, G.TextContext, G.InterpolationContext, G.InterpolationNodeContext,
-               G.ConfigKeyContext)
+    allowed = (
+        G.ConfigValueContext,
+        G.TextContext,
+        G.InterpolationContext,
+        G.InterpolationNodeContext,
+        G.ConfigKeyContext,
+    )
     todo = [tree]
     while todo:
         t = todo.pop()
@@ -163,8 +170,10 @@ def check_yaml(text: str, where: str) -> Any:
     except RecursionError:
         raise UserError(f"{where}: YAML nested too deeply to read") from None
     if expanded > cap:
-        raise UserError(f"{where}: its YAML aliases (*name) expand it past {MAX_YAML_NODES:,} more nodes than it "
-                        "holds; write the values out instead of repeating anchors")
+        raise UserError(
+            f"{where}: its YAML aliases (*name) expand it past {MAX_YAML_NODES:,} more nodes than it "
+            "holds; write the values out instead of repeating anchors"
+        )
     return root
 
 
@@ -193,8 +202,10 @@ def check_recipe_file(path: Path, data: bytes) -> None:
         return
     hydra_node = isinstance(root, yaml.MappingNode) and any(k.value == "hydra" for k, _ in root.value)
     if hydra_node or re.search(r"^#\s*@package\s+.*\bhydra\b", data.decode("utf-8"), re.M):
-        raise UserError(f"{path}: sets Hydra's own config (`hydra:`, e.g. a searchpath that would compose files from "
-                        "anywhere); ablate composes recipes from this folder only: drop it")
+        raise UserError(
+            f"{path}: sets Hydra's own config (`hydra:`, e.g. a searchpath that would compose files from "
+            "anywhere); ablate composes recipes from this folder only: drop it"
+        )
     todo = [root] if root is not None else []
     seen: set[int] = set()
     while todo:

@@ -32,17 +32,28 @@ class TaskConfig:
     path: str | None = _f(None, "jsonl: path of the JSONL file (one problem per line)")
     reward: str = _f("binary", "binary (1/0) | signed (+1/-1)", choices=("binary", "signed"))
     digits: int | None = _f(None, "synthetic_math: digits per operand", ge=1)
-    digits_min: int | None = _f(None, "synthetic_math: shortest operand (null = digits); shorter ones are zero-padded: "
-                                      "mixed difficulty", ge=1)
-    train_size: int | None = _f(None, "synthetic_math: training problems (null = 20000); the pool "
-                                      "no-positive-resampling draws from", ge=1)
-    unseen_frac: float = _f(0.0, "synthetic_math: share of subtraction problems, which the warm-up never teaches: out "
-                             "of the policy's reach, they cap the pass rate below 1", ge=0.0, lt=1.0)
-    data_seed: int = _f(1234, "seed of the task's data split (not the run's seed: every run of a sweep sees the same "
-                              "splits)",
-                        ge=0, le=SEED_MAX)
-    val_path: str | None = _f(None, "jsonl: a separate validation file (null = the first train.val_size rows after a "
-                                    "fixed shuffle)")
+    digits_min: int | None = _f(
+        None, "synthetic_math: shortest operand (null = digits); shorter ones are zero-padded: mixed difficulty", ge=1
+    )
+    train_size: int | None = _f(
+        None, "synthetic_math: training problems (null = 20000); the pool no-positive-resampling draws from", ge=1
+    )
+    unseen_frac: float = _f(
+        0.0,
+        "synthetic_math: share of subtraction problems, which the warm-up never teaches: out "
+        "of the policy's reach, they cap the pass rate below 1",
+        ge=0.0,
+        lt=1.0,
+    )
+    data_seed: int = _f(
+        1234,
+        "seed of the task's data split (not the run's seed: every run of a sweep sees the same splits)",
+        ge=0,
+        le=SEED_MAX,
+    )
+    val_path: str | None = _f(
+        None, "jsonl: a separate validation file (null = the first train.val_size rows after a fixed shuffle)"
+    )
 
 
 @dataclass(frozen=True)
@@ -52,14 +63,19 @@ class RolloutConfig:
     name: str = _f("torch", "torch | vllm", choices=("torch", "vllm"))
     temperature: float = _f(1.0, "sampling temperature for training rollouts and evaluation", gt=0.0)
     # vLLM engine settings (rollout=vllm only; train/rollout_vllm.py). The LM head always follows `precision`.
-    dtype: str = _f("auto", "vllm: engine body dtype (auto = the policy's, float32 here; bfloat16 on GPUs)",
-                    choices=("auto", "float32", "bfloat16", "float16"))
+    dtype: str = _f(
+        "auto",
+        "vllm: engine body dtype (auto = the policy's, float32 here; bfloat16 on GPUs)",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
     kv_cache_mb: int = _f(256, "vllm: KV-cache cap in MiB (uncapped vLLM takes ~90% of memory)", ge=1, hash=False)
-    gpu_memory_utilization: float = _f(0.3, "vllm on GPU: share of GPU memory the engine may take", gt=0.0, le=1.0,
-                                       hash=False)
+    gpu_memory_utilization: float = _f(
+        0.3, "vllm on GPU: share of GPU memory the engine may take", gt=0.0, le=1.0, hash=False
+    )
     enforce_eager: bool = _f(True, "vllm: no CUDA graphs/compilation (fast start); false for long GPU runs", hash=False)
-    max_model_len: int | None = _f(None, "vllm: prompt + completion cap (null = the model's max positions)", ge=1,
-                                   hash=False)
+    max_model_len: int | None = _f(
+        None, "vllm: prompt + completion cap (null = the model's max positions)", ge=1, hash=False
+    )
 
 
 @dataclass(frozen=True)
@@ -72,10 +88,14 @@ class OptimConfig:
     weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
     eps: float | None = _f(None, "AdamW epsilon (null = PyTorch's 1e-8; the paper: 1e-15)", gt=0.0)
     grad_clip: float = _f(1.0, "max gradient norm", gt=0.0)
-    lr_warmup_steps: int = _f(100, "linear learning-rate warm-up over the first RL steps (Adam's first, bias-corrected "
-                              "steps are full-size)", ge=0)
-    micro_batch: int | None = _f(None, "completions per backward pass (null = whole step); never changes the gradient",
-                                 ge=1, hash=False)
+    lr_warmup_steps: int = _f(
+        100,
+        "linear learning-rate warm-up over the first RL steps (Adam's first, bias-corrected steps are full-size)",
+        ge=0,
+    )
+    micro_batch: int | None = _f(
+        None, "completions per backward pass (null = whole step); never changes the gradient", ge=1, hash=False
+    )
 
 
 @dataclass(frozen=True)
@@ -86,8 +106,13 @@ class WarmupConfig:
     max_steps: int = _f(2000, "upper bound on warm-up steps", ge=0)
     lr: float = _f(1e-3, "warm-up learning rate", gt=0.0)
     batch: int = _f(64, "warm-up batch size", ge=1)
-    target_pass_rate: float = _f(0.55, "stop once the pass rate on the problems the warm-up teaches reaches this (R0 "
-                                 "on the mixed validation split is lower when task.unseen_frac > 0)", ge=0.0, le=1.0)
+    target_pass_rate: float = _f(
+        0.55,
+        "stop once the pass rate on the problems the warm-up teaches reaches this (R0 "
+        "on the mixed validation split is lower when task.unseen_frac > 0)",
+        ge=0.0,
+        le=1.0,
+    )
     check_every: int = _f(25, "check the stop criterion every this many steps", ge=1)
 
 
@@ -101,13 +126,26 @@ class TrainConfig:
     eval_k: int = _f(4, "completions per validation prompt (mean@k)", ge=1)
     val_size: int = _f(200, "held-out validation prompts", ge=1)
     checkpoint_every: int = _f(100, "save a checkpoint every this many steps", ge=1)
-    device: str = _f("auto", "where the policy trains and the torch sampler runs: cpu | cuda | auto (cuda when "
-                             "visible)", choices=("auto", "cpu", "cuda"), hash=False)
-    sharding: str = _f("ddp", "how data-parallel ranks hold the policy (resources.nproc x nodes > 1): ddp = a whole "
-                       "copy on every rank, gradients all-reduced; fsdp = parameters, gradients and optimizer state "
-                       "sharded (FSDP2), whole weights kept only for generation", choices=("ddp", "fsdp"), hash=False)
-    tensorboard: bool = _f(False, "also write every metrics line to TensorBoard event files in the run's tb/ "
-                           "(`ablate train|sweep --tensorboard`)", hash=False)
+    device: str = _f(
+        "auto",
+        "where the policy trains and the torch sampler runs: cpu | cuda | auto (cuda when visible)",
+        choices=("auto", "cpu", "cuda"),
+        hash=False,
+    )
+    sharding: str = _f(
+        "ddp",
+        "how data-parallel ranks hold the policy (resources.nproc x nodes > 1): ddp = a whole "
+        "copy on every rank, gradients all-reduced; fsdp = parameters, gradients and optimizer state "
+        "sharded (FSDP2), whole weights kept only for generation",
+        choices=("ddp", "fsdp"),
+        hash=False,
+    )
+    tensorboard: bool = _f(
+        False,
+        "also write every metrics line to TensorBoard event files in the run's tb/ "
+        "(`ablate train|sweep --tensorboard`)",
+        hash=False,
+    )
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
 
 
@@ -116,28 +154,49 @@ class TrainerConfig:
     """Which trainer runs the recipe: ablate's own, or Hugging Face TRL's `GRPOTrainer` with the recipe mapped onto
     its `GRPOConfig` (train/trl_backend.py; what each supports: docs/trainers.md, `ablate show --trainers`)."""
 
-    name: str = _f("ablate", "ablate (the built-in trainer) | trl (TRL's GRPOTrainer; pip install '.[trl]')",
-                   choices=("ablate", "trl"), hash="unless_default")
-    vllm_mode: str = _f("colocate", "trl with rollout=vllm: colocate (an engine inside the trainer process) | server "
-                        "(a separate `trl vllm-serve` process)", choices=("colocate", "server"), hash=False)
-    vllm_server_url: str | None = _f(None, "trl, vllm_mode=server: the server's base URL (null = TRL's default, "
-                                     "http://localhost:8000)", hash=False)
+    name: str = _f(
+        "ablate",
+        "ablate (the built-in trainer) | trl (TRL's GRPOTrainer; pip install '.[trl]')",
+        choices=("ablate", "trl"),
+        hash="unless_default",
+    )
+    vllm_mode: str = _f(
+        "colocate",
+        "trl with rollout=vllm: colocate (an engine inside the trainer process) | server "
+        "(a separate `trl vllm-serve` process)",
+        choices=("colocate", "server"),
+        hash=False,
+    )
+    vllm_server_url: str | None = _f(
+        None, "trl, vllm_mode=server: the server's base URL (null = TRL's default, http://localhost:8000)", hash=False
+    )
 
 
 @dataclass(frozen=True)
 class LauncherConfig:
     """Where runs execute. Excluded from run ids: the same run on another executor is the same run."""
 
-    name: str = _f("local", "local | slurm | debug | auto (slurm when a SLURM controller answers)",
-                   choices=("local", "slurm", "debug", "auto"))
+    name: str = _f(
+        "local",
+        "local | slurm | debug | auto (slurm when a SLURM controller answers)",
+        choices=("local", "slurm", "debug", "auto"),
+    )
     max_parallel: int | None = _f(None, "runs at once (null = as many as the cores hold, `threads` each)", ge=1)
     threads: int = _f(1, "torch threads per run", ge=1, le=1024)
-    timeout_min: float = _f(60.0, "wall-clock limit per job in minutes (SLURM rounds up to whole minutes); the job is "
-                            "signalled before it, checkpoints and is requeued", gt=0.0, le=525600.0)
+    timeout_min: float = _f(
+        60.0,
+        "wall-clock limit per job in minutes (SLURM rounds up to whole minutes); the job is "
+        "signalled before it, checkpoints and is requeued",
+        gt=0.0,
+        le=525600.0,
+    )
     max_requeues: int = _f(3, "requeues after preemption/timeout before a run counts as preempted", ge=0, le=1000)
-    signal_delay_s: int | None = _f(None, "local: seconds before the time limit that the checkpoint signal (USR2) "
-                                    "arrives (null = a tenth of the limit, at most 30 s); SLURM takes the profile's",
-                                    ge=1)
+    signal_delay_s: int | None = _f(
+        None,
+        "local: seconds before the time limit that the checkpoint signal (USR2) "
+        "arrives (null = a tenth of the limit, at most 30 s); SLURM takes the profile's",
+        ge=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -145,12 +204,20 @@ class ResourcesConfig:
     """What one run holds: data-parallel trainer processes over torch.distributed. Excluded from run ids: the same
     recipe on 1 or 8 ranks is the same run (the step's gradient is the same; see docs/distributed.md)."""
 
-    nproc: int = _f(1, "trainer processes (ranks) per node; each generates and trains on its share of the step's "
-                    "prompt groups", ge=1, le=1024)
+    nproc: int = _f(
+        1,
+        "trainer processes (ranks) per node; each generates and trains on its share of the step's prompt groups",
+        ge=1,
+        le=1024,
+    )
     nodes: int = _f(1, "nodes per run (more than 1 needs -e slurm)", ge=1, le=4096)
-    collective_timeout_s: float = _f(1800.0, "how long a rank waits for the others in a collective before the run "
-                                     "fails (a crashed rank is noticed at once; this bounds a hung one)",
-                                     gt=0.0, le=86400.0)
+    collective_timeout_s: float = _f(
+        1800.0,
+        "how long a rank waits for the others in a collective before the run "
+        "fails (a crashed rank is noticed at once; this bounds a hung one)",
+        gt=0.0,
+        le=86400.0,
+    )
 
     @property
     def world(self) -> int:
@@ -168,5 +235,9 @@ class SetupConfig:
     think_budget_max: int = _f(6, "length=interrupt's thinking budget window, high end (the paper: 12,288)", ge=1)
     l_max: int = _f(8, "length=penalty's L_max (the paper: 14,336)", ge=1)
     l_cache: int = _f(3, "length=penalty's L_cache (the paper: 2,048)", ge=1)
-    large_batch_prompts: int = _f(53, "prompts of the 1,280-completion batch the paper gives Qwen2.5 and MiniMax-M1 "
-                                      "(5/3 of ScaleRL's): 53 = 5/3 of the CPU base's 32; the paper: 80", ge=1)
+    large_batch_prompts: int = _f(
+        53,
+        "prompts of the 1,280-completion batch the paper gives Qwen2.5 and MiniMax-M1 "
+        "(5/3 of ScaleRL's): 53 = 5/3 of the CPU base's 32; the paper: 80",
+        ge=1,
+    )

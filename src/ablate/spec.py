@@ -33,10 +33,24 @@ class RunSpec:
 
     def to_json(self) -> dict[str, Any]:
         """Plain containers, e.g. for a local runner's queue file; `from_json` reverses it."""
-        return {"sweep": self.sweep, "label": self.label, "run_id": self.run_id, "arm_id": self.arm_id,
-                "overrides": list(self.overrides), "config": self.config.to_dict(), "baseline": self.baseline}
+        return {
+            "sweep": self.sweep,
+            "label": self.label,
+            "run_id": self.run_id,
+            "arm_id": self.arm_id,
+            "overrides": list(self.overrides),
+            "config": self.config.to_dict(),
+            "baseline": self.baseline,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunSpec:
-        return cls(sweep=d["sweep"], label=d["label"], run_id=d["run_id"], arm_id=d["arm_id"],
-                   overrides=tuple(d["overrides"]), config=validate(d["config"]), baseline=bool(d["baseline"]))
+        return cls(
+            sweep=d["sweep"],
+            label=d["label"],
+            run_id=d["run_id"],
+            arm_id=d["arm_id"],
+            overrides=tuple(d["overrides"]),
+            config=validate(d["config"]),
+            baseline=bool(d["baseline"]),
+        )

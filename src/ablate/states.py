@@ -28,8 +28,18 @@ class RunState(StrEnum):
     LOST = "lost"
 
 
-RUN_JSON = frozenset({RunState.PENDING, RunState.RUNNING, RunState.DONE, RunState.FAILED, RunState.PREEMPTED,
-                      RunState.DIVERGED, RunState.PRUNED, RunState.UNSTABLE})
+RUN_JSON = frozenset(
+    {
+        RunState.PENDING,
+        RunState.RUNNING,
+        RunState.DONE,
+        RunState.FAILED,
+        RunState.PREEMPTED,
+        RunState.DIVERGED,
+        RunState.PRUNED,
+        RunState.UNSTABLE,
+    }
+)
 """The states run.json may hold."""
 
 FINISHED = frozenset({RunState.DONE, RunState.DIVERGED})
@@ -41,6 +51,7 @@ STOPPED = frozenset({RunState.PRUNED, RunState.UNSTABLE})
 LIVE = frozenset({RunState.SUBMITTING, RunState.QUEUED, RunState.RUNNING, RunState.REQUEUED})
 """Handed to an executor and not ended."""
 
-TERMINAL = frozenset({RunState.DONE, RunState.DIVERGED, RunState.FAILED, RunState.PREEMPTED, RunState.PRUNED,
-                      RunState.UNSTABLE})
+TERMINAL = frozenset(
+    {RunState.DONE, RunState.DIVERGED, RunState.FAILED, RunState.PREEMPTED, RunState.PRUNED, RunState.UNSTABLE}
+)
 """States a run does not leave by itself."""

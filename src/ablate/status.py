@@ -18,8 +18,18 @@ from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir
 from ablate.states import STOPPED, TERMINAL, RunState
 from ablate.text import safe
 
-COUNTED = (RunState.DONE, RunState.DIVERGED, RunState.RUNNING, RunState.REQUEUED, RunState.PENDING, RunState.FAILED,
-           RunState.PREEMPTED, RunState.LOST, RunState.PRUNED, RunState.UNSTABLE)
+COUNTED = (
+    RunState.DONE,
+    RunState.DIVERGED,
+    RunState.RUNNING,
+    RunState.REQUEUED,
+    RunState.PENDING,
+    RunState.FAILED,
+    RunState.PREEMPTED,
+    RunState.LOST,
+    RunState.PRUNED,
+    RunState.UNSTABLE,
+)
 """The states `ablate status` shows a run in, in the order its JSON summary counts them."""
 
 
@@ -74,14 +84,27 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
             state = RunState.PENDING
         m = RunDir.of(root, name, rid).last_metrics() or {}
         trunc = store.finite_number(m.get("truncation_rate"))
-        out.append(RunStatus(
-            run_id=rid, label=r.label, state=RunState(state), cause=cause, job_id=r.job_id, executor=r.executor,
-            step=_step(m.get("step")), max_steps=_step(r.max_steps),
-            val_pass_rate=store.finite_number(m.get("val_pass_rate")),
-            gpu_hours=store.finite_number(m.get("gpu_hours")),
-            truncation_rate=trunc,
-            truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
-            attempts=r.attempts, requeues=r.requeues, error=error, log=r.log, reason=r.reason))
+        out.append(
+            RunStatus(
+                run_id=rid,
+                label=r.label,
+                state=RunState(state),
+                cause=cause,
+                job_id=r.job_id,
+                executor=r.executor,
+                step=_step(m.get("step")),
+                max_steps=_step(r.max_steps),
+                val_pass_rate=store.finite_number(m.get("val_pass_rate")),
+                gpu_hours=store.finite_number(m.get("gpu_hours")),
+                truncation_rate=trunc,
+                truncation_warning=isinstance(trunc, (int, float)) and trunc > TRUNCATION_WARN,
+                attempts=r.attempts,
+                requeues=r.requeues,
+                error=error,
+                log=r.log,
+                reason=r.reason,
+            )
+        )
     return out
 
 
@@ -98,8 +121,10 @@ def check_ledger(sdir: Path | str) -> None:
         from ablate.errors import UserError
 
         what = "a directory" if path.is_dir() else "not a regular file"
-        raise UserError(f"{safe(path)}: {what}, not the sweep's ledger file; move it aside (the run directories keep "
-                        "their results) and run `ablate sweep` again to write a new one")
+        raise UserError(
+            f"{safe(path)}: {what}, not the sweep's ledger file; move it aside (the run directories keep "
+            "their results) and run `ablate sweep` again to write a new one"
+        )
 
 
 def raise_missing(root: Path | str, name: str) -> None:
@@ -118,10 +143,13 @@ def list_sweeps(root: Path | str) -> list[str]:
 
 def summary(statuses: Sequence[RunStatus]) -> dict[str, Any]:
     counts = Counter(s.state for s in statuses)
-    return {"runs": len(statuses), **{str(k): counts.get(k, 0) for k in COUNTED},
-            "gpu_hours": round(sum(s.gpu_hours or 0.0 for s in statuses), 4),
-            "truncation_warnings": sum(s.truncation_warning for s in statuses),
-            "pruning": pruning_saved(statuses)}
+    return {
+        "runs": len(statuses),
+        **{str(k): counts.get(k, 0) for k in COUNTED},
+        "gpu_hours": round(sum(s.gpu_hours or 0.0 for s in statuses), 4),
+        "truncation_warnings": sum(s.truncation_warning for s in statuses),
+        "pruning": pruning_saved(statuses),
+    }
 
 
 def pruning_saved(statuses: Sequence[RunStatus]) -> dict[str, float] | None:
@@ -143,17 +171,25 @@ def pruning_saved(statuses: Sequence[RunStatus]) -> dict[str, float] | None:
     typical = float(sorted(started)[len(started) // 2]) if started else 0.0
     full = sum(at_end(s) if s.step else typical for s in statuses)
     kept = sum(at_end(s) - (s.gpu_hours or 0.0) for s in stopped)
-    return {"runs": len(stopped), "gpu_hours_saved": kept, "gpu_hours_full": full,
-            "share": kept / full if full > 0 else 0.0}
+    return {
+        "runs": len(stopped),
+        "gpu_hours_saved": kept,
+        "gpu_hours_full": full,
+        "share": kept / full if full > 0 else 0.0,
+    }
 
 
 def status_json(name: str, statuses: Sequence[RunStatus]) -> dict[str, Any]:
-    return {"sweep": name, "summary": summary(statuses),
-            "runs": [{**asdict(s), "progress": s.progress} for s in statuses]}
+    return {
+        "sweep": name,
+        "summary": summary(statuses),
+        "runs": [{**asdict(s), "progress": s.progress} for s in statuses],
+    }
 
 
-def follow_runs(root: Path | str, name: str, run_ids: Sequence[str], interval: float = 2.0,
-                timeout: float | None = None) -> list[RunStatus]:
+def follow_runs(
+    root: Path | str, name: str, run_ids: Sequence[str], interval: float = 2.0, timeout: float | None = None
+) -> list[RunStatus]:
     """`ablate sweep --follow`: a progress bar until every run in `run_ids` has ended."""
     want = set(run_ids)
     t0 = time.monotonic()
@@ -164,12 +200,14 @@ def follow_runs(root: Path | str, name: str, run_ids: Sequence[str], interval: f
         return []
 
 
-def _follow(root: Path | str, name: str, want: set[str], interval: float, timeout: float | None,
-            t0: float) -> list[RunStatus]:
+def _follow(
+    root: Path | str, name: str, want: set[str], interval: float, timeout: float | None, t0: float
+) -> list[RunStatus]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=False) as bar:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
+    ) as bar:
         task = bar.add_task(f"{name}", total=len(want))
         while True:
             sts = [s for s in sweep_status(root, name) if s.run_id in want]
@@ -182,8 +220,15 @@ def _follow(root: Path | str, name: str, want: set[str], interval: float, timeou
             time.sleep(interval)
 
 
-def wait_for(root: Path | str, name: str, run_ids: Sequence[str], *, states: Collection[str] = TERMINAL,
-             timeout: float = 60.0, interval: float = 0.3) -> dict[str, RunStatus]:
+def wait_for(
+    root: Path | str,
+    name: str,
+    run_ids: Sequence[str],
+    *,
+    states: Collection[str] = TERMINAL,
+    timeout: float = 60.0,
+    interval: float = 0.3,
+) -> dict[str, RunStatus]:
     """Poll until each run in `run_ids` is in one of `states` (tests, bench); raises TimeoutError."""
     deadline = time.monotonic() + timeout
     while True:
@@ -191,8 +236,9 @@ def wait_for(root: Path | str, name: str, run_ids: Sequence[str], *, states: Col
         if len(sts) == len(set(run_ids)) and all(s.state in states for s in sts.values()):
             return sts
         if time.monotonic() > deadline:
-            raise TimeoutError(f"runs not in {states} after {timeout}s: "
-                               + ", ".join(f"{k}={v.state}" for k, v in sts.items()))
+            raise TimeoutError(
+                f"runs not in {states} after {timeout}s: " + ", ".join(f"{k}={v.state}" for k, v in sts.items())
+            )
         time.sleep(interval)
 
 

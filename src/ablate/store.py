@@ -62,8 +62,10 @@ class LinkRefused(UserError, OSError):
 
 
 def _link_error(path: Path | str) -> LinkRefused:
-    return LinkRefused(f"{path} is a symbolic link; ablate follows no link inside a sweep or run directory (it "
-                       "could write, or copy, a file elsewhere): remove the link")
+    return LinkRefused(
+        f"{path} is a symbolic link; ablate follows no link inside a sweep or run directory (it "
+        "could write, or copy, a file elsewhere): remove the link"
+    )
 
 
 def open_fd(path: Path | str, flags: int, mode: int | None = None) -> int:
@@ -80,8 +82,11 @@ def open_fd(path: Path | str, flags: int, mode: int | None = None) -> int:
         raise
 
 
-_OPEN_FLAGS = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-               "a": os.O_WRONLY | os.O_APPEND | os.O_CREAT}
+_OPEN_FLAGS = {
+    "r": os.O_RDONLY,
+    "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+    "a": os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+}
 
 
 def safe_open(path: Path | str, mode: str = "rb", encoding: str | None = None, errors: str | None = None) -> Any:
@@ -187,8 +192,10 @@ def private_cache(name: str) -> Path:
     folder = make_dirs(cache_dir() / name, DIR_MODE)
     why = ownership.private_problem(folder)
     if why:
-        raise UserError(f"the cache {folder} is not private ({why}), and ablate loads weights from it: fix it "
-                        "(`chmod go-w`, or remove it) or set ABLATE_CACHE to a folder of your own")
+        raise UserError(
+            f"the cache {folder} is not private ({why}), and ablate loads weights from it: fix it "
+            "(`chmod go-w`, or remove it) or set ABLATE_CACHE to a folder of your own"
+        )
     return folder
 
 
@@ -320,18 +327,22 @@ def jsonl_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                raise UserError(f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
-                                "save the file as UTF-8") from None
+                raise UserError(
+                    f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                    "save the file as UTF-8"
+                ) from None
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); fix or delete that line") from None
             except ValueError as e:  # e.g. an integer of thousands of digits
-                raise UserError(f"{path}:{lineno}: not valid JSON ({str(e).split(':')[0]}); fix or delete that "
-                                "line") from None
+                raise UserError(
+                    f"{path}:{lineno}: not valid JSON ({str(e).split(':')[0]}); fix or delete that line"
+                ) from None
             except RecursionError:
-                raise UserError(f"{path}:{lineno}: JSON nested too deeply; one flat object per line is "
-                                "expected") from None
+                raise UserError(
+                    f"{path}:{lineno}: JSON nested too deeply; one flat object per line is expected"
+                ) from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
             yield lineno, row

@@ -79,8 +79,10 @@ def _differs(cfg: dict[str, Any], base: dict[str, Any], key: str) -> bool:
 
 def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[str], RunConfig]], list[str], list[str]]:
     """Compose and validate every arm: ([(label, overrides, config)], [(arm, error)], notes)."""
-    axes = [[f"{o.get_key_element()}={v}" for v in (sweep_values(o) if o.is_sweep_override() else [value_text(o)])]
-            for o in spec.axes.values()]
+    axes = [
+        [f"{o.get_key_element()}={v}" for v in (sweep_values(o) if o.is_sweep_override() else [value_text(o)])]
+        for o in spec.axes.values()
+    ]
     combos = [list(c) for c in itertools.product(*axes)]
     const_keys = {k: c for c, k in spec.const_file + spec.const_cli}
     arms: list[tuple[str, list[str], RunConfig]] = []
@@ -96,8 +98,12 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
         drop: set[str] = set()
         while True:
             # order: the file's constants, the arm's own overrides, the command line's (the last one wins)
-            ovs = ([c for c, k in spec.const_file if k not in drop] + list(run_ovs) + combo
-                   + [c for c, k in spec.const_cli if k not in drop])
+            ovs = (
+                [c for c, k in spec.const_file if k not in drop]
+                + list(run_ovs)
+                + combo
+                + [c for c, k in spec.const_cli if k not in drop]
+            )
             try:
                 raw = hc.compose(spec.base, ovs)
                 break
@@ -121,11 +127,18 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
     notes = []
     for k, arms_skipped in skipped.items():
         if applied.get(k):
-            notes.append(f"{const_keys[k]} applies to {', '.join(applied[k])} only "
-                         f"(not a parameter of {', '.join(arms_skipped)})")
+            notes.append(
+                f"{const_keys[k]} applies to {', '.join(applied[k])} only "
+                f"(not a parameter of {', '.join(arms_skipped)})"
+            )
         else:
-            errors.append(("", f"{const_keys[k]}: {k} is a parameter of no arm of this sweep "
-                               f"({', '.join(arms_skipped)}); drop it or add an arm whose option has it"))
+            errors.append(
+                (
+                    "",
+                    f"{const_keys[k]}: {k} is a parameter of no arm of this sweep "
+                    f"({', '.join(arms_skipped)}); drop it or add an arm whose option has it",
+                )
+            )
     return arms, _collate(errors, n_arms=len(spec.runs) * len(combos)), notes
 
 
@@ -162,8 +175,9 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     for arm, _, cfg in arms:
         aid = arm_id(cfg)
         if aid in ids:
-            raise UserError(f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); "
-                            "drop one")
+            raise UserError(
+                f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); drop one"
+            )
         ids[aid] = arm
 
     baseline = spec.baseline
@@ -185,12 +199,28 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
         diff = [o for o in ovs if _differs(cfg_d, base_d, override_key(parse_overrides([o], "override")[0]))]
         for s in spec.seeds:
             c = cfg.replace(seed=s)
-            run = RunSpec(sweep=name, label=f"{arm},seed={s}", run_id=run_id(c), arm_id=arm_id(c),
-                          overrides=tuple(ovs) + (f"seed={s}",), config=c, baseline=arm == baseline)
+            run = RunSpec(
+                sweep=name,
+                label=f"{arm},seed={s}",
+                run_id=run_id(c),
+                arm_id=arm_id(c),
+                overrides=tuple(ovs) + (f"seed={s}",),
+                config=c,
+                baseline=arm == baseline,
+            )
             runs.append(run)
             diffs[run.run_id] = diff
-    return Sweep(name=name, path=path, baseline=baseline, seeds=spec.seeds, runs=runs, base=spec.base,
-                 constants=[c for c, _ in spec.const_file + spec.const_cli], notes=notes, diffs=diffs)
+    return Sweep(
+        name=name,
+        path=path,
+        baseline=baseline,
+        seeds=spec.seeds,
+        runs=runs,
+        base=spec.base,
+        constants=[c for c, _ in spec.const_file + spec.const_cli],
+        notes=notes,
+        diffs=diffs,
+    )
 
 
 def _collate(errors: list[tuple[str, str]], n_arms: int) -> list[str]:
@@ -214,8 +244,15 @@ def _collate(errors: list[tuple[str, str]], n_arms: int) -> list[str]:
 
 def plan_rows(sweep: Sweep) -> list[dict[str, str]]:
     """One row per run: label, run id, arm id, overrides that differ from the base recipe."""
-    return [{"label": r.label + (" *" if r.baseline else ""), "run_id": r.run_id, "arm_id": r.arm_id,
-             "overrides": " ".join(sweep.diffs.get(r.run_id, [])) or "(base)"} for r in sweep.runs]
+    return [
+        {
+            "label": r.label + (" *" if r.baseline else ""),
+            "run_id": r.run_id,
+            "arm_id": r.arm_id,
+            "overrides": " ".join(sweep.diffs.get(r.run_id, [])) or "(base)",
+        }
+        for r in sweep.runs
+    ]
 
 
 def _n(k: int, noun: str) -> str:
@@ -234,9 +271,14 @@ def plan_table(sweep: Sweep):
     if sweep.constants:
         caption.append("every run: " + " ".join(map(safe, sweep.constants)))
     caption += [f"note: {safe(n)}" for n in sweep.notes]
-    table = Table(title=Text(f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = "
-                             f"{_n(len(sweep.runs), 'run')} (base recipe: {sweep.base})"),
-                  caption=Text("\n".join(caption)), caption_justify="left")
+    table = Table(
+        title=Text(
+            f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = "
+            f"{_n(len(sweep.runs), 'run')} (base recipe: {sweep.base})"
+        ),
+        caption=Text("\n".join(caption)),
+        caption_justify="left",
+    )
     table.add_column("label", no_wrap=True)
     table.add_column("run id", no_wrap=True)
     table.add_column("arm id", no_wrap=True)

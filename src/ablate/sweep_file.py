@@ -75,8 +75,9 @@ def _runs(runs: Any, where: str) -> list[tuple[str | None, list[str]]]:
                 raise UserError(f"{where}: runs[{i}].label {label!r}: use letters, digits and . _ - = : + (no commas)")
             out.append((label, [str(x) for x in r.get("overrides", [])]))
         else:
-            raise UserError(f"{where}: runs[{i}] must be a list of overrides or {{label: name, overrides: [...]}}, got "
-                            f"{r!r}")
+            raise UserError(
+                f"{where}: runs[{i}] must be a list of overrides or {{label: name, overrides: [...]}}, got {r!r}"
+            )
     return out
 
 
@@ -84,8 +85,9 @@ def _seeds(values: Any, where: str) -> list[int]:
     vals = values if isinstance(values, list) else [values]
     bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= SEED_MAX]
     if bad or not vals:
-        raise UserError(f"{where}: seeds must be integers in [0, {SEED_MAX}], got {values!r}; "
-                        "e.g. seeds: [0, 1] or seed=0,1,2")
+        raise UserError(
+            f"{where}: seeds must be integers in [0, {SEED_MAX}], got {values!r}; e.g. seeds: [0, 1] or seed=0,1,2"
+        )
     if len(set(vals)) != len(vals):
         raise UserError(f"{where}: repeated seed in {values!r}")
     return list(vals)
@@ -99,11 +101,11 @@ class SweepSpec:
     base: str
     seeds: list[int]
     baseline: str | None
-    axes: dict[str, Any]                       # grid key -> Hydra Override (a sweep or a single value)
-    runs: list[tuple[str | None, list[str]]]   # explicit arms: (label, overrides)
-    const_file: list[tuple[str, str]]          # (override, key) from the file's `overrides`
-    const_cli: list[tuple[str, str]]           # (override, key) from the command line
-    cli: bool                                  # the command line changed anything
+    axes: dict[str, Any]  # grid key -> Hydra Override (a sweep or a single value)
+    runs: list[tuple[str | None, list[str]]]  # explicit arms: (label, overrides)
+    const_file: list[tuple[str, str]]  # (override, key) from the file's `overrides`
+    const_cli: list[tuple[str, str]]  # (override, key) from the command line
+    cli: bool  # the command line changed anything
 
 
 def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
@@ -113,13 +115,16 @@ def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
     if "defaults" in data:  # a recipe: one arm, its own seed
         data = {"base": path.stem, "seeds": [data.get("seed", 0)]}
     elif not data:
-        raise UserError(f"{where}: an empty sweep file; name its base recipe and the axes to vary "
-                        "(e.g. `base: base` and `grid: {{loss: [grpo, dapo]}}`; see recipes/loss.yaml)")
+        raise UserError(
+            f"{where}: an empty sweep file; name its base recipe and the axes to vary "
+            "(e.g. `base: base` and `grid: {{loss: [grpo, dapo]}}`; see recipes/loss.yaml)"
+        )
     unknown = [k for k in data if k not in SWEEP_KEYS]
     if unknown:
         k = unknown[0]
-        raise UserError(f"{where}: unknown sweep key {k!r}{closest(str(k), SWEEP_KEYS)}; sweep keys: "
-                        f"{', '.join(SWEEP_KEYS)}")
+        raise UserError(
+            f"{where}: unknown sweep key {k!r}{closest(str(k), SWEEP_KEYS)}; sweep keys: {', '.join(SWEEP_KEYS)}"
+        )
     base = data.get("base", "base")
     # `base: base` names a recipe beside the sweep file; `base: ../recipes/base.yaml` a recipe elsewhere
     base_path = path.parent / (base if str(base).endswith(".yaml") else f"{base}.yaml")
@@ -154,12 +159,21 @@ def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
         if o.is_sweep_override():  # only sweeps that expand to a list of runs (a,b / range / choice), counted
             check_runs(sweep_size(o), o.input_line)
         if k == "seed":
-            seeds = _seeds(list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()],
-                           f"command line {o.input_line!r}")
+            seeds = _seeds(
+                list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()], f"command line {o.input_line!r}"
+            )
         elif o.is_sweep_override() or k in axes:
             axes[k] = o
         else:
             const_cli.append((o.input_line, k))
-    return SweepSpec(recipes_dir=base_path.parent, base=base_path.stem, seeds=seeds, baseline=data.get("baseline"),
-                 axes=axes, runs=runs, const_file=[(c, override_key(o)) for c, o in zip(const_file, parsed)],
-                 const_cli=const_cli, cli=bool(overrides))
+    return SweepSpec(
+        recipes_dir=base_path.parent,
+        base=base_path.stem,
+        seeds=seeds,
+        baseline=data.get("baseline"),
+        axes=axes,
+        runs=runs,
+        const_file=[(c, override_key(o)) for c, o in zip(const_file, parsed)],
+        const_cli=const_cli,
+        cli=bool(overrides),
+    )

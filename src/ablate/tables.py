@@ -31,8 +31,9 @@ def read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at column {col}); "
-                        "save the file as UTF-8") from None
+        raise UserError(
+            f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at column {col}); save the file as UTF-8"
+        ) from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows: list[tuple[int, dict[str, Any]]] = []
     try:
@@ -82,8 +83,10 @@ def number(where: str, col: str, v: Any) -> float:
         try:
             return float(v)
         except OverflowError:  # JSON integers are unbounded; a float stops near 1.8e308
-            raise UserError(f"{where}: the integer in column '{col}' ({v.bit_length()} bits) is too large "
-                            "to be a compute or a pass rate; fix that value") from None
+            raise UserError(
+                f"{where}: the integer in column '{col}' ({v.bit_length()} bits) is too large "
+                "to be a compute or a pass rate; fix that value"
+            ) from None
     if isinstance(v, float):
         return v
     if v is None or (isinstance(v, str) and v.strip().lower() in ("", "nan", "null", "none")):
@@ -105,9 +108,11 @@ def show(v: Any, limit: int = 40) -> str:
 def as_name(where: str, col: str, flag: str, v: Any) -> str:
     """A value of the run or group column as a name."""
     if v is None or (isinstance(v, str) and not v.strip()):
-        raise UserError(f"{where}: no value in the {flag[2:]} column '{col}'; fill it in, or choose the column with "
-                        f"{flag}")
+        raise UserError(
+            f"{where}: no value in the {flag[2:]} column '{col}'; fill it in, or choose the column with {flag}"
+        )
     if isinstance(v, (list, dict)):
-        raise UserError(f"{where}: {show(v)} in the {flag[2:]} column '{col}' is not a name; "
-                        f"choose the column with {flag}")
+        raise UserError(
+            f"{where}: {show(v)} in the {flag[2:]} column '{col}' is not a name; choose the column with {flag}"
+        )
     return str(v)

@@ -73,8 +73,10 @@ def _check_section(cls: type, data: Any, prefix: str, errors: list[str]) -> dict
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in fields:
-            errors.append(f"{prefix}{key}: unknown key{closest(str(key), list(fields))}; valid keys in {where}: "
-                          f"{', '.join(fields)}")
+            errors.append(
+                f"{prefix}{key}: unknown key{closest(str(key), list(fields))}; valid keys in {where}: "
+                f"{', '.join(fields)}"
+            )
     out: dict[str, Any] = {}
     for name, f in fields.items():
         key = prefix + name
@@ -165,8 +167,12 @@ def _check_rules(value: Any, meta: Any) -> str | None:
     allowed = meta.get("choices")
     if allowed and value not in allowed:
         return f"{value!r} is not an option{closest(str(value), allowed)}; options: {', '.join(allowed)}"
-    for rule, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                           ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
+    for rule, ok, word in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
         if rule in meta and isinstance(value, (int, float)) and not ok(value, meta[rule]):
             return f"must be {word} {meta[rule]}, got {_short(value)}"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:

@@ -52,8 +52,10 @@ def curve_rows(seed=0, n_points=30, **change) -> list[tuple[float, float]]:
 @pytest.fixture
 def good_csv(tmp_path):
     path = tmp_path / "curves.csv"
-    write_csv([synthetic_curve(**BASE, seed=0, n_points=30, run="a"),
-               synthetic_curve(**BASE, seed=1, n_points=30, run="b")], path)
+    write_csv(
+        [synthetic_curve(**BASE, seed=0, n_points=30, run="a"), synthetic_curve(**BASE, seed=1, n_points=30, run="b")],
+        path,
+    )
     return path
 
 
@@ -61,16 +63,28 @@ def write_run(sweep, run_id: str, label: str, lines: list, *, status: str = "don
     """A run directory written by hand: run.json, and metrics.jsonl from dicts (JSON) or bytes (raw lines)."""
     rd = sweep / "runs" / run_id
     rd.mkdir(parents=True)
-    (rd / "run.json").write_text(json.dumps({"run_id": run_id, "arm_id": label.split(",")[0], "label": label,
-                                             "status": status, "baseline": False, **info}))
+    (rd / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "arm_id": label.split(",")[0],
+                "label": label,
+                "status": status,
+                "baseline": False,
+                **info,
+            }
+        )
+    )
     raw = [ln if isinstance(ln, bytes) else json.dumps(ln).encode() for ln in lines]
     (rd / "metrics.jsonl").write_bytes(b"".join(ln + b"\n" for ln in raw))
     return rd
 
 
 def metric_lines(seed=0, n_points=30) -> list[dict]:
-    return [{"step": 10 * i, "gpu_hours": x, "samples": 100 * i, "flops": 1e15 * x, "val_pass_rate": y}
-            for i, (x, y) in enumerate(curve_rows(seed, n_points))]
+    return [
+        {"step": 10 * i, "gpu_hours": x, "samples": 100 * i, "flops": 1e15 * x, "val_pass_rate": y}
+        for i, (x, y) in enumerate(curve_rows(seed, n_points))
+    ]
 
 
 @pytest.fixture
@@ -83,6 +97,7 @@ def sweep(tmp_path):
 
 # 1. -------------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("digits, expected", [(400, "is too large"), (5000, "not valid JSON")])
 def test_a_huge_integer_in_a_jsonl_curve(tmp_path, digits, expected):
     path = tmp_path / "m.jsonl"
@@ -94,6 +109,7 @@ def test_a_huge_integer_in_a_jsonl_curve(tmp_path, digits, expected):
 
 
 # 2. -------------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cmd", COMMANDS)
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
@@ -109,6 +125,7 @@ def test_a_file_that_is_not_utf8(tmp_path, cmd, fmt):
 
 
 # 3. -------------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cmd", COMMANDS)
 def test_deeply_nested_json_on_a_line(tmp_path, cmd):
@@ -130,6 +147,7 @@ def test_a_nested_value_where_a_name_or_number_belongs(tmp_path):
 
 # 4. -------------------------------------------------------------------------------------------------------------
 
+
 def test_a_curve_of_a_million_and_a_half_points_fits_in_bounded_memory():
     rng = np.random.default_rng(0)
     x = np.linspace(0.0, 16000.0, 1_500_001)
@@ -149,6 +167,7 @@ def test_a_curve_of_a_million_and_a_half_points_fits_in_bounded_memory():
 
 
 # 5, 6. ----------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cmd", COMMANDS)
 def test_a_figure_format_matplotlib_cannot_write_is_refused_first(tmp_path, good_csv, cmd):
@@ -176,14 +195,18 @@ def test_the_printed_figure_path_is_the_file_written(tmp_path, good_csv):
 
 # 7, 9. ----------------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cmd", COMMANDS)
-@pytest.mark.parametrize("args, expected", [
-    (["--seed", "-1"], "--seed -1: must be >= 0"),
-    (["--seed", "-7"], "--seed -7: must be >= 0"),
-    (["--to", "nan"], "--to nan: target compute must be a finite number > 0"),
-    (["--to", "inf"], "--to inf: target compute must be a finite number > 0"),
-    (["--fit-until", "nan"], "--fit-until nan: must be a finite compute"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--seed", "-1"], "--seed -1: must be >= 0"),
+        (["--seed", "-7"], "--seed -7: must be >= 0"),
+        (["--to", "nan"], "--to nan: target compute must be a finite number > 0"),
+        (["--to", "inf"], "--to inf: target compute must be a finite number > 0"),
+        (["--fit-until", "nan"], "--fit-until nan: must be a finite compute"),
+    ],
+)
 def test_impossible_numbers_are_refused(tmp_path, good_csv, cmd, args, expected):
     png = tmp_path / "out.png"
     fails([cmd, good_csv, *args, "--plot", png], expected, plot=png)
@@ -202,8 +225,21 @@ MARKUP_NAMES = ["[/]", "[bold]x[/bold]", ":thumbs_up:", "a$\\frac$b"]
 def test_names_with_markup_are_shown_as_written_by_fit(tmp_path):
     path = tmp_path / "m.csv"
     write_csv([synthetic_curve(**BASE, seed=i, n_points=30, run=name) for i, name in enumerate(MARKUP_NAMES)], path)
-    res = works(["fit", path, "--n-boot", "50", "--target-r", "0.5", "--compare-forms", "--fit-until", "3000",
-                 "--plot", tmp_path / "f.png"])
+    res = works(
+        [
+            "fit",
+            path,
+            "--n-boot",
+            "50",
+            "--target-r",
+            "0.5",
+            "--compare-forms",
+            "--fit-until",
+            "3000",
+            "--plot",
+            tmp_path / "f.png",
+        ]
+    )
     for name in MARKUP_NAMES:
         assert res.stdout.count(name) >= 3, (name, res.stdout)  # fit table, compute-to-reach line, forms table
     assert (tmp_path / "f.png").exists()
@@ -211,24 +247,39 @@ def test_names_with_markup_are_shown_as_written_by_fit(tmp_path):
 
 def test_names_with_markup_are_shown_as_written_by_rank_and_extrapolate(tmp_path):
     path = tmp_path / "m.csv"
-    curves = [synthetic_curve(**BASE, seed=i, n_points=30, run=f"run{i}", group=name)
-              for i, name in enumerate(MARKUP_NAMES)]
+    curves = [
+        synthetic_curve(**BASE, seed=i, n_points=30, run=f"run{i}", group=name) for i, name in enumerate(MARKUP_NAMES)
+    ]
     young = synthetic_curve(**BASE, seed=9, n_points=30, run="young", group="[red]young[/red]")
     young.x, young.y = young.x[:3], young.y[:3]  # too few points: listed as not fitted
     write_csv(curves + [young], path)
-    res = works(["rank", path, "--group", "group", "--baseline", "[/]", "--n-boot", "50",
-                 "--plot", tmp_path / "r.png"])
+    res = works(["rank", path, "--group", "group", "--baseline", "[/]", "--n-boot", "50", "--plot", tmp_path / "r.png"])
     out = res.stdout
     for name in MARKUP_NAMES:
         assert name in out, (name, out)
     assert "baseline: [/]\n" in out and "not fitted [red]young[/red]:" in out
     assert (tmp_path / "r.png").exists() and (tmp_path / "r-efficiency.png").exists()
-    res = works(["extrapolate", path, "--group", "group", "--arm", "[bold]x[/bold]", "--n-boot", "50",
-                 "--fit-until", "8000", "--plot", tmp_path / "e.png"])
+    res = works(
+        [
+            "extrapolate",
+            path,
+            "--group",
+            "group",
+            "--arm",
+            "[bold]x[/bold]",
+            "--n-boot",
+            "50",
+            "--fit-until",
+            "8000",
+            "--plot",
+            tmp_path / "e.png",
+        ]
+    )
     assert "subject: [bold]x[/bold];" in res.stdout and "[bold]x[/bold]: fitted on" in res.stdout
 
 
 # 10, 11, 12. ----------------------------------------------------------------------------------------------------
+
 
 def test_a_csv_with_a_utf8_bom_keeps_its_runs_apart(tmp_path, good_csv):
     path = tmp_path / "bom.csv"
@@ -240,8 +291,10 @@ def test_a_csv_with_a_utf8_bom_keeps_its_runs_apart(tmp_path, good_csv):
 def test_a_run_in_two_groups_is_refused(tmp_path):
     path = tmp_path / "g.csv"
     rows = curve_rows()
-    path.write_text("run,arm,gpu_hours,val_pass_rate\n" + "".join(
-        f"r1,{'g1' if i < 10 else 'g2'},{x},{y}\n" for i, (x, y) in enumerate(rows)))
+    path.write_text(
+        "run,arm,gpu_hours,val_pass_rate\n"
+        + "".join(f"r1,{'g1' if i < 10 else 'g2'},{x},{y}\n" for i, (x, y) in enumerate(rows))
+    )
     for cmd in COMMANDS:
         fails([cmd, path, "--group", "arm"], "g.csv line 12", "run 'r1' has arm 'g2' here but 'g1' on line 2")
 
@@ -255,9 +308,17 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path):
 
 # 13, 14, 15: sweep and run directories ---------------------------------------------------------------------------
 
+
 def test_a_killed_run_says_what_happened(sweep):
-    write_run(sweep, "r2", "loss=gspo,seed=0", [], status="failed", cause="killed",
-              error={"class": None, "message": "local job 12 ended without writing a result\nmore", "traceback": []})
+    write_run(
+        sweep,
+        "r2",
+        "loss=gspo,seed=0",
+        [],
+        status="failed",
+        cause="killed",
+        error={"class": None, "message": "local job 12 ended without writing a result\nmore", "traceback": []},
+    )
     res = works(["rank", sweep, "--n-boot", "50"])
     assert "not fitted loss=gspo,seed=0: failed (killed): local job 12 ended without writing a result" in res.stdout
     res = works(["rank", sweep, "--n-boot", "50", "--json"])
@@ -268,18 +329,25 @@ def test_a_killed_run_says_what_happened(sweep):
 def test_a_metric_no_run_logs_is_named(sweep):
     err = fails(["rank", sweep, "--y", "nope"], "no run logs the metric 'nope' (--y)", "step, gpu_hours, samples")
     assert "no metrics yet" not in err
-    fails(["extrapolate", sweep / "runs" / "r0", "--y", "nope"], "the metric 'nope' is not in",
-          "metrics.jsonl; it has: step, gpu_hours", "(choose with --y)")
+    fails(
+        ["extrapolate", sweep / "runs" / "r0", "--y", "nope"],
+        "the metric 'nope' is not in",
+        "metrics.jsonl; it has: step, gpu_hours",
+        "(choose with --y)",
+    )
 
 
 @pytest.mark.parametrize("cmd", ["rank", "extrapolate"])
-@pytest.mark.parametrize("bad, expected", [
-    ({"gpu_hours": None}, "metrics.jsonl:4: 'gpu_hours' is null, not a number"),
-    ({"gpu_hours": "soon"}, "metrics.jsonl:4: 'gpu_hours' is 'soon', not a number"),
-    ({"val_pass_rate": None}, "metrics.jsonl:4: 'val_pass_rate' is null, not a number"),
-    ({"val_pass_rate": 37.5}, "metrics.jsonl:4: 37.5 in 'val_pass_rate' is outside [0, 1]"),
-    (b'{"step": 30, "gpu_hours": \xff}', "metrics.jsonl:4: not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "bad, expected",
+    [
+        ({"gpu_hours": None}, "metrics.jsonl:4: 'gpu_hours' is null, not a number"),
+        ({"gpu_hours": "soon"}, "metrics.jsonl:4: 'gpu_hours' is 'soon', not a number"),
+        ({"val_pass_rate": None}, "metrics.jsonl:4: 'val_pass_rate' is null, not a number"),
+        ({"val_pass_rate": 37.5}, "metrics.jsonl:4: 37.5 in 'val_pass_rate' is outside [0, 1]"),
+        (b'{"step": 30, "gpu_hours": \xff}', "metrics.jsonl:4: not UTF-8"),
+    ],
+)
 def test_damaged_metrics_in_a_run_directory(sweep, tmp_path, cmd, bad, expected):
     rd = sweep / "runs" / "r1"
     lines = metric_lines(1)
@@ -292,6 +360,7 @@ def test_damaged_metrics_in_a_run_directory(sweep, tmp_path, cmd, bad, expected)
 
 # Found while fuzzing the three commands: a curve already at 1 at compute 0 has no gain to fit (least_squares
 # used to be handed an empty box and raise).
+
 
 @pytest.mark.parametrize("cmd", COMMANDS)
 def test_a_curve_that_starts_at_one(tmp_path, cmd):
@@ -309,7 +378,11 @@ def test_a_target_far_past_the_data_is_refused_as_a_units_mismatch(tmp_path, cmd
     path = tmp_path / "cpu.csv"
     write_csv([c], path)
     plot = tmp_path / "f.png"
-    fails([cmd, path, "--to", "16000", "--plot", plot], "--to 16000 is 320,000x the largest compute fitted (0.05 gpu_hours)",
-          "pass --to in the data's units (e.g. --to 0.1)", plot=plot)
+    fails(
+        [cmd, path, "--to", "16000", "--plot", plot],
+        "--to 16000 is 320,000x the largest compute fitted (0.05 gpu_hours)",
+        "pass --to in the data's units (e.g. --to 0.1)",
+        plot=plot,
+    )
     works([cmd, path, "--to", "0.1", "--n-boot", "100"])
     works([cmd, path, "--n-boot", "100"])

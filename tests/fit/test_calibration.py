@@ -41,14 +41,17 @@ def at_most(rate, target):
     return binom.sf(round(rate * TRIALS) - 1, TRIALS, target) >= 0.05
 
 
-@pytest.mark.parametrize("shape,noise,seeds,f,floor", [
-    ("embedded", "seeds", 2, 0.95, "own"),
-    ("embedded", "ar0.5", 3, 0.8, "own"),
-    ("scalerl-8b", "seeds", 3, 0.95, "own"),
-    ("scalerl-8b", "ar0.9", 5, 0.8, "own"),
-    ("scalerl-8b", "ar0.5", 1, 0.95, "stored"),
-    ("embedded", "eval", 1, 0.8, "stored"),
-])
+@pytest.mark.parametrize(
+    "shape,noise,seeds,f,floor",
+    [
+        ("embedded", "seeds", 2, 0.95, "own"),
+        ("embedded", "ar0.5", 3, 0.8, "own"),
+        ("scalerl-8b", "seeds", 3, 0.95, "own"),
+        ("scalerl-8b", "ar0.9", 5, 0.8, "own"),
+        ("scalerl-8b", "ar0.5", 1, 0.95, "stored"),
+        ("embedded", "eval", 1, 0.8, "stored"),
+    ],
+)
 def test_identical_arms_are_not_told_apart(shape, noise, seeds, f, floor):
     r = cell(shape, noise, seeds, f, "null", floor)
     assert at_most(r["false_call_rate"], 0.05), r["verdicts"]
@@ -77,9 +80,12 @@ def test_a_halved_c_mid_is_an_efficiency_change_never_a_ceiling_change(shape, no
 
 def test_the_boundary_effects_sit_exactly_at_the_default_smallest_effect():
     me = MinEffect()
-    assert {e: EFFECTS[e] for e in BOUNDARY} == {"a+0.02": {"a": me.a}, "a-0.02": {"a": -me.a},
-                                                 "cmid*1.15": {"c_mid": me.ratio},
-                                                 "a+0.02@end": {"a": me.a, "meet": 1.0}}
+    assert {e: EFFECTS[e] for e in BOUNDARY} == {
+        "a+0.02": {"a": me.a},
+        "a-0.02": {"a": -me.a},
+        "cmid*1.15": {"c_mid": me.ratio},
+        "a+0.02@end": {"a": me.a, "meet": 1.0},
+    }
 
 
 def test_a_boundary_that_a_clip_of_a_would_move_is_refused():
@@ -88,15 +94,18 @@ def test_a_boundary_that_a_clip_of_a_would_move_is_refused():
         run_cell(near_one, NOISES["eval"], 2, 0.95, "a+0.02", 1)
 
 
-@pytest.mark.parametrize("shape,noise,seeds,effect", [
-    # the compute side decides: A equal (its TOST passes in most trials), compute exactly 1.15x
-    ("scalerl-8b", "ar0.5", 5, "cmid*1.15"),
-    # the A side alone decides (compute near 1x, its band opened): A exactly 0.02 apart
-    ("scalerl-8b", "ar0.9", 3, "a+0.02@end"),
-    # a plain shift of A by 0.02, mostly inconclusive: equivalence from "not significant" would claim many
-    ("embedded", "seeds", 3, "a+0.02"),
-    ("embedded", "ar0.5", 2, "a-0.02"),
-])
+@pytest.mark.parametrize(
+    "shape,noise,seeds,effect",
+    [
+        # the compute side decides: A equal (its TOST passes in most trials), compute exactly 1.15x
+        ("scalerl-8b", "ar0.5", 5, "cmid*1.15"),
+        # the A side alone decides (compute near 1x, its band opened): A exactly 0.02 apart
+        ("scalerl-8b", "ar0.9", 3, "a+0.02@end"),
+        # a plain shift of A by 0.02, mostly inconclusive: equivalence from "not significant" would claim many
+        ("embedded", "seeds", 3, "a+0.02"),
+        ("embedded", "ar0.5", 2, "a-0.02"),
+    ],
+)
 def test_equivalent_is_claimed_at_most_5pct_at_the_smallest_effect_that_matters(shape, noise, seeds, effect):
     r = cell(shape, noise, seeds, 0.95, effect)
     assert r["delta_A_true"] == pytest.approx(EFFECTS[effect].get("a", 0.0), abs=1e-9)  # no clip moved it
@@ -110,14 +119,35 @@ def test_identical_arms_are_shown_equivalent_when_the_seeds_measure_them():
 
 def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
     out = tmp_path / "cal.json"
-    res = CliRunner().invoke(app, ["calibrate", "--shapes", "embedded", "--noises", "eval", "--seeds", "1,2",
-                                   "--f", "0.95", "--effects", "null,cmid*1.15", "--trials", "3", "--n-boot", "50",
-                                   "--out", str(out)], env={"COLUMNS": "200"})
+    res = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--shapes",
+            "embedded",
+            "--noises",
+            "eval",
+            "--seeds",
+            "1,2",
+            "--f",
+            "0.95",
+            "--effects",
+            "null,cmid*1.15",
+            "--trials",
+            "3",
+            "--n-boot",
+            "50",
+            "--out",
+            str(out),
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert res.exit_code == 0, res.output
     assert "coverage" in res.output and "false equiv" in res.output and "cmid*1.15*" in res.output
     rows = json.loads(out.read_text())["rows"]
     assert {(r["seeds"], r["floor"], r["effect"]) for r in rows} == {
-        (s, f, e) for s, f in ((1, "own"), (1, "stored"), (2, "own")) for e in ("null", "cmid*1.15")}
+        (s, f, e) for s, f in ((1, "own"), (1, "stored"), (2, "own")) for e in ("null", "cmid*1.15")
+    }
     assert all(r["trials"] == 3 and 0.0 <= r["equivalent_rate"] <= 1.0 for r in rows)
     assert all((r["false_equivalent_rate"] is None) == (r["effect"] == "null") for r in rows)
     res = CliRunner().invoke(app, ["calibrate", "--shapes", "nowhere"])

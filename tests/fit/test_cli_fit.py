@@ -18,8 +18,13 @@ runner = CliRunner()
 @pytest.fixture
 def curves_csv(tmp_path):
     path = tmp_path / "curves.csv"
-    write_csv([synthetic_curve(**PAPER_CURVES["scalerl-8b"], seed=0, run="a"),
-               synthetic_curve(**PAPER_CURVES["scalerl-scout"], seed=1, run="b")], path)
+    write_csv(
+        [
+            synthetic_curve(**PAPER_CURVES["scalerl-8b"], seed=0, run="a"),
+            synthetic_curve(**PAPER_CURVES["scalerl-scout"], seed=1, run="b"),
+        ],
+        path,
+    )
     return path
 
 
@@ -32,12 +37,44 @@ def test_table_and_window_printed(curves_csv):
 
 def test_json_contract_and_plot(curves_csv, tmp_path):
     png = tmp_path / "fit.png"
-    res = runner.invoke(app, ["fit", str(curves_csv), "--json", "--n-boot", "200", "--plot", str(png),
-                              "--target-r", "0.5", "--compare-forms"])
+    res = runner.invoke(
+        app,
+        [
+            "fit",
+            str(curves_csv),
+            "--json",
+            "--n-boot",
+            "200",
+            "--plot",
+            str(png),
+            "--target-r",
+            "0.5",
+            "--compare-forms",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    keys = {"run", "group", "method", "n_points", "window", "R0", "A", "B", "C_mid", "A_ci", "B_ci", "C_mid_ci",
-            "gain_fraction", "identifiable", "status", "sse", "target", "pred_at_target", "pred_ci"}
+    keys = {
+        "run",
+        "group",
+        "method",
+        "n_points",
+        "window",
+        "R0",
+        "A",
+        "B",
+        "C_mid",
+        "A_ci",
+        "B_ci",
+        "C_mid_ci",
+        "gain_fraction",
+        "identifiable",
+        "status",
+        "sse",
+        "target",
+        "pred_at_target",
+        "pred_ci",
+    }
     assert [f["run"] for f in out["fits"]] == ["a", "b"]
     for f in out["fits"]:
         assert keys <= set(f)
@@ -50,8 +87,11 @@ def test_json_contract_and_plot(curves_csv, tmp_path):
 def test_jsonl_input_with_custom_columns(tmp_path):
     c = synthetic_curve(**PAPER_CURVES["scalerl-8b"], seed=2)
     path = tmp_path / "m.jsonl"
-    path.write_text("".join(json.dumps({"step": i, "flops": float(x), "acc": float(y)}) + "\n"
-                            for i, (x, y) in enumerate(zip(c.x, c.y))))
+    path.write_text(
+        "".join(
+            json.dumps({"step": i, "flops": float(x), "acc": float(y)}) + "\n" for i, (x, y) in enumerate(zip(c.x, c.y))
+        )
+    )
     res = runner.invoke(app, ["fit", str(path), "--x", "flops", "--y", "acc", "--json", "--n-boot", "100"])
     assert res.exit_code == 0, res.output
     (f,) = json.loads(res.stdout)["fits"]
@@ -72,20 +112,39 @@ GOOD_ROWS = "".join(f"{x},{0.3 + 0.3 * x / (x + 1000):.4f}\n" for x in [0, 100, 
     [
         (None, [], "no such file"),
         ("gpu_hours,acc\n" + GOOD_ROWS, [], "no column 'val_pass_rate'; columns are: gpu_hours, acc"),
-        ("gpu_hours,val_pass_rate\n0,0.3\n100,nan\n200,0.4\n300,inf\n400,0.5\n", [],
-         "NaN or infinite values in 'val_pass_rate' at line(s) 3, 5"),
-        ("gpu_hours,val_pass_rate\n0,30\n100,35\n200,40\n300,45\n400,50\n", [],
-         "outside [0, 1] at line(s) 2, 3, 4, 5, 6 (percentages? divide by 100)"),
+        (
+            "gpu_hours,val_pass_rate\n0,0.3\n100,nan\n200,0.4\n300,inf\n400,0.5\n",
+            [],
+            "NaN or infinite values in 'val_pass_rate' at line(s) 3, 5",
+        ),
+        (
+            "gpu_hours,val_pass_rate\n0,30\n100,35\n200,40\n300,45\n400,50\n",
+            [],
+            "outside [0, 1] at line(s) 2, 3, 4, 5, 6 (percentages? divide by 100)",
+        ),
         ("gpu_hours,val_pass_rate\n0,0.3\n100,0.35\n200,0.4\n", [], "need at least 4 for 3 parameters"),
-        ("gpu_hours,val_pass_rate\n0,0.3\n100,0.35\n300,0.4\n200,0.45\n400,0.5\n", [],
-         "line 5: compute 'gpu_hours' does not increase in run 'bad' (200 after 300)"),
+        (
+            "gpu_hours,val_pass_rate\n0,0.3\n100,0.35\n300,0.4\n200,0.45\n400,0.5\n",
+            [],
+            "line 5: compute 'gpu_hours' does not increase in run 'bad' (200 after 300)",
+        ),
         ("gpu_hours,val_pass_rate\n" + GOOD_ROWS, ["--fit-from", "5000"], "no points in the fit window [5000, end]"),
         ("gpu_hours,val_pass_rate\n" + GOOD_ROWS, ["--fit-from", "500", "--fit-until", "400"], "the window is empty"),
         ("gpu_hours,val_pass_rate\n0,0.3\n100,abc\n", [], "'abc' in column 'val_pass_rate' is not a number"),
         ("gpu_hours,val_pass_rate\n", [], "no data rows"),
     ],
-    ids=["missing-file", "missing-column", "nan-inf", "out-of-range", "too-few-points", "non-increasing",
-         "empty-window", "inverted-window", "not-a-number", "empty-file"],
+    ids=[
+        "missing-file",
+        "missing-column",
+        "nan-inf",
+        "out-of-range",
+        "too-few-points",
+        "non-increasing",
+        "empty-window",
+        "inverted-window",
+        "not-a-number",
+        "empty-file",
+    ],
 )
 def test_bad_input_gives_one_clear_line(tmp_path, content, args, expected):
     path = tmp_path / "missing.csv" if content is None else _write(tmp_path, content)
@@ -130,8 +189,9 @@ def test_a_falling_or_flat_curve_is_said_to_have_no_gain(tmp_path, slope):
 
 # ---- `ablate rank`'s table: a row in one glance ----
 
-LOSS_SHAPE = dict(a=0.75, b=1.1, c_mid=37000.0, r0=0.43, c_max=256000.0, n_points=50, n_prompts=200, k=4,
-                  drift_sd=0.006)
+LOSS_SHAPE = dict(
+    a=0.75, b=1.1, c_mid=37000.0, r0=0.43, c_max=256000.0, n_points=50, n_prompts=200, k=4, drift_sd=0.006
+)
 """The embedded task's curve (fit/calibrate.py's `embedded` shape) over the loss sweep's 256,000 samples."""
 LOSSES = {"loss=cispo": {}, "loss=grpo": {"a": 0.77}, "loss=dapo": {"c_mid": 30000.0}, "loss=gspo": {"a": 0.74}}
 
@@ -140,8 +200,10 @@ def loss_sweep(root, name, seeds):
     """A sweep shaped like `ablate sweep recipes/loss.yaml`: four losses, CISPO the baseline."""
     from sweep_writer import write_sweep
 
-    arms = {label: [synthetic_curve(**{**LOSS_SHAPE, **change}, seed=10 * i + s) for s in range(seeds)]
-            for i, (label, change) in enumerate(LOSSES.items())}
+    arms = {
+        label: [synthetic_curve(**{**LOSS_SHAPE, **change}, seed=10 * i + s) for s in range(seeds)]
+        for i, (label, change) in enumerate(LOSSES.items())
+    }
     return write_sweep(root, name, arms, baseline="loss=cispo")
 
 
@@ -153,8 +215,11 @@ def row_heights(table, width=120):
     console.print(table)
     lines = console.export_text().splitlines()
     assert all(len(line) <= width for line in lines)
-    body = lines[next(i for i, s in enumerate(lines) if s.startswith("┡")) + 1:
-                 next(i for i, s in enumerate(lines) if s.startswith("└"))]
+    body = lines[
+        next(i for i, s in enumerate(lines) if s.startswith("┡")) + 1 : next(
+            i for i, s in enumerate(lines) if s.startswith("└")
+        )
+    ]
     assert all(line.endswith("│") for line in body), body  # nothing cut off at the right edge
     header = lines[next(i for i, s in enumerate(lines) if s.startswith("┏")) + 1]
     r0 = [c.strip() for c in header.split("┃")].index("R0")
@@ -175,8 +240,12 @@ def ranked(paths):
 @pytest.fixture(scope="module")
 def loss_sweeps(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweeps")
-    return {"one": loss_sweep(root / "one", "loss", 1), "three": loss_sweep(root / "three", "loss", 3),
-            "a": loss_sweep(root / "a" / "sweeps", "loss", 1), "b": loss_sweep(root / "b" / "sweeps", "loss", 3)}
+    return {
+        "one": loss_sweep(root / "one", "loss", 1),
+        "three": loss_sweep(root / "three", "loss", 3),
+        "a": loss_sweep(root / "a" / "sweeps", "loss", 1),
+        "b": loss_sweep(root / "b" / "sweeps", "loss", 3),
+    }
 
 
 @pytest.mark.parametrize("which", ["one", "three", "two inputs"])
@@ -204,9 +273,15 @@ def test_the_longest_verdicts_and_effects_still_fit_two_lines(loss_sweeps):
     from ablate.render.rank import rank_table, verdict_cell
 
     ranking = ranked([loss_sweeps["a"], loss_sweeps["b"]])
-    worst = [("inconclusive", "unclear", {"seeds": None}), ("inconclusive", "unclear", {"seeds": 24}),
-             ("efficiency_down", "negligible", None), ("ceiling_up", "unclear", None),
-             ("ceiling_down", "material", None), ("equivalent", "negligible", None), ("not_identified", None, None)]
+    worst = [
+        ("inconclusive", "unclear", {"seeds": None}),
+        ("inconclusive", "unclear", {"seeds": 24}),
+        ("efficiency_down", "negligible", None),
+        ("ceiling_up", "unclear", None),
+        ("ceiling_down", "material", None),
+        ("equivalent", "negligible", None),
+        ("not_identified", None, None),
+    ]
     others = [a for a in ranking.arms if a.verdict != "baseline"]
     for a, (verdict, practical, decide) in zip(others, worst):
         a.verdict, a.practical, a.decide = verdict, practical, decide
@@ -235,13 +310,16 @@ def test_rank_prints_shared_notes_once_and_explains_on_request(loss_sweeps):
     assert out["min_effect"] == {"A": 0.05, "compute_ratio": 1.15}
 
 
-@pytest.mark.parametrize("flag, value, expected", [
-    ("--min-effect", "0", "--min-effect 0.0: the smallest change of A that matters, a number in (0, 1)"),
-    ("--min-effect", "1.5", "--min-effect 1.5: the smallest change of A that matters"),
-    ("--min-effect", "nan", "--min-effect nan:"),
-    ("--min-effect-compute", "1", "--min-effect-compute 1.0: the smallest compute ratio that matters"),
-    ("--min-effect-compute", "inf", "--min-effect-compute inf:"),
-])
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--min-effect", "0", "--min-effect 0.0: the smallest change of A that matters, a number in (0, 1)"),
+        ("--min-effect", "1.5", "--min-effect 1.5: the smallest change of A that matters"),
+        ("--min-effect", "nan", "--min-effect nan:"),
+        ("--min-effect-compute", "1", "--min-effect-compute 1.0: the smallest compute ratio that matters"),
+        ("--min-effect-compute", "inf", "--min-effect-compute inf:"),
+    ],
+)
 def test_a_bad_min_effect_is_one_line(loss_sweeps, flag, value, expected):
     res = runner.invoke(app, ["rank", str(loss_sweeps["one"]), flag, value])
     assert res.exit_code == 2, res.output
@@ -284,8 +362,10 @@ def test_rank_says_at_which_target_a_prune_monitor_settled_the_stopped_arms(loss
         assert settled == (sweep, 256000.0)
         out = io.StringIO()
         print_rank(Console(file=out, width=400), ranking, [sweep], window=False, explain=False, settled=settled)
-        assert (f"pruned: the stopped arms of {sweep} were settled on their verdicts at --to 256000 (--x {ranking.x}), "
-                f"not at 512000; to read those: `ablate rank {sweep} --x {ranking.x} --to 256000`") in out.getvalue()
+        assert (
+            f"pruned: the stopped arms of {sweep} were settled on their verdicts at --to 256000 (--x {ranking.x}), "
+            f"not at 512000; to read those: `ablate rank {sweep} --x {ranking.x} --to 256000`"
+        ) in out.getvalue()
         assert settled_elsewhere(replace(ranking, target=256000.0), inputs) is None  # ranked where they were settled
     finally:
         shutil.rmtree(sweep / "prune")

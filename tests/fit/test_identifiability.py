@@ -35,12 +35,15 @@ def assert_honest(f, c_points):
         assert ci[1] > ci[0], ci
 
 
-@pytest.mark.parametrize("seed,c_max,fit_from", [
-    (0, 50_000, 12_500),   # starts at 96% of the gain: reported converged, B 1.63 [0.46, 6.55], before
-    (0, 50_000, 25_000),   # 99%: B 12.6, C_mid 17,860 (truth 1.92, 2,542), converged, before
-    (0, 160_000, 40_000),  # 99.5%: B 5.54 [5.54, 5.54], C_mid 40 [40, 40], before
-    (1, 160_000, 80_000),  # 99.9%
-])
+@pytest.mark.parametrize(
+    "seed,c_max,fit_from",
+    [
+        (0, 50_000, 12_500),  # starts at 96% of the gain: reported converged, B 1.63 [0.46, 6.55], before
+        (0, 50_000, 25_000),  # 99%: B 12.6, C_mid 17,860 (truth 1.92, 2,542), converged, before
+        (0, 160_000, 40_000),  # 99.5%: B 5.54 [5.54, 5.54], C_mid 40 [40, 40], before
+        (1, 160_000, 80_000),  # 99.9%
+    ],
+)
 def test_a_plateau_only_window_is_not_identified_and_its_intervals_hold_the_truth(seed, c_max, fit_from):
     c = curve(seed, c_max, n_points=200)
     assert gain_fraction(fit_from, TRUE["b"], TRUE["c_mid"]) > 0.95  # the window really is past the rise
@@ -59,7 +62,8 @@ def test_an_arm_of_seeds_on_a_plateau_only_window_is_not_identified():
 def test_the_rise_rule_is_read_from_the_window_the_fit_sees():
     # the share of the gain the true curve climbs inside a window, by the function the rule uses
     assert analysis.window_rise(1500, 16_000, TRUE["b"], TRUE["c_mid"]) == pytest.approx(
-        gain_fraction(16_000, TRUE["b"], TRUE["c_mid"]) - gain_fraction(1500, TRUE["b"], TRUE["c_mid"]))
+        gain_fraction(16_000, TRUE["b"], TRUE["c_mid"]) - gain_fraction(1500, TRUE["b"], TRUE["c_mid"])
+    )
     draws = analysis.window_rise(8000, 16_000, np.array([2.0, 3.0]), np.array([2542.0, 2542.0]))
     assert draws.shape == (2,) and np.all((draws > 0) & (draws < analysis.MIN_RISE))
 
@@ -82,7 +86,9 @@ def test_a_window_that_sees_too_little_of_the_rise_is_mostly_not_identified():
     # 90% to 96.5% of the gain: the true curve climbs 7% inside it; before, 11 of 16 such fits were identified and
     # their intervals covered the true A in 10 and B in 9
     lo = TRUE["c_mid"] * 9 ** (1 / TRUE["b"])  # f(lo) = 0.9
-    fits = [fit_curves([curve(s, 16_000, n_points=100)], FitOptions(n_boot=300, fit_from=lo, target=16_000))
-            for s in range(6)]
+    fits = [
+        fit_curves([curve(s, 16_000, n_points=100)], FitOptions(n_boot=300, fit_from=lo, target=16_000))
+        for s in range(6)
+    ]
     assert sum(f.identifiable for f in fits) <= 1, [f.notes for f in fits]
     assert all(f.B_ci == B_BOUNDS for f in fits if not f.identifiable)

@@ -49,6 +49,7 @@ def one_line_error(*args) -> str:
 
 # ---- the logs, written by the real libraries or as the tools write them -----------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tb(tmp_path_factory):
     """Two runs, each a subfolder: the pass rate every 10 steps (also as a tensor-style scalar), the loss at others."""
@@ -63,8 +64,9 @@ def tb(tmp_path_factory):
         for s in STEPS:
             w.add_scalar(TAG, rate(s, a), s)
             w.add_scalar("actor/loss", 1.0 / (s + 5), s + 5)
-            tensor = Summary.Value(tag="val/tensor_rate", tensor=tensor_util.make_tensor_proto(rate(s, a)),
-                                   metadata=scalars)  # as tf.summary (v2) writes scalars
+            tensor = Summary.Value(
+                tag="val/tensor_rate", tensor=tensor_util.make_tensor_proto(rate(s, a)), metadata=scalars
+            )  # as tf.summary (v2) writes scalars
             w._get_file_writer().add_summary(Summary(value=[tensor]), s)
         w.add_text("notes", "not a curve", 0)
         w.close()
@@ -77,8 +79,13 @@ def wandb_offline(tmp_path_factory):
     wandb = pytest.importorskip("wandb")
     root = tmp_path_factory.mktemp("wb")
     mp = pytest.MonkeyPatch()
-    for k, v in {"WANDB_SILENT": "true", "WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(root / "cfg"),
-                 "WANDB_CACHE_DIR": str(root / "cache"), "WANDB_DATA_DIR": str(root / "data")}.items():
+    for k, v in {
+        "WANDB_SILENT": "true",
+        "WANDB_MODE": "offline",
+        "WANDB_CONFIG_DIR": str(root / "cfg"),
+        "WANDB_CACHE_DIR": str(root / "cache"),
+        "WANDB_DATA_DIR": str(root / "data"),
+    }.items():
         mp.setenv(k, v)
     try:
         for name, a in (("dapo-run", 0.7), ("grpo-run", 0.6)):
@@ -123,16 +130,33 @@ def files(tmp_path_factory):
     for ckpt in (150, 290):
         hist = []
         for s in range(5, ckpt + 1, 5):
-            hist.append({"epoch": s / 300, "grad_norm": 0.5, "learning_rate": 1e-6, "loss": 0.01, "reward": 0.4,
-                         "step": s})
+            hist.append(
+                {"epoch": s / 300, "grad_norm": 0.5, "learning_rate": 1e-6, "loss": 0.01, "reward": 0.4, "step": s}
+            )
             if s % 10 == 0:
-                hist.append({"epoch": s / 300, "eval_loss": 0.02, "eval_reward": rate(s), "eval_runtime": 3.2,
-                             "eval_samples_per_second": 10.0, "eval_steps_per_second": 1.0, "step": s})
-        hist.append({"epoch": ckpt / 300, "step": ckpt, "total_flos": 0.0, "train_loss": 0.01,
-                     "train_runtime": 100.0})
-        state = {"best_global_step": None, "best_metric": None, "epoch": ckpt / 300, "eval_steps": 10,
-                 "global_step": ckpt, "log_history": hist, "logging_steps": 5, "max_steps": 300,
-                 "trial_name": None}
+                hist.append(
+                    {
+                        "epoch": s / 300,
+                        "eval_loss": 0.02,
+                        "eval_reward": rate(s),
+                        "eval_runtime": 3.2,
+                        "eval_samples_per_second": 10.0,
+                        "eval_steps_per_second": 1.0,
+                        "step": s,
+                    }
+                )
+        hist.append({"epoch": ckpt / 300, "step": ckpt, "total_flos": 0.0, "train_loss": 0.01, "train_runtime": 100.0})
+        state = {
+            "best_global_step": None,
+            "best_metric": None,
+            "epoch": ckpt / 300,
+            "eval_steps": 10,
+            "global_step": ckpt,
+            "log_history": hist,
+            "logging_steps": 5,
+            "max_steps": 300,
+            "trial_name": None,
+        }
         (trl / f"checkpoint-{ckpt}").mkdir(parents=True)
         (trl / f"checkpoint-{ckpt}" / "trainer_state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
     out["trl"] = trl
@@ -143,8 +167,7 @@ def files(tmp_path_factory):
     log = d / "train.log"
     lines = ["(TaskRunner pid=42) Training from scratch", "INFO 01-01 vllm engine started"]
     for s in STEPS:
-        lines.append(f"(TaskRunner pid=42) step:{s} - {TAG}:{rate(s)} - actor/loss:np.float64(0.1) - "
-                     "timing_s/gen:12.5")
+        lines.append(f"(TaskRunner pid=42) step:{s} - {TAG}:{rate(s)} - actor/loss:np.float64(0.1) - timing_s/gen:12.5")
         lines.append(f"Training Progress: {s}/300")
     log.write_text("\n".join(lines) + "\n")
     out["verl-log"] = log
@@ -170,10 +193,12 @@ def logs_at(tb, files, request):
         if name == "wandb":
             return request.getfixturevalue("wandb_offline")
         return files[name]
+
     return at
 
 
 # ---- detection and reading ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name, fmt, runs, y", CASES, ids=[c[0] for c in CASES])
 def test_each_log_is_detected_and_fitted_by_step(logs_at, name, fmt, runs, y):
@@ -188,7 +213,9 @@ def test_each_log_is_detected_and_fitted_by_step(logs_at, name, fmt, runs, y):
         assert c.group == c.run and c.n is None and len(c.x) == runs[c.run]
         a = 0.6 if c.run in ("seedB", "runB", "grpo-run") else 0.7
         assert np.all(np.diff(c.x) > 0) and c.x[0] == (0 if at0 else 10)
-        np.testing.assert_allclose(c.y, [rate(s, a) for s in c.x])  # TensorBoard keeps float32: read back as the decimal written
+        np.testing.assert_allclose(
+            c.y, [rate(s, a) for s in c.x]
+        )  # TensorBoard keeps float32: read back as the decimal written
 
 
 def test_tensorboard_single_event_file_and_tensor_scalars(tb):
@@ -252,8 +279,7 @@ def test_percentages_and_decreasing_x_are_one_line(tmp_path):
 
 
 def test_rank_over_two_tensorboard_runs_and_several_inputs(tb, files):
-    res = cli("rank", tb, "--x", "step", "--y", TAG, "--baseline", "seedA", "--to", "400", "--n-boot", "50",
-              "--json")
+    res = cli("rank", tb, "--x", "step", "--y", TAG, "--baseline", "seedA", "--to", "400", "--n-boot", "50", "--json")
     assert res.exit_code == 0, res.output
     arms = {a["arm"]: a for a in json.loads(res.stdout)["arms"]}
     assert set(arms) == {"seedA", "seedB"}

@@ -30,7 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 BASE = dict(b=1.92, c_mid=2542.0)
 
 
-
 def seeds(a: float, first: int, k: int = 3) -> list[Curve]:
     return [synthetic_curve(a=a, **BASE, seed=first + s) for s in range(k)]
 
@@ -41,14 +40,18 @@ def seeds(a: float, first: int, k: int = 3) -> list[Curve]:
 def test_two_sweeps_of_one_name_under_two_roots_stay_two_sweeps(tmp_path):
     # the same sweep name on two roots: each a real ceiling change of +0.05 over its own baseline, at another level.
     # Merged by name, each arm would pool both sweeps' seeds (spread 0.05 between them) and the change would drown.
-    a = write_sweep(tmp_path / "a" / "sweeps", "loss", {"base": seeds(0.61, 0), "up": seeds(0.66, 10)},
-                    baseline="base")
-    b = write_sweep(tmp_path / "b" / "sweeps", "loss", {"base": seeds(0.56, 20), "up": seeds(0.61, 30)},
-                    baseline="base")
+    a = write_sweep(tmp_path / "a" / "sweeps", "loss", {"base": seeds(0.61, 0), "up": seeds(0.66, 10)}, baseline="base")
+    b = write_sweep(
+        tmp_path / "b" / "sweeps", "loss", {"base": seeds(0.56, 20), "up": seeds(0.61, 30)}, baseline="base"
+    )
     curves, _ = load_inputs([a, b])
     arms = group_arms(curves)
-    assert {k: len(v) for k, v in arms.items()} == {"a/sweeps/loss:base": 3, "a/sweeps/loss:up": 3,
-                                                     "b/sweeps/loss:base": 3, "b/sweeps/loss:up": 3}
+    assert {k: len(v) for k, v in arms.items()} == {
+        "a/sweeps/loss:base": 3,
+        "a/sweeps/loss:up": 3,
+        "b/sweeps/loss:base": 3,
+        "b/sweeps/loss:up": 3,
+    }
     for base in ("a/sweeps/loss:base", "b/sweeps/loss:base"):
         up = base.replace(":base", ":up")
         ranking = rank([c for c in curves if c.group in (base, up)], FitOptions(n_boot=300), baseline=base)
@@ -64,15 +67,33 @@ def test_two_files_of_one_name_in_two_folders_stay_apart(tmp_path):
         write_csv(cs, tmp_path / folder / "curves.csv")
     curves, _ = load_inputs([tmp_path / "x" / "curves.csv", tmp_path / "y" / "curves.csv"], group="group")
     assert {k: len(v) for k, v in group_arms(curves).items()} == {"x/curves.csv:arm": 3, "y/curves.csv:arm": 3}
-    res = runner.invoke(app, ["rank", str(tmp_path / "x" / "curves.csv"), str(tmp_path / "y" / "curves.csv"),
-                              "--group", "group", "--baseline", "x/curves.csv:arm", "--json", "--n-boot", "200"])
+    res = runner.invoke(
+        app,
+        [
+            "rank",
+            str(tmp_path / "x" / "curves.csv"),
+            str(tmp_path / "y" / "curves.csv"),
+            "--group",
+            "group",
+            "--baseline",
+            "x/curves.csv:arm",
+            "--json",
+            "--n-boot",
+            "200",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert '"y/curves.csv:arm"' in res.output and '"ceiling_up"' in res.output
 
 
 def test_input_names_take_the_shortest_path_end_no_other_input_shares():
-    paths = [Path("/r/a/sweeps/loss"), Path("/r/b/sweeps/loss"), Path("/r/c/loss"), Path("/r/d/other"),
-             Path("/q/a/sweeps/loss")]
+    paths = [
+        Path("/r/a/sweeps/loss"),
+        Path("/r/b/sweeps/loss"),
+        Path("/r/c/loss"),
+        Path("/r/d/other"),
+        Path("/q/a/sweeps/loss"),
+    ]
     assert curves_mod.input_names(paths) == ["r/a/sweeps/loss", "b/sweeps/loss", "c/loss", "other", "q/a/sweeps/loss"]
     assert curves_mod.input_names([Path("/r/loss"), Path("/r/old/loss")]) == ["r/loss", "old/loss"]
     assert curves_mod.input_names([Path("/r/one")]) == ["one"]  # a single input is named as before
@@ -81,8 +102,7 @@ def test_input_names_take_the_shortest_path_end_no_other_input_shares():
 def test_one_input_given_twice_is_refused(tmp_path, monkeypatch):
     sweep = write_sweep(tmp_path / "sweeps", "loss", {"base": seeds(0.61, 0, 2)}, baseline="base")
     monkeypatch.chdir(tmp_path)
-    one_error(runner.invoke(app, ["rank", "sweeps/loss", str(sweep), "--n-boot", "50"]), "given twice",
-              "give it once")
+    one_error(runner.invoke(app, ["rank", "sweeps/loss", str(sweep), "--n-boot", "50"]), "given twice", "give it once")
     one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), "given twice")
 
 
@@ -96,12 +116,31 @@ def write_configured_sweep(root: Path, overrides: list[str], *, first_seed: int 
         rd = RunDir.of(root, sweep.name, r.run_id)
         rd.path.mkdir(parents=True, exist_ok=True)
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(r.config.to_dict())))
-        store.write_json(rd.info_path, {"run_id": r.run_id, "arm_id": r.arm_id, "label": r.label,
-                                        "overrides": list(r.overrides), "status": "done", "baseline": r.baseline})
+        store.write_json(
+            rd.info_path,
+            {
+                "run_id": r.run_id,
+                "arm_id": r.arm_id,
+                "label": r.label,
+                "overrides": list(r.overrides),
+                "status": "done",
+                "baseline": r.baseline,
+            },
+        )
         c = synthetic_curve(a=a, **BASE, seed=first_seed + i, n_points=30)
-        store.write_jsonl(rd.metrics_path, [{"step": k * 10, "gpu_hours": float(x), "val_pass_rate": float(y),
-                                             "samples": k * 1280, "flops": float(x) * 1e15}
-                                            for k, (x, y) in enumerate(zip(c.x, c.y))])
+        store.write_jsonl(
+            rd.metrics_path,
+            [
+                {
+                    "step": k * 10,
+                    "gpu_hours": float(x),
+                    "val_pass_rate": float(y),
+                    "samples": k * 1280,
+                    "flops": float(x) * 1e15,
+                }
+                for k, (x, y) in enumerate(zip(c.x, c.y))
+            ],
+        )
     return root / sweep.name
 
 
@@ -119,22 +158,31 @@ def test_a_sweeps_arms_are_read_from_its_configs(configured):
     assert not skipped and len(curves) == 12
     launched = {r.run_id: r.arm_id for r in load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,1,2"]).runs}
     assert {c.meta["run_id"]: c.meta["arm_id"] for c in curves} == launched  # config.yaml hashes to the launch ids
-    assert {k: len(v) for k, v in group_arms(curves).items()} == {f"loss={x}": 3 for x in
-                                                                   ("grpo", "dapo", "gspo", "cispo")}
+    assert {k: len(v) for k, v in group_arms(curves).items()} == {
+        f"loss={x}": 3 for x in ("grpo", "dapo", "gspo", "cispo")
+    }
 
 
 def test_a_label_moved_to_another_arm_is_refused_naming_the_run(configured):
     rd = run_of(configured, "loss=dapo,seed=2")
     store.update_json(rd.info_path, label="loss=cispo,seed=2")  # the label of another arm, the config of its own
-    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.path),
-              "'loss=cispo,seed=2'", "fix the label")
+    one_error(
+        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
+        str(rd.path),
+        "'loss=cispo,seed=2'",
+        "fix the label",
+    )
 
 
 def test_a_run_json_of_another_arm_is_refused_naming_the_run(configured):
     rd, other = run_of(configured, "loss=dapo,seed=2"), run_of(configured, "loss=cispo,seed=2").info()
     store.update_json(rd.info_path, label=other.label, arm_id=other.arm_id)  # run.json says cispo: config is dapo
-    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.path),
-              f"run.json says arm {other.arm_id}", "config.yaml is arm")
+    one_error(
+        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
+        str(rd.path),
+        f"run.json says arm {other.arm_id}",
+        "config.yaml is arm",
+    )
 
 
 def test_a_label_with_another_seed_is_refused(configured):
@@ -172,14 +220,14 @@ def test_runs_without_a_config_are_read_as_before(configured):
         RunDir(p).config_path.unlink()  # a foreign tool's run directories, or runs from before config.yaml
     curves, skipped = curves_from_sweep(configured)
     assert not skipped and {k: len(v) for k, v in group_arms(curves).items()} == {
-        f"loss={x}": 3 for x in ("grpo", "dapo", "gspo", "cispo")}
+        f"loss={x}": 3 for x in ("grpo", "dapo", "gspo", "cispo")
+    }
 
 
 def test_a_damaged_config_is_refused_in_one_line(configured):
     rd = run_of(configured, "loss=gspo,seed=0")
     rd.config_path.write_text("loss: [unclosed\n")
-    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.config_path),
-              "not valid YAML")
+    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.config_path), "not valid YAML")
 
 
 def test_group_arms_keeps_two_configs_under_one_name_apart():
@@ -189,8 +237,10 @@ def test_group_arms_keeps_two_configs_under_one_name_apart():
         c = synthetic_curve(a=0.61, **BASE, seed=i, run=f"r{i}", group="arm")
         c.meta["arm_id"] = "aaaaaaaaaaaa" if i < 2 else "bbbbbbbbbbbb"
         cs.append(c)
-    assert {k: [c.run for c in v] for k, v in group_arms(cs).items()} == {"arm@aaaaaaaa": ["r0", "r1"],
-                                                                         "arm@bbbbbbbb": ["r2", "r3"]}
+    assert {k: [c.run for c in v] for k, v in group_arms(cs).items()} == {
+        "arm@aaaaaaaa": ["r0", "r1"],
+        "arm@bbbbbbbb": ["r2", "r3"],
+    }
 
 
 # ---- item 3: integers hash as integers ----
@@ -213,7 +263,7 @@ PINNED = {
 
 def test_existing_run_ids_are_unchanged():
     got = {}
-    for (path, label) in PINNED:
+    for path, label in PINNED:
         if not label:
             c = compose_run(RECIPES_DIR.parent / path, [])
             got[(path, label)] = (run_id(c), arm_id(c))
@@ -241,13 +291,18 @@ def test_integers_beyond_2_53_get_their_own_run_ids():
 def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_expanded(tmp_path):
     """A sweep someone else can hand you is read, not trusted: a config.yaml whose aliases would expand it to a
     billion nodes, or nested past the parser's depth, is one line naming the file, and never expanded."""
-    from ablate.run_curves import config_ids
     from ablate.errors import UserError
+    from ablate.run_curves import config_ids
     from ablate.rundir import RunDir
 
-    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-        for p, k in zip("abcdefgh", "bcdefghi")) + "seed: 0\n"
+    bomb = (
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(
+            f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+            for p, k in zip("abcdefgh", "bcdefghi")
+        )
+        + "seed: 0\n"
+    )
     deep = "seed: 0\nx: " + "[" * 5000 + "]" * 5000 + "\n"
     for name, text in (("bomb", bomb), ("deep", deep)):
         rd = RunDir(tmp_path / name)

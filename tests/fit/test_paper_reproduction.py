@@ -32,8 +32,20 @@ NOISE = NOISES["ar0.5"]
 
 
 def _curve(c_mid, b, a, c_max, seed, n_points=2 * POINTS):
-    return synthetic_curve(a=a, b=b, c_mid=c_mid, r0=R0, c_max=c_max, n_points=n_points, n_prompts=1000, k=16,
-                           drift_sd=NOISE.drift_sd, drift_phi=NOISE.drift_phi, seed=seed, run="r")
+    return synthetic_curve(
+        a=a,
+        b=b,
+        c_mid=c_mid,
+        r0=R0,
+        c_max=c_max,
+        n_points=n_points,
+        n_prompts=1000,
+        k=16,
+        drift_sd=NOISE.drift_sd,
+        drift_phi=NOISE.drift_phi,
+        seed=seed,
+        run="r",
+    )
 
 
 def _window(c_mid, b, f=0.95):
@@ -66,8 +78,9 @@ def test_the_papers_window_sensitivity_is_reproduced_in_shape():
     a, b, c_mid = 0.655, 1.56, 2542.0
     c = _curve(c_mid, b, a, 100_000, seed=7, n_points=200)
     windows = [(1500, 50_000), (0, 100_000), (0, 50_000), (5000, 50_000)]
-    fits = [fit_curves([c], FitOptions(n_boot=300, fit_from=lo or None, fit_until=hi, target=100_000))
-            for lo, hi in windows]
+    fits = [
+        fit_curves([c], FitOptions(n_boot=300, fit_from=lo or None, fit_until=hi, target=100_000)) for lo, hi in windows
+    ]
     As, Bs = [f.A for f in fits], [f.B for f in fits]
     assert all(f.identifiable for f in fits)
     assert max(As) - min(As) <= 0.01 and all(abs(v - a) <= MARGIN for v in As), As

@@ -25,32 +25,59 @@ def _pilot(arms: int, seeds: int, f: float, seed: int, effect: dict | None = Non
     c = window_end(SHAPE, f)
     curves = []
     for k in range(arms):
-        cs, _ = simulate_arm(SHAPE, NOISE, (effect or {}) if k == 1 else {}, seeds, f, rng, "base" if k == 0 else f"a{k}")
+        cs, _ = simulate_arm(
+            SHAPE, NOISE, (effect or {}) if k == 1 else {}, seeds, f, rng, "base" if k == 0 else f"a{k}"
+        )
         curves += [replace(x, x=x.x[x.x <= c * 1.0001], y=x.y[x.x <= c * 1.0001], n=x.n[x.x <= c * 1.0001]) for x in cs]
     return curves, c
 
 
 def _truth(budget: float, arms: int) -> planning.TaskModel:
     """The truth as a task model: exact seed spread (a huge dof: no redraw), no fit error to remove."""
-    return planning.TaskModel(x="gpu_hours", r0=SHAPE.r0, a=SHAPE.a, b=SHAPE.b, c_mid=SHAPE.c_mid,
-                              val_n=SHAPE.prompts * SHAPE.k, eval_every=budget / 40, drift_sd=NOISE.drift_sd,
-                              drift_rho=NOISE.drift_phi, seed_sd_a=NOISE.seed_sd_a, seed_sd_logc=NOISE.seed_sd_logc,
-                              seed_dof=10**9, fit_sd_a=0.0, fit_sd_logc=0.0, budget=budget, arms=arms)
+    return planning.TaskModel(
+        x="gpu_hours",
+        r0=SHAPE.r0,
+        a=SHAPE.a,
+        b=SHAPE.b,
+        c_mid=SHAPE.c_mid,
+        val_n=SHAPE.prompts * SHAPE.k,
+        eval_every=budget / 40,
+        drift_sd=NOISE.drift_sd,
+        drift_rho=NOISE.drift_phi,
+        seed_sd_a=NOISE.seed_sd_a,
+        seed_sd_logc=NOISE.seed_sd_logc,
+        seed_dof=10**9,
+        fit_sd_a=0.0,
+        fit_sd_logc=0.0,
+        budget=budget,
+        arms=arms,
+    )
 
 
-def _truth_power(truth: planning.TaskModel, question: str, seeds: int, compute: float, trials: int, seed: int,
-                 **kw) -> float:
+def _truth_power(
+    truth: planning.TaskModel, question: str, seeds: int, compute: float, trials: int, seed: int, **kw
+) -> float:
     """The power of a design on fresh sweeps drawn from the truth, by the fast engine (checked against the exact
     one in test_fast_engine_agrees_with_rank)."""
     effect = planning.effect_of(question, kw.get("delta_a", 0.02), kw.get("ratio", 1.25))
     rung = power.rung_for(truth, compute, effect, trials, max(2, min(truth.arms, planning.MAX_SIM_ARMS)), seed)
-    cell = power.cell_power(rung, seeds, planning.WANTED[question], target=2 * compute, noise=None, me=MinEffect(),
-                            extra_arms=max(0, truth.arms - planning.MAX_SIM_ARMS), goal=0.8, seed=seed)
+    cell = power.cell_power(
+        rung,
+        seeds,
+        planning.WANTED[question],
+        target=2 * compute,
+        noise=None,
+        me=MinEffect(),
+        extra_arms=max(0, truth.arms - planning.MAX_SIM_ARMS),
+        goal=0.8,
+        seed=seed,
+    )
     return cell["power"]
 
 
-@pytest.mark.parametrize("question,kw,rungs", [("efficiency", {"ratio": 1.5}, (1.0, 2.0)),
-                                               ("ceiling", {"delta_a": 0.05}, (2.0,))])
+@pytest.mark.parametrize(
+    "question,kw,rungs", [("efficiency", {"ratio": 1.5}, (1.0, 2.0)), ("ceiling", {"delta_a": 0.05}, (2.0,))]
+)
 def test_following_the_plan_reaches_the_stated_power(question, kw, rungs):
     curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=5)
     ranking = rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base")
@@ -75,18 +102,21 @@ def test_null_arms_are_not_called_in_planned_sweeps():
     """The plan's own trials keep the false-discovery rate: an arm with no effect is rarely given a changed
     verdict (400 sweeps, 4 seeds an arm, the model measured on a pilot)."""
     curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=6)
-    model = planning.from_ranking(rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base"),
-                                  budget=c, seeds=3)
+    model = planning.from_ranking(
+        rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base"), budget=c, seeds=3
+    )
     rung = power.rung_for(model, c, {}, 400, 3, seed=3)
-    codes = power.verdict_codes(rung, 4, target=2 * c, noise=None, me=MinEffect(), extra_arms=0,
-                                rng=np.random.default_rng(3))
+    codes = power.verdict_codes(
+        rung, 4, target=2 * c, noise=None, me=MinEffect(), extra_arms=0, rng=np.random.default_rng(3)
+    )
     calls = np.isin(codes, [power.CODES.index(v) for v in CHANGED])
     assert calls.mean() <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / codes.size), np.bincount(codes)
     assert (codes != power.CODES.index("not_identified")).mean() > 0.9  # the arms were compared: a real test
 
 
-@pytest.mark.parametrize("question,kw,seeds,f", [("ceiling", {"delta_a": 0.03}, 4, 0.9),
-                                                 ("efficiency", {"ratio": 1.5}, 3, 0.75)])
+@pytest.mark.parametrize(
+    "question,kw,seeds,f", [("ceiling", {"delta_a": 0.03}, 4, 0.9), ("efficiency", {"ratio": 1.5}, 3, 0.75)]
+)
 def test_fast_engine_agrees_with_rank(question, kw, seeds, f):
     """The fast engine's power of a design equals the exact engine's (every sweep ranked by `compare.rank`) within
     simulation error. The cells are chosen with power away from 0 and 1, where a difference would show: a ceiling
@@ -182,8 +212,9 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     write_csv(curves, csv)
     cal = tmp_path / "cal.json"
     fast = ["--question", "efficiency", "--ratio", "2", "--trials", "20", "--json"]
-    res = runner.invoke(app, ["plan", str(csv), "--group", "group", "--baseline", "base", *fast,
-                              "--save-calibration", str(cal)])
+    res = runner.invoke(
+        app, ["plan", str(csv), "--group", "group", "--baseline", "base", *fast, "--save-calibration", str(cal)]
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["model"]["arms"] == 3 and out["model"]["val_n"] == SHAPE.prompts * SHAPE.k
@@ -195,10 +226,12 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["model"]["arms"] == 4 and json.loads(res.stdout)["arms"] == []
-    for args, msg in ((["plan", sweep_file], "give --calibration"),
-                      (["plan", str(csv), "--calibration", str(cal)], "has measurements of its own"),
-                      (["plan", str(tmp_path / "nope")], "no such file or directory"),
-                      (["plan", str(csv), "--ratio", "1"], "--ratio 1.0: out of range"),
-                      (["plan", str(csv), "--question", "speed"], "give ceiling, efficiency or both")):
+    for args, msg in (
+        (["plan", sweep_file], "give --calibration"),
+        (["plan", str(csv), "--calibration", str(cal)], "has measurements of its own"),
+        (["plan", str(tmp_path / "nope")], "no such file or directory"),
+        (["plan", str(csv), "--ratio", "1"], "--ratio 1.0: out of range"),
+        (["plan", str(csv), "--question", "speed"], "give ceiling, efficiency or both"),
+    ):
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and msg in res.output, (args, res.output)

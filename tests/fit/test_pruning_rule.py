@@ -79,14 +79,30 @@ def test_an_inconclusive_arm_never_settles_however_stable():
 
     from ablate.outlook import Advice, ArmOutlook, Standing, advice
 
-    ranking = SimpleNamespace(baseline="base", floor=object(), arms=[SimpleNamespace(arm="base", fit=SimpleNamespace(
-        identifiable=True))])
-    row = ArmOutlook(arm="x", verdict="", identified=True, compute_now=100.0, compute_end=200.0, running=True,
-                     advice=Advice(Standing.OPEN, ""), p_change=0.0, bound=0.07, futures_n=40)
+    ranking = SimpleNamespace(
+        baseline="base", floor=object(), arms=[SimpleNamespace(arm="base", fit=SimpleNamespace(identifiable=True))]
+    )
+    row = ArmOutlook(
+        arm="x",
+        verdict="",
+        identified=True,
+        compute_now=100.0,
+        compute_end=200.0,
+        running=True,
+        advice=Advice(Standing.OPEN, ""),
+        p_change=0.0,
+        bound=0.07,
+        futures_n=40,
+    )
     fit = SimpleNamespace(identifiable=True)
-    for verdict, practical, state in [("inconclusive", "unclear", "open"), ("ceiling_up", "unclear", "open"),
-                                      ("ceiling_up", "negligible", "open"), ("ceiling_up", "material", "settled"),
-                                      ("efficiency_down", "material", "settled"), ("equivalent", "negligible", "settled")]:
+    for verdict, practical, state in [
+        ("inconclusive", "unclear", "open"),
+        ("ceiling_up", "unclear", "open"),
+        ("ceiling_up", "negligible", "open"),
+        ("ceiling_up", "material", "settled"),
+        ("efficiency_down", "material", "settled"),
+        ("equivalent", "negligible", "settled"),
+    ]:
         arm = SimpleNamespace(arm="x", fit=fit, verdict=verdict, practical=practical)
         assert advice(arm, row, ranking, 0.10).standing == state, (verdict, practical)
 
@@ -99,13 +115,19 @@ def test_an_arm_whose_other_seeds_ran_on_is_read_on_the_whole_window():
     rng = np.random.default_rng(5)
     base, _ = simulate_arm(shape, noise, {}, 3, 0.9, rng, "base")
     arm, _ = simulate_arm(shape, noise, {}, 3, 0.9, rng, "arm")
-    curves = ([_cut(c, budget, None) for c in base] + [_cut(arm[0], 0.3 * budget, "unstable")]
-              + [_cut(c, budget, None) for c in arm[1:]])
+    curves = (
+        [_cut(c, budget, None) for c in base]
+        + [_cut(arm[0], 0.3 * budget, "unstable")]
+        + [_cut(c, budget, None) for c in arm[1:]]
+    )
     r = rank(curves, FitOptions(n_boot=100, target=2 * budget, seed=0), baseline="base")
     a = next(x for x in r.arms if x.arm == "arm")
     assert a.stopped == ["unstable"] and "read against the baseline's first" not in a.detail, a.detail
     # and stopped as a whole, it is read on its own window
     curves = [_cut(c, budget, None) for c in base] + [_cut(c, 0.5 * budget, "pruned") for c in arm]
-    a = next(x for x in rank(curves, FitOptions(n_boot=100, target=2 * budget, seed=0), baseline="base").arms
-             if x.arm == "arm")
+    a = next(
+        x
+        for x in rank(curves, FitOptions(n_boot=100, target=2 * budget, seed=0), baseline="base").arms
+        if x.arm == "arm"
+    )
     assert "read against the baseline's first" in a.detail, a.detail

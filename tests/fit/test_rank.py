@@ -46,17 +46,27 @@ def test_single_seed_verdicts_need_seeds_unless_the_paper_rule_is_asked_for(sing
     ranking = rank(curves, FitOptions(n_boot=300))
     assert ranking.baseline == "loss=cispo" and not skipped
     # one seed per arm: no measured seed spread, so no arm is called better or worse
-    assert verdicts(ranking) == {"loss=cispo": "baseline", "loss=higher": "inconclusive",
-                                 "loss=steeper": "inconclusive", "loss=same": "inconclusive",
-                                 "loss=slow": "not_identified"}
-    assert all(a.practical == "unclear" and "needs seeds" in a.detail for a in ranking.arms
-               if a.verdict == "inconclusive")
+    assert verdicts(ranking) == {
+        "loss=cispo": "baseline",
+        "loss=higher": "inconclusive",
+        "loss=steeper": "inconclusive",
+        "loss=same": "inconclusive",
+        "loss=slow": "not_identified",
+    }
+    assert all(
+        a.practical == "unclear" and "needs seeds" in a.detail for a in ranking.arms if a.verdict == "inconclusive"
+    )
     assert len(ranking.notes) == 1 and ranking.notes[0].kind == "needs_seeds"
     assert ranking.notes[0].text.startswith("needs seeds: one seed per arm")
     assert ranking.floor is None and ranking.rule == "test"
     paper = rank(curves, FitOptions(n_boot=300), margin="paper")
-    assert verdicts(paper) == {"loss=cispo": "baseline", "loss=higher": "ceiling_up", "loss=steeper": "efficiency_up",
-                               "loss=same": "inconclusive", "loss=slow": "not_identified"}
+    assert verdicts(paper) == {
+        "loss=cispo": "baseline",
+        "loss=higher": "ceiling_up",
+        "loss=steeper": "efficiency_up",
+        "loss=same": "inconclusive",
+        "loss=slow": "not_identified",
+    }
     assert {a.margin for a in paper.arms if a.margin is not None} == {PAPER_A_MARGIN}
     assert paper.rule == "paper" and "paper's convention" in paper.margin_source
     assert all("paper convention" in a.detail for a in paper.arms if a.verdict not in ("baseline", "not_identified"))
@@ -84,12 +94,16 @@ def test_csv_input_ranks_like_the_sweep(single_seed_sweep, tmp_path):
     curves, _ = curves_from_sweep(single_seed_sweep)
     csv = tmp_path / "curves.csv"
     write_csv(curves, csv)
-    res = runner.invoke(app, ["rank", str(csv), "--group", "group", "--baseline", "loss=cispo", "--json", "--n-boot", "300"])
+    res = runner.invoke(
+        app, ["rank", str(csv), "--group", "group", "--baseline", "loss=cispo", "--json", "--n-boot", "300"]
+    )
     assert res.exit_code == 0, res.output
     from_csv = json.loads(res.stdout)
     res = runner.invoke(app, ["rank", str(single_seed_sweep), "--json", "--n-boot", "300"])
     from_sweep = json.loads(res.stdout)
-    assert [(a["arm"], a["verdict"]) for a in from_csv["arms"]] == [(a["arm"], a["verdict"]) for a in from_sweep["arms"]]
+    assert [(a["arm"], a["verdict"]) for a in from_csv["arms"]] == [
+        (a["arm"], a["verdict"]) for a in from_sweep["arms"]
+    ]
     for a, b in zip(from_csv["arms"], from_sweep["arms"]):
         assert a["A"] == pytest.approx(b["A"], abs=1e-4)
     assert {"baseline", "margin", "target", "x", "arms", "rule", "noise_floor"} <= set(from_sweep)
@@ -108,10 +122,16 @@ def test_partial_failed_and_truncated_runs(tmp_path):
     store.write_jsonl(runs[0] / "metrics.jsonl", recs)
     failed = sweep / "runs" / "deadbeef0000"
     failed.mkdir()
-    store.write_json(failed / "run.json", {"run_id": "deadbeef0000", "label": "loss=dapo,seed=0", "status": "failed",
-                                           "cause": "killed",
-                                           "error": {"class": None, "message": "local job 12 ended without a result",
-                                                     "traceback": []}})
+    store.write_json(
+        failed / "run.json",
+        {
+            "run_id": "deadbeef0000",
+            "label": "loss=dapo,seed=0",
+            "status": "failed",
+            "cause": "killed",
+            "error": {"class": None, "message": "local job 12 ended without a result", "traceback": []},
+        },
+    )
     res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "200"])
     assert res.exit_code == 0, res.output
     assert "partial" in res.output and "truncation >10%" in res.output
@@ -119,12 +139,15 @@ def test_partial_failed_and_truncated_runs(tmp_path):
     assert "not fitted loss=dapo,seed=0: failed (killed): local job 12 ended without a result" in res.output
 
 
-@pytest.mark.parametrize("setup, args, expected", [
-    ("empty", [], "the sweep has no runs yet"),
-    ("sweep", ["--baseline", "loss=nope"], "--baseline 'loss=nope': no such arm; arms are: "),
-    ("nometrics", [], "no run has metrics to fit (loss=x,seed=0: no metrics yet"),
-    ("missing", [], "no such file"),
-])
+@pytest.mark.parametrize(
+    "setup, args, expected",
+    [
+        ("empty", [], "the sweep has no runs yet"),
+        ("sweep", ["--baseline", "loss=nope"], "--baseline 'loss=nope': no such arm; arms are: "),
+        ("nometrics", [], "no run has metrics to fit (loss=x,seed=0: no metrics yet"),
+        ("missing", [], "no such file"),
+    ],
+)
 def test_bad_inputs(tmp_path, single_seed_sweep, setup, args, expected):
     from ablate import store
 
@@ -154,8 +177,22 @@ def test_rank_plots(single_seed_sweep, tmp_path):
 
 def test_extrapolate_winner_with_heldout_check(single_seed_sweep, tmp_path):
     png = tmp_path / "ex.png"
-    res = runner.invoke(app, ["extrapolate", str(single_seed_sweep), "--fit-until", "8000", "--target-r", "0.6",
-                              "--json", "--plot", str(png), "--n-boot", "300"])
+    res = runner.invoke(
+        app,
+        [
+            "extrapolate",
+            str(single_seed_sweep),
+            "--fit-until",
+            "8000",
+            "--target-r",
+            "0.6",
+            "--json",
+            "--plot",
+            str(png),
+            "--n-boot",
+            "300",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["subject"] == "loss=higher"  # the rank winner
@@ -205,8 +242,10 @@ def test_a_single_seed_difference_is_not_a_ceiling_change_by_default(tmp_path):
     # +0.035 on A is beyond ScaleRL's +-0.02, but one noisy seed per arm (15 evaluations, 50 prompts, mean@4) cannot
     # tell it from a lucky seed: the default verdict claims nothing
     noisy = dict(n_points=15, n_prompts=50, k=4, c_max=8000)
-    arms = {"loss=cispo": [synthetic_curve(**BASE, **noisy, seed=1)],
-            "loss=maybe": [synthetic_curve(**{**BASE, "a": 0.645}, **noisy, seed=2)]}
+    arms = {
+        "loss=cispo": [synthetic_curve(**BASE, **noisy, seed=1)],
+        "loss=maybe": [synthetic_curve(**{**BASE, "a": 0.645}, **noisy, seed=2)],
+    }
     curves, _ = curves_from_sweep(write_sweep(tmp_path, "s", arms, baseline="loss=cispo"))
     arm = next(a for a in rank(curves, FitOptions(n_boot=300)).arms if a.arm == "loss=maybe")
     assert abs(arm.delta_A) > PAPER_A_MARGIN

@@ -61,8 +61,11 @@ def seeded(tmp_path, n_seeds, single_arm_change):
     curves = []
     for arm, change, k in (("base", {}, n_seeds), ("steady", {}, n_seeds), ("one", single_arm_change, 1)):
         for s in range(k):
-            curves.append(synthetic_curve(**{**P, **change}, seed=1000 * len(curves) + s, drift_sd=0.002,
-                                          run=f"{arm},seed={s}", group=arm))
+            curves.append(
+                synthetic_curve(
+                    **{**P, **change}, seed=1000 * len(curves) + s, drift_sd=0.002, run=f"{arm},seed={s}", group=arm
+                )
+            )
     path = tmp_path / "c.csv"
     write_csv(curves, path)
     return path
@@ -72,7 +75,9 @@ def test_a_single_seed_arm_is_judged_against_the_spread_other_arms_measured(tmp_
     path = seeded(tmp_path, 3, {"a": 0.66})
     ranking = rank(load_curves(path, group="group"), FitOptions(n_boot=300), baseline="base")
     v = {a.arm: a.verdict for a in ranking.arms}
-    assert v == {"base": "baseline", "steady": "equivalent", "one": "ceiling_up"}, [(a.arm, a.detail) for a in ranking.arms]
+    assert v == {"base": "baseline", "steady": "equivalent", "one": "ceiling_up"}, [
+        (a.arm, a.detail) for a in ranking.arms
+    ]
     assert ranking.floor is not None and "2 arm(s)" in ranking.floor.source and ranking.floor.dof == 4
 
 
@@ -82,17 +87,28 @@ def test_a_stored_seed_spread_is_saved_and_read_back(tmp_path):
     ok(["rank", seeded_path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--save-noise", noise])
     stored = json.loads(noise.read_text())
     assert {"sd_A", "sd_logc", "dof", "source"} <= set(stored) and stored["dof"] == 4  # two arms of 3 seeds
-    solo = [synthetic_curve(**P, seed=7, drift_sd=0.002, run="b", group="b"),
-            synthetic_curve(**{**P, "a": 0.66}, seed=8, drift_sd=0.002, run="up", group="up"),
-            synthetic_curve(**P, seed=9, drift_sd=0.002, run="same", group="same")]
+    solo = [
+        synthetic_curve(**P, seed=7, drift_sd=0.002, run="b", group="b"),
+        synthetic_curve(**{**P, "a": 0.66}, seed=8, drift_sd=0.002, run="up", group="up"),
+        synthetic_curve(**P, seed=9, drift_sd=0.002, run="same", group="same"),
+    ]
     path = tmp_path / "solo.csv"
     write_csv(solo, path)
     out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json"]).stdout)
-    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "inconclusive", "same": "inconclusive"}
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {
+        "b": "baseline",
+        "up": "inconclusive",
+        "same": "inconclusive",
+    }
     assert out["noise_floor"] is None
-    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json",
-                         "--noise", noise]).stdout)
-    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {"b": "baseline", "up": "ceiling_up", "same": "inconclusive"}
+    out = json.loads(
+        ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json", "--noise", noise]).stdout
+    )
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {
+        "b": "baseline",
+        "up": "ceiling_up",
+        "same": "inconclusive",
+    }
     assert out["noise_floor"]["source"].startswith("stored measurement")
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--noise", str(tmp_path / "nope.json")])
     assert res.exit_code == 2 and "no such file" in res.output
@@ -102,8 +118,13 @@ def test_a_stored_seed_spread_is_saved_and_read_back(tmp_path):
 
 def test_single_seed_ranking_says_it_needs_seeds_and_how(tmp_path):
     path = tmp_path / "solo.csv"
-    write_csv([synthetic_curve(**P, seed=1, run="b", group="b"),
-               synthetic_curve(**{**P, "a": 0.66}, seed=2, run="up", group="up")], path)
+    write_csv(
+        [
+            synthetic_curve(**P, seed=1, run="b", group="b"),
+            synthetic_curve(**{**P, "a": 0.66}, seed=2, run="up", group="up"),
+        ],
+        path,
+    )
     res = ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200"])
     assert "needs seeds" in res.stdout and "seed=0,1,2" in res.stdout and "ceiling ↑" not in res.stdout
     res = ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--margin", "paper"])
@@ -166,8 +187,11 @@ def test_an_arm_whose_ceiling_is_not_identified_is_still_compared_where_both_arm
     curves = []
     for arm, change in (("base", {}), ("slow", {"c_mid": 6 * P["c_mid"]}), ("slow-too", {"c_mid": 6 * P["c_mid"]})):
         for s in range(3):
-            curves.append(synthetic_curve(**{**P, **change}, seed=100 * len(curves) + s, drift_sd=0.004,
-                                          run=f"{arm},seed={s}", group=arm))
+            curves.append(
+                synthetic_curve(
+                    **{**P, **change}, seed=100 * len(curves) + s, drift_sd=0.004, run=f"{arm},seed={s}", group=arm
+                )
+            )
     ranking = rank(curves, FitOptions(n_boot=200, target=32000), baseline="base")
     by = {a.arm: a for a in ranking.arms}
     assert by["slow"].verdict == "not_identified" and by["slow"].r_call == "lower", by["slow"].detail
@@ -178,8 +202,11 @@ def test_an_arm_whose_ceiling_is_not_identified_is_still_compared_where_both_arm
     assert other.verdict == "not_identified" and other.r_call is None and "no detectable difference" in other.detail
     path = tmp_path / "c.csv"
     write_csv(curves, path)
-    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--to", "32000",
-                         "--json"]).stdout)
+    out = json.loads(
+        ok(
+            ["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--to", "32000", "--json"]
+        ).stdout
+    )
     slow = next(a for a in out["arms"] if a["arm"] == "slow")
     assert slow["r_call"] == "lower" and slow["p_at_end"] < 0.01 and slow["delta_R_end"] < -0.05
 
@@ -193,7 +220,9 @@ def test_an_arm_with_a_seed_that_has_only_just_started_is_fitted():
     r = fit_curves(runs, FitOptions(n_boot=200, target=16000))
     assert r.identifiable and r.A_ci[0] < r.A < r.A_ci[1]
     long = synthetic_curve(**P, seed=21, drift_sd=0.003, n_points=5000, run="long")
-    r = fit_curves([long], FitOptions(n_boot=200, target=32000))  # batch means: predictions carry one evaluation's noise
+    r = fit_curves(
+        [long], FitOptions(n_boot=200, target=32000)
+    )  # batch means: predictions carry one evaluation's noise
     assert r.noise[0].point_drift_var is not None and r.noise[0].point_drift_var >= r.noise[0].drift_var
 
 
@@ -203,8 +232,11 @@ def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_pa
     curves = []
     for arm, change in (("base", {}), ("steeper", {"b": 1.4 * P["b"]}), ("slower", {"c_mid": 2 * P["c_mid"]})):
         for s in range(3):
-            curves.append(synthetic_curve(**{**P, **change}, seed=300 + 10 * len(curves) + s, drift_sd=0.003,
-                                          run=f"{arm},seed={s}", group=arm))
+            curves.append(
+                synthetic_curve(
+                    **{**P, **change}, seed=300 + 10 * len(curves) + s, drift_sd=0.003, run=f"{arm},seed={s}", group=arm
+                )
+            )
     opts = FitOptions(n_boot=200, target=16000)
     ranking = rank(curves, opts, baseline="base", shared_a="all")
     by = {a.arm: a for a in ranking.arms}
@@ -219,16 +251,34 @@ def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_pa
     assert pairwise.shared_a is None and abs(pair_a - a_all) > 1e-6  # the default: the pair's own shared A
     path = tmp_path / "c.csv"
     write_csv(curves, path)
-    res = ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--shared-a", "all",
-              "--plot", tmp_path / "r.png"])
+    res = ok(
+        [
+            "rank",
+            path,
+            "--group",
+            "group",
+            "--baseline",
+            "base",
+            "--n-boot",
+            "200",
+            "--shared-a",
+            "all",
+            "--plot",
+            tmp_path / "r.png",
+        ]
+    )
     assert "efficiency compared at: one A for every arm" in res.stdout and (tmp_path / "r-efficiency.png").exists()
-    out = json.loads(ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--shared-a",
-                         "0.6", "--json"]).stdout)
+    out = json.loads(
+        ok(
+            ["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "200", "--shared-a", "0.6", "--json"]
+        ).stdout
+    )
     assert out["shared_a"] == 0.6 and all(a["shared_A"]["A_shared"] == 0.6 for a in out["arms"] if a["shared_A"])
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--shared-a", "2"])
     assert res.exit_code == 2 and "--shared-a 2: give pair (the default), all" in res.output
-    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "base", "--shared-a", "0.25",
-                              "--n-boot", "100"])
+    res = runner.invoke(
+        app, ["rank", str(path), "--group", "group", "--baseline", "base", "--shared-a", "0.25", "--n-boot", "100"]
+    )
     assert res.exit_code == 2 and "leaves arm" in res.output and "no gain to fit" in res.output  # below R0 (0.3)
     res = ok(["rank", path, "--group", "group", "--baseline", "base", "--n-boot", "100", "--shared-a", "0.5"])
     assert "own A more than 0.02 away" in " ".join(res.stdout.split())  # B at an A the arms do not share
@@ -242,8 +292,11 @@ def _tight(tmp_path, arms: dict[str, dict], seeds: int = 3, drift_sd: float = 0.
     curves = []
     for arm, change in arms.items():
         for s in range(seeds):
-            curves.append(synthetic_curve(**{**P, **change}, seed=1000 * len(curves) + s, drift_sd=drift_sd,
-                                          run=f"{arm},seed={s}", group=arm))
+            curves.append(
+                synthetic_curve(
+                    **{**P, **change}, seed=1000 * len(curves) + s, drift_sd=drift_sd, run=f"{arm},seed={s}", group=arm
+                )
+            )
     path = tmp_path / "tight.csv"
     write_csv(curves, path)
     return load_curves(path, group="group")
@@ -256,17 +309,22 @@ def test_shown_equal_is_told_from_a_negligible_change_and_a_material_one(tmp_pat
     ranking = rank(curves, FitOptions(n_boot=200), baseline="base")
     by = {a.arm: a for a in ranking.arms}
     got = {k: (a.verdict, a.practical) for k, a in by.items()}
-    assert got == {"base": ("baseline", None), "same": ("equivalent", "negligible"),
-                   "tiny": ("ceiling_up", "negligible"), "big": ("ceiling_up", "material")}, \
-        [(a.arm, a.detail) for a in ranking.arms]
+    assert got == {
+        "base": ("baseline", None),
+        "same": ("equivalent", "negligible"),
+        "tiny": ("ceiling_up", "negligible"),
+        "big": ("ceiling_up", "material"),
+    }, [(a.arm, a.detail) for a in ranking.arms]
     assert by["same"].p_equivalent < 0.05 and "does not matter" in by["same"].detail
     assert "below the smallest effect that matters" in by["tiny"].detail
     # the why cell: each part (effect and interval) within the 27 characters the table gives it
     assert all(len(part) <= 27 for a in ranking.arms for part in a.effect.split("; ")), [a.effect for a in ranking.arms]
     # with a smaller effect that matters (0.001) the tiny change is no longer negligible, and the identical arm is
     # no longer shown equal within it
-    finer = {a.arm: (a.verdict, a.practical) for a in
-             rank(curves, FitOptions(n_boot=200), baseline="base", min_effect=MinEffect(a=0.001)).arms}
+    finer = {
+        a.arm: (a.verdict, a.practical)
+        for a in rank(curves, FitOptions(n_boot=200), baseline="base", min_effect=MinEffect(a=0.001)).arms
+    }
     assert finer["tiny"][0] == "ceiling_up" and finer["tiny"][1] != "negligible" and finer["same"][0] != "equivalent"
 
 
@@ -283,20 +341,29 @@ def test_an_undecided_arm_is_inconclusive_with_the_seeds_that_would_decide_it():
             curves += simulate_arm(shape, noise, eff, seeds, 0.85, rng, name)[0]
         return rank(curves, FitOptions(n_boot=100, target=to, seed=int(rng.integers(1 << 30))), baseline="base")
 
-    ranking = next(r for r in (sweep(2) for _ in range(10)) if r.arms[0].verdict == "inconclusive"
-                   or next(a for a in r.arms if a.arm == "arm").verdict == "inconclusive")
+    ranking = next(
+        r
+        for r in (sweep(2) for _ in range(10))
+        if r.arms[0].verdict == "inconclusive" or next(a for a in r.arms if a.arm == "arm").verdict == "inconclusive"
+    )
     arm = next(a for a in ranking.arms if a.arm == "arm")
     assert arm.verdict == "inconclusive" and arm.practical == "unclear"
     assert arm.decide["seeds"] is not None and arm.decide["seeds"] > 2, arm.decide
     assert arm.decide["text"] in arm.detail and f"~{arm.decide['seeds']} seeds an arm" in arm.decide["text"]
     # the promise, checked at the truth: the floor of a well-seeded reference, the true +0.03
-    ref = rank([c for name in ("base", "n1", "n2", "n3") for c in simulate_arm(shape, noise, {}, 12, 0.85, rng, name)[0]],
-               FitOptions(n_boot=100, target=to), baseline="base")  # 44 dof: the spread to within ~10%
+    ref = rank(
+        [c for name in ("base", "n1", "n2", "n3") for c in simulate_arm(shape, noise, {}, 12, 0.85, rng, name)[0]],
+        FitOptions(n_boot=100, target=to),
+        baseline="base",
+    )  # 44 dof: the spread to within ~10%
     # the spread's value from the reference, its degrees of freedom those of the sweep at n seeds (as in `rank`)
     floor = replace(ref.floor, dof=1)
     lr = float("nan")  # the compute ratio is not needed: the question is the ceiling
-    n = next(k for k in SEED_LADDER if decide_power(0.03, lr, floor, MinEffect(), k, 2, 0.05 / 3,
-                                                      np.random.default_rng(0)) >= 0.8)
+    n = next(
+        k
+        for k in SEED_LADDER
+        if decide_power(0.03, lr, floor, MinEffect(), k, 2, 0.05 / 3, np.random.default_rng(0)) >= 0.8
+    )
     decided = sum(next(a for a in sweep(n).arms if a.arm == "arm").verdict != "inconclusive" for _ in range(20))
     assert decided >= 12, (n, decided)  # 80% promised; 12 of 20 is its one-sided 1% binomial bound
 
@@ -308,10 +375,16 @@ def test_no_effect_is_gone_from_the_vocabulary():
     assert {"equivalent", "inconclusive"} <= set(VERDICTS)
 
 
-@pytest.mark.parametrize("a, ratio, culprit", [(0.0, 1.15, "--min-effect 0.0"), (1.5, 1.15, "--min-effect 1.5"),
-                                               (float("nan"), 1.15, "--min-effect nan"),
-                                               (0.02, 1.0, "--min-effect-compute 1.0"),
-                                               (0.02, float("inf"), "--min-effect-compute inf")])
+@pytest.mark.parametrize(
+    "a, ratio, culprit",
+    [
+        (0.0, 1.15, "--min-effect 0.0"),
+        (1.5, 1.15, "--min-effect 1.5"),
+        (float("nan"), 1.15, "--min-effect nan"),
+        (0.02, 1.0, "--min-effect-compute 1.0"),
+        (0.02, float("inf"), "--min-effect-compute inf"),
+    ],
+)
 def test_a_min_effect_out_of_range_is_one_line(a, ratio, culprit):
     from ablate.errors import UserError
 

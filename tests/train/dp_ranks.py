@@ -23,10 +23,19 @@ def shard_batch(b: Batch, world: World) -> Batch:
     remap = torch.full((len(b.prompt_ids),), -1, dtype=torch.long)
     remap[groups] = torch.arange(len(groups))
     ro = dataclasses.replace(
-        b.ro, prompt_ids=b.ro.prompt_ids[groups], prompt_mask=b.ro.prompt_mask[groups], group=remap[b.ro.group[rows]],
-        tokens=b.ro.tokens[rows], present=b.ro.present[rows], mask=b.ro.mask[rows], logp=b.ro.logp[rows],
-        truncated=b.ro.truncated[rows], interrupted=b.ro.interrupted[rows],
-        entropy=None if b.ro.entropy is None else b.ro.entropy[rows], texts=[b.ro.texts[i] for i in rows.tolist()])
+        b.ro,
+        prompt_ids=b.ro.prompt_ids[groups],
+        prompt_mask=b.ro.prompt_mask[groups],
+        group=remap[b.ro.group[rows]],
+        tokens=b.ro.tokens[rows],
+        present=b.ro.present[rows],
+        mask=b.ro.mask[rows],
+        logp=b.ro.logp[rows],
+        truncated=b.ro.truncated[rows],
+        interrupted=b.ro.interrupted[rows],
+        entropy=None if b.ro.entropy is None else b.ro.entropy[rows],
+        texts=[b.ro.texts[i] for i in rows.tolist()],
+    )
     return Batch(ro, b.rewards[rows], b.correct[rows], [b.prompt_ids[g] for g in groups], b.version)
 
 
@@ -47,14 +56,27 @@ def grad_identity(world: World, cases: str, out: str, sharding: str = "ddp", sto
     saved = torch.load(cases, weights_only=False)
     results = []
     for case in saved:
-        learner = Learner(validate({**case["config"], "train": {**case["config"]["train"], "sharding": sharding},
-                                    "resources": {**case["config"]["resources"], "nproc": world.size}}), world)
+        learner = Learner(
+            validate(
+                {
+                    **case["config"],
+                    "train": {**case["config"]["train"], "sharding": sharding},
+                    "resources": {**case["config"]["resources"], "nproc": world.size},
+                }
+            ),
+            world,
+        )
         before = flat_params(learner)
         m = learner.step(shard_batch(case["batch"], world), 0)
         grad = flat_grads(learner)
-        results.append({"delta": flat_params(learner) - before, "grad": grad, "metrics": m,
-                        "pool": learner.pool.state_dict(),
-                        "sampled": torch.cat([p.detach().reshape(-1).double()
-                                              for p in learner.sampled.model.parameters()])})
+        results.append(
+            {
+                "delta": flat_params(learner) - before,
+                "grad": grad,
+                "metrics": m,
+                "pool": learner.pool.state_dict(),
+                "sampled": torch.cat([p.detach().reshape(-1).double() for p in learner.sampled.model.parameters()]),
+            }
+        )
     torch.save(results, out if world.lead else f"{out}.rank{world.rank}")  # every rank's view, for the test
     return {"cases": len(results)}

@@ -52,8 +52,12 @@ def _steps(run_dir: Path) -> list[int]:
 
 # ---- (a) the gradient identity ----
 
-CASES = [(loss, agg) for loss in ("grpo", "dapo", "gspo", "cispo") for agg in ("sample", "prompt", "token")
-         if (loss, agg) != ("gspo", "token")]  # refused by validation: GSPO's ratio is per sequence
+CASES = [
+    (loss, agg)
+    for loss in ("grpo", "dapo", "gspo", "cispo")
+    for agg in ("sample", "prompt", "token")
+    if (loss, agg) != ("gspo", "token")
+]  # refused by validation: GSPO's ratio is per sequence
 
 
 def _case(i: int, loss: str, agg: str):
@@ -63,8 +67,15 @@ def _case(i: int, loss: str, agg: str):
     norm = ("prompt", "batch", "none")[i % 3]
     # no clipping (it would hide a scale error) and an Adam eps that keeps the first update a smooth function of
     # the gradient (with eps 1e-8 it is lr x sign(g), which float noise flips where g is ~0)
-    extra = [f"loss={loss}", f"aggregation={agg}", f"normalization={norm}", "optim.grad_clip=1e9", "optim.eps=1e-4",
-             "filtering.no_positive_resampling=true", "filtering.zero_variance=true"]
+    extra = [
+        f"loss={loss}",
+        f"aggregation={agg}",
+        f"normalization={norm}",
+        "optim.grad_clip=1e9",
+        "optim.eps=1e-4",
+        "filtering.no_positive_resampling=true",
+        "filtering.zero_variance=true",
+    ]
     if i % 3 == 0:
         extra.append("optim.micro_batch=3")
     cfg = _cfg(*extra)
@@ -93,12 +104,19 @@ def test_two_ranks_take_the_one_process_step_for_every_loss_and_aggregation(tmp_
         m = learner.step(b, 0)
         after = torch.cat([p.detach().reshape(-1).double() for p in learner.policy.model.parameters()])
         grad = torch.cat([p.grad.reshape(-1).double() for p in learner.policy.model.parameters()])
-        ref.append({"delta": after - before, "grad": grad, "metrics": m, "pool": learner.pool.state_dict(),
-                    "sampled": after})
+        ref.append(
+            {"delta": after - before, "grad": grad, "metrics": m, "pool": learner.pool.state_dict(), "sampled": after}
+        )
     torch.save(cases, tmp_path / "cases.pt")
-    sp = workers.spawn("dp_ranks:grad_identity", 2, {"cases": str(tmp_path / "cases.pt"),
-                                                     "out": str(tmp_path / "out.pt"), "sharding": sharding},
-                       tmp_path / "spawn", backend="gloo", timeout_s=300, stop=threading.Event())
+    sp = workers.spawn(
+        "dp_ranks:grad_identity",
+        2,
+        {"cases": str(tmp_path / "cases.pt"), "out": str(tmp_path / "out.pt"), "sharding": sharding},
+        tmp_path / "spawn",
+        backend="gloo",
+        timeout_s=300,
+        stop=threading.Event(),
+    )
     assert sp.codes == {0: 0, 1: 0} and sp.result == {"cases": len(CASES)}
     got = torch.load(tmp_path / "out.pt", weights_only=False)
     other = torch.load(tmp_path / "out.pt.rank1", weights_only=False)
@@ -127,8 +145,9 @@ LONG = ["train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every
 
 def _stop_after(cmd: list[str], out: Path, n_lines: int) -> subprocess.Popen:
     """Start `ablate train`, wait until metrics.jsonl has `n_lines` lines, send SIGTERM, wait for the process."""
-    p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT)
+    p = subprocess.Popen(
+        cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     until(lambda: p.poll() is not None or (out.exists() and len(_steps(out)) >= n_lines), f"{n_lines} metrics lines")
     assert p.poll() is None, p.communicate()[0].decode()[-3000:]  # still running: it did not fail first
     p.send_signal(signal.SIGTERM)
@@ -141,8 +160,18 @@ def test_a_two_rank_run_stops_on_sigterm_and_resumes_without_gap_or_duplicate(tm
     one = tmp_path / "one"
     run(_cfg(), one)  # the one-process run whose metrics file the two-rank run must match in form
     out = tmp_path / "r"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, f"train.sharding={sharding}",
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate",
+        "train",
+        str(RECIPE),
+        *SMALL_TRAIN,
+        *LONG,
+        f"train.sharding={sharding}",
+        "--out",
+        str(out),
+    ]
     p = _stop_after(cmd, out, 4)  # 4 eval lines: past the first periodic checkpoint (step 3)
     assert p.returncode == 128 + signal.SIGTERM, p.stdout  # stopped by the signal, resumable
     meta = store.read_json(out / "run.json")
@@ -170,8 +199,14 @@ def test_the_two_rank_curve_agrees_with_the_one_process_curve_within_noise(tmp_p
     """Same seed, same recipe, 1 and 2 processes: the rollouts differ (each rank samples its own stream), so the
     curves are two draws of the same process. Every evaluation must agree within 4 standard errors of the
     difference of two binomial estimates, and the means over the run within 4 standard errors too."""
-    extra = ["train.max_steps=40", "train.eval_every=5", "task.train_size=60", "train.val_size=40", "train.eval_k=8",
-             "filtering.no_positive_resampling=false"]  # both runs surely reach step 40
+    extra = [
+        "train.max_steps=40",
+        "train.eval_every=5",
+        "task.train_size=60",
+        "train.val_size=40",
+        "train.eval_k=8",
+        "filtering.no_positive_resampling=false",
+    ]  # both runs surely reach step 40
     run(_cfg(*extra), tmp_path / "one")
     run(_cfg(*extra, "resources.nproc=2"), tmp_path / "two")
     a, b = (store.read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("one", "two"))
@@ -193,8 +228,17 @@ def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
     """PipelineRL-2 with each rank's own generator (a thread, or in turn): every rank's batches stay within k.
     (A thread per rank needs a pool that does not change under it: see the next test.)"""
     out = tmp_path / "r"
-    summary = run(_cfg("offpolicy=pipeline", "offpolicy.k=2", f"offpolicy.generator={generator}",
-                       "train.max_steps=8", "resources.nproc=2", "filtering.no_positive_resampling=false"), out)
+    summary = run(
+        _cfg(
+            "offpolicy=pipeline",
+            "offpolicy.k=2",
+            f"offpolicy.generator={generator}",
+            "train.max_steps=8",
+            "resources.nproc=2",
+            "filtering.no_positive_resampling=false",
+        ),
+        out,
+    )
     assert summary["status"] == "done" and summary["step"] == 8 and summary["max_lag"] <= 2
     if generator == "inline":
         assert summary["max_lag"] == 2
@@ -207,8 +251,12 @@ def test_a_generator_thread_per_rank_with_a_shared_pool_is_refused_and_auto_take
     moment and the ranks would train on different prompts: refused in one line; `auto` picks `inline` there."""
     with pytest.raises(UserError, match="offpolicy.generator=thread with 2 ranks"):
         _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2")
-    _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2",
-         "filtering.no_positive_resampling=false")  # a pool that never changes: every thread draws the same prompts
+    _cfg(
+        "offpolicy=pipeline",
+        "offpolicy.generator=thread",
+        "resources.nproc=2",
+        "filtering.no_positive_resampling=false",
+    )  # a pool that never changes: every thread draws the same prompts
     out = tmp_path / "r"
     summary = run(_cfg("offpolicy=pipeline", "offpolicy.k=2", "train.max_steps=4", "resources.nproc=2"), out)
     assert summary["max_lag"] == 2  # in turn: exactly k steps stale
@@ -219,8 +267,9 @@ def test_the_ranks_share_one_prompt_pool_and_end_together_when_it_runs_dry(tmp_p
     """No-positive-resampling with a low bar and few prompts: the pool runs dry; both ranks see it at the same
     step (they hold the same pool) and end there, rank 0 recording why."""
     out = tmp_path / "r"
-    summary = run(_cfg("task.train_size=12", "filtering.pass_threshold=0.05", "train.max_steps=200",
-                       "resources.nproc=2"), out)
+    summary = run(
+        _cfg("task.train_size=12", "filtering.pass_threshold=0.05", "train.max_steps=200", "resources.nproc=2"), out
+    )
     assert summary["status"] == "done" and summary["step"] < 200
     assert "prompt pool exhausted" in summary["reason"]
     assert store.read_json(out / "run.json")["reason"] == summary["reason"]
@@ -258,13 +307,21 @@ def test_a_rank_killed_mid_run_fails_the_run_and_status_names_it(tmp_path, monke
     rd = RunDir.of(tmp_path, "dp", spec.run_id)
     until(lambda: len(_steps(rd.path)) >= 2 if rd.metrics_path.exists() else False, "an evaluation after step 0")
     rank1 = rd.logs_dir / "rank-1.log"
-    pid = int(until(lambda: rank1.exists() and "pid " in rank1.read_text() and rank1.read_text(), "rank 1's pid")
-              .split("pid ", 1)[1].split()[0])
+    pid = int(
+        until(lambda: rank1.exists() and "pid " in rank1.read_text() and rank1.read_text(), "rank 1's pid")
+        .split("pid ", 1)[1]
+        .split()[0]
+    )
     os.kill(pid, signal.SIGKILL)
     st = wait_for(tmp_path, "dp", [spec.run_id], timeout=300)[spec.run_id]
     assert st.state == "failed" and "rank 1 of 2 was killed by SIGKILL" in st.error, st
-    shown = subprocess.run([sys.executable, "-m", "ablate", "status", "dp", "--root", str(tmp_path)], cwd=ROOT,
-                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    shown = subprocess.run(
+        [sys.executable, "-m", "ablate", "status", "dp", "--root", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert "rank 1 of 2 was killed by SIGKILL" in shown.stdout, shown.stdout
     assert store.read_json(rd.info_path)["status"] == "failed"
 
@@ -321,8 +378,9 @@ def test_a_two_task_slurm_job_trains_one_run_on_both_ranks(tmp_path, slurm_clust
     run(_cfg(), tmp_path / "warm")  # the warm-up, cached once (the jobs share ABLATE_CACHE)
     cfg = _cfg("resources.nproc=2")
     spec = RunSpec("dps", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
-    plan = launch_sweep(Sweep("dps", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
-                        echo=None)
+    plan = launch_sweep(
+        Sweep("dps", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local", echo=None
+    )
     st = wait_for(tmp_path, "dps", [spec.run_id], timeout=300)[spec.run_id]
     assert st.state == "done", st
     rd = RunDir.of(tmp_path, "dps", spec.run_id)
@@ -333,8 +391,9 @@ def test_a_two_task_slurm_job_trains_one_run_on_both_ranks(tmp_path, slurm_clust
     assert (rd.logs_dir / "rank-1.log").read_text().count("eval step") == 4
     started = [e for e in Ledger(tmp_path / "dps").events() if e["event"] == "started"]
     assert len(started) == 1  # task 0 alone claims the run
-    sacct = subprocess.run(["sacct", "-j", plan.job_ids[spec.run_id], "-n", "-P", "-o", "JobID,NTasks"],
-                           capture_output=True, text=True).stdout
+    sacct = subprocess.run(
+        ["sacct", "-j", plan.job_ids[spec.run_id], "-n", "-P", "-o", "JobID,NTasks"], capture_output=True, text=True
+    ).stdout
     assert any(line.split("|")[1] == "2" for line in sacct.splitlines() if "|" in line), sacct
 
 
@@ -353,11 +412,13 @@ def test_a_preempted_two_task_job_checkpoints_once_and_the_whole_job_requeues(tm
     from ablate.sweep import Sweep
 
     run(_cfg(), tmp_path / "warm")
-    cfg = _cfg("resources.nproc=2", "train.max_steps=1000000", "train.checkpoint_every=1000000",
-               "launcher.max_requeues=1")
+    cfg = _cfg(
+        "resources.nproc=2", "train.max_steps=1000000", "train.checkpoint_every=1000000", "launcher.max_requeues=1"
+    )
     spec = RunSpec("dpp", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
-    plan = launch_sweep(Sweep("dpp", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
-                        echo=None)
+    plan = launch_sweep(
+        Sweep("dpp", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local", echo=None
+    )
     job_id = plan.job_ids[spec.run_id]
     rd = RunDir.of(tmp_path, "dpp", spec.run_id)
 
@@ -397,6 +458,11 @@ def test_a_failing_task_fails_the_slurm_job_with_that_ranks_error(tmp_path, slur
     launch_sweep(Sweep("dpf", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local", echo=None)
     st = wait_for(tmp_path, "dpf", [spec.run_id], timeout=300)[spec.run_id]
     assert st.state == "failed" and "rank 1" in st.error and "IsADirectoryError" in st.error, st
-    shown = subprocess.run([sys.executable, "-m", "ablate", "status", "dpf", "--root", str(tmp_path)], cwd=ROOT,
-                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    shown = subprocess.run(
+        [sys.executable, "-m", "ablate", "status", "dpf", "--root", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert "IsADirectoryError" in shown.stdout, shown.stdout

@@ -20,9 +20,9 @@ import torch
 from ablate import store
 from ablate.compose import compose_run
 from ablate.errors import UserError
+from ablate.resources import RECIPES_DIR
 from ablate.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
-from ablate.resources import RECIPES_DIR
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def _threads():
 
 
 def _cfg(*extra: str):
-    small = SMALL if not any(e.startswith("task=") for e in extra) else SMALL[len(TASK):]
+    small = SMALL if not any(e.startswith("task=") for e in extra) else SMALL[len(TASK) :]
     return compose_run(RECIPE, small + list(extra))
 
 
@@ -80,7 +80,11 @@ def test_the_loss_decreases_on_a_fixed_batch(tmp_path):
     from ablate.train.feeders import PPOFeeder
     from ablate.train.step import Learner
 
-    LOSSES = {"grpo": ["loss=grpo", "loss.eps=0.2"], "cispo": [], "gspo": ["loss=gspo", "loss.eps_low=3e-3", "loss.eps_high=4e-3"]}
+    LOSSES = {
+        "grpo": ["loss=grpo", "loss.eps=0.2"],
+        "cispo": [],
+        "gspo": ["loss=gspo", "loss.eps_low=3e-3", "loss.eps_high=4e-3"],
+    }
     for loss, extra in [*LOSSES.items(), ("grpo-slow", LOSSES["grpo"] + ["optim.lr=3e-4"])]:
         r = Learner(_cfg("optim.lr=3e-3", "batch.prompts=8", "batch.generations=8", *extra))
         b = PPOFeeder(r, 1).next(0)
@@ -110,7 +114,11 @@ def test_different_losses_take_different_paths(tmp_path):
     the ratios out of GRPO's [0.8, 1.2] so that the difference shows.)"""
     clip = {}
     finals = {}
-    for name, extra in {"cispo": [], "grpo": ["loss=grpo", "loss.eps=0.2"], "gspo": ["loss=gspo", "loss.eps_low=3e-3", "loss.eps_high=4e-3"]}.items():
+    for name, extra in {
+        "cispo": [],
+        "grpo": ["loss=grpo", "loss.eps=0.2"],
+        "gspo": ["loss=gspo", "loss.eps_low=3e-3", "loss.eps_high=4e-3"],
+    }.items():
         cfg = _cfg("offpolicy.k=4", "train.max_steps=8", "train.eval_every=4", "optim.lr=1e-2", *extra)
         run(cfg, tmp_path / name)
         finals[name] = torch.load(tmp_path / name / "ckpt" / "last.pt", weights_only=True)["model"]
@@ -168,8 +176,10 @@ def test_a_killed_run_drops_metrics_written_after_its_last_checkpoint(tmp_path):
 @pytest.mark.parametrize("generator", ["thread", "inline"])
 @pytest.mark.parametrize("k", [1, 2])
 def test_pipeline_rl_never_exceeds_its_lag_bound(tmp_path, k, generator):
-    summary = run(_cfg("offpolicy=pipeline", f"offpolicy.k={k}", f"offpolicy.generator={generator}", "train.max_steps=10"),
-                  tmp_path / "r")
+    summary = run(
+        _cfg("offpolicy=pipeline", f"offpolicy.k={k}", f"offpolicy.generator={generator}", "train.max_steps=10"),
+        tmp_path / "r",
+    )
     assert summary["status"] == "done" and summary["step"] == 10
     assert summary["max_lag"] <= k  # never more than k (how far a thread runs ahead depends on scheduling)
     if generator == "inline":
@@ -186,7 +196,9 @@ def test_inline_pipeline_is_reproducible_and_auto_picks_it_for_the_torch_sampler
     run(_cfg("offpolicy=pipeline", "offpolicy.k=2", "offpolicy.generator=inline", "train.max_steps=8"), tmp_path / "b")
     a, b = (store.read_jsonl(tmp_path / d / "metrics.jsonl") for d in "ab")
     drop = ("wall_s", "gpu_hours")
-    assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [{k: v for k, v in r.items() if k not in drop} for r in b]
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a] == [
+        {k: v for k, v in r.items() if k not in drop} for r in b
+    ]
     assert (tmp_path / "a" / "logs" / "train.log").read_text().count("inline") >= 1
 
 
@@ -199,8 +211,18 @@ def test_jsonl_task_runs_end_to_end(tmp_path):
     rows = [{"prompt": f"{a}*{b}=", "answer": str(a * b)} for a in range(1, 12) for b in range(1, 8)]
     f = tmp_path / "mul.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = run(_cfg("task=jsonl", f"task.path={f}", "length.phrase='>'", "length.max_new_tokens=4",
-                       "length.think_budget_min=1", "length.think_budget_max=2", "train.warmup.max_steps=0"), tmp_path / "r")
+    summary = run(
+        _cfg(
+            "task=jsonl",
+            f"task.path={f}",
+            "length.phrase='>'",
+            "length.max_new_tokens=4",
+            "length.think_budget_min=1",
+            "length.think_budget_max=2",
+            "train.warmup.max_steps=0",
+        ),
+        tmp_path / "r",
+    )
     assert summary["status"] == "done" and _steps(tmp_path / "r") == [0, 2, 4, 6]
 
 
@@ -209,8 +231,24 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
         run(_cfg("task=jsonl", f"task.path={tmp_path / 'missing.jsonl'}"), tmp_path / "a")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
-    r = subprocess.run([sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL[len(TASK):], "task=jsonl", f"task.path={bad}",
-                        "--out", str(tmp_path / "b")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ablate",
+            "train",
+            str(RECIPE),
+            *SMALL[len(TASK) :],
+            "task=jsonl",
+            f"task.path={bad}",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert f"error: {bad}:2: missing key 'answer'" in r.stderr
     assert "Traceback" not in r.stderr
@@ -239,8 +277,19 @@ def test_a_blown_up_policy_is_marked_diverged(tmp_path):
 @pytest.mark.slow
 def test_rl_raises_the_pass_rate(tmp_path):
     """End to end: from the warmed-up small policy, 200 on-policy CISPO steps raise the held-out pass rate."""
-    summary = run(_cfg("optim.lr=1e-3", "batch.prompts=8", "batch.generations=8", "train.val_size=20", "train.eval_k=8",
-                       "train.max_steps=200", "train.eval_every=25", "train.checkpoint_every=1000"), tmp_path / "r")
+    summary = run(
+        _cfg(
+            "optim.lr=1e-3",
+            "batch.prompts=8",
+            "batch.generations=8",
+            "train.val_size=20",
+            "train.eval_k=8",
+            "train.max_steps=200",
+            "train.eval_every=25",
+            "train.checkpoint_every=1000",
+        ),
+        tmp_path / "r",
+    )
     assert summary["status"] == "done"
     recs = store.read_jsonl(tmp_path / "r" / "metrics.jsonl")
     r0 = recs[0]["val_pass_rate"]

@@ -7,15 +7,14 @@ import threading
 import pytest
 import torch
 
-
 from ablate.compose import compose_run
 from ablate.config import ModelConfig
 from ablate.errors import UserError
+from ablate.resources import RECIPES_DIR
 from ablate.train.build import build_policy
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import build_task
 from ablate.train.warmup import warmed_up_folder, warmup_info, warmup_key
-from ablate.resources import RECIPES_DIR
 
 torch.set_num_threads(1)
 SMALL = ModelConfig(name="tiny", n_layers=2, hidden=32, n_heads=2, mlp=64)
@@ -88,10 +87,23 @@ def test_fp32_head_logits_are_float32_in_the_trainer_and_bf16_is_not():
 
 def _warm_cfg(**warmup):
     over = {"max_steps": 20, "check_every": 10, "batch": 16, "target_pass_rate": 1.0, **warmup}
-    return compose_run(RECIPE, ["model.n_layers=2", "model.hidden=32", "model.n_heads=2", "model.mlp=64",
-                                "task.digits=2", "task.train_size=300", "task.digits_min=2", "task.unseen_frac=0",
-                                "train.val_size=20", "length=none", "length.max_new_tokens=6"]
-                       + [f"train.warmup.{k}={v}" for k, v in over.items()])
+    return compose_run(
+        RECIPE,
+        [
+            "model.n_layers=2",
+            "model.hidden=32",
+            "model.n_heads=2",
+            "model.mlp=64",
+            "task.digits=2",
+            "task.train_size=300",
+            "task.digits_min=2",
+            "task.unseen_frac=0",
+            "train.val_size=20",
+            "length=none",
+            "length.max_new_tokens=6",
+        ]
+        + [f"train.warmup.{k}={v}" for k, v in over.items()],
+    )
 
 
 def test_warmup_is_cached_by_config_hash_and_built_once_under_a_lock(tmp_path, monkeypatch):

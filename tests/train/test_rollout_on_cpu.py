@@ -51,8 +51,15 @@ def test_fast_path_and_hf_path_sample_the_same_tokens():
 
 def test_qwen2_on_the_fast_path_and_on_the_hf_fallback():
     tok = build_char_tokenizer("0123456789+=>")
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     pol = Policy(Qwen2ForCausalLM(cfg), tok, torch.float32)
     assert pol.fast  # qwen2 (biases on q/k/v, grouped K/V heads) runs on the fast path too

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-
 from ablate.compose import compose_run
 from ablate.config import ConfigErrors, TaskConfig
 from ablate.errors import UserError
-from ablate.train.tasks import addition_problem, build_task as _build, final_answer, normalize_answer
 from ablate.resources import RECIPES_DIR
+from ablate.train.tasks import addition_problem, final_answer, normalize_answer
+from ablate.train.tasks import build_task as _build
 
 
 def build_task(cfg: dict, phrase: str):
@@ -46,7 +46,14 @@ def test_synthetic_task_is_deterministic_with_disjoint_splits_and_a_strict_check
 
 
 def test_unseen_share_is_subtraction_without_targets_in_both_splits():
-    cfg = {"name": "synthetic_math", "digits": 3, "digits_min": 1, "train_size": 4000, "val_size": 400, "unseen_frac": 0.25}
+    cfg = {
+        "name": "synthetic_math",
+        "digits": 3,
+        "digits_min": 1,
+        "train_size": 4000,
+        "val_size": 400,
+        "unseen_frac": 0.25,
+    }
     t = build_task(cfg, ">")
     again = build_task(cfg, ">")
     assert (t.train, t.val) == (again.train, again.val)  # the same problems in every run

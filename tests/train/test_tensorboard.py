@@ -17,6 +17,8 @@ from ablate.resources import RECIPES_DIR
 from jobs import SMALL_TRAIN, until
 
 RECIPE = RECIPES_DIR / "base.yaml"
+
+
 def _steps(out: Path) -> list[int]:
     path = out / "metrics.jsonl"
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
@@ -30,13 +32,26 @@ def _scalars(out: Path, tag: str) -> list[tuple[int, float]]:
 
 def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=1000000",
-           "train.eval_every=2", "train.checkpoint_every=1000000", "--tensorboard", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate",
+        "train",
+        str(RECIPE),
+        *SMALL_TRAIN,
+        "train.max_steps=1000000",
+        "train.eval_every=2",
+        "train.checkpoint_every=1000000",
+        "--tensorboard",
+        "--out",
+        str(out),
+    ]
 
     def attempt(past: int, sig: signal.Signals) -> None:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        until(lambda: p.poll() is not None or (_steps(out) and _steps(out)[-1] >= past),
-              f"an evaluation past step {past}")
+        until(
+            lambda: p.poll() is not None or (_steps(out) and _steps(out)[-1] >= past), f"an evaluation past step {past}"
+        )
         assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
         p.send_signal(sig)
         _, err = p.communicate()
@@ -59,7 +74,9 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path):
 
 
 def test_without_the_flag_nothing_is_mirrored(tmp_path):
-    res = CliRunner().invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "train.eval_every=1",
-                                   "--out", str(tmp_path / "run")])
+    res = CliRunner().invoke(
+        app,
+        ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "train.eval_every=1", "--out", str(tmp_path / "run")],
+    )
     assert res.exit_code == 0, res.output
     assert _steps(tmp_path / "run") == [0, 1, 2] and not (tmp_path / "run" / "tb").exists()

@@ -28,8 +28,8 @@ from typer.testing import CliRunner
 
 from ablate import store
 from ablate.cli import app
-from ablate.train import run
 from ablate.resources import RECIPES_DIR
+from ablate.train import run
 from jobs import SMALL_TRAIN, TOY_JOB, one_error, small_config, until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,6 @@ def _threads():
 def _steps(d: Path) -> list[int]:
     path = d / "metrics.jsonl"
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
-
 
 
 # ---- the built-in trainer: load + apply as one step, falling back to prev.pt ----
@@ -133,8 +132,13 @@ def test_a_step_past_the_recorded_metrics_is_refused(finished, tmp_path):
     store.write_jsonl(d / "metrics.jsonl", [r for r in store.read_jsonl(d / "metrics.jsonl") if r["step"] <= 2])
     _damage(d / "ckpt" / "prev.pt", _missing_key)  # (so that only last.pt, step 6, is left to judge)
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--out", str(d)])
-    line = one_error(res, "no usable checkpoint", "last.pt: its step 6 is past metrics.jsonl's last evaluation "
-                      "(step 2)", "prev.pt: ", stream="stderr")
+    line = one_error(
+        res,
+        "no usable checkpoint",
+        "last.pt: its step 6 is past metrics.jsonl's last evaluation (step 2)",
+        "prev.pt: ",
+        stream="stderr",
+    )
     assert "delete" in line
     assert _steps(d) == [0, 2]  # nothing cut
 
@@ -168,8 +172,9 @@ def test_every_checkpoint_bad_without_training_recorded_starts_afresh_from_the_s
     assert sorted(p.name for p in (d / "ckpt").glob("*.bad")) == ["last.pt.bad", "prev.pt.bad"]
     assert (d / "ckpt" / "last.pt").is_file()
     # the same curve and final weights as the run that started from scratch
-    assert [r["val_pass_rate"] for r in store.read_jsonl(d / "metrics.jsonl")] == \
-        [r["val_pass_rate"] for r in store.read_jsonl(finished / "metrics.jsonl")]
+    assert [r["val_pass_rate"] for r in store.read_jsonl(d / "metrics.jsonl")] == [
+        r["val_pass_rate"] for r in store.read_jsonl(finished / "metrics.jsonl")
+    ]
     a = torch.load(d / "ckpt" / "last.pt", weights_only=True)["model"]
     b = torch.load(finished / "ckpt" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in b)
@@ -177,8 +182,15 @@ def test_every_checkpoint_bad_without_training_recorded_starts_afresh_from_the_s
 
 # ---- TRL: its checkpoint-N folders, newest first ----
 
-TRL = ["trainer=trl", "aggregation=token", "filtering.zero_variance=false", "filtering.no_positive_resampling=false",
-       "length=none", "offpolicy=ppo", "offpolicy.k=1"]
+TRL = [
+    "trainer=trl",
+    "aggregation=token",
+    "filtering.zero_variance=false",
+    "filtering.no_positive_resampling=false",
+    "length=none",
+    "offpolicy=ppo",
+    "offpolicy.k=1",
+]
 TRL_SMALL = [o for o in SMALL_TRAIN if not o.startswith("length.think")]
 
 
@@ -222,8 +234,12 @@ def _crafted_step(ck: Path) -> None:
     store.write_json(ck / "ablate_state.json", st)
 
 
-TRL_FAULTS = {"missing weight": _drop_weight, "optimizer moment of another shape": _optimizer_shape,
-              "torn weights": _torn_weights, "crafted step": _crafted_step}
+TRL_FAULTS = {
+    "missing weight": _drop_weight,
+    "optimizer moment of another shape": _optimizer_shape,
+    "torn weights": _torn_weights,
+    "crafted step": _crafted_step,
+}
 
 
 @pytest.mark.slow
@@ -246,8 +262,13 @@ def test_trl_with_no_usable_checkpoint_and_training_recorded_is_one_line(trl_fin
     _drop_weight(d / "ckpt" / "checkpoint-6")
     _crafted_step(d / "ckpt" / "checkpoint-4")
     res = runner.invoke(app, ["train", str(RECIPE), *TRL, *TRL_SMALL, *CKPT, "--out", str(d)])
-    one_error(res, "no usable checkpoint", "checkpoint-6: its weights lack model.norm.weight",
-               "checkpoint-4: its ablate_state.json is for step -3, not 4", stream="stderr")
+    one_error(
+        res,
+        "no usable checkpoint",
+        "checkpoint-6: its weights lack model.norm.weight",
+        "checkpoint-4: its ablate_state.json is for step -3, not 4",
+        stream="stderr",
+    )
     assert _steps(d) == [0, 2, 4, 6]
 
 
@@ -295,7 +316,7 @@ def _reshaped(f: Path) -> None:
 
 
 def _bad_record(f: Path) -> None:
-    (f / "warmup.json").write_text("{\"steps\": ")
+    (f / "warmup.json").write_text('{"steps": ')
 
 
 def _foreign_file(f: Path) -> None:
@@ -306,10 +327,16 @@ def _open_folder(f: Path) -> None:
     os.chmod(f, 0o777)
 
 
-WARMUP_FAULTS = {"truncated weights": _truncate, "garbage weights": _garbage, "no weights": _half_written,
-                 "a missing weight": _missing_weight, "a weight of another shape": _reshaped,
-                 "torn warm-up record": _bad_record, "a file of another user": _foreign_file,
-                 "a folder all can write": _open_folder}
+WARMUP_FAULTS = {
+    "truncated weights": _truncate,
+    "garbage weights": _garbage,
+    "no weights": _half_written,
+    "a missing weight": _missing_weight,
+    "a weight of another shape": _reshaped,
+    "torn warm-up record": _bad_record,
+    "a file of another user": _foreign_file,
+    "a folder all can write": _open_folder,
+}
 
 
 @pytest.mark.parametrize("fault", list(WARMUP_FAULTS))
@@ -373,8 +400,12 @@ def test_concurrent_builders_build_the_warmup_once_and_intact(tmp_path, monkeypa
     code = _BUILDER.format(tests=str(ROOT / "tests"))
     env = {**os.environ, "ABLATE_CACHE": str(cache)}
     with FileLock(str(root / f"{key}.lock")):
-        procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
         for p in procs:
             assert p.stdout.readline().strip() == "waiting"
     outs = [p.communicate(timeout=300) for p in procs]
@@ -444,8 +475,13 @@ def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
 
     hold = tmp_path / "hold"
     hold.write_text("")
-    launch_sweep(toy_sweep(tmp_path, arms=("a",), seeds=(0,), toy={"steps": 2, "hold": str(hold), "hold_at": 1}),
-                 root=tmp_path, executor="local", job=TOY_JOB, echo=None)
+    launch_sweep(
+        toy_sweep(tmp_path, arms=("a",), seeds=(0,), toy={"steps": 2, "hold": str(hold), "hold_at": 1}),
+        root=tmp_path,
+        executor="local",
+        job=TOY_JOB,
+        echo=None,
+    )
     try:
         wait_for(tmp_path, "toy", ["toy-a0"], states=("running",), timeout=300)  # held: it never ends by itself
         fake = _CtrlCOnSleep()
@@ -462,20 +498,21 @@ def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
 
 def test_ctrl_c_ends_sweep_follow_with_130_and_the_runs_go_on(tmp_path, monkeypatch):
     import ablate.status
-
     from ablate.sweep import load_sweep
 
     hold = tmp_path / "hold"
     hold.write_text("")
     plan = load_sweep(RECIPE, [])
-    store.write_json(tmp_path / plan.name / "toy.json", {r.run_id: {"steps": 2, "hold": str(hold), "hold_at": 1}
-                                                         for r in plan.runs})
+    store.write_json(
+        tmp_path / plan.name / "toy.json", {r.run_id: {"steps": 2, "hold": str(hold), "hold_at": 1} for r in plan.runs}
+    )
     fake = _CtrlCOnSleep()
     try:
         with monkeypatch.context() as m:
             m.setattr(ablate.status, "time", fake)
-            res = runner.invoke(app, ["sweep", str(RECIPE), "--root", str(tmp_path), "-e", "local", "--job",
-                                      TOY_JOB, "--follow"])
+            res = runner.invoke(
+                app, ["sweep", str(RECIPE), "--root", str(tmp_path), "-e", "local", "--job", TOY_JOB, "--follow"]
+            )
         assert fake.sent == 1
         assert res.exit_code == 130, res.output
         assert "stopped following; the runs go on" in res.output and "Traceback" not in res.output

@@ -23,10 +23,10 @@ from ablate.compose import compose_run
 from ablate.config import ConfigErrors
 from ablate.curves import curve_from_run_dir
 from ablate.identity import run_id
-from ablate.rundir import REQUIRED_METRICS
-from ablate.trainers import PRESET_HINT, SUPPORT
-from ablate.train.trl_config import grpo_config
 from ablate.resources import RECIPES_DIR
+from ablate.rundir import REQUIRED_METRICS
+from ablate.train.trl_config import grpo_config
+from ablate.trainers import PRESET_HINT, SUPPORT
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 RECIPE = RECIPES_DIR / "base.yaml"
@@ -40,23 +40,43 @@ def _args(tmp_path, *extra: str):
 
 
 # what every mapped config shares (the base recipe's optimizer and run settings)
-COMMON = {"beta": 0.0, "num_iterations": 1, "learning_rate": 1e-4, "adam_beta1": 0.9, "adam_beta2": 0.99,
-          "adam_epsilon": 1e-8, "weight_decay": 0.0, "max_grad_norm": 1.0, "warmup_steps": 100,
-          "max_steps": 1000, "save_steps": 100, "seed": 0, "temperature": 1.0, "max_completion_length": 8,
-          "num_generations": 8, "mask_truncated_completions": False, "use_vllm": False, "report_to": [],
-          "use_cpu": True, "bf16": False}
+COMMON = {
+    "beta": 0.0,
+    "num_iterations": 1,
+    "learning_rate": 1e-4,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.99,
+    "adam_epsilon": 1e-8,
+    "weight_decay": 0.0,
+    "max_grad_norm": 1.0,
+    "warmup_steps": 100,
+    "max_steps": 1000,
+    "save_steps": 100,
+    "seed": 0,
+    "temperature": 1.0,
+    "max_completion_length": 8,
+    "num_generations": 8,
+    "mask_truncated_completions": False,
+    "use_vllm": False,
+    "report_to": [],
+    "use_cpu": True,
+    "bf16": False,
+}
 
 CASES = {
     # loss x aggregation -> loss_type, importance level and clip parameters
     "cispo x token": ([], {"loss_type": "cispo", "epsilon_high": 5.0, "importance_sampling_level": "token"}),
-    "grpo x sample": (["loss=grpo", "aggregation=sample"],
-                      {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.2, "importance_sampling_level": "token"}),
+    "grpo x sample": (
+        ["loss=grpo", "aggregation=sample"],
+        {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.2, "importance_sampling_level": "token"},
+    ),
     "grpo x token": (["loss=grpo"], {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.2}),
     "dapo x token": (["loss=dapo"], {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}),
     "dapo x sample": (["loss=dapo", "aggregation=sample"], {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.28}),
-    "gspo x sample": (["loss=gspo", "aggregation=sample"],
-                      {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-3,
-                       "epsilon_high": 4e-3}),
+    "gspo x sample": (
+        ["loss=gspo", "aggregation=sample"],
+        {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 3e-3, "epsilon_high": 4e-3},
+    ),
     # normalisation and precision
     "normalization=batch": ([], {"scale_rewards": "batch"}),
     "normalization=prompt": (["normalization=prompt"], {"scale_rewards": "group"}),
@@ -64,24 +84,68 @@ CASES = {
     "fp32 head": ([], {"cast_lm_head_to_fp32": True}),
     "bf16 head": (["precision=bf16"], {"cast_lm_head_to_fp32": False}),
     # batch shape and the off-policy scheme: k optimizer steps per generation round
-    "on-policy batch": ([], {"per_device_train_batch_size": 256, "gradient_accumulation_steps": 1,
-                             "steps_per_generation": 1, "generation_batch_size": 256}),
-    "ppo k=4": (["offpolicy.k=4"], {"per_device_train_batch_size": 256, "steps_per_generation": 4,
-                                    "generation_batch_size": 1024}),
-    "micro-batches": (["optim.micro_batch=16", "offpolicy.k=2", "batch.prompts=16", "batch.generations=4"],
-                      {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 4, "num_generations": 4,
-                       "steps_per_generation": 8, "generation_batch_size": 128}),
+    "on-policy batch": (
+        [],
+        {
+            "per_device_train_batch_size": 256,
+            "gradient_accumulation_steps": 1,
+            "steps_per_generation": 1,
+            "generation_batch_size": 256,
+        },
+    ),
+    "ppo k=4": (
+        ["offpolicy.k=4"],
+        {"per_device_train_batch_size": 256, "steps_per_generation": 4, "generation_batch_size": 1024},
+    ),
+    "micro-batches": (
+        ["optim.micro_batch=16", "offpolicy.k=2", "batch.prompts=16", "batch.generations=4"],
+        {
+            "per_device_train_batch_size": 16,
+            "gradient_accumulation_steps": 4,
+            "num_generations": 4,
+            "steps_per_generation": 8,
+            "generation_batch_size": 128,
+        },
+    ),
     # generation length, optimizer, schedule and run
-    "length and optimizer": (["length.max_new_tokens=12", "optim.lr=3e-5", "optim.betas=[0.8,0.95]", "optim.eps=1e-15",
-                              "optim.weight_decay=0.01", "optim.grad_clip=0.5", "optim.lr_warmup_steps=7",
-                              "train.max_steps=50", "train.checkpoint_every=10", "seed=3",
-                              "rollout.temperature=0.7"],
-                             {"max_completion_length": 12, "learning_rate": 3e-5, "adam_beta1": 0.8,
-                              "adam_beta2": 0.95, "adam_epsilon": 1e-15, "weight_decay": 0.01, "max_grad_norm": 0.5,
-                              "warmup_steps": 7, "max_steps": 50, "save_steps": 10, "seed": 3, "temperature": 0.7}),
-    "vllm server": (["rollout=vllm", "trainer.vllm_mode=server", "trainer.vllm_server_url=http://gen:8000"],
-                    {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://gen:8000",
-                     "vllm_gpu_memory_utilization": 0.3}),
+    "length and optimizer": (
+        [
+            "length.max_new_tokens=12",
+            "optim.lr=3e-5",
+            "optim.betas=[0.8,0.95]",
+            "optim.eps=1e-15",
+            "optim.weight_decay=0.01",
+            "optim.grad_clip=0.5",
+            "optim.lr_warmup_steps=7",
+            "train.max_steps=50",
+            "train.checkpoint_every=10",
+            "seed=3",
+            "rollout.temperature=0.7",
+        ],
+        {
+            "max_completion_length": 12,
+            "learning_rate": 3e-5,
+            "adam_beta1": 0.8,
+            "adam_beta2": 0.95,
+            "adam_epsilon": 1e-15,
+            "weight_decay": 0.01,
+            "max_grad_norm": 0.5,
+            "warmup_steps": 7,
+            "max_steps": 50,
+            "save_steps": 10,
+            "seed": 3,
+            "temperature": 0.7,
+        },
+    ),
+    "vllm server": (
+        ["rollout=vllm", "trainer.vllm_mode=server", "trainer.vllm_server_url=http://gen:8000"],
+        {
+            "use_vllm": True,
+            "vllm_mode": "server",
+            "vllm_server_base_url": "http://gen:8000",
+            "vllm_gpu_memory_utilization": 0.3,
+        },
+    ),
 }
 
 
@@ -101,13 +165,19 @@ def test_what_trl_lacks_is_refused_one_line_each_and_nothing_is_written(tmp_path
     with pytest.raises(ConfigErrors) as e:
         compose_run(RECIPE, ["trainer=trl"])  # the base recipe as it is: five options TRL does not have
     assert [line.split(":")[0].split(" ")[0] for line in e.value.errors] == [
-        "aggregation=prompt", "filtering.zero_variance=true", "filtering.no_positive_resampling=true",
-        "length=interrupt", "offpolicy=pipeline"]
+        "aggregation=prompt",
+        "filtering.zero_variance=true",
+        "filtering.no_positive_resampling=true",
+        "length=interrupt",
+        "offpolicy=pipeline",
+    ]
     assert all("trainer=ablate" in line for line in e.value.errors)
-    for extra, culprit in ((["aggregation=sample"], "loss=cispo with aggregation=sample"),
-                           (["resources.nproc=2", "train.sharding=fsdp"], "train.sharding=fsdp"),
-                           (["resources.nproc=2", "batch.prompts=3", "batch.generations=3"], "batch.prompts x"),
-                           (["optim.micro_batch=100"], "optim.micro_batch=100")):
+    for extra, culprit in (
+        (["aggregation=sample"], "loss=cispo with aggregation=sample"),
+        (["resources.nproc=2", "train.sharding=fsdp"], "train.sharding=fsdp"),
+        (["resources.nproc=2", "batch.prompts=3", "batch.generations=3"], "batch.prompts x"),
+        (["optim.micro_batch=100"], "optim.micro_batch=100"),
+    ):
         with pytest.raises(ConfigErrors) as e:
             compose_run(RECIPE, [*TRL, *extra])
         assert len(e.value.errors) == 1 and e.value.errors[0].startswith(culprit), e.value.errors
@@ -151,10 +221,15 @@ def test_a_trl_run_writes_the_run_directory_and_its_pass_rate_moves(tmp_path):
     for r in recs:
         assert set(REQUIRED_METRICS) <= set(r) and r["val_n"] == 1600
     for r in recs[1:]:
-        assert {"train_reward", "truncation_rate", "mean_response_len", "entropy", "grad_norm", "is_clip_frac"} <= set(r)
+        assert {"train_reward", "truncation_rate", "mean_response_len", "entropy", "grad_norm", "is_clip_frac"} <= set(
+            r
+        )
     assert [r["samples"] for r in recs] == [0, 6400, 12800, 19200, 25600]  # 32 prompts x 8 per step
     assert all(a["gpu_hours"] < b["gpu_hours"] and a["flops"] < b["flops"] for a, b in zip(recs, recs[1:]))
-    assert sorted(p.name for p in (tmp_path / "run" / "ckpt").glob("checkpoint-*")) == ["checkpoint-100", "checkpoint-50"]
+    assert sorted(p.name for p in (tmp_path / "run" / "ckpt").glob("checkpoint-*")) == [
+        "checkpoint-100",
+        "checkpoint-50",
+    ]
     # the pass rate moves: the last evaluations are above R0 by more than 4 binomial standard errors
     r0, late = recs[0]["val_pass_rate"], (recs[-2]["val_pass_rate"] + recs[-1]["val_pass_rate"]) / 2
     se = (r0 * (1 - r0) / 1600) ** 0.5
@@ -182,8 +257,19 @@ def _stop_after(cmd: list[str], out: Path, past: int) -> None:
 @pytest.mark.slow
 def test_sigterm_mid_run_checkpoints_and_the_next_train_resumes_there(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *RUN, "train.max_steps=1000000",
-           "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate",
+        "train",
+        str(RECIPE),
+        *RUN,
+        "train.max_steps=1000000",
+        "train.eval_every=2",
+        "train.checkpoint_every=1000000",
+        "--out",
+        str(out),
+    ]
 
     _stop_after(cmd, out, 4)
     stopped, first = store.read_json(out / "run.json")["step"], _metric_steps(out)
@@ -210,8 +296,22 @@ def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path):
     written by rank 0, the step's batch split (not doubled), a SIGTERM stops both at one step, and the next
     `ablate train` resumes."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *TRL, *SMALL, "resources.nproc=2", "offpolicy.k=2",
-           "train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every=1000000", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate",
+        "train",
+        str(RECIPE),
+        *TRL,
+        *SMALL,
+        "resources.nproc=2",
+        "offpolicy.k=2",
+        "train.max_steps=1000000",
+        "train.eval_every=2",
+        "train.checkpoint_every=1000000",
+        "--out",
+        str(out),
+    ]
 
     _stop_after(cmd, out, 4)
     info = store.read_json(out / "run.json")
@@ -233,8 +333,8 @@ def test_one_hugging_face_folder_trains_under_both_trainers(tmp_path):
     """model=hf model.path=FOLDER: the same local folder (here the tiny model's warmed-up one, a plain HF folder
     with its tokenizer) is loaded and trained by the built-in trainer and by TRL, and both start from the same R0."""
     from ablate.train import run as train_run
-    from ablate.train.tasks import build_task
     from ablate.train.step import TASK_PHRASE
+    from ablate.train.tasks import build_task
     from ablate.train.warmup import warmed_up_folder
 
     tiny = compose_run(RECIPE, [*TRL, *SMALL])
@@ -278,11 +378,13 @@ def test_a_trl_run_of_two_slurm_tasks(tmp_path, slurm_cluster):
     from ablate.status import wait_for
     from ablate.sweep import Sweep
     from ablate.train import run as train_run
+
     train_run(compose_run(RECIPE, SMALL_TRAIN), tmp_path / "warm")  # the warm-up, cached once for the jobs
     cfg = compose_run(RECIPE, [*SMALL, *TRL, "resources.nproc=2"])
     spec = RunSpec("trls", "trl,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)
-    plan = launch_sweep(Sweep("trls", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local",
-                        echo=None)
+    plan = launch_sweep(
+        Sweep("trls", RECIPE, None, [0], [spec]), root=tmp_path, executor="slurm", profile="local", echo=None
+    )
     st = wait_for(tmp_path, "trls", [spec.run_id], timeout=300)[spec.run_id]
     rd = RunDir.of(tmp_path, "trls", spec.run_id)
     assert st.state == "done", (st, (rd.logs_dir / "train.log").read_text()[-2000:] if rd.train_log.exists() else "")
@@ -291,6 +393,7 @@ def test_a_trl_run_of_two_slurm_tasks(tmp_path, slurm_cluster):
     recs = store.read_jsonl(rd.metrics_path)
     assert [r["step"] for r in recs] == [0, 2, 4, 6] and [r["samples"] for r in recs] == [0, 32, 64, 96]
     assert (rd.logs_dir / "rank-1.log").read_text().count("eval step") == 4
-    sacct = subprocess.run(["sacct", "-j", plan.job_ids[spec.run_id], "-n", "-P", "-o", "JobID,NTasks"],
-                           capture_output=True, text=True).stdout
+    sacct = subprocess.run(
+        ["sacct", "-j", plan.job_ids[spec.run_id], "-n", "-P", "-o", "JobID,NTasks"], capture_output=True, text=True
+    ).stdout
     assert any(line.split("|")[1] == "2" for line in sacct.splitlines() if "|" in line), sacct

@@ -15,23 +15,25 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import pytest
 import torch
-import vllm  # noqa: F401  (a missing vLLM fails here, loudly)
+import vllm
 
 from ablate import store
-from ablate.errors import UserError
-from ablate.rundir import METRICS, REQUIRED_METRICS
 from ablate.compose import compose_run
 from ablate.config import ModelConfig
+from ablate.errors import UserError
+from ablate.resources import RECIPES_DIR
+from ablate.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
-from ablate.train.warmup import supervised_loss
 from ablate.train.rollout_vllm import VLLM_VERSION, VLLMSampler, engine_options
-from ablate.resources import RECIPES_DIR
+from ablate.train.warmup import supervised_loss
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
-SIZE = ModelConfig(n_layers=2, hidden=64, n_heads=2, mlp=128)  # head size 32: vLLM's CPU attention needs 32, 64, 80, ...
+SIZE = ModelConfig(
+    n_layers=2, hidden=64, n_heads=2, mlp=128
+)  # head size 32: vLLM's CPU attention needs 32, 64, 80, ...
 PROMPTS = ["123+456=", "999+001=", "500+500="]
 PADDED = ["1+2=", "345+67=", "8="]
 GREEDY_TORCH = 1e-4  # the torch sampler has no greedy mode: at T=1e-4 its softmax is one-hot
@@ -91,13 +93,17 @@ def test_greedy_forced_interruption_equals_the_torch_samplers(pol, sampler):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_of_sampled_tokens_match_the_trainers_recompute(pol, sampler, temperature):
-    ro = sampler.generate(PADDED, 4, SampleSpec(max_new_tokens=8, temperature=temperature), torch.Generator().manual_seed(1))
+    ro = sampler.generate(
+        PADDED, 4, SampleSpec(max_new_tokens=8, temperature=temperature), torch.Generator().manual_seed(1)
+    )
     assert ro.tokens.shape[0] == 12 and ro.group.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     ref = _trainer_logp(pol, ro, temperature)
     assert int(ro.mask.sum()) > 40
     diff = float(((ref - ro.logp) * ro.mask).abs().max())
     assert diff < 1e-4, diff
-    assert ro.logp.dtype == torch.float32 and bool((ro.logp[ro.mask] < 0).all()) and bool((ro.logp[~ro.mask] == 0).all())
+    assert (
+        ro.logp.dtype == torch.float32 and bool((ro.logp[ro.mask] < 0).all()) and bool((ro.logp[~ro.mask] == 0).all())
+    )
     assert len(set(ro.texts)) > 3  # really sampled
     # the caller's generator makes it reproducible
     again = sampler.generate(PADDED, 4, SampleSpec(8, temperature), torch.Generator().manual_seed(1))
@@ -175,13 +181,29 @@ def test_fp32_head_on_a_bf16_engine_is_a_real_fp32_head(pol):
 # ---- the run, end to end, with rollout=vllm ----
 
 RUN = [
-    "rollout=vllm", "rollout.kv_cache_mb=64",
-    "task.digits=1", "task.train_size=80", "task.unseen_frac=0", "train.val_size=20", "train.eval_k=8",
-    "model.hidden=64", "model.n_layers=1", "model.n_heads=2", "model.mlp=128",
-    "batch.prompts=8", "batch.generations=8",
-    "length.max_new_tokens=4", "length.think_budget_min=1", "length.think_budget_max=2",
-    "train.warmup.max_steps=300", "train.warmup.lr=3e-3", "train.warmup.batch=32", "train.warmup.target_pass_rate=0.2",
-    "train.warmup.check_every=10", "train.checkpoint_every=100", "optim.lr=5e-4",
+    "rollout=vllm",
+    "rollout.kv_cache_mb=64",
+    "task.digits=1",
+    "task.train_size=80",
+    "task.unseen_frac=0",
+    "train.val_size=20",
+    "train.eval_k=8",
+    "model.hidden=64",
+    "model.n_layers=1",
+    "model.n_heads=2",
+    "model.mlp=128",
+    "batch.prompts=8",
+    "batch.generations=8",
+    "length.max_new_tokens=4",
+    "length.think_budget_min=1",
+    "length.think_budget_max=2",
+    "train.warmup.max_steps=300",
+    "train.warmup.lr=3e-3",
+    "train.warmup.batch=32",
+    "train.warmup.target_pass_rate=0.2",
+    "train.warmup.check_every=10",
+    "train.checkpoint_every=100",
+    "optim.lr=5e-4",
     "optim.lr_warmup_steps=0",
 ]
 
@@ -189,14 +211,21 @@ RUN = [
 def test_the_recipes_rollout_section_names_the_engine_settings():
     cfg = compose_run(RECIPES_DIR / "base.yaml", ["rollout=vllm", "rollout.kv_cache_mb=64", "rollout.dtype=bfloat16"])
     opts = engine_options(cfg.rollout)
-    assert opts == {"dtype": "bfloat16", "kv_cache_mb": 64, "gpu_memory_utilization": 0.3, "enforce_eager": True,
-                    "max_model_len": None}
+    assert opts == {
+        "dtype": "bfloat16",
+        "kv_cache_mb": 64,
+        "gpu_memory_utilization": 0.3,
+        "enforce_eager": True,
+        "max_model_len": None,
+    }
     assert VLLMSampler(_policy(), **opts).opts.kv_cache_mb == 64
 
 
 def test_a_short_rl_run_with_vllm_rollouts_learns(tmp_path):
-    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=1", "train.max_steps=240",
-                                                             "train.eval_every=20", "train.eval_k=16"])
+    cfg = compose_run(
+        RECIPES_DIR / "base.yaml",
+        RUN + ["offpolicy=ppo", "offpolicy.k=1", "train.max_steps=240", "train.eval_every=20", "train.eval_k=16"],
+    )
     summary = run(cfg, tmp_path / "r")
     assert summary["status"] == "done" and summary["step"] == 240
     recs = store.read_jsonl(tmp_path / "r" / "metrics.jsonl")
@@ -216,8 +245,10 @@ def test_a_short_rl_run_with_vllm_rollouts_learns(tmp_path):
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_pipeline_rl_with_vllm_never_exceeds_its_lag_bound(tmp_path, k):
-    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["offpolicy=pipeline", f"offpolicy.k={k}",
-                                                             "train.max_steps=10", "train.eval_every=5"])
+    cfg = compose_run(
+        RECIPES_DIR / "base.yaml",
+        RUN + ["offpolicy=pipeline", f"offpolicy.k={k}", "train.max_steps=10", "train.eval_every=5"],
+    )
     summary = run(cfg, tmp_path / "r")
     assert summary["status"] == "done" and summary["step"] == 10
     assert 1 <= summary["max_lag"] <= k  # generation runs ahead of training, never by more than k
@@ -225,13 +256,18 @@ def test_pipeline_rl_with_vllm_never_exceeds_its_lag_bound(tmp_path, k):
     assert all(0 <= r["lag"] <= k for r in recs if "lag" in r)
     # the trainer's new weights reach the generator while the run goes on (load_weights after steps)
     log = (tmp_path / "r" / "logs" / "train.log").read_text()
-    synced = {int(ln.split("policy version ")[1].split(":")[0]) for ln in log.splitlines() if "weight sync to policy version" in ln}
+    synced = {
+        int(ln.split("policy version ")[1].split(":")[0])
+        for ln in log.splitlines()
+        if "weight sync to policy version" in ln
+    }
     assert len(synced - {0}) >= 3, sorted(synced)
 
 
 def test_ppo_off_policy_k_with_vllm(tmp_path):
-    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=3", "train.max_steps=6",
-                                                             "train.eval_every=3"])
+    cfg = compose_run(
+        RECIPES_DIR / "base.yaml", RUN + ["offpolicy=ppo", "offpolicy.k=3", "train.max_steps=6", "train.eval_every=3"]
+    )
     summary = run(cfg, tmp_path / "r")
     assert summary["status"] == "done" and summary["max_lag"] == 2  # 3rd batch of a round trained 2 steps later
 
@@ -245,7 +281,7 @@ def test_without_vllm_rollout_vllm_is_a_clear_user_error(pol, monkeypatch):
         BACKENDS.get("vllm")(pol)
 
 
-MULTIPROCESS = '''
+MULTIPROCESS = """
 import json, os
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 import torch
@@ -278,7 +314,7 @@ if __name__ == "__main__":  # the multiprocess engine spawns its worker: a __mai
           "logp_diff": float(((lp - ro.logp) * ro.mask).abs().max()),
           "restored": bool(torch.equal(restored.tokens, before.tokens)), "syncs": len(s.sync_seconds)}))
     shutdown_engines()
-'''
+"""
 
 
 def test_weight_sync_through_a_file_in_the_multiprocess_engine(tmp_path):
@@ -297,7 +333,7 @@ def test_weight_sync_through_a_file_in_the_multiprocess_engine(tmp_path):
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, r.stdout[-2000:] + r.stderr[-3000:]
-    res = json.loads(lines[-1][len("RESULT "):])
+    res = json.loads(lines[-1][len("RESULT ") :])
     assert res["in_process"] is False and res["syncs"] == 2
     assert res["changed"] and res["equal_torch"] and res["restored"], res
     assert res["logp_diff"] < 1e-4, res
@@ -328,8 +364,10 @@ def test_two_ranks_each_generate_with_their_own_engine(tmp_path, capfd):
     """resources.nproc=2 with rollout=vllm: every rank starts its own engine beside its trainer (colocated) inside
     the run's process group, trains its share, and the ranks leave cleanly (vLLM's groups taken down first)."""
     out = tmp_path / "r"
-    cfg = compose_run(RECIPES_DIR / "base.yaml", RUN + ["train.max_steps=4", "train.eval_every=2", "offpolicy=ppo",
-                                                             "offpolicy.k=1", "resources.nproc=2"])
+    cfg = compose_run(
+        RECIPES_DIR / "base.yaml",
+        RUN + ["train.max_steps=4", "train.eval_every=2", "offpolicy=ppo", "offpolicy.k=1", "resources.nproc=2"],
+    )
     summary = run(cfg, out)
     assert summary["status"] == "done" and summary["step"] == 4 and summary["samples"] == 4 * 8 * 8
     meta = store.read_json(out / "run.json")

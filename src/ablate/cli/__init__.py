@@ -12,7 +12,7 @@ from ablate.cli.errors import user_errors
 
 app = typer.Typer(
     help="ScaleRL-style ablations for RL post-training of LLMs: sweep recipes, fit compute-scaling sigmoids, rank "
-         "and extrapolate.",
+    "and extrapolate.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -24,8 +24,18 @@ def main() -> None:
     """ablate: sweep RL recipes, fit the ScaleRL sigmoid to each run, rank design choices, extrapolate."""
 
 
-for verb in (fitting.fit, fitting.rank, fitting.extrapolate, planning.calibrate, planning.plan, runs.status,
-             runs.sweep, runs.show, runs.train, runs.init):
+for verb in (
+    fitting.fit,
+    fitting.rank,
+    fitting.extrapolate,
+    planning.calibrate,
+    planning.plan,
+    runs.status,
+    runs.sweep,
+    runs.show,
+    runs.train,
+    runs.init,
+):
     app.command(verb.__name__)(user_errors(verb))
 
 __all__ = ["app", "main"]

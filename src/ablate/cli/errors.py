@@ -47,8 +47,11 @@ def user_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
-            typer.echo(f"error: {safe(where)}{safe(e.strerror or e)}; check that path (free space, permissions, a "
-                       "read-only file system)", err=True)
+            typer.echo(
+                f"error: {safe(where)}{safe(e.strerror or e)}; check that path (free space, permissions, a "
+                "read-only file system)",
+                err=True,
+            )
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

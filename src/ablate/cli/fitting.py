@@ -31,20 +31,17 @@ from ablate.cli.options import (
 FIT_FILE = typer.Argument(
     ...,
     help="CSV or JSONL with one row per (run, evaluation), a run directory, a sweep directory (each run fitted), "
-         "or a TensorBoard, W&B (offline run or CSV export), TRL (trainer_state.json) or verl log (each of its "
-         "runs fitted).",
+    "or a TensorBoard, W&B (offline run or CSV export), TRL (trainer_state.json) or verl log (each of its "
+    "runs fitted).",
 )
 FIT_METHOD = typer.Option(
-    "default", "--method",
-    help="default (grid + least_squares + bootstrap) or paper (ScaleRL's grid + curve_fit).",
-    )
+    "default", "--method", help="default (grid + least_squares + bootstrap) or paper (ScaleRL's grid + curve_fit)."
+)
 FIT_FIT_R0 = typer.Option(
-    False, "--fit-r0",
-    help="Free R0 instead of fixing it at the pass rate measured at compute 0.",
+    False, "--fit-r0", help="Free R0 instead of fixing it at the pass rate measured at compute 0."
 )
 FIT_COMPARE = typer.Option(
-    False, "--compare-forms",
-    help="Also fit a power law and an exponential and backtest which extrapolates best.",
+    False, "--compare-forms", help="Also fit a power law and an exponential and backtest which extrapolates best."
 )
 
 
@@ -83,11 +80,30 @@ def fit(
     from ablate.render import figures, terminal
     from ablate.render.fit import print_fit
 
-    opts = analyses.fit_options(method=method, fit_from=fit_from, fit_until=fit_until, fit_r0=fit_r0, r0=r0,
-                                loss=loss, n_boot=n_boot, ci=ci, target=given_to(to), target_r=target_r, seed=seed)
+    opts = analyses.fit_options(
+        method=method,
+        fit_from=fit_from,
+        fit_until=fit_until,
+        fit_r0=fit_r0,
+        r0=r0,
+        loss=loss,
+        n_boot=n_boot,
+        ci=ci,
+        target=given_to(to),
+        target_r=target_r,
+        seed=seed,
+    )
     plot = None if plot is None else figures.figure_path(plot)
-    inputs = analyses.read_inputs([file], x=x, y=y, run=run, group=group, fmt=fmt, samples_per_step=samples_per_step,
-                                  gpu_hours_per_step=gpu_hours_per_step)
+    inputs = analyses.read_inputs(
+        [file],
+        x=x,
+        y=y,
+        run=run,
+        group=group,
+        fmt=fmt,
+        samples_per_step=samples_per_step,
+        gpu_hours_per_step=gpu_hours_per_step,
+    )
     report = analyses.fit_inputs(inputs, opts, to=to, by_group=group is not None, window=window, compare=compare)
     if plot is not None:
         figures.plot_fits(report.results, plot, xlabel=f"compute ({inputs.x})")
@@ -100,48 +116,49 @@ def fit(
 RANK_INPUTS = typer.Argument(
     ...,
     help="Sweep directories (sweeps/NAME), CSV/JSONL curve files and/or TensorBoard, W&B (offline runs or CSV "
-         "exports), TRL (trainer_state.json) or verl logs (each of their runs an arm).",
+    "exports), TRL (trainer_state.json) or verl logs (each of their runs an arm).",
 )
-RANK_BASELINE = typer.Option(
-    None, "--baseline",
-    help="Arm to compare against (default: the sweep file's baseline).",
-)
+RANK_BASELINE = typer.Option(None, "--baseline", help="Arm to compare against (default: the sweep file's baseline).")
 RANK_MARGIN = typer.Option(
-    None, "--margin",
+    None,
+    "--margin",
     help="Use the paper's threshold rule instead of the calibrated tests: `paper` (±0.02 on A, ±15% compute) or a "
-         "margin on A.",
+    "margin on A.",
 )
 RANK_NOISE = typer.Option(
-    None, "--noise",
-    help="Seed spread measured before (a file --save-noise wrote) for arms without seeds of their own.",
+    None, "--noise", help="Seed spread measured before (a file --save-noise wrote) for arms without seeds of their own."
 )
 RANK_SAVE_NOISE = typer.Option(
-    None, "--save-noise",
+    None,
+    "--save-noise",
     help="Write the seed spread measured on this ranking's seeded arms to this file (for --noise).",
 )
 RANK_SHARED_A = typer.Option(
-    "pair", "--shared-a",
+    "pair",
+    "--shared-a",
     help="The A the efficiency comparison refits at: pair (each arm with the baseline, their own shared A), all "
-         "(one A for every arm: the mean of the identified arms' A, as the paper compares), or a value.",
+    "(one A for every arm: the mean of the identified arms' A, as the paper compares), or a value.",
 )
 RANK_PLOT = typer.Option(
-    None, "--plot",
+    None,
+    "--plot",
     help="Write the fits' figure to this file (.png, .pdf, .svg, ...) and the efficiency figure to "
-         "NAME-efficiency.EXT beside it.",
+    "NAME-efficiency.EXT beside it.",
 )
 RANK_MIN_EFFECT = typer.Option(
-    0.02, "--min-effect",
+    0.02,
+    "--min-effect",
     help="The smallest change of A that matters (the paper's ±0.02): a change inside it is negligible, and arms "
-         "within it (and within --min-effect-compute) can be shown equivalent.",
+    "within it (and within --min-effect-compute) can be shown equivalent.",
 )
 RANK_MIN_EFFECT_COMPUTE = typer.Option(
-    1.15, "--min-effect-compute",
-    help="The smallest compute ratio that matters, either way (the paper's ±15%: 1.15).",
+    1.15, "--min-effect-compute", help="The smallest compute ratio that matters, either way (the paper's ±15%: 1.15)."
 )
 RANK_EXPLAIN = typer.Option(
-    False, "--explain",
+    False,
+    "--explain",
     help="After the table, each arm's full reasoning: every test with its p-value and interval, and what would "
-         "decide an inconclusive arm.",
+    "decide an inconclusive arm.",
 )
 
 
@@ -190,14 +207,31 @@ def rank(
     from ablate.render import figures, terminal
     from ablate.render.rank import print_rank
 
-    opts = analyses.fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=given_to(to),
-                                seed=seed, r0=r0)
-    settings = analyses.check_rank_settings(baseline=baseline, margin=margin, shared_a=shared_a, noise=noise,
-                                            save_noise=save_noise, min_effect=min_effect,
-                                            min_effect_compute=min_effect_compute, n_boot=n_boot, window=window)
+    opts = analyses.fit_options(
+        fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=given_to(to), seed=seed, r0=r0
+    )
+    settings = analyses.check_rank_settings(
+        baseline=baseline,
+        margin=margin,
+        shared_a=shared_a,
+        noise=noise,
+        save_noise=save_noise,
+        min_effect=min_effect,
+        min_effect_compute=min_effect_compute,
+        n_boot=n_boot,
+        window=window,
+    )
     figure_paths = figures.rank_figure_paths(plot)
-    read = analyses.read_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt, samples_per_step=samples_per_step,
-                                gpu_hours_per_step=gpu_hours_per_step)
+    read = analyses.read_inputs(
+        inputs,
+        x=x,
+        y=y,
+        run=run,
+        group=group,
+        fmt=fmt,
+        samples_per_step=samples_per_step,
+        gpu_hours_per_step=gpu_hours_per_step,
+    )
     ranking = analyses.rank_inputs(read, opts, settings, to=to, jobs=store.cpu_count())
     if save_noise is not None:
         analyses.save_noise(ranking, save_noise, read)
@@ -206,8 +240,9 @@ def rank(
         typer.echo(terminal.dump_json(ranking.to_json()))
         return
     console = terminal.console()
-    print_rank(console, ranking, inputs, window=window, explain=explain,
-               settled=analyses.settled_elsewhere(ranking, read))
+    print_rank(
+        console, ranking, inputs, window=window, explain=explain, settled=analyses.settled_elsewhere(ranking, read)
+    )
     if figure_paths is not None:
         console.print(figures.figures_line(figure_paths[0], eff))
 
@@ -215,7 +250,7 @@ def rank(
 EXTRAPOLATE_INPUTS = typer.Argument(
     ...,
     help="A sweep directory (its rank winner), a run directory, a CSV/JSONL file, or a TensorBoard, W&B (offline "
-         "runs or CSV export), TRL (trainer_state.json) or verl log.",
+    "runs or CSV export), TRL (trainer_state.json) or verl log.",
 )
 
 
@@ -254,16 +289,37 @@ def extrapolate(
     from ablate.render import figures, terminal
     from ablate.render.fit import print_extrapolation
 
-    opts = analyses.fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=given_to(to),
-                                target_r=target_r, seed=seed, r0=r0)
+    opts = analyses.fit_options(
+        fit_from=fit_from,
+        fit_until=fit_until,
+        n_boot=n_boot,
+        ci=ci,
+        target=given_to(to),
+        target_r=target_r,
+        seed=seed,
+        r0=r0,
+    )
     plot = None if plot is None else figures.figure_path(plot)
-    read = analyses.read_inputs(inputs, x=x, y=y, run=run, group=group, fmt=fmt, samples_per_step=samples_per_step,
-                                gpu_hours_per_step=gpu_hours_per_step)
+    read = analyses.read_inputs(
+        inputs,
+        x=x,
+        y=y,
+        run=run,
+        group=group,
+        fmt=fmt,
+        samples_per_step=samples_per_step,
+        gpu_hours_per_step=gpu_hours_per_step,
+    )
     report = analyses.extrapolate_inputs(read, opts, arm=arm, to=to, window=window)
     if plot is not None:
         ex = report.projection
-        figures.plot_fits([ex.fit], plot, heldout_from=fit_until, xlabel=f"compute ({read.x})",
-                          title=f"{ex.subject}: fitted to {ex.fit.window[1]:g}, {ex.reach_word} to {ex.fit.target:g}")
+        figures.plot_fits(
+            [ex.fit],
+            plot,
+            heldout_from=fit_until,
+            xlabel=f"compute ({read.x})",
+            title=f"{ex.subject}: fitted to {ex.fit.window[1]:g}, {ex.reach_word} to {ex.fit.target:g}",
+        )
     if as_json:
         typer.echo(terminal.dump_json(report.projection.to_json()))
         return

@@ -72,39 +72,40 @@ def executor_name(value: str | None) -> str | None:
 
 # Options of fit, rank and extrapolate.
 X_OPT = typer.Option(
-    "auto", "--x",
+    "auto",
+    "--x",
     help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for "
-         "other tools' logs a logged metric, or step (made into compute by --samples-per-step / "
-         "--gpu-hours-per-step). auto: samples for runs that ran on CPU (where gpu_hours is wall-clock: the machine's "
-         "load), else gpu_hours.",
+    "other tools' logs a logged metric, or step (made into compute by --samples-per-step / "
+    "--gpu-hours-per-step). auto: samples for runs that ran on CPU (where gpu_hours is wall-clock: the machine's "
+    "load), else gpu_hours.",
 )
 Y_OPT = typer.Option("val_pass_rate", "--y", help="Pass-rate column or metric (values in [0, 1]).")
 RUN_OPT = typer.Option(
-    "run", "--run",
-    help="Column of curve files naming the run (optional: without it a file is one run).",
+    "run", "--run", help="Column of curve files naming the run (optional: without it a file is one run)."
 )
 GROUP_OPT = typer.Option(
-    None, "--group",
+    None,
+    "--group",
     help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.",
 )
 FIT_FROM_OPT = typer.Option(
-    None, "--fit-from",
-    help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours).",
+    None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours)."
 )
 FIT_UNTIL_OPT = typer.Option(
-    None, "--fit-until",
-    help="Fit only points up to this compute; later points check the extrapolation.",
+    None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation."
 )
 TO_OPT = typer.Option(
-    None, "--to",
+    None,
+    "--to",
     help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and "
-         "extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data "
-         "ends below it (within 1000x), else twice the largest compute fitted.",
+    "extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data "
+    "ends below it (within 1000x), else twice the largest compute fitted.",
     show_default=False,
 )
 TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
 N_BOOT_OPT = typer.Option(
-    1000, "--n-boot",
+    1000,
+    "--n-boot",
     help="Bootstrap resamples for the fits' intervals (0: none; at most 10,000).",
     callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY),
 )
@@ -113,25 +114,26 @@ JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (
 PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...).")
 SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
 R0_OPT = typer.Option(
-    None, "--r0",
-    help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted).",
+    None, "--r0", help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted)."
 )
 FORMAT_OPT = typer.Option(
-    "auto", "--format",
+    "auto",
+    "--format",
     help="Input format: auto (told by content), table (CSV/JSONL), tensorboard, wandb (offline run folder), wandb-csv "
-         "(W&B CSV export), trl (trainer_state.json) or verl (JSONL or console log); sweep and run directories are "
-         "read as such.",
+    "(W&B CSV export), trl (trainer_state.json) or verl (JSONL or console log); sweep and run directories are "
+    "read as such.",
 )
 SAMPLES_PER_STEP_OPT = typer.Option(
-    None, "--samples-per-step",
-    help="Other tools' logs only: add the column samples = step x this (then --x samples).",
+    None, "--samples-per-step", help="Other tools' logs only: add the column samples = step x this (then --x samples)."
 )
 GPU_HOURS_PER_STEP_OPT = typer.Option(
-    None, "--gpu-hours-per-step",
+    None,
+    "--gpu-hours-per-step",
     help="Other tools' logs only: add the column gpu_hours = step x this (the default --x).",
 )
 WINDOW_OPT = typer.Option(
-    False, "--window-sensitivity",
+    False,
+    "--window-sensitivity",
     help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier "
-         "cutoff's A interval does not overlap the full fit's.",
+    "cutoff's A interval does not overlap the full fit's.",
 )

@@ -51,8 +51,9 @@ def numbers_of(flag: str, kind: type, lo: float, hi: float) -> Any:
             raise UserError(f"{flag} {text!r}: give a comma-separated list of numbers") from None
         bad = [v for v in got if not lo <= v <= hi]
         if not got or bad:
-            raise UserError(f"{flag} {text!r}: {bad[0] if bad else 'empty'} is out of range; each must be in "
-                            f"[{lo}, {hi}]")
+            raise UserError(
+                f"{flag} {text!r}: {bad[0] if bad else 'empty'} is out of range; each must be in [{lo}, {hi}]"
+            )
         return got
 
     return checked(check)
@@ -70,33 +71,36 @@ def calibration_grid(name: str) -> Callable[[], Any]:
 
 
 CALIBRATE_SHAPES = typer.Option(
-    "scalerl-8b,embedded", "--shapes",
+    "scalerl-8b,embedded",
+    "--shapes",
     help="Curve shapes: scalerl-8b, scalerl-scout, embedded.",
     callback=names_of("--shapes", calibration_grid("SHAPES")),
 )
 CALIBRATE_NOISES = typer.Option(
-    "eval,ar0.5,ar0.9,jumps,seeds", "--noises",
+    "eval,ar0.5,ar0.9,jumps,seeds",
+    "--noises",
     help="Noise models: eval, ar0.5, ar0.9, jumps, seeds.",
     callback=names_of("--noises", calibration_grid("NOISES")),
 )
 CALIBRATE_FS = typer.Option(
-    "0.5,0.8,0.95", "--f",
-    help="Gain fractions the windows reach.",
-    callback=numbers_of("--f", float, 0.05, 0.99),
+    "0.5,0.8,0.95", "--f", help="Gain fractions the windows reach.", callback=numbers_of("--f", float, 0.05, 0.99)
 )
 CALIBRATE_EFFECTS = typer.Option(
-    "null,a+0.05,cmid/2", "--effects",
+    "null,a+0.05,cmid/2",
+    "--effects",
     help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5; at the smallest effect that matters: a+0.02, a-0.02, "
-         "cmid*1.15, a+0.02@end.",
+    "cmid*1.15, a+0.02@end.",
     callback=names_of("--effects", calibration_grid("EFFECTS")),
 )
 CALIBRATE_TRIALS = typer.Option(
-    50, "--trials",
+    50,
+    "--trials",
     help="Simulated comparisons per cell (at most 1,000).",
     callback=limited("--trials", MAX_TRIALS, "each trial is a simulated comparison", least=1),
 )
 CALIBRATE_N_BOOT = typer.Option(
-    300, "--n-boot",
+    300,
+    "--n-boot",
     help="Bootstrap resamples per fit (50 to 10,000).",
     callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY, least=50),
 )
@@ -133,13 +137,21 @@ def calibrate(
     grid: dict[str, Any] = dict(shapes=shapes, noises=noises, seeds=seeds, fs=fs, effects=effects)  # parsed lists
     cells = math.prod(len(v) for v in grid.values())
     if cells > MAX_CALIBRATE_CELLS:
-        raise UserError(f"--shapes x --noises x --seeds x --f x --effects: {cells:,} cells, at most "
-                        f"{MAX_CALIBRATE_CELLS:,}; give fewer values (the default grid has 360)")
+        raise UserError(
+            f"--shapes x --noises x --seeds x --f x --effects: {cells:,} cells, at most "
+            f"{MAX_CALIBRATE_CELLS:,}; give fewer values (the default grid has 360)"
+        )
     if out is not None:
         check_writable_output(out, "--out")
     with counting_bar("calibrating", cells, disable=as_json) as progress:
-        rows = run_calibration(**grid, trials=trials, seed=seed, n_boot=n_boot, jobs=store.cpu_count(),
-                               progress=lambda i, n, row: progress(i))
+        rows = run_calibration(
+            **grid,
+            trials=trials,
+            seed=seed,
+            n_boot=n_boot,
+            jobs=store.cpu_count(),
+            progress=lambda i, n, row: progress(i),
+        )
     result = {"grid": grid, "trials": trials, "rows": rows}
     if out is not None:
         store.write_json(out, result)
@@ -149,8 +161,10 @@ def calibrate(
     terminal.console().print(calibration_table(rows))
 
 
-PLAN_RANGES = ("out of range (--delta-a in (0, 0.5), --ratio in (1, 10], --power in [0.5, 1), --trials >= 20, "
-               "--futures >= 0, --to > 0)")
+PLAN_RANGES = (
+    "out of range (--delta-a in (0, 0.5), --ratio in (1, 10], --power in [0.5, 1), --trials >= 20, "
+    "--futures >= 0, --to > 0)"
+)
 
 
 def in_range(flag: str, ok: Callable[[Any], bool]) -> Any:
@@ -177,76 +191,76 @@ def questions(text: str) -> list[str]:
 PLAN_SOURCE = typer.Argument(
     ...,
     help="A sweep directory (sweeps/NAME) or curves `rank` reads: plan from what they measured. Or a sweep file "
-         "(recipes/NAME.yaml) with --calibration: plan before any run.",
+    "(recipes/NAME.yaml) with --calibration: plan before any run.",
 )
 PLAN_OVERRIDES = typer.Argument(
-    None,
-    help="With a sweep file: Hydra overrides, as `ablate sweep` takes them (e.g. train.max_steps=2000).",
+    None, help="With a sweep file: Hydra overrides, as `ablate sweep` takes them (e.g. train.max_steps=2000)."
 )
 PLAN_DELTA_A = typer.Option(
-    0.02, "--delta-a",
+    0.02,
+    "--delta-a",
     help="Ceiling change to detect (the paper's ±0.02 on A).",
     callback=in_range("--delta-a", lambda v: 0 < v < 0.5),
 )
 PLAN_RATIO = typer.Option(
-    1.25, "--ratio",
+    1.25,
+    "--ratio",
     help="Efficiency change to detect: the arm needs 1/ratio of the compute.",
     callback=in_range("--ratio", lambda v: 1.0 < v <= 10.0),
 )
 PLAN_POWER = typer.Option(
-    0.8, "--power",
-    help="Power the plan must reach.",
-    callback=in_range("--power", lambda v: 0.5 <= v < 1.0),
+    0.8, "--power", help="Power the plan must reach.", callback=in_range("--power", lambda v: 0.5 <= v < 1.0)
 )
 PLAN_QUESTION = typer.Option(
-    "ceiling,efficiency", "--question",
+    "ceiling,efficiency",
+    "--question",
     help="Which questions to plan: ceiling, efficiency or both.",
     callback=checked(questions),
 )
 PLAN_BASELINE = typer.Option(
-    None, "--baseline",
-    help="Arm the others are compared with (default: the sweep file's baseline).",
+    None, "--baseline", help="Arm the others are compared with (default: the sweep file's baseline)."
 )
 PLAN_TO = typer.Option(
-    None, "--to",
+    None,
+    "--to",
     help="Compute the verdicts rank at (default: twice the budget), in the units of --x.",
     callback=in_range("--to", lambda v: v is None or (math.isfinite(v) and v > 0)),
 )
 PLAN_NOISE = typer.Option(
-    None, "--noise",
-    help="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds.",
+    None, "--noise", help="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds."
 )
 PLAN_CALIBRATION = typer.Option(
-    None, "--calibration",
-    help="A stored task model (--save-calibration) to plan a sweep file from, before any run.",
+    None, "--calibration", help="A stored task model (--save-calibration) to plan a sweep file from, before any run."
 )
 PLAN_SAVE_CALIBRATION = typer.Option(
-    None, "--save-calibration",
-    help="Write the task model measured on SOURCE to this file (for --calibration).",
+    None, "--save-calibration", help="Write the task model measured on SOURCE to this file (for --calibration)."
 )
 PLAN_TRIALS = typer.Option(
-    100, "--trials",
+    100,
+    "--trials",
     help="Most simulated sweeps per design (with --exact a design stops early once its power is clearly above or "
-         "below the goal; at most 1,000).",
+    "below the goal; at most 1,000).",
     callback=in_range("--trials", lambda v: v >= 20),
 )
 PLAN_FUTURES = typer.Option(
-    40, "--futures",
+    40,
+    "--futures",
     help="Simulated futures per running arm (0: skip the running arms; at most 1,000).",
     callback=in_range("--futures", lambda v: v >= 0),
 )
 PLAN_MIN_EFFECT = typer.Option(
-    0.02, "--min-effect",
-    help="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02).",
+    0.02, "--min-effect", help="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02)."
 )
 PLAN_MIN_EFFECT_COMPUTE = typer.Option(
-    1.15, "--min-effect-compute",
+    1.15,
+    "--min-effect-compute",
     help="The smallest compute ratio that matters, either way, as `rank` reads it (the paper's ±15%: 1.15).",
 )
 PLAN_EXACT = typer.Option(
-    False, "--exact",
+    False,
+    "--exact",
     help="Rank every simulated sweep with `ablate rank` itself (minutes; the reference the default fast engine is "
-         "checked against).",
+    "checked against).",
 )
 
 
@@ -296,14 +310,35 @@ def plan(
     if save_calibration is not None:
         check_writable_output(save_calibration, "--save-calibration")
     err = terminal.console(stderr=True)
-    common = dict(questions=question, delta_a=delta_a, ratio=ratio, goal=power, trials=trials, seed=seed,
-                  jobs=store.cpu_count(), noise=noise, engine="exact" if exact else "fast",
-                  progress=None if as_json else (lambda msg: err.print(f"[dim]  {terminal.esc(msg)}[/]")),
-                  min_effect=MinEffect(a=min_effect, ratio=min_effect_compute))
-    result = analyses.plan_any(source, list(overrides or []), calibration, x=x, baseline=baseline, to=to,
-                               futures=futures, fmt=fmt, run=run, group=group, common=common,
-                               axis_line=None if as_json else (lambda line: terminal.console().print(
-                                   f"[yellow]axis[/]: {terminal.esc(line)}")))
+    common = dict(
+        questions=question,
+        delta_a=delta_a,
+        ratio=ratio,
+        goal=power,
+        trials=trials,
+        seed=seed,
+        jobs=store.cpu_count(),
+        noise=noise,
+        engine="exact" if exact else "fast",
+        progress=None if as_json else (lambda msg: err.print(f"[dim]  {terminal.esc(msg)}[/]")),
+        min_effect=MinEffect(a=min_effect, ratio=min_effect_compute),
+    )
+    result = analyses.plan_any(
+        source,
+        list(overrides or []),
+        calibration,
+        x=x,
+        baseline=baseline,
+        to=to,
+        futures=futures,
+        fmt=fmt,
+        run=run,
+        group=group,
+        common=common,
+        axis_line=None
+        if as_json
+        else (lambda line: terminal.console().print(f"[yellow]axis[/]: {terminal.esc(line)}")),
+    )
     if save_calibration is not None:
         store.write_json(save_calibration, result.model.to_json())
     if as_json:
@@ -311,5 +346,6 @@ def plan(
         return
     print_plan(result, terminal.console())
     if save_calibration is not None:
-        terminal.console().print(f"task model written to {terminal.esc(str(save_calibration))} (plan a sweep file "
-                                 "with --calibration)")
+        terminal.console().print(
+            f"task model written to {terminal.esc(str(save_calibration))} (plan a sweep file with --calibration)"
+        )

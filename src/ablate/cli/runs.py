@@ -15,13 +15,10 @@ from ablate.cli.options import executor_name, positive_seconds, torch_threads
 from ablate.errors import UserError
 
 STATUS_SWEEP = typer.Argument(
-    None,
-    help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root.",
+    None, help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root."
 )
 STATUS_INTERVAL = typer.Option(
-    5.0, "--interval",
-    help="Seconds between refreshes with --watch.",
-    callback=checked(positive_seconds),
+    5.0, "--interval", help="Seconds between refreshes with --watch.", callback=checked(positive_seconds)
 )
 
 
@@ -43,8 +40,9 @@ def status(
     if sweep is not None and "/" in sweep and (Path(sweep) / "ledger.jsonl").exists():
         root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
     elif sweep is not None and "/" in sweep:
-        raise UserError(f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory "
-                        "(sweeps/NAME)")
+        raise UserError(
+            f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory (sweeps/NAME)"
+        )
     with ctrl_c() as interrupted:
         show_status(root, sweep, watch=watch, interval=interval, as_json=as_json)
     if interrupted.is_set():
@@ -54,67 +52,74 @@ def status(
 SWEEP_OVERRIDES = typer.Argument(
     None,
     help="Hydra overrides for every run: key=value; a sweep value (a,b / range(..) / choice(..)) adds or replaces "
-         "a grid axis; seed=0,1,2 replaces the seeds.",
+    "a grid axis; seed=0,1,2 replaces the seeds.",
 )
 SWEEP_DRY_RUN = typer.Option(
-    False, "--dry-run",
-    help="Print the runs (label, run id, arm id, overrides vs base) and launch nothing.",
+    False, "--dry-run", help="Print the runs (label, run id, arm id, overrides vs base) and launch nothing."
 )
 SWEEP_EXECUTOR = typer.Option(
-    None, "--executor", "-e",
+    None,
+    "--executor",
+    "-e",
     help="local | slurm | debug | auto (default: the recipe's launcher.name).",
     callback=checked(executor_name),
 )
 SWEEP_MAX_PARALLEL = typer.Option(
-    None, "--max-parallel",
+    None,
+    "--max-parallel",
     help="Runs of this sweep at once (default: launcher.max_parallel, else as many as the cores hold).",
     show_default=False,
 )
 SWEEP_PROFILE = typer.Option(
-    None, "--profile",
+    None,
+    "--profile",
     help="slurm: cluster resources: NAME is ablate's own slurm/NAME.yaml, a path (./slurm/x.yaml) exactly that "
-         "file (default: ablate's slurm/local.yaml). Only the command line names a profile, never a recipe or the "
-         "working directory.",
+    "file (default: ablate's slurm/local.yaml). Only the command line names a profile, never a recipe or the "
+    "working directory.",
 )
 SWEEP_RETRY_FAILED = typer.Option(
-    False, "--retry-failed",
-    help="Also resubmit failed runs (they resume from their checkpoints).",
+    False, "--retry-failed", help="Also resubmit failed runs (they resume from their checkpoints)."
 )
 SWEEP_FORCE = typer.Option(
-    False, "--force",
-    help="Re-run every run not queued or running, from scratch (old run dirs are archived).",
+    False, "--force", help="Re-run every run not queued or running, from scratch (old run dirs are archived)."
 )
 SWEEP_TENSORBOARD = typer.Option(
-    False, "--tensorboard",
+    False,
+    "--tensorboard",
     help="Runs also write their metrics to TensorBoard event files in their tb/ (train.tensorboard=true; not part "
-         "of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs",
+    "of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs",
 )
 SWEEP_PRUNE = typer.Option(
-    False, "--prune",
+    False,
+    "--prune",
     help="Stop runs that can no longer decide anything while the sweep runs: arms whose verdict against the "
-         "baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken "
-         "runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both "
-         "keep their files; see `ablate status`.",
+    "baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken "
+    "runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both "
+    "keep their files; see `ablate status`.",
 )
 SWEEP_PRUNE_X = typer.Option(
-    "auto", "--prune-x",
+    "auto",
+    "--prune-x",
     help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is "
-         "load-independent on a shared CPU). auto: samples when the runs train on CPU, else gpu_hours.",
+    "load-independent on a shared CPU). auto: samples when the runs train on CPU, else gpu_hours.",
 )
 SWEEP_PRUNE_TO = typer.Option(
-    None, "--prune-to",
+    None,
+    "--prune-to",
     help="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run "
-         "reaches at max_steps).",
+    "reaches at max_steps).",
 )
 SWEEP_RESUME_PRUNED = typer.Option(
-    False, "--resume-pruned",
+    False,
+    "--resume-pruned",
     help="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not "
-         "pruned again).",
+    "pruned again).",
 )
 SWEEP_GROUP_READ = typer.Option(
-    False, "--group-read",
+    False,
+    "--group-read",
     help="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, "
-         "and an existing owner-only sweep is opened to the group (g+rx).",
+    "and an existing owner-only sweep is opened to the group (g+rx).",
 )
 
 
@@ -161,10 +166,21 @@ def sweep(
     check_ledger(root / expanded.name)
     for note in expanded.notes:
         typer.echo(f"note: {safe(note)}")
-    submitted = launch_sweep(expanded, root=root, executor=executor, max_parallel=max_parallel, profile=profile,
-                             retry_failed=retry_failed, force=force, job=job, echo=typer.echo,
-                             monitored=settings is not None, after_submit=monitor_hook(settings),
-                             resume_pruned=resume_pruned, group_read=group_read)
+    submitted = launch_sweep(
+        expanded,
+        root=root,
+        executor=executor,
+        max_parallel=max_parallel,
+        profile=profile,
+        retry_failed=retry_failed,
+        force=force,
+        job=job,
+        echo=typer.echo,
+        monitored=settings is not None,
+        after_submit=monitor_hook(settings),
+        resume_pruned=resume_pruned,
+        group_read=group_read,
+    )
     if follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
             follow_runs(root, expanded.name, submitted.submit + submitted.running)
@@ -185,11 +201,11 @@ def monitor_hook(settings: Any) -> Callable[[Path], None] | None:
 
 
 SHOW_RECIPE = typer.Argument(
-    None,
-    help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo).",
+    None, help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo)."
 )
 SHOW_TRAINERS = typer.Option(
-    False, "--trainers",
+    False,
+    "--trainers",
     help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
 )
 
@@ -223,18 +239,21 @@ def show(
 
 
 TRAIN_THREADS = typer.Option(
-    1, "--threads",
+    1,
+    "--threads",
     help="torch threads for this run (several runs can share a machine).",
     callback=checked(torch_threads),
 )
 TRAIN_TENSORBOARD = typer.Option(
-    False, "--tensorboard",
+    False,
+    "--tensorboard",
     help="Also write the metrics to TensorBoard event files in the run's tb/ (train.tensorboard=true).",
 )
 TRAIN_GROUP_READ = typer.Option(
-    False, "--group-read",
+    False,
+    "--group-read",
     help="Let your group read (never write) the run directory: it is made 0750 instead of owner-only 0700, and an "
-         "existing owner-only one is opened to the group (g+rx).",
+    "existing owner-only one is opened to the group (g+rx).",
 )
 
 
@@ -276,8 +295,6 @@ def train(
         at = f" at step {summary['step']}" if summary.get("step") is not None else ""
         typer.echo(f"stopped by {signal.Signals(stop.signum).name}{at}; resume with: {again}", err=True)
         raise typer.Exit(128 + stop.signum)  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
-
-
 
 
 def init(

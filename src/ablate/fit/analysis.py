@@ -28,8 +28,21 @@ from ablate.fit.sigmoid import (
 )
 from ablate.fit.uncertainty import parametric_bootstrap, percentile_ci, prediction_draws, seed_interval
 
-__all__ = ["FitOptions", "FitResult", "SeedFits", "compare_forms", "fit_curves", "fit_seeds", "fit_table", "group_arms",
-           "measured_run_r0", "rank_key", "window_points", "window_rise", "window_sensitivity"]
+__all__ = [
+    "FitOptions",
+    "FitResult",
+    "SeedFits",
+    "compare_forms",
+    "fit_curves",
+    "fit_seeds",
+    "fit_table",
+    "group_arms",
+    "measured_run_r0",
+    "rank_key",
+    "window_points",
+    "window_rise",
+    "window_sensitivity",
+]
 
 CI_CLOSED_TOL = 1e-3
 MIN_RISE = 0.10
@@ -79,14 +92,15 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str):
     if x.size == 0:
         span = [float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()]
         span_hi = [float(c.x.max()) for c in curves]
-        where = (f" (its points span {min(span):g}..{max(span_hi):g})" if span
-                 else " (it has no points with compute > 0)")
-        raise UserError(f"{name}: no points in the fit window {opts.window_text()}{where}; "
-                        "widen --fit-from/--fit-until")
+        where = (
+            f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
+        )
+        raise UserError(
+            f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until"
+        )
     n = None if any(v is None for v in ns) else np.concatenate(ns)
     order = np.lexsort((x, run_index))  # run by run, each in compute order (the noise model reads runs as series)
-    return (x[order], y[order], run_index[order], None if n is None else n[order],
-            (float(lo), float(min(hi, x.max()))))
+    return (x[order], y[order], run_index[order], None if n is None else n[order], (float(lo), float(min(hi, x.max()))))
 
 
 def measured_run_r0(curves: list[Curve], opts: FitOptions) -> list[float] | None:
@@ -110,12 +124,17 @@ def fit_seeds(curves: list[Curve], opts: FitOptions) -> SeedFits:
             fits.append(None)
             continue
         ok = f.identifiable
-        vals.append((f.A if ok else np.nan, f.C_mid if ok else np.nan, f.B if ok else np.nan,
-                     f.pred_at_target, ok))
+        vals.append((f.A if ok else np.nan, f.C_mid if ok else np.nan, f.B if ok else np.nan, f.pred_at_target, ok))
         fits.append(f.fit)
     a, c, b, p, ok = (np.array(v) for v in zip(*vals))
-    return SeedFits(A=a.astype(float), C_mid=c.astype(float), B=b.astype(float), pred=p.astype(float),
-                    identified=ok.astype(bool), fits=fits)
+    return SeedFits(
+        A=a.astype(float),
+        C_mid=c.astype(float),
+        B=b.astype(float),
+        pred=p.astype(float),
+        identified=ok.astype(bool),
+        fits=fits,
+    )
 
 
 def _held_r0(curves: list[Curve], opts: FitOptions, name: str, notes: list[Note]) -> float | None:
@@ -135,8 +154,15 @@ def _held_r0(curves: list[Curve], opts: FitOptions, name: str, notes: list[Note]
     return r0
 
 
-def _point_fit(curves: list[Curve], opts: FitOptions, pts: tuple, r0: float | None, name: str,
-               rng: np.random.Generator, notes: list[Note]) -> tuple[PointFit, np.ndarray | None, list | None, str]:
+def _point_fit(
+    curves: list[Curve],
+    opts: FitOptions,
+    pts: tuple,
+    r0: float | None,
+    name: str,
+    rng: np.random.Generator,
+    notes: list[Note],
+) -> tuple[PointFit, np.ndarray | None, list | None, str]:
     """The point fit of the window's points `pts` (x, y, run_index, n) by opts.method, with its bootstrap draws,
     each run's measured noise and how the intervals are made."""
     x, y, run_index, n_eval = pts
@@ -153,12 +179,19 @@ def _point_fit(curves: list[Curve], opts: FitOptions, pts: tuple, r0: float | No
     if opts.n_boot <= 0:
         return pf, None, None, "none (--n-boot 0)"
     draws, noises, interval_method = parametric_bootstrap(
-        x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber, run_r0=measured_run_r0(curves, opts))
+        x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber, run_r0=measured_run_r0(curves, opts)
+    )
     return pf, draws, noises, interval_method
 
 
-def _not_identified(pf: PointFit, draws: np.ndarray | None, x: np.ndarray, window: tuple[float, float],
-                    A_ci: tuple[float, float] | None, opts: FitOptions) -> tuple[list[str], bool, float, Any]:
+def _not_identified(
+    pf: PointFit,
+    draws: np.ndarray | None,
+    x: np.ndarray,
+    window: tuple[float, float],
+    A_ci: tuple[float, float] | None,
+    opts: FitOptions,
+) -> tuple[list[str], bool, float, Any]:
     """Why A is not measured (empty when it is), whether B and C_mid are unconstrained by the data, and the gain
     fraction the window reached with its interval."""
     f = gain_fraction(window[1], pf.b, pf.c_mid) if np.isfinite(pf.b) else float("nan")
@@ -181,12 +214,16 @@ def _not_identified(pf: PointFit, draws: np.ndarray | None, x: np.ndarray, windo
         reasons.append(f"the gain reached could be as low as {f_ci[0]:.0%} (< 50%: C_mid may lie beyond the window)")
     no_rise = not rise >= MIN_RISE or (rise_ci is not None and rise_ci[0] < MIN_RISE)
     if not rise >= MIN_RISE:
-        reasons.append(f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
-                       f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
-                       "(--fit-from)")
+        reasons.append(
+            f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
+            f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
+            "(--fit-from)"
+        )
     elif rise_ci is not None and rise_ci[0] < MIN_RISE:
-        reasons.append(f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
-                       f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier (--fit-from)")
+        reasons.append(
+            f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
+            f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier (--fit-from)"
+        )
     collapsed = _collapsed(draws)
     if collapsed and not no_rise:
         reasons.append("the bootstrap refits of B and C_mid never leave the fit: the data do not constrain them")
@@ -218,8 +255,9 @@ class _Intervals:
     method: str
 
 
-def _seed_intervals(iv: _Intervals, curves: list[Curve], opts: FitOptions, pf: PointFit, pred: float,
-                    x: np.ndarray, notes: list[Note]) -> SeedFits:
+def _seed_intervals(
+    iv: _Intervals, curves: list[Curve], opts: FitOptions, pf: PointFit, pred: float, x: np.ndarray, notes: list[Note]
+) -> SeedFits:
     """An arm: the spread between its seeds, which no single run shows, sets its intervals (updates `iv`)."""
     seeds = fit_seeds(curves, opts)
     # t-intervals from few seeds can reach past what a fit could report: cut them to the fit's own box. The
@@ -232,13 +270,19 @@ def _seed_intervals(iv: _Intervals, curves: list[Curve], opts: FitOptions, pf: P
         iv.C_mid = _within(seed_interval(pf.c_mid, seeds.C_mid, opts.ci, log=True), np.exp(m_lo), np.exp(m_hi))
         iv.method = f"t-intervals over {seeds.n_identified} seeds' own fits (the gain fraction from a {iv.method})"
     else:
-        notes.append(Note("other", f"fewer than 2 of its {len(curves)} seeds are identified alone: its intervals do "
-                                   "not include the spread between seeds"))
+        notes.append(
+            Note(
+                "other",
+                f"fewer than 2 of its {len(curves)} seeds are identified alone: its intervals do "
+                "not include the spread between seeds",
+            )
+        )
     return seeds
 
 
-def _reach(opts: FitOptions, pf: PointFit, draws: np.ndarray | None, unconstrained: bool,
-           notes: list[Note]) -> tuple[float | None, tuple[float, float] | None]:
+def _reach(
+    opts: FitOptions, pf: PointFit, draws: np.ndarray | None, unconstrained: bool, notes: list[Note]
+) -> tuple[float | None, tuple[float, float] | None]:
     """The compute to reach --target-r, with its interval (None when not asked, never reached, or unconstrained)."""
     if opts.target_r is None:
         return None, None
@@ -253,8 +297,9 @@ def _reach(opts: FitOptions, pf: PointFit, draws: np.ndarray | None, unconstrain
     return c_to, c_to_ci
 
 
-def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None,
-               group: str | None = None) -> FitResult:
+def fit_curves(
+    curves: list[Curve], opts: FitOptions, *, name: str | None = None, group: str | None = None
+) -> FitResult:
     """Fit one run (one curve) or one arm (several curves pooled) and attach intervals and predictions."""
     if opts.method not in METHODS:
         raise UserError(f"unknown fit method '{opts.method}'; valid: {', '.join(METHODS)}")
@@ -279,9 +324,14 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
     identifiable = pf.success and not reasons
     notes += [Note("other", f"A not identified: {r}") for r in reasons]
     if opts.target > 100 * x.max():
-        notes.append(Note("far_target", f"--to {opts.target:g} is {opts.target / x.max():,.0f}x the largest "
-                                        f"compute fitted ({x.max():g}): a long extrapolation; pass --to in the "
-                                        "units of the data"))
+        notes.append(
+            Note(
+                "far_target",
+                f"--to {opts.target:g} is {opts.target / x.max():,.0f}x the largest "
+                f"compute fitted ({x.max():g}): a long extrapolation; pass --to in the "
+                "units of the data",
+            )
+        )
     pred = float(pf.predict(opts.target))
     if draws is not None and len(curves) == 1:
         n_last = None if n_eval is None else float(n_eval[-1])
@@ -299,11 +349,32 @@ def fit_curves(curves: list[Curve], opts: FitOptions, *, name: str | None = None
         iv.C_mid = None if iv.C_mid is None else (float(np.exp(m_lo)), float(np.exp(m_hi)))
     c_to, c_to_ci = _reach(opts, pf, draws, unconstrained, notes)
     return FitResult(
-        run=name, group=group, method=opts.method, n_points=int(x.size), n_runs=len(curves), window=window,
-        fit=pf, draws=draws, interval_method=iv.method, A_ci=iv.A, B_ci=iv.B, C_mid_ci=iv.C_mid,
-        gain_fraction=f, identifiable=identifiable, status=_status(pf, identifiable), target=opts.target,
-        pred_at_target=pred, pred_ci=iv.pred, target_r=opts.target_r, compute_to_target=c_to,
-        compute_to_target_ci=c_to_ci, notes=notes, curves=curves, f_ci=f_ci, noise=noises, seeds=seeds,
+        run=name,
+        group=group,
+        method=opts.method,
+        n_points=int(x.size),
+        n_runs=len(curves),
+        window=window,
+        fit=pf,
+        draws=draws,
+        interval_method=iv.method,
+        A_ci=iv.A,
+        B_ci=iv.B,
+        C_mid_ci=iv.C_mid,
+        gain_fraction=f,
+        identifiable=identifiable,
+        status=_status(pf, identifiable),
+        target=opts.target,
+        pred_at_target=pred,
+        pred_ci=iv.pred,
+        target_r=opts.target_r,
+        compute_to_target=c_to,
+        compute_to_target_ci=c_to_ci,
+        notes=notes,
+        curves=curves,
+        f_ci=f_ci,
+        noise=noises,
+        seeds=seeds,
     )
 
 
@@ -327,21 +398,48 @@ def window_sensitivity(result: FitResult, opts: FitOptions, cutoffs=SENSITIVITY_
             try:
                 f = fit_curves(result.curves, replace(opts, fit_until=until, n_boot=n_boot), name=result.run)
             except UserError as e:  # too few points before this cutoff
-                rows.append({"cutoff": frac, "fit_until": until, "A": None, "A_ci": None, "B": None, "C_mid": None,
-                             "pred_at_target": None, "identifiable": False, "note": str(e).split(": ", 1)[-1]})
+                rows.append(
+                    {
+                        "cutoff": frac,
+                        "fit_until": until,
+                        "A": None,
+                        "A_ci": None,
+                        "B": None,
+                        "C_mid": None,
+                        "pred_at_target": None,
+                        "identifiable": False,
+                        "note": str(e).split(": ", 1)[-1],
+                    }
+                )
                 continue
-        rows.append({"cutoff": frac, "fit_until": f.window[1], "A": f.A,
-                     "A_ci": None if f.A_ci is None else list(f.A_ci),
-                     "B": f.B, "C_mid": f.C_mid, "pred_at_target": f.pred_at_target, "identifiable": f.identifiable})
+        rows.append(
+            {
+                "cutoff": frac,
+                "fit_until": f.window[1],
+                "A": f.A,
+                "A_ci": None if f.A_ci is None else list(f.A_ci),
+                "B": f.B,
+                "C_mid": f.C_mid,
+                "pred_at_target": f.pred_at_target,
+                "identifiable": f.identifiable,
+            }
+        )
     result.sensitivity = rows
     if result.A_ci is not None and result.identifiable:
         lo, hi_a = result.A_ci
-        result.unstable = any(r["identifiable"] and r["A_ci"] is not None and (r["A_ci"][1] < lo or r["A_ci"][0] > hi_a)
-                              for r in rows[:-1])
+        result.unstable = any(
+            r["identifiable"] and r["A_ci"] is not None and (r["A_ci"][1] < lo or r["A_ci"][0] > hi_a)
+            for r in rows[:-1]
+        )
         if result.unstable:
-            result.notes.append(Note("other", "unstable: A fitted on an earlier part of the window and A fitted on all "
-                                              "of it have intervals that do not overlap (see the window-sensitivity "
-                                              "table)"))
+            result.notes.append(
+                Note(
+                    "other",
+                    "unstable: A fitted on an earlier part of the window and A fitted on all "
+                    "of it have intervals that do not overlap (see the window-sensitivity "
+                    "table)",
+                )
+            )
     return result
 
 

@@ -13,13 +13,27 @@ from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 
-VERDICTS = ("baseline", "ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "equivalent", "inconclusive",
-            "not_identified")
+VERDICTS = (
+    "baseline",
+    "ceiling_up",
+    "ceiling_down",
+    "efficiency_up",
+    "efficiency_down",
+    "equivalent",
+    "inconclusive",
+    "not_identified",
+)
 CHANGED = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
 VERDICT_TEXT = {
-    "baseline": "baseline", "ceiling_up": "ceiling ↑", "ceiling_down": "ceiling ↓",
-    "efficiency_up": "efficiency ↑", "efficiency_down": "efficiency ↓", "equivalent": "equivalent",
-    "inconclusive": "inconclusive", "not_identified": "not identified", None: "—",
+    "baseline": "baseline",
+    "ceiling_up": "ceiling ↑",
+    "ceiling_down": "ceiling ↓",
+    "efficiency_up": "efficiency ↑",
+    "efficiency_down": "efficiency ↓",
+    "equivalent": "equivalent",
+    "inconclusive": "inconclusive",
+    "not_identified": "not identified",
+    None: "—",
 }
 PRACTICAL = ("material", "negligible", "unclear")
 
@@ -75,14 +89,30 @@ class ArmResult:
         def r(v):
             return None if v is None or not np.isfinite(v) else float(v)
 
-        return {"arm": self.arm, "arm_id": self.arm_id, "seeds": self.seeds, **self.fit.to_json(),
-                "verdict": self.verdict, "practical": self.practical, "margin": self.margin,
-                "delta_A": r(self.delta_A), "delta_A_ci": self.delta_A_ci, "effect": self.effect, "detail": self.detail,
-                "decide": self.decide, "p_equivalent": r(self.p_equivalent),
-                "partial": self.partial, "truncation_warning": self.truncation_warning, "shared_A": self.shared,
-                "p_ceiling": r(self.p_ceiling), "p_efficiency": r(self.p_efficiency),
-                "delta_R_end": r(self.delta_R_end), "p_at_end": r(self.p_at_end), "r_call": self.r_call,
-                "stopped": self.stopped}
+        return {
+            "arm": self.arm,
+            "arm_id": self.arm_id,
+            "seeds": self.seeds,
+            **self.fit.to_json(),
+            "verdict": self.verdict,
+            "practical": self.practical,
+            "margin": self.margin,
+            "delta_A": r(self.delta_A),
+            "delta_A_ci": self.delta_A_ci,
+            "effect": self.effect,
+            "detail": self.detail,
+            "decide": self.decide,
+            "p_equivalent": r(self.p_equivalent),
+            "partial": self.partial,
+            "truncation_warning": self.truncation_warning,
+            "shared_A": self.shared,
+            "p_ceiling": r(self.p_ceiling),
+            "p_efficiency": r(self.p_efficiency),
+            "delta_R_end": r(self.delta_R_end),
+            "p_at_end": r(self.p_at_end),
+            "r_call": self.r_call,
+            "stopped": self.stopped,
+        }
 
 
 @dataclass
@@ -114,11 +144,23 @@ class Ranking:
 
     def to_json(self) -> dict[str, Any]:
         margins = {a.margin for a in self.arms if a.margin is not None}
-        return {"baseline": self.baseline, "margin": margins.pop() if len(margins) == 1 else None,
-                "margin_source": self.margin_source, "rule": self.rule, "fdr": FDR if self.rule == "test" else None,
-                "noise_floor": None if self.floor is None else self.floor.to_json(),
-                "end_spread": self.end_spread, "shared_a": self.shared_a, "shared_mode": self.shared_mode,
-                "min_effect": self.min_effect.to_json(), "notes": [n.text for n in self.notes], "target": self.target,
-                "target_source": self.target_source, "axis_note": self.axis_note, "x": self.x,
-                "window": self.opts.window_text(), "arms": [a.to_json() for a in self.arms],
-                "not_fitted": self.not_fitted}
+        return {
+            "baseline": self.baseline,
+            "margin": margins.pop() if len(margins) == 1 else None,
+            "margin_source": self.margin_source,
+            "rule": self.rule,
+            "fdr": FDR if self.rule == "test" else None,
+            "noise_floor": None if self.floor is None else self.floor.to_json(),
+            "end_spread": self.end_spread,
+            "shared_a": self.shared_a,
+            "shared_mode": self.shared_mode,
+            "min_effect": self.min_effect.to_json(),
+            "notes": [n.text for n in self.notes],
+            "target": self.target,
+            "target_source": self.target_source,
+            "axis_note": self.axis_note,
+            "x": self.x,
+            "window": self.opts.window_text(),
+            "arms": [a.to_json() for a in self.arms],
+            "not_fitted": self.not_fitted,
+        }

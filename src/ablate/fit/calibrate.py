@@ -85,9 +85,17 @@ NOISES = {
     "jumps": Noise("jumps", drift_sd=0.005, drift_phi=0.7, jump_rate=0.05, jump_sd=0.02),
     "seeds": Noise("seeds", drift_sd=0.005, drift_phi=0.7, seed_sd_a=0.010, seed_sd_logc=0.10),
 }
-EFFECTS = {"null": {}, "a+0.03": {"a": 0.03}, "a+0.05": {"a": 0.05}, "cmid/2": {"c_mid": 0.5}, "b*1.5": {"b": 1.5},
-           "a+0.02": {"a": 0.02}, "a-0.02": {"a": -0.02}, "cmid*1.15": {"c_mid": 1.15},
-           "a+0.02@end": {"a": 0.02, "meet": 1.0}}
+EFFECTS = {
+    "null": {},
+    "a+0.03": {"a": 0.03},
+    "a+0.05": {"a": 0.05},
+    "cmid/2": {"c_mid": 0.5},
+    "b*1.5": {"b": 1.5},
+    "a+0.02": {"a": 0.02},
+    "a-0.02": {"a": -0.02},
+    "cmid*1.15": {"c_mid": 1.15},
+    "a+0.02@end": {"a": 0.02, "meet": 1.0},
+}
 """New effects go at the end: a cell's random numbers depend on its effect's position here. `meet`: C_mid moved so
 the arm's curve meets the baseline's at that multiple of the window's end (see ONLY_A)."""
 BOUNDARY = ("a+0.02", "a-0.02", "cmid*1.15", "a+0.02@end")
@@ -98,13 +106,27 @@ plain shift of A by 0.02 also moves the compute to the target's pass rate (0.45-
 the compute side decides (efficiency found, or its equivalence not shown) and the A side is never tested. Meeting
 the baseline at the window's end keeps the compute ratio near 1x, and this band (100x either way) takes compute out
 of the equivalence test: the A side alone decides."""
-WANTED = {"null": None, "a+0.03": "ceiling_up", "a+0.05": "ceiling_up", "cmid/2": "efficiency_up",
-          "b*1.5": "efficiency_up", "a+0.02": "ceiling_up", "a-0.02": "ceiling_down", "cmid*1.15": "efficiency_down",
-          "a+0.02@end": "ceiling_up"}
+WANTED = {
+    "null": None,
+    "a+0.03": "ceiling_up",
+    "a+0.05": "ceiling_up",
+    "cmid/2": "efficiency_up",
+    "b*1.5": "efficiency_up",
+    "a+0.02": "ceiling_up",
+    "a-0.02": "ceiling_down",
+    "cmid*1.15": "efficiency_down",
+    "a+0.02@end": "ceiling_up",
+}
 """The changed verdict each effect should get (its power)."""
 POINTS = 40  # evaluations in every window
-CALLS = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "not_identified_higher",
-         "not_identified_lower")
+CALLS = (
+    "ceiling_up",
+    "ceiling_down",
+    "efficiency_up",
+    "efficiency_down",
+    "not_identified_higher",
+    "not_identified_lower",
+)
 
 
 def window_end(shape: Shape, f: float) -> float:
@@ -115,8 +137,11 @@ def window_end(shape: Shape, f: float) -> float:
 def _truth(shape: Shape, effect: dict[str, float], c_max: float) -> tuple[float, float, float]:
     """The arm's A, B and C_mid; with `meet`, C_mid such that its curve passes through the baseline's pass rate at
     `meet` x the window's end `c_max`."""
-    a, b, c_mid = (min(shape.a + effect.get("a", 0.0), 0.99), shape.b * effect.get("b", 1.0),
-                   shape.c_mid * effect.get("c_mid", 1.0))
+    a, b, c_mid = (
+        min(shape.a + effect.get("a", 0.0), 0.99),
+        shape.b * effect.get("b", 1.0),
+        shape.c_mid * effect.get("c_mid", 1.0),
+    )
     if "meet" in effect:
         at = effect["meet"] * c_max
         gain = (float(sigmoid(at, shape.r0, shape.a, shape.b, shape.c_mid)) - shape.r0) / (a - shape.r0)
@@ -126,8 +151,9 @@ def _truth(shape: Shape, effect: dict[str, float], c_max: float) -> tuple[float,
     return a, b, c_mid
 
 
-def simulate_arm(shape: Shape, noise: Noise, effect: dict[str, float], seeds: int, f: float, rng: np.random.Generator,
-                 name: str) -> tuple[list[Curve], list[dict[str, float]]]:
+def simulate_arm(
+    shape: Shape, noise: Noise, effect: dict[str, float], seeds: int, f: float, rng: np.random.Generator, name: str
+) -> tuple[list[Curve], list[dict[str, float]]]:
     """`seeds` runs of one arm, each observed up to the window end plus its continuation to twice that (held
     out: the fit sees only the window). Returns the curves and each run's truth (A, and y at --to observed)."""
     c_max = window_end(shape, f)
@@ -136,9 +162,23 @@ def simulate_arm(shape: Shape, noise: Noise, effect: dict[str, float], seeds: in
     for s in range(seeds):
         a_j = float(np.clip(a + noise.seed_sd_a * rng.standard_normal(), shape.r0 + 0.02, 0.99))
         c_j = float(c_mid * np.exp(noise.seed_sd_logc * rng.standard_normal()))
-        c = synthetic_curve(a=a_j, b=b, c_mid=c_j, r0=shape.r0, c_max=2 * c_max, n_points=2 * POINTS,
-                            n_prompts=shape.prompts, k=shape.k, drift_sd=noise.drift_sd, drift_phi=noise.drift_phi,
-                            jump_rate=noise.jump_rate, jump_sd=noise.jump_sd, seed=rng, run=f"{name}-{s}", group=name)
+        c = synthetic_curve(
+            a=a_j,
+            b=b,
+            c_mid=c_j,
+            r0=shape.r0,
+            c_max=2 * c_max,
+            n_points=2 * POINTS,
+            n_prompts=shape.prompts,
+            k=shape.k,
+            drift_sd=noise.drift_sd,
+            drift_phi=noise.drift_phi,
+            jump_rate=noise.jump_rate,
+            jump_sd=noise.jump_sd,
+            seed=rng,
+            run=f"{name}-{s}",
+            group=name,
+        )
         truths.append({"A": a_j, "y_to": float(c.y[-1])})
         curves.append(c)
     return curves, truths
@@ -164,20 +204,39 @@ def stored_floor(shape: Shape, noise: Noise, f: float, opts: FitOptions, rng: np
     return floor or NoiseFloor(sd_A=1.0, sd_logc=10.0, dof=1, source="unmeasurable: seeds not identified")
 
 
-def run_cell(shape: Shape, noise: Noise, seeds: int, f: float, effect: str, trials: int, *, seed: int = 0,
-             n_boot: int = 300, floor: str = "own") -> dict[str, Any]:
+def run_cell(
+    shape: Shape,
+    noise: Noise,
+    seeds: int,
+    f: float,
+    effect: str,
+    trials: int,
+    *,
+    seed: int = 0,
+    n_boot: int = 300,
+    floor: str = "own",
+) -> dict[str, Any]:
     """One cell: `trials` simulated (baseline, effect arm) pairs through `rank`. Returns rates and counts."""
-    rng = np.random.default_rng([seed, seeds, int(f * 1000), list(EFFECTS).index(effect),
-                                 list(SHAPES).index(shape.name) if shape.name in SHAPES else 99,
-                                 list(NOISES).index(noise.name) if noise.name in NOISES else 99,
-                                 0 if floor == "own" else 1])
+    rng = np.random.default_rng(
+        [
+            seed,
+            seeds,
+            int(f * 1000),
+            list(EFFECTS).index(effect),
+            list(SHAPES).index(shape.name) if shape.name in SHAPES else 99,
+            list(NOISES).index(noise.name) if noise.name in NOISES else 99,
+            0 if floor == "own" else 1,
+        ]
+    )
     to = 2 * window_end(shape, f)
     opts = FitOptions(n_boot=n_boot, target=to, seed=seed, fit_until=window_end(shape, f) * 1.000001)
     pop = arm_truth(shape, noise, {}, to)
     delta_a_true = arm_truth(shape, noise, EFFECTS[effect], to)["A"] - pop["A"]
     if effect in BOUNDARY and abs(delta_a_true - EFFECTS[effect].get("a", 0.0)) > 1e-9:
-        raise ValueError(f"effect {effect} on shape {shape.name}: the arms' mean A differ by {delta_a_true:.6f}, not "
-                         f"{EFFECTS[effect].get('a', 0.0):g} (a clip of A moved the boundary); use a lower A")
+        raise ValueError(
+            f"effect {effect} on shape {shape.name}: the arms' mean A differ by {delta_a_true:.6f}, not "
+            f"{EFFECTS[effect].get('a', 0.0):g} (a clip of A moved the boundary); use a lower A"
+        )
     stored = stored_floor(shape, noise, f, opts, rng) if floor == "stored" else None
     min_effect = ONLY_A if "meet" in EFFECTS[effect] else MinEffect()
     verdicts: dict[str, int] = {}
@@ -185,8 +244,9 @@ def run_cell(shape: Shape, noise: Noise, seeds: int, f: float, effect: str, tria
     for t in range(trials):
         base, base_truth = simulate_arm(shape, noise, {}, seeds, f, rng, "base")
         arm, _ = simulate_arm(shape, noise, EFFECTS[effect], seeds, f, rng, "arm")
-        ranking = rank(base + arm, replace(opts, seed=seed * 100003 + t), baseline="base", noise=stored,
-                       min_effect=min_effect)
+        ranking = rank(
+            base + arm, replace(opts, seed=seed * 100003 + t), baseline="base", noise=stored, min_effect=min_effect
+        )
         by = {a.arm: a for a in ranking.arms}
         v = by["arm"].verdict if "arm" in by else "not_fitted"
         if v == "not_identified" and by["arm"].r_call:  # a claim too: higher/lower at the shared window's end
@@ -204,10 +264,18 @@ def run_cell(shape: Shape, noise: Noise, seeds: int, f: float, effect: str, tria
     wanted = WANTED[effect]
     equivalent = verdicts.get("equivalent", 0) / trials
     return {
-        "shape": shape.name, "noise": noise.name, "seeds": seeds, "floor": floor, "f": f, "effect": effect,
-        "trials": trials, "boundary": effect in BOUNDARY, "delta_A_true": delta_a_true,
+        "shape": shape.name,
+        "noise": noise.name,
+        "seeds": seeds,
+        "floor": floor,
+        "f": f,
+        "effect": effect,
+        "trials": trials,
+        "boundary": effect in BOUNDARY,
+        "delta_A_true": delta_a_true,
         "min_effect": min_effect.to_json(),
-        "coverage_A": cover_a / scored if scored else None, "coverage_pred": cover_pred / scored if scored else None,
+        "coverage_A": cover_a / scored if scored else None,
+        "coverage_pred": cover_pred / scored if scored else None,
         "false_call_rate": calls / trials if effect == "null" else None,
         "power": verdicts.get(wanted, 0) / trials if wanted else None,
         "equivalent_rate": equivalent,
@@ -223,9 +291,20 @@ def _cell(args: tuple) -> dict[str, Any]:
     return run_cell(SHAPES[sh], NOISES[no], s, f, ef, trials, seed=seed, n_boot=n_boot, floor=floor)
 
 
-def calibrate(shapes: Sequence[str], noises: Sequence[str], seeds: Sequence[int], fs: Sequence[float],
-              effects: Sequence[str], trials: int, *, seed: int = 0, n_boot: int = 300, jobs: int = 1,
-              stored_floor_for_one_seed: bool = True, progress=None) -> list[dict[str, Any]]:
+def calibrate(
+    shapes: Sequence[str],
+    noises: Sequence[str],
+    seeds: Sequence[int],
+    fs: Sequence[float],
+    effects: Sequence[str],
+    trials: int,
+    *,
+    seed: int = 0,
+    n_boot: int = 300,
+    jobs: int = 1,
+    stored_floor_for_one_seed: bool = True,
+    progress=None,
+) -> list[dict[str, Any]]:
     """Every cell of the grid (see the module docstring), on `jobs` worker processes; `progress(i, n, row)` after
     each cell. Single-seed cells run twice, with their own floor (none) and with a stored one. Rows come back in
     grid order, and each cell's random numbers depend only on the cell and `seed`."""

@@ -31,8 +31,22 @@ from ablate.fit.shared import Efficiency, compare_efficiency, own_log_compute_se
 from ablate.fit.spread import FDR, PAPER_A_MARGIN, MinEffect, NoiseFloor
 from ablate.fit.verdicts import decide_verdicts, end_of_window, measured_floor, paper_verdict, parse_margin
 
-__all__ = ["CHANGED", "FDR", "PAPER_A_MARGIN", "PRACTICAL", "VERDICTS", "VERDICT_TEXT", "ArmResult", "MinEffect",
-           "NoiseFloor", "Ranking", "measured_floor", "parse_margin", "parse_shared_a", "rank"]
+__all__ = [
+    "CHANGED",
+    "FDR",
+    "PAPER_A_MARGIN",
+    "PRACTICAL",
+    "VERDICTS",
+    "VERDICT_TEXT",
+    "ArmResult",
+    "MinEffect",
+    "NoiseFloor",
+    "Ranking",
+    "measured_floor",
+    "parse_margin",
+    "parse_shared_a",
+    "rank",
+]
 
 
 def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str, Any]:
@@ -42,10 +56,15 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str,
         fit = fit_curves(cs, opts, name=label, group=label)
     except UserError as e:
         return {"label": label, "arm": label, "reason": str(e)}
-    return ArmResult(arm=label, arm_id=cs[0].meta.get("arm_id"), fit=fit, seeds=len(cs),
-                     partial=any(c.meta.get("partial") for c in cs),
-                     truncation_warning=any(c.meta.get("truncation_warning") for c in cs),
-                     stopped=sorted({c.stopped for c in cs if c.stopped}))
+    return ArmResult(
+        arm=label,
+        arm_id=cs[0].meta.get("arm_id"),
+        fit=fit,
+        seeds=len(cs),
+        partial=any(c.meta.get("partial") for c in cs),
+        truncation_warning=any(c.meta.get("truncation_warning") for c in cs),
+        stopped=sorted({c.stopped for c in cs if c.stopped}),
+    )
 
 
 def _efficiency(item: tuple[FitResult, FitResult, FitOptions, float | None]) -> Efficiency:
@@ -63,16 +82,19 @@ def parse_shared_a(value: str | float | None) -> str | float | None:
     except ValueError:
         a = float("nan")
     if not 0.0 < a < 1.0:
-        raise UserError(f"--shared-a {value}: give pair (the default), all (the mean A of the identified arms), or "
-                        "a ceiling strictly between 0 and 1")
+        raise UserError(
+            f"--shared-a {value}: give pair (the default), all (the mean A of the identified arms), or "
+            "a ceiling strictly between 0 and 1"
+        )
     return a
 
 
 PAIR_MODE = "each arm and the baseline refitted with their own shared A"
 
 
-def _one_a(shared_a: str | float | None, arms: list[ArmResult], base: ArmResult,
-           compared: list[ArmResult]) -> tuple[float | None, str]:
+def _one_a(
+    shared_a: str | float | None, arms: list[ArmResult], base: ArmResult, compared: list[ArmResult]
+) -> tuple[float | None, str]:
     """The A every compared arm is refitted at (None: each pair fits its own) and the mode in words."""
     if shared_a is None:
         return None, PAIR_MODE
@@ -87,12 +109,16 @@ def _one_a(shared_a: str | float | None, arms: list[ArmResult], base: ArmResult,
         mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
     low = [a for a in [base, *compared] if a_all <= a.fit.R0 + 0.01]
     if low:
-        raise UserError(f"--shared-a {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
-                        f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or --shared-a pair")
+        raise UserError(
+            f"--shared-a {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
+            f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or --shared-a pair"
+        )
     far = [a.arm for a in [base, *compared] if abs(a.fit.A - a_all) > PAPER_A_MARGIN]
     if far:
-        mode += (f"; own A more than {PAPER_A_MARGIN:g} away for {', '.join(far[:4])}"
-                 f"{' and more' if len(far) > 4 else ''}: the paper compares B at one A where the A's agree")
+        mode += (
+            f"; own A more than {PAPER_A_MARGIN:g} away for {', '.join(far[:4])}"
+            f"{' and more' if len(far) > 4 else ''}: the paper compares B at one A where the A's agree"
+        )
     return a_all, mode
 
 
@@ -130,13 +156,16 @@ def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -
         if isinstance(fit, ArmResult):
             out[a.arm] = fit
         else:
-            out[a.arm] = (f"stopped at {end:.4g}: the baseline's first {end:.4g} can't be fitted to compare it "
-                          f"with ({fit['reason']})")
+            out[a.arm] = (
+                f"stopped at {end:.4g}: the baseline's first {end:.4g} can't be fitted to compare it "
+                f"with ({fit['reason']})"
+            )
     return out
 
 
-def _fit_arms(groups: dict[str, list[Curve]], opts: FitOptions, baseline: str | None, jobs: int,
-              not_fitted: list[dict[str, Any]]) -> tuple[list[ArmResult], list[dict[str, Any]]]:
+def _fit_arms(
+    groups: dict[str, list[Curve]], opts: FitOptions, baseline: str | None, jobs: int, not_fitted: list[dict[str, Any]]
+) -> tuple[list[ArmResult], list[dict[str, Any]]]:
     """Every arm fitted (on `jobs` processes), and the arms that can't be fitted yet with why."""
     fitted = _pmap(_fit_arm, [(label, cs, opts) for label, cs in groups.items()], jobs)
     arms = [a for a in fitted if isinstance(a, ArmResult)]
@@ -172,8 +201,15 @@ def _identified_pairs(arms: list[ArmResult], base: ArmResult, bases: dict[str, A
     return compared
 
 
-def _efficiencies(arms: list[ArmResult], compared: list[ArmResult], base: ArmResult, bases: dict[str, Any],
-                  opts: FitOptions, a_all: float | None, jobs: int) -> None:
+def _efficiencies(
+    arms: list[ArmResult],
+    compared: list[ArmResult],
+    base: ArmResult,
+    bases: dict[str, Any],
+    opts: FitOptions,
+    a_all: float | None,
+    jobs: int,
+) -> None:
     """Each compared arm's shared-A comparison with its baseline, and every arm's seeds' log compute (the spread
     the efficiency test is judged against)."""
     shared = _pmap(_efficiency, [(a.fit, bases.get(a.arm, base).fit, opts, a_all) for a in compared], jobs)
@@ -191,15 +227,29 @@ def _efficiencies(arms: list[ArmResult], compared: list[ArmResult], base: ArmRes
 
 def _needs_seeds(compared: list[ArmResult], base: ArmResult) -> Note:
     one = all(x.seeds == 1 for x in compared + [base])
-    return Note("needs_seeds", "needs seeds: one seed per arm cannot measure the seed spread, and there is no "
-                "--noise file, so no arm can be shown changed or equivalent" if one else
-                "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there is no "
-                "--noise file, so no arm can be shown changed or equivalent")
+    return Note(
+        "needs_seeds",
+        "needs seeds: one seed per arm cannot measure the seed spread, and there is no "
+        "--noise file, so no arm can be shown changed or equivalent"
+        if one
+        else "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there is no "
+        "--noise file, so no arm can be shown changed or equivalent",
+    )
 
 
-def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, margin: str | float | None = None,
-         noise: NoiseFloor | None = None, x: str = "gpu_hours", not_fitted: list[dict[str, Any]] | None = None,
-         jobs: int = 1, shared_a: str | float | None = None, min_effect: MinEffect | None = None) -> Ranking:
+def rank(
+    curves: list[Curve],
+    opts: FitOptions,
+    *,
+    baseline: str | None = None,
+    margin: str | float | None = None,
+    noise: NoiseFloor | None = None,
+    x: str = "gpu_hours",
+    not_fitted: list[dict[str, Any]] | None = None,
+    jobs: int = 1,
+    shared_a: str | float | None = None,
+    min_effect: MinEffect | None = None,
+) -> Ranking:
     """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first (see the module
     docstring). `margin`: the paper's threshold rule instead of the tests; `noise`: a stored seed spread for arms
     without seeds of their own; `shared_a`: "all" or a value refits every arm at one A for the efficiency
@@ -242,18 +292,44 @@ def rank(curves: list[Curve], opts: FitOptions, *, baseline: str | None = None, 
             measured = measured_floor(arms)
             # the stored spread (--noise) when it rests on more seeds than this ranking's own
             floor = noise if noise is not None and (measured is None or noise.dof > measured.dof) else measured
-            source = floor.source if floor is not None else (
-                "no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
+            source = (
+                floor.source
+                if floor is not None
+                else ("no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
+            )
             at_end, end_spread = end_of_window(arms)
             unidentified = [a for a in arms if a.verdict == "not_identified"]
-            decide_verdicts(compared, base, floor, opts, unidentified, at_end, end_spread,
-                            {k: v for k, v in bases.items() if isinstance(v, ArmResult)}, min_effect, x)
+            decide_verdicts(
+                compared,
+                base,
+                floor,
+                opts,
+                unidentified,
+                at_end,
+                end_spread,
+                {k: v for k, v in bases.items() if isinstance(v, ArmResult)},
+                min_effect,
+                x,
+            )
             if floor is None and compared:
                 notes.append(_needs_seeds(compared, base))
         for a in arms:
             if isinstance(bases.get(a.arm), ArmResult):
                 a.detail += f"; read against the baseline's first {_x_end(a):.4g} {x} (this arm was stopped there)"
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
-    return Ranking(arms=arms, baseline=baseline, margin_source=source, target=opts.target, x=x, opts=opts,
-                   not_fitted=not_fitted, floor=floor, rule=rule, end_spread=end_spread, shared_mode=shared_mode,
-                   shared_a=shared_a, min_effect=min_effect, notes=notes)
+    return Ranking(
+        arms=arms,
+        baseline=baseline,
+        margin_source=source,
+        target=opts.target,
+        x=x,
+        opts=opts,
+        not_fitted=not_fitted,
+        floor=floor,
+        rule=rule,
+        end_spread=end_spread,
+        shared_mode=shared_mode,
+        shared_a=shared_a,
+        min_effect=min_effect,
+        notes=notes,
+    )

@@ -30,9 +30,17 @@ def sim_options(compute: float, seed: int, to: float | None = None) -> FitOption
     return FitOptions(n_boot=PLAN_BOOT, target=to if to is not None else 2.0 * compute, seed=seed)
 
 
-def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rng: np.random.Generator,
-          seed: int, noise: NoiseFloor | None = None, to: float | None = None,
-          min_effect: MinEffect | None = None) -> str:
+def trial(
+    m: TaskModel,
+    seeds: int,
+    compute: float,
+    effect: dict[str, float],
+    rng: np.random.Generator,
+    seed: int,
+    noise: NoiseFloor | None = None,
+    to: float | None = None,
+    min_effect: MinEffect | None = None,
+) -> str:
     """One simulated sweep through `compare.rank` (the exact engine; see the module docstring); the effect arm's
     verdict (`not_fitted` when it could not be fitted). The three tests of each arm beyond MAX_SIM_ARMS enter the
     false-discovery control as uniform p-values (a null arm's change tests are at least uniform, and its
@@ -40,11 +48,22 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
     easier than the full sweep)."""
     sd_a, sd_logc = seed_spread(m, rng)
     sim_arms = max(2, min(m.arms, MAX_SIM_ARMS))
-    curves = simulate_runs(m, min(m.a + effect.get("a", 0.0), 0.99), m.b * effect.get("b", 1.0),
-                           m.c_mid * effect.get("c_mid", 1.0), seeds, compute, rng, "arm", sd_a, sd_logc)
+    curves = simulate_runs(
+        m,
+        min(m.a + effect.get("a", 0.0), 0.99),
+        m.b * effect.get("b", 1.0),
+        m.c_mid * effect.get("c_mid", 1.0),
+        seeds,
+        compute,
+        rng,
+        "arm",
+        sd_a,
+        sd_logc,
+    )
     for i in range(sim_arms - 1):
-        curves += simulate_runs(m, m.a, m.b, m.c_mid, seeds, compute, rng, "base" if i == 0 else f"null{i}",
-                                sd_a, sd_logc)
+        curves += simulate_runs(
+            m, m.a, m.b, m.c_mid, seeds, compute, rng, "base" if i == 0 else f"null{i}", sd_a, sd_logc
+        )
     ranking = rank(curves, sim_options(compute, seed, to), baseline="base", noise=noise, min_effect=min_effect)
     by = {a.arm: a for a in ranking.arms}
     arm = by.get("arm")
@@ -72,8 +91,11 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
     me = min_effect or MinEffect()
     ci = arm.delta_A_ci or [-math.inf, math.inf]
     rci = arm.shared.get("compute_ratio_ci") or [0.0, math.inf]
-    hidden = (me.a >= max(abs(ci[0]), abs(ci[1])) and found[i + 1]  # as verdicts._conclude
-              and not 1 / me.ratio <= rci[0] <= rci[1] <= me.ratio)
+    hidden = (
+        me.a >= max(abs(ci[0]), abs(ci[1]))
+        and found[i + 1]  # as verdicts._conclude
+        and not 1 / me.ratio <= rci[0] <= rci[1] <= me.ratio
+    )
     if found[i] and not hidden:  # a negligible A change hides no efficiency change that may matter
         return "ceiling_up" if arm.delta_A > 0 else "ceiling_down"
     if found[i + 1]:
@@ -81,9 +103,21 @@ def trial(m: TaskModel, seeds: int, compute: float, effect: dict[str, float], rn
     return "equivalent" if found[i + 2] else "inconclusive"
 
 
-def power_cell(m: TaskModel, seeds: int, compute: float, question: str, *, delta_a: float, ratio: float,
-               trials: int, goal: float, seed: int, noise: NoiseFloor | None = None,
-               to: float | None = None, min_effect: MinEffect | None = None) -> dict[str, Any]:
+def power_cell(
+    m: TaskModel,
+    seeds: int,
+    compute: float,
+    question: str,
+    *,
+    delta_a: float,
+    ratio: float,
+    trials: int,
+    goal: float,
+    seed: int,
+    noise: NoiseFloor | None = None,
+    to: float | None = None,
+    min_effect: MinEffect | None = None,
+) -> dict[str, Any]:
     """Power of one design: trials in blocks of 20, stopping once the 99% interval of the power is clearly below
     `goal` (from 20 trials) or clearly above it (from 40). Its random numbers depend only on the design and
     `seed`."""
@@ -100,8 +134,14 @@ def power_cell(m: TaskModel, seeds: int, compute: float, question: str, *, delta
         if p + half < goal or (n >= 40 and p - half > goal):
             break
     p = hits / n
-    return {"seeds": seeds, "compute": compute, "power": p, "se": math.sqrt(max(p * (1 - p), 1e-9) / n),
-            "trials": n, "reached": p >= goal}
+    return {
+        "seeds": seeds,
+        "compute": compute,
+        "power": p,
+        "se": math.sqrt(max(p * (1 - p), 1e-9) / n),
+        "trials": n,
+        "reached": p >= goal,
+    }
 
 
 def exact_cell(args: tuple) -> dict[str, Any]:

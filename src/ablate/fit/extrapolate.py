@@ -37,17 +37,26 @@ class Extrapolation:
 
     @property
     def reach_word(self) -> str:
-        """"interpolated" or "projected": the one word every title and line uses for reaching the target."""
+        """ "interpolated" or "projected": the one word every title and line uses for reaching the target."""
         return "interpolated" if self.interpolated else "projected"
 
     def to_json(self) -> dict[str, Any]:
         f = self.fit
-        return {"subject": self.subject, "fit_until": f.window[1], "to": f.target, "target_source": self.target_source,
-                "interpolated": self.interpolated, "pred": f.pred_at_target,
-                "pred_ci": None if f.pred_ci is None else list(f.pred_ci), "target_r": f.target_r,
-                "compute_to_target": f.compute_to_target,
-                "compute_to_target_ci": None if f.compute_to_target_ci is None else list(f.compute_to_target_ci),
-                "heldout": self.heldout, "heldout_mae": self.heldout_mae, "fit": f.to_json()}
+        return {
+            "subject": self.subject,
+            "fit_until": f.window[1],
+            "to": f.target,
+            "target_source": self.target_source,
+            "interpolated": self.interpolated,
+            "pred": f.pred_at_target,
+            "pred_ci": None if f.pred_ci is None else list(f.pred_ci),
+            "target_r": f.target_r,
+            "compute_to_target": f.compute_to_target,
+            "compute_to_target_ci": None if f.compute_to_target_ci is None else list(f.compute_to_target_ci),
+            "heldout": self.heldout,
+            "heldout_mae": self.heldout_mae,
+            "fit": f.to_json(),
+        }
 
 
 def extrapolate(curves: list[Curve], opts: FitOptions, *, subject: str, target_source: str = "") -> Extrapolation:

@@ -37,8 +37,9 @@ def _fit_power(x, y, r0) -> Predictor:
         if sse < best[0]:
             best = (sse, (a, d, b))
     a, d, b = best[1]
-    sol = least_squares(lambda p: p[0] - p[1] * x ** (-p[2]) - y, [a, max(d, 1e-9), b],
-                        bounds=([0.0, 0.0, 1e-3], [1.0, np.inf, 10.0]))
+    sol = least_squares(
+        lambda p: p[0] - p[1] * x ** (-p[2]) - y, [a, max(d, 1e-9), b], bounds=([0.0, 0.0, 1e-3], [1.0, np.inf, 10.0])
+    )
     a, d, b = sol.x
     return lambda c: a - d * np.asarray(c, dtype=float) ** (-b)
 
@@ -52,8 +53,9 @@ def _fit_exponential(x, y, r0) -> Predictor:
         sse = ((r0 + g * e - y) ** 2).sum()
         if sse < best[0]:
             best = (sse, (r0 + g, log_tau))
-    sol = least_squares(lambda p: p[0] - (p[0] - r0) * np.exp(-x / np.exp(p[1])) - y, list(best[1]),
-                        bounds=([r0, -50.0], [1.0, 50.0]))
+    sol = least_squares(
+        lambda p: p[0] - (p[0] - r0) * np.exp(-x / np.exp(p[1])) - y, list(best[1]), bounds=([r0, -50.0], [1.0, 50.0])
+    )
     a, log_tau = sol.x
     return lambda c: a - (a - r0) * np.exp(-np.asarray(c, dtype=float) / np.exp(log_tau))
 

@@ -63,8 +63,9 @@ class NoiseEstimate:
         return q * (1.0 - q) / n
 
     def describe(self) -> str:
-        ev = (f"evaluation sd {np.sqrt(self.eval_var.mean()):.4f}" if self.eval_known
-              else "evaluation noise in the drift")
+        ev = (
+            f"evaluation sd {np.sqrt(self.eval_var.mean()):.4f}" if self.eval_known else "evaluation noise in the drift"
+        )
         return f"AR(1) drift sd {np.sqrt(self.drift_var):.4f}, rho {self.rho:.2f}; {ev}"
 
 
@@ -107,8 +108,9 @@ def estimate_noise(x, y, yhat, n=None, n_params: int = 3) -> NoiseEstimate:
     return NoiseEstimate(rho=rho, drift_var=drift_var, eval_var=eval_var, eval_known=bool(known), step=_steps(x))
 
 
-def debias(est: NoiseEstimate, observed: tuple[float, float],
-           simulated: tuple[np.ndarray, np.ndarray]) -> NoiseEstimate:
+def debias(
+    est: NoiseEstimate, observed: tuple[float, float], simulated: tuple[np.ndarray, np.ndarray]
+) -> NoiseEstimate:
     """`est` corrected for what fitting does to residuals: `observed` = (variance, lag-1 autocorrelation) of the real
     residuals; `simulated` = the same ([k] each) for residuals of refits to data simulated from `est`. The total
     variance is scaled up by the share the refits lost, the autocorrelation moved by the bias the refits showed,
@@ -135,8 +137,7 @@ def debias(est: NoiseEstimate, observed: tuple[float, float],
     # what else the data allow: each simulation's own shrinkage and bias
     shrink_k = np.clip(s_sim / total, 0.2, 5.0)
     drift_k, rho_k = solve(s_obs / shrink_k, np.clip(r_obs - (r_sim - r_model), 0.0, RHO_MAX))
-    return replace(est, drift_var=float(drift_var), rho=float(rho),
-                   plausible=(drift_k, np.maximum(rho_k, 0.0)))
+    return replace(est, drift_var=float(drift_var), rho=float(rho), plausible=(drift_k, np.maximum(rho_k, 0.0)))
 
 
 def simulate_noise(est: NoiseEstimate, k: int, rng: np.random.Generator) -> np.ndarray:

@@ -28,14 +28,21 @@ def paper_grid(x, y, r0: float) -> tuple[np.ndarray, np.ndarray, str | None]:
     so when it differs from the paper's."""
     x_max, y_max = float(np.max(x)), float(np.max(y))
     # the paper's A range holds curves whose best evaluation lies between about 0.50 and 0.70; beyond that, widen it
-    lo = 0.450 if y_max >= 0.50 else max(np.floor((y_max - 0.05) / 0.005) * 0.005,
-                                          np.ceil((r0 + 0.005) / 0.005) * 0.005)
+    lo = (
+        0.450 if y_max >= 0.50 else max(np.floor((y_max - 0.05) / 0.005) * 0.005, np.ceil((r0 + 0.005) / 0.005) * 0.005)
+    )
     hi = 0.800 if y_max <= 0.70 else min(np.ceil((y_max + 0.20) / 0.005) * 0.005, 1.0)
     a_grid = np.round(np.arange(lo, hi + 1e-9, 0.005), 3)
     cmid_grid = np.linspace(x_max / 160.0, 2.5 * x_max, 100)
-    same = (a_grid.size == A_GRID.size and np.allclose(a_grid, A_GRID) and np.allclose(cmid_grid, CMID_GRID))
-    note = None if same else (f"the paper's grid scaled to the data: A {a_grid[0]:.3f}..{a_grid[-1]:.3f} (step "
-                              f"0.005), C_mid {cmid_grid[0]:.4g}..{cmid_grid[-1]:.4g} (100 values)")
+    same = a_grid.size == A_GRID.size and np.allclose(a_grid, A_GRID) and np.allclose(cmid_grid, CMID_GRID)
+    note = (
+        None
+        if same
+        else (
+            f"the paper's grid scaled to the data: A {a_grid[0]:.3f}..{a_grid[-1]:.3f} (step "
+            f"0.005), C_mid {cmid_grid[0]:.4g}..{cmid_grid[-1]:.4g} (100 values)"
+        )
+    )
     return a_grid, cmid_grid, note
 
 
@@ -62,8 +69,17 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
                 if sse < best[0]:
                     best = (sse, (a, b, c_mid))
     if best[1] is None:
-        return PointFit(r0=r0, a=float("nan"), b=float("nan"), c_mid=float("nan"), sse=float("nan"),
-                        n_points=len(x), fit_r0=False, at_bound=[], success=False), note
+        return PointFit(
+            r0=r0,
+            a=float("nan"),
+            b=float("nan"),
+            c_mid=float("nan"),
+            sse=float("nan"),
+            n_points=len(x),
+            fit_r0=False,
+            at_bound=[],
+            success=False,
+        ), note
     a, b, c_mid = best[1]
     at_bound = []
     if a in (a_grid[0], a_grid[-1]):
@@ -72,5 +88,6 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
         at_bound.append("C_mid(grid edge)")
     if not b > 0:  # curve_fit is unbounded: B <= 0 is a flat line (or a falling curve), not a sigmoid
         at_bound.append("B")
-    return PointFit(r0=r0, a=float(a), b=float(b), c_mid=float(c_mid), sse=best[0], n_points=len(x),
-                    fit_r0=False, at_bound=at_bound), note
+    return PointFit(
+        r0=r0, a=float(a), b=float(b), c_mid=float(c_mid), sse=best[0], n_points=len(x), fit_r0=False, at_bound=at_bound
+    ), note

@@ -63,8 +63,23 @@ from ablate.fit.taskmodel import (
 )
 from ablate.fit.verdicts import SEED_LADDER, measured_floor
 
-__all__ = ["COMPUTE_RUNGS", "ENGINES", "MAX_SCALE", "MAX_SIM_ARMS", "MIN_SCALE", "QUESTIONS", "SEED_LADDER", "WANTED",
-           "TaskModel", "change_bound", "design", "effect_of", "from_ranking", "futures", "verdict_key"]
+__all__ = [
+    "COMPUTE_RUNGS",
+    "ENGINES",
+    "MAX_SCALE",
+    "MAX_SIM_ARMS",
+    "MIN_SCALE",
+    "QUESTIONS",
+    "SEED_LADDER",
+    "WANTED",
+    "TaskModel",
+    "change_bound",
+    "design",
+    "effect_of",
+    "from_ranking",
+    "futures",
+    "verdict_key",
+]
 
 COMPUTE_RUNGS = (0.5, 1.0, 2.0, 4.0)
 """Compute per run tried, as multiples of the budget (the compute a run reaches at its max_steps)."""
@@ -85,9 +100,18 @@ def _fast_cells(m: TaskModel, compute: float, question: str, kw: dict[str, Any])
     target = kw["to"] if kw["to"] is not None else 2.0 * compute
 
     def cell(seeds: int) -> dict[str, Any]:
-        return power.cell_power(rung, seeds, WANTED[question], target=target, noise=kw["noise"],
-                                me=kw["min_effect"] or MinEffect(), extra_arms=m.arms - sim_arms, goal=kw["goal"],
-                                seed=seed)
+        return power.cell_power(
+            rung,
+            seeds,
+            WANTED[question],
+            target=target,
+            noise=kw["noise"],
+            me=kw["min_effect"] or MinEffect(),
+            extra_arms=m.arms - sim_arms,
+            goal=kw["goal"],
+            seed=seed,
+        )
+
     return cell
 
 
@@ -100,9 +124,19 @@ def _pool(jobs: int):
     return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
 
 
-def _search_rung(m: TaskModel, compute: float, question: str, row: dict[str, Any], ladder: Sequence[int], hi: int,
-                 kw: dict[str, Any], pool, jobs: int, engine: str,
-                 progress: Callable[[str], None] | None) -> int | None:
+def _search_rung(
+    m: TaskModel,
+    compute: float,
+    question: str,
+    row: dict[str, Any],
+    ladder: Sequence[int],
+    hi: int,
+    kw: dict[str, Any],
+    pool,
+    jobs: int,
+    engine: str,
+    progress: Callable[[str], None] | None,
+) -> int | None:
     """The index in `ladder` (up to `hi`) of the fewest seeds that reach the goal at this compute, or None; every
     cell tried goes into row["tried"]. Seed counts are tried doubling from the fewest (cheap cells first, `jobs` at
     a time with a pool), then bisected below the first count that reaches the goal."""
@@ -118,17 +152,19 @@ def _search_rung(m: TaskModel, compute: float, question: str, row: dict[str, Any
         for r in res:
             row["tried"].append(r)
             if progress:
-                progress(f"{question} at {compute:.4g}: {r['seeds']} seeds -> power {r['power']:.2f} "
-                         f"({r['trials']} trials)")
+                progress(
+                    f"{question} at {compute:.4g}: {r['seeds']} seeds -> power {r['power']:.2f} ({r['trials']} trials)"
+                )
         return res
 
-    doubling = [i for i in range(lo, hi + 1) if i == lo or (ladder[i] >= 2 * ladder[lo] and
-                (ladder[i] & (ladder[i] - 1) == 0))] + [hi]
+    doubling = [
+        i for i in range(lo, hi + 1) if i == lo or (ladder[i] >= 2 * ladder[lo] and (ladder[i] & (ladder[i] - 1) == 0))
+    ] + [hi]
     doubling = sorted(set(doubling))
     found, last_bad = None, lo - 1
     step = max(1, jobs) if pool else 1  # cells in parallel only with a pool; else the cheapest first
     for k in range(0, len(doubling), step):
-        idx = doubling[k:k + step]
+        idx = doubling[k : k + step]
         res = run(idx)
         ok = [i for i, r in zip(idx, res) if r["reached"]]
         if ok:
@@ -148,11 +184,24 @@ def _search_rung(m: TaskModel, compute: float, question: str, row: dict[str, Any
     return found
 
 
-def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float = 1.25, goal: float = 0.8,
-           trials: int = 100, rungs: Sequence[float] = COMPUTE_RUNGS, ladder: Sequence[int] = SEED_LADDER,
-           seed: int = 0, jobs: int = 1, noise: NoiseFloor | None = None, to: float | None = None,
-           progress: Callable[[str], None] | None = None, engine: str = "fast",
-           min_effect: MinEffect | None = None) -> dict[str, Any]:
+def design(
+    m: TaskModel,
+    question: str,
+    *,
+    delta_a: float = 0.02,
+    ratio: float = 1.25,
+    goal: float = 0.8,
+    trials: int = 100,
+    rungs: Sequence[float] = COMPUTE_RUNGS,
+    ladder: Sequence[int] = SEED_LADDER,
+    seed: int = 0,
+    jobs: int = 1,
+    noise: NoiseFloor | None = None,
+    to: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    engine: str = "fast",
+    min_effect: MinEffect | None = None,
+) -> dict[str, Any]:
     """For each compute rung (multiples of the budget), the fewest seeds per arm that reach `goal` power, by
     bisection over `ladder` (power grows with seeds). Rungs whose window cannot pass C_mid are reported, not
     simulated; a rung that could not be cheaper than the best found so far is skipped. Seed counts are tried
@@ -162,16 +211,25 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
     every trial of a cell, on one process; the exact one stops a cell early and uses `jobs` processes)."""
     if engine not in ENGINES:
         raise ValueError(engine)
-    kw = dict(delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise, to=to,
-              min_effect=min_effect)
+    kw = dict(
+        delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise, to=to, min_effect=min_effect
+    )
     rows, best = [], None
     pool = _pool(jobs) if engine == "exact" else None
     try:
         for mult in rungs:
             compute = m.budget * mult
             f = gain_fraction(compute, m.b, m.c_mid)
-            row: dict[str, Any] = {"multiple": mult, "compute": compute, "gain_fraction": f, "seeds": None,
-                                   "power": None, "se": None, "trials": 0, "tried": []}
+            row: dict[str, Any] = {
+                "multiple": mult,
+                "compute": compute,
+                "gain_fraction": f,
+                "seeds": None,
+                "power": None,
+                "se": None,
+                "trials": 0,
+                "tried": [],
+            }
             rows.append(row)
             if f < MIN_GAIN:
                 row["why"] = f"the window reaches {f:.0%} of the gain: A cannot be identified"
@@ -187,8 +245,9 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
             found = _search_rung(m, compute, question, row, ladder, hi, kw, pool, jobs, engine, progress)
             if found is None:
                 top = row["tried"][-1]
-                row["why"] = (f"{top['seeds']} seeds reach {top['power']:.0%} power" + ("" if best is None else
-                              " (more would cost more than the cheapest design)"))
+                row["why"] = f"{top['seeds']} seeds reach {top['power']:.0%} power" + (
+                    "" if best is None else " (more would cost more than the cheapest design)"
+                )
                 continue
             r = next(t for t in row["tried"] if t["seeds"] == ladder[found])
             row.update(seeds=r["seeds"], power=r["power"], se=r["se"], trials=r["trials"])
@@ -198,10 +257,19 @@ def design(m: TaskModel, question: str, *, delta_a: float = 0.02, ratio: float =
         if pool:
             pool.shutdown()
     for row in rows:
-        row["tried"] = sorted(({"seeds": t["seeds"], "power": t["power"], "trials": t["trials"]} for t in row["tried"]),
-                              key=lambda t: t["seeds"])
-    return {"question": question, "effect": effect_of(question, delta_a, ratio), "goal": goal, "fdr": FDR,
-            "engine": engine, "rungs": rows, "best": best}
+        row["tried"] = sorted(
+            ({"seeds": t["seeds"], "power": t["power"], "trials": t["trials"]} for t in row["tried"]),
+            key=lambda t: t["seeds"],
+        )
+    return {
+        "question": question,
+        "effect": effect_of(question, delta_a, ratio),
+        "goal": goal,
+        "fdr": FDR,
+        "engine": engine,
+        "rungs": rows,
+        "best": best,
+    }
 
 
 # ---- the model, from a ranking ----
@@ -219,13 +287,21 @@ def _fit_error(m: TaskModel, seeds: int, compute: float, sims: int, seed: int) -
         r = rank(curves, sim_options(compute, seed * 31 + i), baseline="arm0")
         floor = measured_floor(r.arms)
         if floor is not None:
-            va.append(floor.sd_A ** 2)
-            vc.append(floor.sd_logc ** 2)
+            va.append(floor.sd_A**2)
+            vc.append(floor.sd_logc**2)
     return (float(np.mean(va)) if va else 0.0, float(np.mean(vc)) if vc else 0.0)
 
 
-def from_ranking(ranking: Ranking, *, budget: float, seeds: int, gpu_hours_per_x: float | None = None,
-                 steps_per_x: float | None = None, source: str = "", seed: int = 0) -> TaskModel:
+def from_ranking(
+    ranking: Ranking,
+    *,
+    budget: float,
+    seeds: int,
+    gpu_hours_per_x: float | None = None,
+    steps_per_x: float | None = None,
+    source: str = "",
+    seed: int = 0,
+) -> TaskModel:
     """The task model measured on a ranked sweep (see the module docstring). `budget`: the compute a run reaches at
     its max_steps; `seeds`: seeds per arm the sweep ran (the design the seed spread was measured at)."""
     if not ranking.arms:
@@ -239,15 +315,20 @@ def from_ranking(ranking: Ranking, *, budget: float, seeds: int, gpu_hours_per_x
         notes.append(f"no baseline: the curve simulated is arm {base.arm!r}'s")
     f = base.fit
     if not f.identifiable:
-        notes.append(f"arm {base.arm!r}'s A is not identified: its point fit (A {f.A:.3f}) is what is simulated; "
-                     "run longer to measure it")
+        notes.append(
+            f"arm {base.arm!r}'s A is not identified: its point fit (A {f.A:.3f}) is what is simulated; "
+            "run longer to measure it"
+        )
     floor = ranking.floor
     if floor is None and ranking.baseline is None:
-        raise UserError("no baseline arm to plan against: the seed spread is measured in comparisons with it; give "
-                        "--baseline ARM")
+        raise UserError(
+            "no baseline arm to plan against: the seed spread is measured in comparisons with it; give --baseline ARM"
+        )
     if floor is None:
-        raise UserError("no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
-                        "(seed=0,1,2) or give --noise FILE")
+        raise UserError(
+            "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
+            "(seed=0,1,2) or give --noise FILE"
+        )
     est = [e for a in ranking.arms for e in (a.fit.noise or [])]
     if est:
         drift_sd = math.sqrt(float(np.median([e.drift_var for e in est])))
@@ -255,19 +336,37 @@ def from_ranking(ranking: Ranking, *, budget: float, seeds: int, gpu_hours_per_x
         known = all(e.eval_known for e in est)
     else:
         drift_sd, rho, known = 0.0, 0.0, False
-        notes.append("no drift measured (the fits' noise estimates are missing): only the evaluation noise and the "
-                     "seed spread are simulated")
+        notes.append(
+            "no drift measured (the fits' noise estimates are missing): only the evaluation noise and the "
+            "seed spread are simulated"
+        )
     curves = [c for a in ranking.arms for c in a.fit.curves]
     ns = [float(np.median(c.n)) for c in curves if c.n is not None]
     val_n = float(np.median(ns)) if ns and known else None
     steps = [float(np.median(np.diff(c.x[c.x > 0]))) for c in curves if (c.x > 0).sum() >= 2]
     eval_every = float(np.median(steps)) if steps else budget / 40
-    m = TaskModel(x=ranking.x, r0=f.R0, a=f.A, b=f.B, c_mid=f.C_mid, val_n=val_n, eval_every=eval_every,
-                  drift_sd=drift_sd, drift_rho=rho, seed_sd_a=floor.sd_A, seed_sd_logc=floor.sd_logc,
-                  seed_dof=floor.dof, fit_sd_a=0.0, fit_sd_logc=0.0, budget=budget,
-                  arms=len({a.arm for a in ranking.arms} | {d.get("arm") or d["label"] for d in ranking.not_fitted}),
-                  gpu_hours_per_x=gpu_hours_per_x,
-                  steps_per_x=steps_per_x, source=f"{source}; seed spread: {floor.source}", notes=notes)
+    m = TaskModel(
+        x=ranking.x,
+        r0=f.R0,
+        a=f.A,
+        b=f.B,
+        c_mid=f.C_mid,
+        val_n=val_n,
+        eval_every=eval_every,
+        drift_sd=drift_sd,
+        drift_rho=rho,
+        seed_sd_a=floor.sd_A,
+        seed_sd_logc=floor.sd_logc,
+        seed_dof=floor.dof,
+        fit_sd_a=0.0,
+        fit_sd_logc=0.0,
+        budget=budget,
+        arms=len({a.arm for a in ranking.arms} | {d.get("arm") or d["label"] for d in ranking.not_fitted}),
+        gpu_hours_per_x=gpu_hours_per_x,
+        steps_per_x=steps_per_x,
+        source=f"{source}; seed spread: {floor.source}",
+        notes=notes,
+    )
     # how much of the measured spread is the fits' own error at the window it was measured on
     window = max(float(c.x.max()) for c in curves)
     err_a, err_c = _fit_error(m, max(2, seeds), window, sims=12, seed=seed)
@@ -284,8 +383,9 @@ def verdict_key(a) -> str:
     return f"{v}_{a.r_call}" if v == "not_identified" and a.r_call else v
 
 
-def _continue(c: Curve, fit_pf, shift: Callable[[np.ndarray], np.ndarray], est, x_end: float,
-              rng: np.random.Generator) -> Curve:
+def _continue(
+    c: Curve, fit_pf, shift: Callable[[np.ndarray], np.ndarray], est, x_end: float, rng: np.random.Generator
+) -> Curve:
     """Curve c carried on to x_end: its fitted mean plus `shift`, its drift continued from the last residual,
     evaluation noise as measured."""
     xs = c.x[c.x > 0]
@@ -324,9 +424,15 @@ def change_bound(changes: int, n: int, level: float = 0.95) -> float:
     return 1.0 if changes >= n else float(beta_dist.ppf(level, changes + 1, n - changes))
 
 
-def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int = 0,
-            noise: NoiseFloor | None = None,
-            frozen: set[str] | frozenset[str] = frozenset()) -> dict[str, dict[str, Any]]:
+def futures(
+    ranking: Ranking,
+    ends: dict[str, float],
+    *,
+    n: int = 40,
+    seed: int = 0,
+    noise: NoiseFloor | None = None,
+    frozen: set[str] | frozenset[str] = frozenset(),
+) -> dict[str, dict[str, Any]]:
     """For each arm: today's verdict, and in how many of `n` simulated futures it changes. In each future every run
     goes on to its compute in `ends` (keyed by run name; runs not in it are over) from its own fit plus a bootstrap
     draw of its arm's curve, with its drift and evaluation noise, and the sweep is re-ranked: what the full sweep
@@ -351,8 +457,14 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
 
     def ranked(curves: list[Curve], i: int) -> Ranking | None:
         try:
-            return rank(curves, replace(opts, seed=seed * 7919 + i), baseline=ranking.baseline, noise=noise,
-                        x=ranking.x, min_effect=ranking.min_effect)
+            return rank(
+                curves,
+                replace(opts, seed=seed * 7919 + i),
+                baseline=ranking.baseline,
+                noise=noise,
+                x=ranking.x,
+                min_effect=ranking.min_effect,
+            )
         except UserError:  # the baseline can't be fitted: no arm keeps its verdict
             return None
 
@@ -366,6 +478,7 @@ def futures(ranking: Ranking, ends: dict[str, float], *, n: int = 40, seed: int 
                 if draw is None:
                     return np.zeros_like(x)
                 return sigmoid(x, *draw) - f.fit.predict(x)
+
             for j, c in enumerate(f.curves):
                 pf = f.seeds.fits[j] if f.seeds is not None and f.seeds.fits[j] is not None else f.fit
                 est = f.noise[j] if f.noise is not None and j < len(f.noise) else None

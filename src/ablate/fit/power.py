@@ -88,7 +88,7 @@ class Rung:
         a_j = np.clip(a + self.spread[:, 0, None, None] * self.rng.standard_normal((T, K, new)), m.r0 + 0.02, 0.99)
         c_j = c * np.exp(self.spread[:, 1, None, None] * self.rng.standard_normal((T, K, new)))
         mean = sigmoid(self.x, m.r0, a_j[..., None], b, c_j[..., None])
-        innov = self.rng.standard_normal(mean.shape) * m.drift_sd * math.sqrt(max(1.0 - self.rho ** 2, 0.0))
+        innov = self.rng.standard_normal(mean.shape) * m.drift_sd * math.sqrt(max(1.0 - self.rho**2, 0.0))
         drift = np.zeros_like(mean)
         for t in range(1, self.x.size):
             drift[..., t] = self.rho * drift[..., t - 1] + innov[..., t]
@@ -106,8 +106,9 @@ class Rung:
     def _fit(self, k: int, y: np.ndarray, fix_a=None, start: Truth | None = None) -> np.ndarray:
         """Fits [N, 4] of curves y ([N, points], the first at compute 0: each curve's own R0), from arm k's truth."""
         t = start or self.arms[k]
-        pf = PointFit(r0=self.m.r0, a=t.a, b=t.b, c_mid=t.c_mid, sse=0.0, n_points=self.x.size - 1, fit_r0=False,
-                      at_bound=[])
+        pf = PointFit(
+            r0=self.m.r0, a=t.a, b=t.b, c_mid=t.c_mid, sse=0.0, n_points=self.x.size - 1, fit_r0=False, at_bound=[]
+        )
         return fit_batch(self.x[1:], y[:, 1:], pf, r0=y[:, 0], fix_a=fix_a)
 
     def point_ok(self, f: np.ndarray) -> np.ndarray:
@@ -119,9 +120,16 @@ class Rung:
         lm = np.log(c)
         frac = expit(b * (np.log(xs[-1]) - lm))
         rise = frac - expit(b * (np.log(xs[0]) - lm))
-        return ((a < 1.0 - AT_BOUND_TOL) & (a > r0 + AT_BOUND_TOL) & (b > B_BOUNDS[0] * (1 + 1e-3))
-                & (b < B_BOUNDS[1] * (1 - 1e-3)) & (lm > m_lo + 1e-3) & (lm < m_hi - 1e-3) & (frac >= 0.5)
-                & (rise >= MIN_RISE))
+        return (
+            (a < 1.0 - AT_BOUND_TOL)
+            & (a > r0 + AT_BOUND_TOL)
+            & (b > B_BOUNDS[0] * (1 + 1e-3))
+            & (b < B_BOUNDS[1] * (1 - 1e-3))
+            & (lm > m_lo + 1e-3)
+            & (lm < m_hi - 1e-3)
+            & (frac >= 0.5)
+            & (rise >= MIN_RISE)
+        )
 
 
 def pooled_identified(rung: Rung, fit: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -178,8 +186,9 @@ def _ar_cov(drift: np.ndarray, rho: np.ndarray, ev: np.ndarray) -> np.ndarray:
     return drift[:, None, None] * rho[:, None, None] ** lags + ev[:, :, None] * np.eye(n)
 
 
-def _debiased_noise(s_obs, r_obs, ev, jac, inv1, S: int,
-                    rounds: int = DEBIAS_ROUNDS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _debiased_noise(
+    s_obs, r_obs, ev, jac, inv1, S: int, rounds: int = DEBIAS_ROUNDS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One run's noise covariance ([N, n, n]) as the bootstrap measures it: split into evaluation noise and AR(1)
     drift (`noise.estimate_noise`), then corrected for what the pooled refit absorbs (`noise.debias`), with the
     expected residual moments of a linearised refit in place of simulated ones. s_obs, r_obs: [N] the runs' mean
@@ -205,12 +214,13 @@ def _debiased_noise(s_obs, r_obs, ev, jac, inv1, S: int,
         r_model = np.where(total > 0, rho * drift / np.where(total > 0, total, 1.0), 0.0)
         shrink = np.clip(s_sim / np.maximum(total, 1e-300), 0.2, 1.0)
         drift, rho = split(s_obs / shrink, np.clip(r_obs - (r_sim - r_model), 0.0, RHO_MAX))
-    dof = tr ** 2 / np.maximum(np.einsum("kij,kji->k", cov_e, cov_e), 1e-300)  # Satterthwaite: the residual
-    return _ar_cov(drift, rho, ev), shrink, dof                                  # variance's effective dof
+    dof = tr**2 / np.maximum(np.einsum("kij,kji->k", cov_e, cov_e), 1e-300)  # Satterthwaite: the residual
+    return _ar_cov(drift, rho, ev), shrink, dof  # variance's effective dof
 
 
-def _spread_quantile(shrink: np.ndarray, dof: np.ndarray, S: int, rng: np.random.Generator,
-                     draws: int = 400) -> np.ndarray:
+def _spread_quantile(
+    shrink: np.ndarray, dof: np.ndarray, S: int, rng: np.random.Generator, draws: int = 400
+) -> np.ndarray:
     """The normal quantile the bootstrap's 95% percentile interval reaches, in units of the point estimate's sd:
     each run's resamples draw their own noise level from what the data allow (`noise.debias`: the measured
     variance over one simulation's shrinkage, clipped as there), so the draws are a scale mixture of normals,
@@ -228,7 +238,6 @@ def _spread_quantile(shrink: np.ndarray, dof: np.ndarray, S: int, rng: np.random
     return (lo + hi) / 2
 
 
-
 def _reach_log(r, r0, a, b, c_mid) -> np.ndarray:
     """log compute at which the curve reaches pass rate r (NaN where r is not strictly between R0 and A)."""
     lo, hi = np.minimum(r0, a), np.maximum(r0, a)
@@ -237,8 +246,9 @@ def _reach_log(r, r0, a, b, c_mid) -> np.ndarray:
     return np.where(ok & (ratio > 0), np.log(c_mid) - np.log(np.where(ratio > 0, ratio, 1.0)) / b, np.nan)
 
 
-def shared_a(rung: Rung, k: int, ybar_k: np.ndarray, ybar_b: np.ndarray, fit_k: np.ndarray,
-             fit_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shared_a(
+    rung: Rung, k: int, ybar_k: np.ndarray, ybar_b: np.ndarray, fit_k: np.ndarray, fit_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pair's shared-A refit (`shared.fit_shared_a` on the pooled points): A, and (R0, A, B, C_mid) of arm k
     and of the baseline under it ([N] and [N, 4] each). A profile over A: the summed squares at three values, the
     vertex of their parabola, refined once with a narrower step."""
@@ -252,8 +262,10 @@ def shared_a(rung: Rung, k: int, ybar_k: np.ndarray, ybar_b: np.ndarray, fit_k: 
         a_flat = a_try.reshape(-1)
         fk = rung._fit(k, np.repeat(ybar_k, J, axis=0), fix_a=a_flat)
         fb = rung._fit(1, np.repeat(ybar_b, J, axis=0), fix_a=a_flat)
-        out = sum(((sigmoid(xs, f[:, 0:1], f[:, 1:2], f[:, 2:3], f[:, 3:4]) - np.repeat(y, J, axis=0)[:, 1:]) ** 2
-                   ).sum(1) for f, y in ((fk, ybar_k), (fb, ybar_b)))
+        out = sum(
+            ((sigmoid(xs, f[:, 0:1], f[:, 1:2], f[:, 2:3], f[:, 3:4]) - np.repeat(y, J, axis=0)[:, 1:]) ** 2).sum(1)
+            for f, y in ((fk, ybar_k), (fb, ybar_b))
+        )
         return out.reshape(N, J), fk.reshape(N, J, 4), fb.reshape(N, J, 4)
 
     best = centre
@@ -268,8 +280,16 @@ def shared_a(rung: Rung, k: int, ybar_k: np.ndarray, ybar_b: np.ndarray, fit_k: 
     return best, fk[:, 0], fb[:, 0]
 
 
-def verdict_codes(rung: Rung, seeds: int, *, target: float, noise: NoiseFloor | None, me: MinEffect,
-                  extra_arms: int, rng: np.random.Generator) -> np.ndarray:
+def verdict_codes(
+    rung: Rung,
+    seeds: int,
+    *,
+    target: float,
+    noise: NoiseFloor | None,
+    me: MinEffect,
+    extra_arms: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """The effect arm's (arm 0's) verdict in each trial with `seeds` seeds per arm; arm 1 is the baseline."""
     rung.grow(seeds)
     T, K = rung.trials, len(rung.arms)
@@ -297,14 +317,22 @@ def verdict_codes(rung: Rung, seeds: int, *, target: float, noise: NoiseFloor | 
     first = np.argmax(compared, axis=1)
     logc[:, 1] = base_logc[np.arange(T), first]
     has_logc = compared | (compared.any(1, keepdims=True) & (np.arange(K) == 1))
-    return _decide(seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, target, noise, me,
-                   extra_arms, rng)
+    return _decide(
+        seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, target, noise, me, extra_arms, rng
+    )
 
 
 FAMILY_CELLS = 4_000_000
 """p-values held at once in the false-discovery control of many trials (32 MB)."""
-CODES = ("not_identified", "ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down", "equivalent",
-         "inconclusive")
+CODES = (
+    "not_identified",
+    "ceiling_up",
+    "ceiling_down",
+    "efficiency_up",
+    "efficiency_down",
+    "equivalent",
+    "inconclusive",
+)
 
 
 def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, target, noise, me, extra_arms, rng):
@@ -316,7 +344,7 @@ def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, targ
     mean_a = np.where(n_a > 0, np.nansum(seed_a, 2) / np.maximum(n_a, 1), np.nan)
     dev = np.where(fin_a, seed_a - mean_a[..., None], 0.0)
     use_a = n_a >= 2
-    ss_a, dof_a = (np.where(use_a, (dev ** 2).sum(2), 0.0)).sum(1), np.where(use_a, n_a - 1, 0).sum(1)
+    ss_a, dof_a = (np.where(use_a, (dev**2).sum(2), 0.0)).sum(1), np.where(use_a, n_a - 1, 0).sum(1)
     lc = np.where(has_logc[..., None], logc, np.nan)
     fin_c = np.isfinite(lc)
     n_c = fin_c.sum(2)
@@ -354,8 +382,8 @@ def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, targ
     end = np.where(~ident & (np.arange(K) != 0) & (np.arange(K) != 1) & ident[:, 1:2], rng.random((T, K)), np.nan)
     # changes (and end-of-window calls) are discoveries among the tests of change alone; equivalence among all
     is_eq = np.zeros(3 * K + K + 3 * extra_arms, dtype=bool)
-    is_eq[2:3 * K:3] = True
-    is_eq[4 * K + 2::3] = True
+    is_eq[2 : 3 * K : 3] = True
+    is_eq[4 * K + 2 :: 3] = True
     found = np.zeros((T, 3), dtype=bool)  # arm 0's three tests: the family's first columns
     step = max(1, FAMILY_CELLS // (4 * K + 3 * extra_arms))  # trials at a time: a sweep of many arms stays small
     for lo in range(0, T, step):
@@ -388,12 +416,28 @@ def rung_for(m: TaskModel, compute: float, effect: dict[str, float], trials: int
     return Rung(m, compute, [arm] + [base] * (sim_arms - 1), trials, rng)
 
 
-def cell_power(rung: Rung, seeds: int, wanted: str, *, target: float, noise: NoiseFloor | None, me: MinEffect,
-               extra_arms: int, goal: float, seed: int) -> dict[str, Any]:
+def cell_power(
+    rung: Rung,
+    seeds: int,
+    wanted: str,
+    *,
+    target: float,
+    noise: NoiseFloor | None,
+    me: MinEffect,
+    extra_arms: int,
+    goal: float,
+    seed: int,
+) -> dict[str, Any]:
     """`exact.power_cell`'s answer from every trial of the rung at once (no early stop: all trials count)."""
     rng = np.random.default_rng([seed, seeds, 29])
     codes = verdict_codes(rung, seeds, target=target, noise=noise, me=me, extra_arms=extra_arms, rng=rng)
     n = codes.size
     p = float(np.mean(codes == CODES.index(wanted)))
-    return {"seeds": seeds, "compute": rung.compute, "power": p, "se": math.sqrt(max(p * (1 - p), 1e-9) / n),
-            "trials": n, "reached": p >= goal}
+    return {
+        "seeds": seeds,
+        "compute": rung.compute,
+        "power": p,
+        "se": math.sqrt(max(p * (1 - p), 1e-9) / n),
+        "trials": n,
+        "reached": p >= goal,
+    }

@@ -58,8 +58,9 @@ class FitOptions:
         if self.seed < 0:
             raise UserError(f"--seed {self.seed}: must be >= 0")
         if self.fit_from is not None and self.fit_until is not None and self.fit_from >= self.fit_until:
-            raise UserError(f"--fit-from {self.fit_from:g} is not below --fit-until {self.fit_until:g}: "
-                            "the window is empty")
+            raise UserError(
+                f"--fit-from {self.fit_from:g} is not below --fit-until {self.fit_until:g}: the window is empty"
+            )
         if self.target_r is not None and not 0.0 < self.target_r < 1.0:
             raise UserError(f"--target-r {self.target_r}: a pass rate strictly between 0 and 1")
         if self.r0 is not None and not 0.0 <= self.r0 <= 1.0:
@@ -149,21 +150,47 @@ class FitResult:
             return None if v is None else [r(v[0]), r(v[1])]
 
         return {
-            "run": self.run, "group": self.group, "method": self.method, "n_points": self.n_points,
-            "n_runs": self.n_runs, "window": [r(self.window[0]), r(self.window[1])],
-            "R0": r(self.R0), "A": r(self.A), "B": r(self.B), "C_mid": r(self.C_mid),
-            "A_ci": ci(self.A_ci), "B_ci": ci(self.B_ci), "C_mid_ci": ci(self.C_mid_ci),
-            "gain_fraction": r(self.gain_fraction), "identifiable": self.identifiable, "status": self.status,
-            "sse": r(self.fit.sse), "target": r(self.target), "pred_at_target": r(self.pred_at_target),
-            "pred_ci": ci(self.pred_ci), "target_r": r(self.target_r),
-            "compute_to_target": r(self.compute_to_target), "compute_to_target_ci": ci(self.compute_to_target_ci),
-            "interval_method": self.interval_method, "fit_r0": self.fit.fit_r0, "at_bound": self.fit.at_bound,
-            "notes": [n.text for n in self.notes], "gain_fraction_ci": ci(self.f_ci),
-            "noise": None if not self.noise else [
-                {"rho": r(e.rho), "drift_sd": r(np.sqrt(e.drift_var)),
-                 "eval_sd": r(np.sqrt(e.eval_var.mean())) if e.eval_known else None} for e in self.noise],
+            "run": self.run,
+            "group": self.group,
+            "method": self.method,
+            "n_points": self.n_points,
+            "n_runs": self.n_runs,
+            "window": [r(self.window[0]), r(self.window[1])],
+            "R0": r(self.R0),
+            "A": r(self.A),
+            "B": r(self.B),
+            "C_mid": r(self.C_mid),
+            "A_ci": ci(self.A_ci),
+            "B_ci": ci(self.B_ci),
+            "C_mid_ci": ci(self.C_mid_ci),
+            "gain_fraction": r(self.gain_fraction),
+            "identifiable": self.identifiable,
+            "status": self.status,
+            "sse": r(self.fit.sse),
+            "target": r(self.target),
+            "pred_at_target": r(self.pred_at_target),
+            "pred_ci": ci(self.pred_ci),
+            "target_r": r(self.target_r),
+            "compute_to_target": r(self.compute_to_target),
+            "compute_to_target_ci": ci(self.compute_to_target_ci),
+            "interval_method": self.interval_method,
+            "fit_r0": self.fit.fit_r0,
+            "at_bound": self.fit.at_bound,
+            "notes": [n.text for n in self.notes],
+            "gain_fraction_ci": ci(self.f_ci),
+            "noise": None
+            if not self.noise
+            else [
+                {
+                    "rho": r(e.rho),
+                    "drift_sd": r(np.sqrt(e.drift_var)),
+                    "eval_sd": r(np.sqrt(e.eval_var.mean())) if e.eval_known else None,
+                }
+                for e in self.noise
+            ],
             "seeds_identified": None if self.seeds is None else self.seeds.n_identified,
-            "window_sensitivity": self.sensitivity, "unstable": self.unstable,
+            "window_sensitivity": self.sensitivity,
+            "unstable": self.unstable,
         }
 
 

@@ -29,8 +29,9 @@ class Efficiency:
     seeds_base: list[float]
 
 
-def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
-                 starts: list[PointFit] | None = None) -> tuple[float, list[tuple[float, float]]]:
+def fit_shared_a(
+    parts: list[tuple[np.ndarray, np.ndarray, float]], starts: list[PointFit] | None = None
+) -> tuple[float, list[tuple[float, float]]]:
     """One A for all parts, own (B, C_mid) each; parts: [(x [n_i], y [n_i], R0_i)]; `starts`: each part's own
     fit (refitted when not given). Returns (A, [(B, C_mid)])."""
     lo_a = max(r0 for _, _, r0 in parts)
@@ -60,7 +61,7 @@ def fit_shared_a(parts: list[tuple[np.ndarray, np.ndarray, float]],
 def _fit_at_a(x: np.ndarray, y: np.ndarray, r0: float, a: float, b: float, c_mid: float) -> tuple[float, float]:
     """(B, C_mid) of points x, y ([n]) refitted with R0 and A held, from (b, c_mid)."""
     start = PointFit(r0=r0, a=a, b=b, c_mid=c_mid, sse=0.0, n_points=len(x), fit_r0=False, at_bound=[])
-    (_, _, b_fit, c_fit), = fit_batch(x, y, start, fix_a=a)
+    ((_, _, b_fit, c_fit),) = fit_batch(x, y, start, fix_a=a)
     return float(b_fit), float(c_fit)
 
 
@@ -98,10 +99,20 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
     # no compute to reach it: the arm starts at or above the pass rate (0), or never reaches it under the shared A
     no_reach = 0.0 if r_t <= arm.R0 else float("inf")
     ratio = c_arm / target if c_arm else no_reach
-    seeds = [[_seed_log_compute(c, a_s, b, cm, r_t, opts) for c in res.curves] if res.n_runs > 1 else []
-             for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))]
-    shared = {"A_shared": a_s, "B": b_a, "C_mid": c_a, "B_baseline": b_b, "C_mid_baseline": c_b,
-              "target_pass_rate": r_t, "compute_ratio": ratio, "compute_ratio_ci": None}
+    seeds = [
+        [_seed_log_compute(c, a_s, b, cm, r_t, opts) for c in res.curves] if res.n_runs > 1 else []
+        for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))
+    ]
+    shared = {
+        "A_shared": a_s,
+        "B": b_a,
+        "C_mid": c_a,
+        "B_baseline": b_b,
+        "C_mid_baseline": c_b,
+        "target_pass_rate": r_t,
+        "compute_ratio": ratio,
+        "compute_ratio_ci": None,
+    }
     return Efficiency(shared=shared, seeds_arm=seeds[0], seeds_base=seeds[1])
 
 

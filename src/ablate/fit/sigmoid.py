@@ -161,13 +161,7 @@ def _residual_jac(p, lx, y, sw, r0_fixed):
 
 
 def fit_sigmoid(
-    x,
-    y,
-    *,
-    r0: float | None = None,
-    weights=None,
-    loss: str = "linear",
-    f_scale: float = 0.01,
+    x, y, *, r0: float | None = None, weights=None, loss: str = "linear", f_scale: float = 0.01
 ) -> PointFit:
     """Fit the sigmoid to points with x > 0. `r0=None` frees R0 (fit_r0); otherwise it is held fixed.
 
@@ -213,8 +207,15 @@ def fit_sigmoid(
         r0_hat = r0
         a, b, m = p
     pf = PointFit(
-        r0=float(r0_hat), a=float(a), b=float(b), c_mid=float(np.exp(m)), sse=0.0,
-        n_points=len(x), fit_r0=fit_r0, at_bound=[], success=bool(sol.success),
+        r0=float(r0_hat),
+        a=float(a),
+        b=float(b),
+        c_mid=float(np.exp(m)),
+        sse=0.0,
+        n_points=len(x),
+        fit_r0=fit_r0,
+        at_bound=[],
+        success=bool(sol.success),
     )
     pf.sse = float((w * (pf.predict(x) - y) ** 2).sum())
     pf.at_bound = _at_bound(pf, m_lo, m_hi)
@@ -235,8 +236,17 @@ def _at_bound(pf: PointFit, m_lo: float, m_hi: float) -> list[str]:
     return out
 
 
-def fit_batch(x, Y, start: PointFit, *, weights=None, huber: float | None = None, iters: int = 40,
-              fix_a: float | None = None, r0=None) -> np.ndarray:
+def fit_batch(
+    x,
+    Y,
+    start: PointFit,
+    *,
+    weights=None,
+    huber: float | None = None,
+    iters: int = 40,
+    fix_a: float | None = None,
+    r0=None,
+) -> np.ndarray:
     """Refit K curves that share x (e.g. bootstrap resamples) from one start, all at once.
 
     x: [n]; Y: [K, n] or [n] (shared); weights: [n] or [K, n] (a run bootstrap is a reweighting).

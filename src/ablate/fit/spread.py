@@ -30,11 +30,14 @@ class MinEffect:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.a, (int, float)) and math.isfinite(self.a) and 0.0 < self.a < 1.0):
-            raise UserError(f"--min-effect {self.a}: the smallest change of A that matters, a number in (0, 1) "
-                            "(the paper's: 0.02)")
+            raise UserError(
+                f"--min-effect {self.a}: the smallest change of A that matters, a number in (0, 1) (the paper's: 0.02)"
+            )
         if not (isinstance(self.ratio, (int, float)) and math.isfinite(self.ratio) and 1.0 < self.ratio <= 100.0):
-            raise UserError(f"--min-effect-compute {self.ratio}: the smallest compute ratio that matters, a number "
-                            "in (1, 100] (the paper's: 1.15, i.e. ±15% compute)")
+            raise UserError(
+                f"--min-effect-compute {self.ratio}: the smallest compute ratio that matters, a number "
+                "in (1, 100] (the paper's: 1.15, i.e. ±15% compute)"
+            )
 
     @property
     def log_ratio(self) -> float:
@@ -70,16 +73,19 @@ class NoiseFloor:
         range-checked: a spread is finite and > 0 (a zero spread would make every difference significant), at most
         MAX_SD_A / MAX_SD_LOGC (beyond them it describes no seeds), and dof an integer in [1, MAX_DOF]."""
         where = f"--noise {path}"
-        d = read_json_object(path, "--noise", "write one with `ablate rank SWEEP --save-noise FILE` on a sweep with "
-                             "seeds")
+        d = read_json_object(
+            path, "--noise", "write one with `ablate rank SWEEP --save-noise FILE` on a sweep with seeds"
+        )
         fix = "it needs sd_A, sd_logc and dof, as --save-noise writes"
         source = d.get("source", "?")
         if not isinstance(source, str):
             raise UserError(f"{where}: not a noise file (source is {shown(source)}, not text); {fix}")
-        return cls(sd_A=number(d, "sd_A", where, 0.0, MAX_SD_A, fix=fix, above=True),
-                   sd_logc=number(d, "sd_logc", where, 0.0, MAX_SD_LOGC, fix=fix, above=True),
-                   dof=number(d, "dof", where, 1, MAX_DOF, fix=fix, integer=True),
-                   source=f"stored measurement {path} ({source})")
+        return cls(
+            sd_A=number(d, "sd_A", where, 0.0, MAX_SD_A, fix=fix, above=True),
+            sd_logc=number(d, "sd_logc", where, 0.0, MAX_SD_LOGC, fix=fix, above=True),
+            dof=number(d, "dof", where, 1, MAX_DOF, fix=fix, integer=True),
+            source=f"stored measurement {path} ({source})",
+        )
 
 
 # Bounds on what a noise or calibration file may say (fit/planning.py's calibration uses them too).
@@ -114,8 +120,9 @@ def read_json_object(path: Path | str, flag: str, fix: str) -> dict[str, Any]:
             raise UserError(f"{where}: is a directory, not a file; {fix}")
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise UserError(f"{where}: {size:,} bytes, more than a {flag[2:]} file ever holds ({MAX_FILE_BYTES:,}); "
-                            f"{fix}")
+            raise UserError(
+                f"{where}: {size:,} bytes, more than a {flag[2:]} file ever holds ({MAX_FILE_BYTES:,}); {fix}"
+            )
         with open(p, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
         d = json.loads(raw.decode("utf-8"))
@@ -134,8 +141,18 @@ def read_json_object(path: Path | str, flag: str, fix: str) -> dict[str, Any]:
     return d
 
 
-def number(d: dict[str, Any], key: str, where: str, lo: float, hi: float, *, fix: str, integer: bool = False,
-           above: bool = False, optional: bool = False) -> Any:
+def number(
+    d: dict[str, Any],
+    key: str,
+    where: str,
+    lo: float,
+    hi: float,
+    *,
+    fix: str,
+    integer: bool = False,
+    above: bool = False,
+    optional: bool = False,
+) -> Any:
     """`d[key]` checked: a JSON number (true/false and "0.1" are not), an integer when `integer`, finite, in
     [lo, hi] (`above`: > lo). None when `optional` and missing or null. Else one UserError line naming the field."""
     if d.get(key) is None:

@@ -31,17 +31,24 @@ units of its x. Measured: the simulations fit and decide as usual with a real ca
 these bounds keep inside that, and cover every real axis, from a CPU run's GPU-hours (1e-3) to FLOPs (1e24)."""
 CALIBRATION_BOUNDS = {
     # field: (lo, hi, kind): "float" in [lo, hi], "above" in (lo, hi], "int" an integer in [lo, hi]
-    "r0": (0.0, 1.0, "float"), "a": (0.0, 1.0, "above"), "b": (B_BOUNDS[0], B_BOUNDS[1], "float"),
-    "c_mid": (MIN_SCALE, MAX_SCALE, "float"), "eval_every": (MIN_SCALE, MAX_SCALE, "float"),
+    "r0": (0.0, 1.0, "float"),
+    "a": (0.0, 1.0, "above"),
+    "b": (B_BOUNDS[0], B_BOUNDS[1], "float"),
+    "c_mid": (MIN_SCALE, MAX_SCALE, "float"),
+    "eval_every": (MIN_SCALE, MAX_SCALE, "float"),
     "budget": (MIN_SCALE, MAX_SCALE, "float"),
     "val_n": (1.0, 1e9, "float"),  # graded samples per evaluation (a binomial's n: an int64)
-    "drift_sd": (0.0, 1.0, "float"), "drift_rho": (0.0, 1.0, "float"),  # pass rates: within [0, 1]
-    "seed_sd_a": (0.0, MAX_SD_A, "float"), "seed_sd_logc": (0.0, MAX_SD_LOGC, "float"),
+    "drift_sd": (0.0, 1.0, "float"),
+    "drift_rho": (0.0, 1.0, "float"),  # pass rates: within [0, 1]
+    "seed_sd_a": (0.0, MAX_SD_A, "float"),
+    "seed_sd_logc": (0.0, MAX_SD_LOGC, "float"),
     "seed_dof": (1, MAX_DOF, "int"),
-    "fit_sd_a": (0.0, MAX_SD_A, "float"), "fit_sd_logc": (0.0, MAX_SD_LOGC, "float"),
+    "fit_sd_a": (0.0, MAX_SD_A, "float"),
+    "fit_sd_logc": (0.0, MAX_SD_LOGC, "float"),
     "arms": (1, 10**6, "int"),
     # conversions between axes: GPU-hours per FLOP is ~1e-19, steps per FLOP smaller still
-    "gpu_hours_per_x": (0.0, 1e40, "above"), "steps_per_x": (0.0, 1e40, "above"),
+    "gpu_hours_per_x": (0.0, 1e40, "above"),
+    "steps_per_x": (0.0, 1e40, "above"),
 }
 
 
@@ -86,28 +93,50 @@ class TaskModel:
         fix = f"not a calibration file: {fix}"
         got: dict[str, Any] = {}
         for key, (lo, hi, kind) in CALIBRATION_BOUNDS.items():
-            got[key] = number(d, key, where, lo, hi, fix=fix, integer=kind == "int", above=kind == "above",
-                              optional=key in ("val_n", "gpu_hours_per_x", "steps_per_x"))
+            got[key] = number(
+                d,
+                key,
+                where,
+                lo,
+                hi,
+                fix=fix,
+                integer=kind == "int",
+                above=kind == "above",
+                optional=key in ("val_n", "gpu_hours_per_x", "steps_per_x"),
+            )
         x, source, notes = d.get("x"), d.get("source", ""), d.get("notes", [])
         if not isinstance(x, str) or not x.strip() or len(x) > 200:
             raise UserError(f"{where}: x (the compute axis) must be a name such as gpu_hours; {fix}")
         if not isinstance(source, str) or not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
             raise UserError(f"{where}: source must be text and notes a list of texts; {fix}")
         if not got["r0"] < got["a"]:
-            raise UserError(f"{where}: needs r0 < a (the ceiling above the start), got r0 {got['r0']:g}, a "
-                            f"{got['a']:g}; {fix}")
+            raise UserError(
+                f"{where}: needs r0 < a (the ceiling above the start), got r0 {got['r0']:g}, a {got['a']:g}; {fix}"
+            )
         return cls(x=x, source=source, notes=list(notes), **got)
 
     def describe(self) -> str:
         ev = f"evaluation n={self.val_n:g}" if self.val_n else "evaluation noise inside the drift"
-        return (f"baseline R0 {self.r0:.3f}, A {self.a:.3f}, B {self.b:.2f}, C_mid {self.c_mid:.4g}; {ev}, drift sd "
-                f"{self.drift_sd:.4f} (rho {self.drift_rho:.2f} per evaluation); seed spread sd(A) "
-                f"{self.seed_sd_a:.4f}, sd(log compute) {self.seed_sd_logc:.3f} ({self.seed_dof} dof; fit error "
-                f"{self.fit_sd_a:.4f} / {self.fit_sd_logc:.3f} of it)")
+        return (
+            f"baseline R0 {self.r0:.3f}, A {self.a:.3f}, B {self.b:.2f}, C_mid {self.c_mid:.4g}; {ev}, drift sd "
+            f"{self.drift_sd:.4f} (rho {self.drift_rho:.2f} per evaluation); seed spread sd(A) "
+            f"{self.seed_sd_a:.4f}, sd(log compute) {self.seed_sd_logc:.3f} ({self.seed_dof} dof; fit error "
+            f"{self.fit_sd_a:.4f} / {self.fit_sd_logc:.3f} of it)"
+        )
 
 
-def simulate_runs(m: TaskModel, a: float, b: float, c_mid: float, seeds: int, compute: float,
-                  rng: np.random.Generator, name: str, sd_a: float, sd_logc: float) -> list[Curve]:
+def simulate_runs(
+    m: TaskModel,
+    a: float,
+    b: float,
+    c_mid: float,
+    seeds: int,
+    compute: float,
+    rng: np.random.Generator,
+    name: str,
+    sd_a: float,
+    sd_logc: float,
+) -> list[Curve]:
     """`seeds` runs of one arm from the model: a point at compute 0 (R0) and evaluations every `eval_every` up to
     `compute` (at most MAX_POINTS: then further apart, with the drift's autocorrelation scaled to the spacing)."""
     n_pts = int(np.clip(round(compute / m.eval_every), 8, MAX_POINTS))

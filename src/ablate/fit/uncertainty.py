@@ -61,8 +61,9 @@ def _series(x, y, run_index, fit: PointFit, n, weights) -> list[_Part]:
         xr, yr = x[idx].astype(float), y[idx].astype(float)
         nr = None if n is None else np.asarray(n, dtype=float)[idx]
         wr = None if weights is None else np.asarray(weights, dtype=float)[idx]
-        part = _Part(r, xr, yr, nr, np.ones(xr.size) if wr is None else wr,
-                     None if nr is None else float(np.median(nr)))
+        part = _Part(
+            r, xr, yr, nr, np.ones(xr.size) if wr is None else wr, None if nr is None else float(np.median(nr))
+        )
         cap = max(8, BOOT_POINTS // R)
         if idx.size > cap:  # batch means (weighted by their counts); their own noise is measured as such
             e = yr - yhat_all[idx]
@@ -77,12 +78,25 @@ def _series(x, y, run_index, fit: PointFit, n, weights) -> list[_Part]:
 
 
 def _simulate(fit: PointFit, parts, noises: list[NoiseEstimate], k: int, rng) -> np.ndarray:
-    return np.concatenate([fit.predict(p.x)[None, :] + simulate_noise(est, k, rng)
-                           for p, est in zip(parts, noises)], axis=1)
+    return np.concatenate(
+        [fit.predict(p.x)[None, :] + simulate_noise(est, k, rng) for p, est in zip(parts, noises)], axis=1
+    )
 
 
-def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=None, weights=None, huber=None,
-                         fix_a: float | None = None, run_r0=None) -> tuple[np.ndarray, list[NoiseEstimate], str]:
+def parametric_bootstrap(
+    x,
+    y,
+    run_index,
+    fit: PointFit,
+    *,
+    n_boot: int,
+    rng,
+    n=None,
+    weights=None,
+    huber=None,
+    fix_a: float | None = None,
+    run_r0=None,
+) -> tuple[np.ndarray, list[NoiseEstimate], str]:
     """Parameter draws [n_boot, 4] (R0, A, B, C_mid), each run's noise estimate, and a description.
 
     x, y, run_index, n: [m] pooled points (n: graded samples per point, None if unknown); run_r0: [R] each run's
@@ -106,8 +120,10 @@ def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=
         Y1 = _simulate(fit, parts, point, k1, rng)
         d1 = fit_batch(xb, Y1, fit, weights=wts, huber=huber, fix_a=fix_a)
         E1 = Y1 - sigmoid(xb[None, :], d1[:, 0:1], d1[:, 1:2], d1[:, 2:3], d1[:, 3:4])
-        noises = [debias(point[i], observed[i], moments(E1[:, bounds[i]:bounds[i + 1]], n_params))
-                  for i in range(len(parts))]
+        noises = [
+            debias(point[i], observed[i], moments(E1[:, bounds[i] : bounds[i + 1]], n_params))
+            for i in range(len(parts))
+        ]
     # pass 2: the draws, each from a noise the data allow (noise.debias)
     Y = _simulate(fit, parts, noises, n_boot, rng)
     for i, p in enumerate(parts):  # batch means: what one evaluation carries, for predictions
@@ -121,20 +137,25 @@ def parametric_bootstrap(x, y, run_index, fit: PointFit, *, n_boot: int, rng, n=
         for r, r0_i in enumerate(run_r0):
             i = of_run.get(r, 0)  # a run with no point in the window: its R0 has the noise of the others'
             est = noises[i]
-            var = float(est.eval_var_at(r0_i, parts[i].n_point)) if est.eval_known else \
-                (est.point_drift_var or est.drift_var)
+            var = (
+                float(est.eval_var_at(r0_i, parts[i].n_point))
+                if est.eval_known
+                else (est.point_drift_var or est.drift_var)
+            )
             r0_noise += np.sqrt(var) * rng.standard_normal(n_boot)
         r0 = np.clip(fit.r0 + r0_noise / len(run_r0), 0.0, 1.0 - 1e-6)
     draws = fit_batch(xb, Y, fit, weights=wts, huber=huber, fix_a=fix_a, r0=r0)
     R = len(parts)
-    how = (f"parametric bootstrap from the measured noise ({n_boot} resamples; "
-           + ("; ".join(f"run {i}: {e.describe()}" for i, e in enumerate(noises)) if R > 1 else noises[0].describe())
-           + (f"; {xb.size} batch means" if xb.size < x.size else "") + ")")
+    how = (
+        f"parametric bootstrap from the measured noise ({n_boot} resamples; "
+        + ("; ".join(f"run {i}: {e.describe()}" for i, e in enumerate(noises)) if R > 1 else noises[0].describe())
+        + (f"; {xb.size} batch means" if xb.size < x.size else "")
+        + ")"
+    )
     return draws, noises, how
 
 
-def prediction_draws(draws: np.ndarray, at: float, noise: NoiseEstimate, n_eval: float | None,
-                     rng) -> np.ndarray:
+def prediction_draws(draws: np.ndarray, at: float, noise: NoiseEstimate, n_eval: float | None, rng) -> np.ndarray:
     """[n_boot] draws of what one run will show at compute `at`: the fitted curve there (per parameter draw) plus
     the drift's stationary spread and one evaluation's noise."""
     mean = sigmoid(at, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3])

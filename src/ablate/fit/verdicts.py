@@ -59,8 +59,12 @@ def measured_floor(arms: list[ArmResult]) -> NoiseFloor | None:
             dof_c += c.size - 1
     if dof_a == 0 or dof_c == 0 or ss_a <= 0 or ss_c <= 0:  # identical seeds measure no spread to test against
         return None
-    return NoiseFloor(sd_A=math.sqrt(ss_a / dof_a), sd_logc=math.sqrt(ss_c / dof_c), dof=min(dof_a, dof_c),
-                      source=f"the seeds of {len(used)} arm(s) of this ranking")
+    return NoiseFloor(
+        sd_A=math.sqrt(ss_a / dof_a),
+        sd_logc=math.sqrt(ss_c / dof_c),
+        dof=min(dof_a, dof_c),
+        source=f"the seeds of {len(used)} arm(s) of this ranking",
+    )
 
 
 def parse_margin(margin: str | float | None) -> float | None:
@@ -82,6 +86,7 @@ def parse_margin(margin: str | float | None) -> float | None:
 def _log_ratio(a: ArmResult, base_seeds: list[float] | None, ratio: float, target: float) -> float:
     """log compute ratio, arm to baseline, to the baseline's pass rate at the target: the difference of the seeds'
     mean log compute where an arm has seeds, the shared fit's own ratio for a single run."""
+
     def mean_log(values, fallback):
         v = np.asarray(values or [], dtype=float)
         v = v[np.isfinite(v)]
@@ -121,8 +126,10 @@ def efficiency_text(a: ArmResult, opts: FitOptions) -> str:
     have seeds; else the shared fit's) with its interval."""
     sh = a.shared or {}
     ci = sh.get("compute_ratio_ci")
-    return (f"A shared {sh.get('A_shared', float('nan')):.3f}: {_ratio(a):.2f}x compute to "
-            f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+    return (
+        f"A shared {sh.get('A_shared', float('nan')):.3f}: {_ratio(a):.2f}x compute to "
+        f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    )
 
 
 def _ratio(a: ArmResult) -> float:
@@ -178,8 +185,10 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
         a.effect = f"compute {ratio:.2f}x"
     else:
         a.verdict, a.practical = "inconclusive", "unclear"
-        a.detail = (f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
-                    "threshold rule is not a test, so it cannot show the arms equal")
+        a.detail = (
+            f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
+            "threshold rule is not a test, so it cannot show the arms equal"
+        )
         a.effect = f"ΔA {a.delta_A:+.3f}; {ratio:.2f}x"
 
 
@@ -204,20 +213,36 @@ def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions
     a.p_equivalent = float(np.max([tost(a.delta_A, se_a, floor.dof, me.a), tost(lr, se_c, floor.dof, me.log_ratio)]))
 
 
-def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, me: MinEffect, opts: FitOptions,
-              floor: NoiseFloor, n_compared: int, x: str) -> None:
+def _conclude(
+    a: ArmResult,
+    ceiling: bool,
+    efficiency: bool,
+    equivalent: bool,
+    me: MinEffect,
+    opts: FitOptions,
+    floor: NoiseFloor,
+    n_compared: int,
+    x: str,
+) -> None:
     """An arm's verdict from which of its tests survived the false-discovery control, with `practical`, the short
     effect and the long detail. A ceiling change shown negligible does not hide an efficiency change that may
     matter: the arm is then read on its efficiency, and the detail says the ceiling moved by less than matters."""
     p = f"p={a.p_ceiling:.2g}"
     ci = a.delta_A_ci
     rci = a.shared.get("compute_ratio_ci")
-    parts = [f"ΔA {a.delta_A:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({p})",
-             efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else "")]
-    eq = (f"equivalence within ±{me.a:g} on A and {me.text_compute} compute: "
-          + (f"p={a.p_equivalent:.2g}" if np.isfinite(a.p_equivalent) else "not testable (no compute ratio)"))
-    if (ceiling and efficiency and practical(ci[0], ci[1], me.a) == "negligible"
-            and practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio) != "negligible"):
+    parts = [
+        f"ΔA {a.delta_A:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({p})",
+        efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else ""),
+    ]
+    eq = f"equivalence within ±{me.a:g} on A and {me.text_compute} compute: " + (
+        f"p={a.p_equivalent:.2g}" if np.isfinite(a.p_equivalent) else "not testable (no compute ratio)"
+    )
+    if (
+        ceiling
+        and efficiency
+        and practical(ci[0], ci[1], me.a) == "negligible"
+        and practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio) != "negligible"
+    ):
         parts.insert(1, f"A changed by less than matters (±{me.a:g}): read on its efficiency")
         ceiling = False
     if ceiling:
@@ -238,17 +263,27 @@ def _conclude(a: ArmResult, ceiling: bool, efficiency: bool, equivalent: bool, m
         a.decide = seeds_to_decide(a, floor, me, n_compared, x)
         parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
     if a.verdict.startswith(("ceiling", "efficiency")):
-        size = {"material": f"beyond the smallest effect that matters ({me.describe()})",
-                "negligible": f"real, but below the smallest effect that matters ({me.describe()})",
-                "unclear": f"real; whether it exceeds the smallest effect that matters ({me.describe()}) is not yet "
-                           "clear"}[a.practical]
+        size = {
+            "material": f"beyond the smallest effect that matters ({me.describe()})",
+            "negligible": f"real, but below the smallest effect that matters ({me.describe()})",
+            "unclear": f"real; whether it exceeds the smallest effect that matters ({me.describe()}) is not yet clear",
+        }[a.practical]
         parts.append(f"the change is {size}")
     a.detail = "; ".join(parts)
 
 
-def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloor | None, opts: FitOptions,
-                   unidentified: list[ArmResult], at_end: dict[str, np.ndarray], end_spread: dict[str, Any] | None,
-                   bases: dict[str, ArmResult] | None = None, me: MinEffect | None = None, x: str = "") -> None:
+def decide_verdicts(
+    compared: list[ArmResult],
+    base: ArmResult,
+    floor: NoiseFloor | None,
+    opts: FitOptions,
+    unidentified: list[ArmResult],
+    at_end: dict[str, np.ndarray],
+    end_spread: dict[str, Any] | None,
+    bases: dict[str, ArmResult] | None = None,
+    me: MinEffect | None = None,
+    x: str = "",
+) -> None:
     """Per compared arm: t-tests of dA and of the log compute ratio against 0, and the equivalence test (TOST)
     against the smallest effect that matters `me`; for the arms whose A is not identified, a test of the pass rate at
     the end of the shared window. Benjamini-Hochberg at 5%: a change (and the end-of-window call) must be a
@@ -278,23 +313,26 @@ def decide_verdicts(compared: list[ArmResult], base: ArmResult, floor: NoiseFloo
         a.p_at_end = float(2 * student_t.sf(abs(a.delta_R_end) / se, end_spread["dof"]))
         tested.append(a)
         pvals.append(a.p_at_end)
-    found = discoveries(pvals, [floor is not None and k < 3 * len(compared) and k % 3 == 2
-                                for k in range(len(pvals))])
+    found = discoveries(pvals, [floor is not None and k < 3 * len(compared) and k % 3 == 2 for k in range(len(pvals))])
     if floor is not None:
         for i, a in enumerate(compared):
-            _conclude(a, *found[3 * i:3 * i + 3], me, opts, floor, len(compared), x)
+            _conclude(a, *found[3 * i : 3 * i + 3], me, opts, floor, len(compared), x)
     first = 3 * len(compared) if floor is not None else 0
     for k, a in enumerate(tested):
         at = end_spread["at"]
         if found[first + k]:
             a.r_call = "higher" if a.delta_R_end > 0 else "lower"
             a.effect = f"R {a.r_call} at {_compute(at)}: ΔR {a.delta_R_end:+.3f}"
-            a.detail += (f"; at {at:g} (end of the shared window) pass rate {a.r_call}: "
-                         f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
+            a.detail += (
+                f"; at {at:g} (end of the shared window) pass rate {a.r_call}: "
+                f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})"
+            )
         else:
             a.effect = f"ΔR {a.delta_R_end:+.3f} at {_compute(at)} (p={a.p_at_end:.2g})"
-            a.detail += (f"; at {at:g} (end of the shared window) no detectable difference: "
-                         f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})")
+            a.detail += (
+                f"; at {at:g} (end of the shared window) no detectable difference: "
+                f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})"
+            )
 
 
 # ---- what would decide an inconclusive arm ----
@@ -306,8 +344,17 @@ the way to decide."""
 DECIDE_DRAWS = 4000
 
 
-def decide_power(d_a: float, lr: float, floor: NoiseFloor, me: MinEffect, seeds: int, arms: int, alpha: float,
-                 rng: np.random.Generator, draws: int = DECIDE_DRAWS) -> float:
+def decide_power(
+    d_a: float,
+    lr: float,
+    floor: NoiseFloor,
+    me: MinEffect,
+    seeds: int,
+    arms: int,
+    alpha: float,
+    rng: np.random.Generator,
+    draws: int = DECIDE_DRAWS,
+) -> float:
     """The chance that an arm is decided (a change in A or compute found, or both shown equivalent) with `seeds`
     seeds in it and in the baseline, when the true differences are d_a (on A) and lr (log compute) and one seed
     varies by the measured spread; the spread is re-estimated on arms x (seeds - 1) degrees of freedom (or the
@@ -329,8 +376,15 @@ def decide_power(d_a: float, lr: float, floor: NoiseFloor, me: MinEffect, seeds:
     return float(np.mean(decided_change | equiv))
 
 
-def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: int, x: str = "",
-                    power: float = DECIDE_POWER, ladder: tuple[int, ...] = SEED_LADDER) -> dict[str, Any]:
+def seeds_to_decide(
+    a: ArmResult,
+    floor: NoiseFloor,
+    me: MinEffect,
+    n_compared: int,
+    x: str = "",
+    power: float = DECIDE_POWER,
+    ladder: tuple[int, ...] = SEED_LADDER,
+) -> dict[str, Any]:
     """The fewest seeds per arm (this arm and the baseline, at the compute they have now) that decide this arm with
     `power`, assuming its true differences are the measured ones and the seed spread is the measured one (the same
     NoiseFloor `ablate plan` simulates from). The false-discovery control is taken as 5% / the number of tests in
@@ -344,12 +398,16 @@ def seeds_to_decide(a: ArmResult, floor: NoiseFloor, me: MinEffect, n_compared: 
     compute = float(a.fit.window[1])
     at = f"{_compute(compute)} {x}".rstrip()
     if seeds is None and not np.isfinite(lr):
-        text = (f"more than {ladder[-1]} seeds an arm at {at} would be needed: with no compute ratio measured (the arm "
-                "never reaches the baseline's pass rate under the shared A), equivalence cannot be shown, and the "
-                "ceiling difference is too small for the seed spread")
+        text = (
+            f"more than {ladder[-1]} seeds an arm at {at} would be needed: with no compute ratio measured (the arm "
+            "never reaches the baseline's pass rate under the shared A), equivalence cannot be shown, and the "
+            "ceiling difference is too small for the seed spread"
+        )
     elif seeds is None:
-        text = (f"more than {ladder[-1]} seeds an arm at {at} would be needed: at this compute the seed "
-                "spread hides differences of this size; run longer, or decide whether a smaller effect matters")
+        text = (
+            f"more than {ladder[-1]} seeds an arm at {at} would be needed: at this compute the seed "
+            "spread hides differences of this size; run longer, or decide whether a smaller effect matters"
+        )
     else:
         text = f"~{seeds} seeds an arm at {at} would decide it ({power:.0%} power)"
     return {"seeds": seeds, "compute": compute, "power": power, "text": text}

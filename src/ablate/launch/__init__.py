@@ -10,12 +10,31 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_HOME = {"DEFAULT_JOB": "jobfn", "RunJob": "job", "resolve_job": "jobfn", "load_profile": "slurm", "slurm_up": "slurm",
-         "EXECUTORS": "submit", "Plan": "submit", "launch_sweep": "submit", "make_plan": "submit",
-         "resolve_executor": "submit"}
+_HOME = {
+    "DEFAULT_JOB": "jobfn",
+    "RunJob": "job",
+    "resolve_job": "jobfn",
+    "load_profile": "slurm",
+    "slurm_up": "slurm",
+    "EXECUTORS": "submit",
+    "Plan": "submit",
+    "launch_sweep": "submit",
+    "make_plan": "submit",
+    "resolve_executor": "submit",
+}
 
-__all__ = ["DEFAULT_JOB", "EXECUTORS", "Plan", "RunJob", "launch_sweep", "load_profile", "make_plan",
-           "resolve_executor", "resolve_job", "slurm_up"]
+__all__ = [
+    "DEFAULT_JOB",
+    "EXECUTORS",
+    "Plan",
+    "RunJob",
+    "launch_sweep",
+    "load_profile",
+    "make_plan",
+    "resolve_executor",
+    "resolve_job",
+    "slurm_up",
+]
 
 
 def __getattr__(name: str) -> Any:

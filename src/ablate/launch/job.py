@@ -102,8 +102,16 @@ def _process_age() -> float | None:
 class RunJob(submitit.helpers.Checkpointable):
     """One run, as submitted to any executor (docs/run-directory.md, "Jobs")."""
 
-    def __init__(self, spec: RunSpec, sweep_dir: str, batch: str, job: str = DEFAULT_JOB, threads: int = 1,
-                 max_requeues: int = 3, timeout_min: float = 60.0):
+    def __init__(
+        self,
+        spec: RunSpec,
+        sweep_dir: str,
+        batch: str,
+        job: str = DEFAULT_JOB,
+        threads: int = 1,
+        max_requeues: int = 3,
+        timeout_min: float = 60.0,
+    ):
         self.spec, self.sweep_dir, self.batch, self.job = spec, str(sweep_dir), batch, job
         self.threads, self.max_requeues, self.timeout_min = threads, max_requeues, timeout_min
         self._t0 = 0.0
@@ -149,8 +157,9 @@ class RunJob(submitit.helpers.Checkpointable):
         res = self.spec.config.resources
         if tasks != res.world:
             raise UserError(f"{self.run_id}: the job has {tasks} tasks but resources.nproc x nodes = {res.world}")
-        world = distributed.init_from_submitit(distributed.backend_for(self.spec.config.train.device),
-                                               res.collective_timeout_s)
+        world = distributed.init_from_submitit(
+            distributed.backend_for(self.spec.config.train.device), res.collective_timeout_s
+        )
         try:
             return self._run(world) if world.lead else self._follow(world)
         finally:
@@ -193,8 +202,9 @@ class RunJob(submitit.helpers.Checkpointable):
         rd.started(job_id=job_id, job_logs=logs, attempt=rec.attempts + 1)
         stop = threading.Event()
         finished = threading.Event()
-        threading.Thread(target=_watch_stop_requests, args=(rd, stop, finished), daemon=True,
-                         name="ablate-stop-watch").start()
+        threading.Thread(
+            target=_watch_stop_requests, args=(rd, stop, finished), daemon=True, name="ablate-stop-watch"
+        ).start()
         try:
             summary, handover = self._call(stop)
         except DirectoryGone as e:
@@ -218,14 +228,17 @@ class RunJob(submitit.helpers.Checkpointable):
             finished.set()
         status, reason = self._how_it_ended(summary, rd, stop, handover)
         if self._sweep_moved():
-            log.error("the sweep directory %s was removed or replaced while this run trained: recording nothing",
-                      self.sweep_dir)
+            log.error(
+                "the sweep directory %s was removed or replaced while this run trained: recording nothing",
+                self.sweep_dir,
+            )
             return {"run_id": self.run_id, "abandoned": "sweep directory removed or replaced"}
         self._record_end(ledger, rd, rec, job_id, status, reason)
         return summary if isinstance(summary, dict) else {"result": summary}
 
-    def _claim(self, ledger: Ledger, world: Any, job_id: str | None,
-               log_path: str | None) -> tuple[RunRecord | None, dict[str, Any]]:
+    def _claim(
+        self, ledger: Ledger, world: Any, job_id: str | None, log_path: str | None
+    ) -> tuple[RunRecord | None, dict[str, Any]]:
         """Claim the run under the ledger lock: only the current submission of a run that has not ended may run it.
         Returns (its record, {}) when claimed, else (None, what the job returns); the other tasks of a
         data-parallel job hear either way whether to run."""
@@ -246,8 +259,11 @@ class RunJob(submitit.helpers.Checkpointable):
                 events = []
                 if rec.state == RunState.REQUEUED:
                     events.append(self._event("requeued", job_id=job_id, requeues=rec.requeues))
-                events.append(self._event("started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1,
-                                          log=log_path, **me()))
+                events.append(
+                    self._event(
+                        "started", job_id=job_id, host=hostname(), attempt=rec.attempts + 1, log=log_path, **me()
+                    )
+                )
                 ledger.append(*events)
                 st = os.stat(self.sweep_dir)
                 self._sweep_inode = (st.st_dev, st.st_ino)
@@ -258,8 +274,9 @@ class RunJob(submitit.helpers.Checkpointable):
         _tell_ranks(world, True)
         return rec, {}
 
-    def _how_it_ended(self, summary: Any, rd: RunDir, stop: threading.Event,
-                      handover: Callable[..., Any] | None) -> tuple[RunState, str | None]:
+    def _how_it_ended(
+        self, summary: Any, rd: RunDir, stop: threading.Event, handover: Callable[..., Any] | None
+    ) -> tuple[RunState, str | None]:
         """The state the job function's return leaves the run in, and why: a stop the prune monitor asked for is
         recorded (never requeued); a scheduler's USR2 is handed to submitit (which records, requeues and exits)."""
         status = summary.get("status", RunState.DONE) if isinstance(summary, dict) else RunState.DONE
@@ -269,16 +286,19 @@ class RunJob(submitit.helpers.Checkpointable):
             status, reason = request.state, request.reason
             log.warning("stopped by the prune monitor: %s (%s)", status, reason)
         elif status == RunState.PREEMPTED and stop.is_set() and handover is not None:
-            log.warning("checkpointed at step %s; handing SIGUSR2 to submitit (record, requeue, exit)",
-                        summary.get("step") if isinstance(summary, dict) else "?")
+            log.warning(
+                "checkpointed at step %s; handing SIGUSR2 to submitit (record, requeue, exit)",
+                summary.get("step") if isinstance(summary, dict) else "?",
+            )
             signal.signal(signal.SIGUSR2, handover)
             handover(signal.SIGUSR2, None)  # records the preemption and exits when the job is requeued
         if status != RunState.PREEMPTED:
             status = status if isinstance(status, str) and status in FINISHED | STOPPED else RunState.DONE
         return RunState(status), reason
 
-    def _record_end(self, ledger: Ledger, rd: RunDir, rec: RunRecord, job_id: str | None, status: RunState,
-                    reason: str | None) -> None:
+    def _record_end(
+        self, ledger: Ledger, rd: RunDir, rec: RunRecord, job_id: str | None, status: RunState, reason: str | None
+    ) -> None:
         """run.json first (for a job function that keeps none): whoever sees the ledger say the run ended finds
         run.json saying so too."""
         if status in STOPPED:
@@ -292,11 +312,13 @@ class RunJob(submitit.helpers.Checkpointable):
         crashpoint("job_after_ended")
         with ledger.lock():
             if status == RunState.PREEMPTED:  # stopped on a signal that was not the scheduler's: resume later
-                ledger.append(self._event("preempted", job_id=job_id, reason="signal", requeue=False,
-                                          requeues=rec.requeues))
+                ledger.append(
+                    self._event("preempted", job_id=job_id, reason="signal", requeue=False, requeues=rec.requeues)
+                )
             else:
-                ledger.append(self._event("finished", job_id=job_id, status=status,
-                                          **({"reason": reason} if reason else {})))
+                ledger.append(
+                    self._event("finished", job_id=job_id, status=status, **({"reason": reason} if reason else {}))
+                )
         crashpoint("job_after_finished")
 
     def _intercept_usr2(self, stop: threading.Event) -> Callable[..., Any] | None:
@@ -329,8 +351,10 @@ class RunJob(submitit.helpers.Checkpointable):
             if current is not None and current.state in FINISHED:
                 return
             finished = finished_event(ledger, current) if current is not None else None
-            ledger.append(finished or self._event("failed", job_id=job_id, cause=cause,
-                                                  error="\n".join(err["traceback"]), log=log_path))
+            ledger.append(
+                finished
+                or self._event("failed", job_id=job_id, cause=cause, error="\n".join(err["traceback"]), log=log_path)
+            )
 
     def checkpoint(  # type: ignore[override]  # None: no requeue, which submitit handles (it types only the other)
         self, *args: Any, **kwargs: Any
@@ -359,6 +383,7 @@ class RunJob(submitit.helpers.Checkpointable):
             done = rec.requeues if rec and rec.batch == self.batch else 0
             requeue = done < self.max_requeues
             self._run_dir().ended(RunState.PREEMPTED, reason=reason, requeues=done + int(requeue))
-            ledger.append(self._event("preempted", job_id=job_id, reason=reason, requeue=requeue,
-                                      requeues=done + int(requeue)))
+            ledger.append(
+                self._event("preempted", job_id=job_id, reason=reason, requeue=requeue, requeues=done + int(requeue))
+            )
         return submitit.helpers.DelayedSubmission(self) if requeue else None

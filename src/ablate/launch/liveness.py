@@ -35,8 +35,14 @@ def finished_event(ledger: Ledger, rec: RunRecord) -> dict[str, Any] | None:
     status = RunDir.of(ledger.dir.parent, ledger.dir.name, rec.run_id).info().status
     if status not in FINISHED:
         return None
-    return {"event": "finished", "run_id": rec.run_id, "batch": rec.batch, "job_id": rec.job_id, "status": status,
-            "recovered": "run.json says the run finished; its job did not record that here"}
+    return {
+        "event": "finished",
+        "run_id": rec.run_id,
+        "batch": rec.batch,
+        "job_id": rec.job_id,
+        "status": status,
+        "recovered": "run.json says the run finished; its job did not record that here",
+    }
 
 
 def check_live(recs: dict[str, RunRecord], *, locked: bool) -> dict[str, Verdict]:
@@ -62,23 +68,37 @@ def check_live(recs: dict[str, RunRecord], *, locked: bool) -> dict[str, Verdict
             if s[0] == "PREEMPTED":
                 out[r.run_id] = Verdict(RunState.PREEMPTED, "preempted")
             else:
-                why = ("left the queue without recording a result (no accounting to say why)" if s[0] == "GONE"
-                       else f"ended {s[0]} (exit {s[1]}) without recording a result")
-                out[r.run_id] = Verdict(RunState.FAILED, SACCT_CAUSE.get(s[0], s[0].lower()),
-                                        f"slurm job {r.job_id} {why}")
+                why = (
+                    "left the queue without recording a result (no accounting to say why)"
+                    if s[0] == "GONE"
+                    else f"ended {s[0]} (exit {s[1]}) without recording a result"
+                )
+                out[r.run_id] = Verdict(
+                    RunState.FAILED, SACCT_CAUSE.get(s[0], s[0].lower()), f"slurm job {r.job_id} {why}"
+                )
             continue
         # local and debug: the job process (running) or the runner/launcher that will start it (queued)
         owner = r.runner if r.executor == "local" else r.launcher
-        alive = proc_alive(r.pid, r.pid_start) if r.state == RunState.RUNNING else (
-            proc_alive((owner or {}).get("pid"), (owner or {}).get("start")) or proc_alive(r.pid, r.pid_start)
-            or proc_alive((r.dispatched or {}).get("pid"), (r.dispatched or {}).get("start")))
+        alive = (
+            proc_alive(r.pid, r.pid_start)
+            if r.state == RunState.RUNNING
+            else (
+                proc_alive((owner or {}).get("pid"), (owner or {}).get("start"))
+                or proc_alive(r.pid, r.pid_start)
+                or proc_alive((r.dispatched or {}).get("pid"), (r.dispatched or {}).get("start"))
+            )
+        )
         if alive:
             continue
         if r.state == RunState.QUEUED:
             out[r.run_id] = Verdict(RunState.NEW)  # its runner died before starting it: it never ran
         else:
-            out[r.run_id] = Verdict(RunState.FAILED, "killed", f"{r.executor} job process {r.pid} died without "
-                                    "recording a result (killed: OOM killer, kill -9, or its launcher died)")
+            out[r.run_id] = Verdict(
+                RunState.FAILED,
+                "killed",
+                f"{r.executor} job process {r.pid} died without "
+                "recording a result (killed: OOM killer, kill -9, or its launcher died)",
+            )
     return out
 
 
@@ -98,6 +118,8 @@ def current_states(ledger: Ledger, *, locked: bool = False) -> tuple[dict[str, R
         if v.state == RunState.FAILED:  # a data-parallel run whose job died: the rank that broke first says why
             first = RunDir.of(ledger.dir.parent, ledger.dir.name, rid).first_rank_failure()
             if first is not None:
-                v.error = (f"{v.error}; rank {first.get('rank')} {first.get('status', 'failed')} first: "
-                           f"{first.get('class')}: {first.get('message')}")
+                v.error = (
+                    f"{v.error}; rank {first.get('rank')} {first.get('status', 'failed')} first: "
+                    f"{first.get('class')}: {first.get('message')}"
+                )
     return recs, verdicts

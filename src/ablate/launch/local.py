@@ -33,16 +33,32 @@ from ablate.states import TERMINAL, RunState
 from ablate.topology.process import start_module
 
 
-def spawn_runner(ledger: Ledger, batch: str, jobs: list[RunJob], max_parallel: int, timeout_min: float,
-                 max_requeues: int, signal_delay_s: int | None = None) -> dict[str, int]:
+def spawn_runner(
+    ledger: Ledger,
+    batch: str,
+    jobs: list[RunJob],
+    max_parallel: int,
+    timeout_min: float,
+    max_requeues: int,
+    signal_delay_s: int | None = None,
+) -> dict[str, int]:
     """Write the queue and start the detached runner; returns its {pid, start}."""
     launch_dir = store.make_dirs(store.check_no_links(ledger.dir / "launch", ledger.dir))  # as private as the sweep
     queue = launch_dir / f"{batch}.json"
     if signal_delay_s is None:
         signal_delay_s = min(30, int(timeout_min * 60 * 0.1) + 1)
-    store.write_json(queue, {"sweep_dir": str(ledger.dir), "batch": batch, "max_parallel": max_parallel,
-                             "timeout_min": timeout_min, "max_requeues": max_requeues, "signal_delay_s": signal_delay_s,
-                             "jobs": [{"spec": j.spec.to_json(), "job": j.job, "threads": j.threads} for j in jobs]})
+    store.write_json(
+        queue,
+        {
+            "sweep_dir": str(ledger.dir),
+            "batch": batch,
+            "max_parallel": max_parallel,
+            "timeout_min": timeout_min,
+            "max_requeues": max_requeues,
+            "signal_delay_s": signal_delay_s,
+            "jobs": [{"spec": j.spec.to_json(), "job": j.job, "threads": j.threads} for j in jobs],
+        },
+    )
     with store.safe_open(launch_dir / f"{batch}.log", "ab") as log:
         proc = start_module("ablate.launch.local", [str(queue)], log=log, detach=True)  # `ablate sweep | cat` returns
     return {"pid": proc.pid, "start": proc_start(proc.pid) or 0}
@@ -57,7 +73,8 @@ def busy_runs(ledger: Ledger) -> set[str]:
             continue
         controller = r.dispatched if r.state == RunState.QUEUED else None  # started by a runner, not yet running
         if r.state in (RunState.RUNNING, RunState.REQUEUED) or (
-                controller and proc_alive(controller.get("pid"), controller.get("start"))):
+            controller and proc_alive(controller.get("pid"), controller.get("start"))
+        ):
             busy.add(rid)
     return busy
 
@@ -70,15 +87,18 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
     refused (UserError, in the runner's log), and so is a jobs/ folder that is not private."""
     why = ownership.private_problem(queue_file)
     if why:
-        raise UserError(f"refusing the runner queue {queue_file}: {why}; only a queue its owner alone can write is "
-                        "run (launch the sweep again from a directory of your own)")
+        raise UserError(
+            f"refusing the runner queue {queue_file}: {why}; only a queue its owner alone can write is "
+            "run (launch the sweep again from a directory of your own)"
+        )
     q = store.read_json(queue_file)
     sweep_dir, batch, limit = Path(q["sweep_dir"]), q["batch"], int(q["max_parallel"])
     jobs_dir = store.make_dirs(store.check_no_links(sweep_dir / "jobs", sweep_dir))
     why = ownership.private_problem(jobs_dir)
     if why:
-        raise UserError(f"refusing to run jobs from {jobs_dir}: {why}; launch the sweep again from a directory of "
-                        "your own")
+        raise UserError(
+            f"refusing to run jobs from {jobs_dir}: {why}; launch the sweep again from a directory of your own"
+        )
     ledger = Ledger(sweep_dir)
     ex = submitit.LocalExecutor(folder=str(sweep_dir / "jobs" / "%j"), max_num_timeout=q["max_requeues"])
     ex.update_parameters(timeout_min=q["timeout_min"], signal_delay_s=q["signal_delay_s"])
@@ -96,18 +116,34 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
                 in_use = busy_runs(ledger) | set(active)
                 if len(in_use) >= limit:
                     if not waiting:
-                        print(f"{time.strftime('%H:%M:%S')} waiting: {len(in_use)} of {limit} slots of this sweep "
-                              "in use", flush=True)
+                        print(
+                            f"{time.strftime('%H:%M:%S')} waiting: {len(in_use)} of {limit} slots of this sweep in use",
+                            flush=True,
+                        )
                     waiting = True
                     break
                 waiting = False
                 item = todo.popleft()
-                job = RunJob(RunSpec.from_json(item["spec"]), str(sweep_dir), batch, item["job"], item["threads"],
-                             q["max_requeues"], q["timeout_min"])
+                job = RunJob(
+                    RunSpec.from_json(item["spec"]),
+                    str(sweep_dir),
+                    batch,
+                    item["job"],
+                    item["threads"],
+                    q["max_requeues"],
+                    q["timeout_min"],
+                )
                 active[rid] = ex.submit(job)
                 ctl = int(active[rid].job_id)
-                ledger.append({"event": "dispatched", "run_id": rid, "batch": batch, "job_id": active[rid].job_id,
-                               "controller": {"pid": ctl, "start": proc_start(ctl) or 0}})
+                ledger.append(
+                    {
+                        "event": "dispatched",
+                        "run_id": rid,
+                        "batch": batch,
+                        "job_id": active[rid].job_id,
+                        "controller": {"pid": ctl, "start": proc_start(ctl) or 0},
+                    }
+                )
             print(f"{time.strftime('%H:%M:%S')} started {rid} as local job {active[rid].job_id}", flush=True)
         ended = [rid for rid, j in active.items() if j.done()]
         for rid in ended:
@@ -131,8 +167,17 @@ def _finalize(ledger: Ledger, batch: str, run_id: str, job: Any) -> None:
         cause = "cancelled" if state == "INTERRUPTED" else "killed"
         err = f"local job {job.job_id} ended ({state}) without recording a result"
         RunDir.of(ledger.dir.parent, ledger.dir.name, run_id).try_failed(cause, err)  # run.json first, as jobs do
-        ledger.append({"event": "failed", "run_id": run_id, "batch": batch, "job_id": job.job_id, "cause": cause,
-                       "error": err, "log": str(job.paths.stderr)})
+        ledger.append(
+            {
+                "event": "failed",
+                "run_id": run_id,
+                "batch": batch,
+                "job_id": job.job_id,
+                "cause": cause,
+                "error": err,
+                "log": str(job.paths.stderr),
+            }
+        )
 
 
 if __name__ == "__main__":  # the detached runner `spawn_runner` starts: python -m ablate.launch.local QUEUE_FILE

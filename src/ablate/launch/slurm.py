@@ -43,11 +43,33 @@ PROFILE_KEYS = {
 }
 
 # sacct states of a job that has not ended, and the failure cause of those that ended without a result.
-SACCT_LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED",
-              "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-SACCT_CAUSE = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom", "NODE_FAIL": "node_failure",
-               "BOOT_FAIL": "node_failure", "DEADLINE": "timeout", "FAILED": "exception",
-               "COMPLETED": "no_result", "REVOKED": "cancelled", "GONE": "lost"}
+SACCT_LIVE = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SUSPENDED",
+    "CONFIGURING",
+    "COMPLETING",
+    "STAGE_OUT",
+    "SIGNALING",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+}
+SACCT_CAUSE = {
+    "CANCELLED": "cancelled",
+    "TIMEOUT": "timeout",
+    "OUT_OF_MEMORY": "oom",
+    "NODE_FAIL": "node_failure",
+    "BOOT_FAIL": "node_failure",
+    "DEADLINE": "timeout",
+    "FAILED": "exception",
+    "COMPLETED": "no_result",
+    "REVOKED": "cancelled",
+    "GONE": "lost",
+}
 
 
 def slurm_up(timeout: float = 5.0) -> bool:
@@ -75,8 +97,10 @@ def find_profile(profile: str | None = None) -> Path:
     path = Path(name) if by_path else profile_path(name)
     if not path.is_file():
         names = ", ".join(packaged_profiles()) or "none"
-        raise UserError(f"SLURM profile {name!r} not found (looked for {path}); --profile NAME takes one of ablate's "
-                        f"own profiles ({names}), a file of your own goes by path: --profile ./slurm/{path.stem}.yaml")
+        raise UserError(
+            f"SLURM profile {name!r} not found (looked for {path}); --profile NAME takes one of ablate's "
+            f"own profiles ({names}), a file of your own goes by path: --profile ./slurm/{path.stem}.yaml"
+        )
     path = path.resolve()
     if not str(path).isprintable():  # it is written into the sbatch script as a comment line
         raise UserError(f"SLURM profile {str(path)!r}: its path holds control characters; rename the file")

@@ -89,8 +89,17 @@ class Plan:
         return f"{self.sweep}: " + ", ".join(parts) + f" -> {verb}"
 
 
-def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord], verdicts: dict[str, Verdict],
-              executor: str, *, retry_failed: bool = False, force: bool = False, resume_pruned: bool = False) -> Plan:
+def make_plan(
+    sweep_name: str,
+    run_ids: Sequence[str],
+    recs: dict[str, RunRecord],
+    verdicts: dict[str, Verdict],
+    executor: str,
+    *,
+    retry_failed: bool = False,
+    force: bool = False,
+    resume_pruned: bool = False,
+) -> Plan:
     plan = Plan(sweep_name, executor)
     for rid in run_ids:
         rec = recs.get(rid)
@@ -111,8 +120,12 @@ def make_plan(sweep_name: str, run_ids: Sequence[str], recs: dict[str, RunRecord
             continue
         else:
             plan.new.append(rid)
-        if (state in (RunState.NEW, RunState.PREEMPTED) or force or (state == RunState.FAILED and retry_failed)
-                or (state in STOPPED and resume_pruned)):
+        if (
+            state in (RunState.NEW, RunState.PREEMPTED)
+            or force
+            or (state == RunState.FAILED and retry_failed)
+            or (state in STOPPED and resume_pruned)
+        ):
             plan.submit.append(rid)
     return plan
 
@@ -126,8 +139,10 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise UserError(f"{need.label}: train.device=cuda, but this machine has no CUDA device and the local executor "
-                        "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)")
+        raise UserError(
+            f"{need.label}: train.device=cuda, but this machine has no CUDA device and the local executor "
+            "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)"
+        )
 
 
 def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), group_read: bool = False, **options: Any) -> Plan:
@@ -138,11 +153,22 @@ def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), group_read: b
         return submit_sweep(sweep, root=root, group_read=group_read, **options)
 
 
-def submit_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str | None = None,
-                 max_parallel: int | None = None, profile: str | None = None, retry_failed: bool = False,
-                 force: bool = False, job: str = DEFAULT_JOB, echo: Callable[[str], None] | None = print,
-                 monitored: bool = False, after_submit: Callable[[Path], None] | None = None,
-                 resume_pruned: bool = False, group_read: bool = False) -> Plan:
+def submit_sweep(
+    sweep: Any,
+    *,
+    root: Path | str = Path("sweeps"),
+    executor: str | None = None,
+    max_parallel: int | None = None,
+    profile: str | None = None,
+    retry_failed: bool = False,
+    force: bool = False,
+    job: str = DEFAULT_JOB,
+    echo: Callable[[str], None] | None = print,
+    monitored: bool = False,
+    after_submit: Callable[[Path], None] | None = None,
+    resume_pruned: bool = False,
+    group_read: bool = False,
+) -> Plan:
     """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that the plan says to;
     return the plan. Safe to call again at any time. `echo` prints the plan (None: silent). `profile`: a SLURM
     profile name or path (default: the packaged `local`); recipes cannot name one. `monitored`: a monitor may stop
@@ -170,14 +196,31 @@ def submit_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     with ledger.lock():
         recs, verdicts = current_states(ledger, locked=True)
         _record_deaths(ledger, root, sweep.name, recs, verdicts)
-        plan = make_plan(sweep.name, list(by_id), recs, verdicts, kind, retry_failed=retry_failed, force=force,
-                         resume_pruned=resume_pruned)
+        plan = make_plan(
+            sweep.name,
+            list(by_id),
+            recs,
+            verdicts,
+            kind,
+            retry_failed=retry_failed,
+            force=force,
+            resume_pruned=resume_pruned,
+        )
         if echo:
             echo(plan.summary())
         if plan.submit:
             plan.batch = secrets.token_hex(6)
-            debug_jobs = _submit(ledger, root, plan, [by_id[rid] for rid in plan.submit], parallel, slurm_params,
-                                 job=job, force=force, monitored=monitored)
+            debug_jobs = _submit(
+                ledger,
+                root,
+                plan,
+                [by_id[rid] for rid in plan.submit],
+                parallel,
+                slurm_params,
+                job=job,
+                force=force,
+                monitored=monitored,
+            )
     if after_submit is not None:
         after_submit(sdir)
     # Debug runs execute here, in this process, after the lock is released (each job claims its run).
@@ -187,8 +230,9 @@ def submit_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), executor: str
     return plan
 
 
-def _executor_setup(runs: list[RunSpec], executor: str | None, max_parallel: int | None, profile: str | None,
-                    job: str) -> tuple[str, int, dict[str, Any]]:
+def _executor_setup(
+    runs: list[RunSpec], executor: str | None, max_parallel: int | None, profile: str | None, job: str
+) -> tuple[str, int, dict[str, Any]]:
     """(executor, runs at once on the local executor, SLURM parameters), once every check that can fail before
     anything is written has passed: the job function imports, the devices and the SLURM controller are there,
     the profile reads."""
@@ -207,15 +251,27 @@ def _executor_setup(runs: list[RunSpec], executor: str | None, max_parallel: int
     if kind == "slurm":
         slurm_params = load_profile(profile or DEFAULT_PROFILE)  # bad profiles fail before any write
         if not slurm_up():
-            raise UserError("-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
-                            "`scontrol ping` on this host), or run with -e local")
+            raise UserError(
+                "-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
+                "`scontrol ping` on this host), or run with -e local"
+            )
         if asked_parallel:
             slurm_params["array_parallelism"] = int(asked_parallel)  # --max-parallel beats the profile's value
     return kind, parallel, slurm_params
 
 
-def _submit(ledger: Ledger, root: Path, plan: Plan, specs: list[RunSpec], parallel: int,
-            slurm_params: dict[str, Any], *, job: str, force: bool, monitored: bool) -> list[Any]:
+def _submit(
+    ledger: Ledger,
+    root: Path,
+    plan: Plan,
+    specs: list[RunSpec],
+    parallel: int,
+    slurm_params: dict[str, Any],
+    *,
+    job: str,
+    force: bool,
+    monitored: bool,
+) -> list[Any]:
     """Under the ledger lock: write the runs' intent (`submitting`), hand them to the executor, record its answer
     (or, when it refuses, that they failed to submit). Returns the debug executor's jobs, to run after the lock."""
     kind, batch, sdir, lcfg = plan.executor, plan.batch or "", ledger.dir, specs[0].config.launcher
@@ -224,19 +280,30 @@ def _submit(ledger: Ledger, root: Path, plan: Plan, specs: list[RunSpec], parall
         seed_rank = {s: i for i, s in enumerate(dict.fromkeys(r.config.seed for r in specs))}
         specs.sort(key=lambda r: (seed_rank[r.config.seed], not r.baseline))
     _prepare_dirs(root, sdir, specs, plan, kind, force)
-    ledger.append(*({"event": "submitting", "run_id": s.run_id, "batch": batch, "label": s.label,
-                     "executor": kind, "launcher": me(), "max_steps": s.config.train.max_steps,
-                     "prune": monitored and plan.previous.get(s.run_id) not in STOPPED}
-                    for s in specs))
+    ledger.append(
+        *(
+            {
+                "event": "submitting",
+                "run_id": s.run_id,
+                "batch": batch,
+                "label": s.label,
+                "executor": kind,
+                "launcher": me(),
+                "max_steps": s.config.train.max_steps,
+                "prune": monitored and plan.previous.get(s.run_id) not in STOPPED,
+            }
+            for s in specs
+        )
+    )
     crashpoint("after_submitting")
     jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min) for s in specs]
     try:
         if kind == "local":
-            runner = spawn_runner(ledger, batch, jobs, parallel, lcfg.timeout_min, lcfg.max_requeues,
-                                  lcfg.signal_delay_s)
+            runner = spawn_runner(
+                ledger, batch, jobs, parallel, lcfg.timeout_min, lcfg.max_requeues, lcfg.signal_delay_s
+            )
             crashpoint("after_spawn")
-            ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner}
-                            for j in jobs))
+            ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner} for j in jobs))
             plan.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
         elif kind == "slurm":
             _submit_slurm(ledger, plan, jobs, slurm_params, lcfg.timeout_min, lcfg.max_requeues, plan.sweep)
@@ -246,8 +313,9 @@ def _submit(ledger: Ledger, root: Path, plan: Plan, specs: list[RunSpec], parall
         msg = _first_line(e)
         for j in jobs:  # run.json first: once the ledger says failed, run.json agrees
             RunDir.of(root, plan.sweep, j.run_id).try_failed("submit", msg)
-        ledger.append(*({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit",
-                         "error": msg} for j in jobs))
+        ledger.append(
+            *({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit", "error": msg} for j in jobs)
+        )
         raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
     return []
 
@@ -279,8 +347,9 @@ def _check_sweep_dir(sdir: Path, run_ids: Sequence[str]) -> None:
             ownership.check_owned_dir(p, chain=False)
 
 
-def _record_deaths(ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord],
-                   verdicts: dict[str, Verdict]) -> None:
+def _record_deaths(
+    ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord], verdicts: dict[str, Verdict]
+) -> None:
     """Persist what the liveness checks found, so the verdict survives sacct forgetting the job. A run whose job is
     gone but whose run.json says it finished gets the `finished` event its job did not live to write."""
     dead = []
@@ -289,12 +358,29 @@ def _record_deaths(ledger: Ledger, root: Path, name: str, recs: dict[str, RunRec
         if ev is not None:
             dead.append(ev)
         elif v.state == RunState.FAILED:
-            dead.append({"event": "failed", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
-                         "cause": v.cause, "error": v.error, "log": recs[rid].log})
+            dead.append(
+                {
+                    "event": "failed",
+                    "run_id": rid,
+                    "batch": recs[rid].batch,
+                    "job_id": recs[rid].job_id,
+                    "cause": v.cause,
+                    "error": v.error,
+                    "log": recs[rid].log,
+                }
+            )
             RunDir.of(root, name, rid).try_failed(v.cause or "killed", v.error)
         elif v.state == RunState.PREEMPTED:
-            dead.append({"event": "preempted", "run_id": rid, "batch": recs[rid].batch, "job_id": recs[rid].job_id,
-                         "requeue": False, "reason": "preemption"})
+            dead.append(
+                {
+                    "event": "preempted",
+                    "run_id": rid,
+                    "batch": recs[rid].batch,
+                    "job_id": recs[rid].job_id,
+                    "requeue": False,
+                    "reason": "preemption",
+                }
+            )
             RunDir.of(root, name, rid).ended(RunState.PREEMPTED, reason="preempted by the scheduler")
     ledger.append(*dead)
 
@@ -306,19 +392,33 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
         rd = RunDir.of(root, spec.sweep, spec.run_id)
         # a run.json that says finished is archived too when the ledger lost the run (it plans as new): run.json
         # never leaves a finished state in place, so --force must move the directory aside to run it again
-        if force and rd.path.exists() and (plan.previous.get(spec.run_id) in TERMINAL
-                                           or rd.info().status in FINISHED):
+        if force and rd.path.exists() and (plan.previous.get(spec.run_id) in TERMINAL or rd.info().status in FINISHED):
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
             store.make_dirs(store.check_no_links(arch.parent, sdir))
             rd.path.rename(arch)
         rd.clear_rank_reports()  # a failed data-parallel attempt's: its tasks start afresh
         rd.clear_stop_request()  # a prune request the last attempt did not live to obey
-        rd.submitted(run_id=spec.run_id, arm_id=spec.arm_id, label=spec.label, sweep=spec.sweep,
-                     overrides=list(spec.overrides), baseline=spec.baseline, executor=kind, batch=plan.batch or "")
+        rd.submitted(
+            run_id=spec.run_id,
+            arm_id=spec.arm_id,
+            label=spec.label,
+            sweep=spec.sweep,
+            overrides=list(spec.overrides),
+            baseline=spec.baseline,
+            executor=kind,
+            batch=plan.batch or "",
+        )
 
 
-def _submit_slurm(ledger: Ledger, plan: Plan, jobs: list[RunJob], params: dict[str, Any], timeout_min: float,
-                  max_requeues: int, name: str) -> None:
+def _submit_slurm(
+    ledger: Ledger,
+    plan: Plan,
+    jobs: list[RunJob],
+    params: dict[str, Any],
+    timeout_min: float,
+    max_requeues: int,
+    name: str,
+) -> None:
     """One job array per shape of job: a data-parallel run is one job of nproc tasks per node on `nodes` nodes (a
     GPU per task when it trains on CUDA); the profile's other settings apply to all."""
     params = {"time": int(-(-timeout_min // 1)), "job_name": f"ablate-{name}", **params}
@@ -332,8 +432,11 @@ def _submit_slurm(ledger: Ledger, plan: Plan, jobs: list[RunJob], params: dict[s
         ex = submitit.SlurmExecutor(folder=str(ledger.dir / "jobs" / "%j"), max_num_timeout=max_requeues)
         shape: dict[str, Any] = {}
         if nproc * nodes > 1:  # one task per rank; a task that fails ends the job (a dead NCCL peer is not noticed)
-            shape = {"ntasks_per_node": nproc, "nodes": nodes,
-                     "srun_args": [*params.get("srun_args", []), "--kill-on-bad-exit=1"]}
+            shape = {
+                "ntasks_per_node": nproc,
+                "nodes": nodes,
+                "srun_args": [*params.get("srun_args", []), "--kill-on-bad-exit=1"],
+            }
         if gpu_per_task:
             shape["gpus_per_task"] = 1
         ex.update_parameters(**{**params, **shape})
@@ -342,16 +445,22 @@ def _submit_slurm(ledger: Ledger, plan: Plan, jobs: list[RunJob], params: dict[s
         done += zip(group, ex.submit_array(group))  # one sbatch call per shape: a job array
     for j, sj in done:
         plan.job_ids[j.run_id] = sj.job_id
-    ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": sj.job_id}
-                    for j, sj in done))
+    ledger.append(
+        *({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": sj.job_id} for j, sj in done)
+    )
     for j, sj in done:
         RunDir.of(ledger.dir.parent, ledger.dir.name, j.run_id).job(
-            job_id=sj.job_id, job_logs={"stdout": str(sj.paths.stdout), "stderr": str(sj.paths.stderr)})
+            job_id=sj.job_id, job_logs={"stdout": str(sj.paths.stdout), "stderr": str(sj.paths.stderr)}
+        )
 
 
 def _submit_debug(ledger: Ledger, plan: Plan, jobs: list[RunJob]) -> list[Any]:
     ex = submitit.DebugExecutor(folder=str(ledger.dir / "jobs" / "%j"))
     out = [ex.submit(j) for j in jobs]
-    ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": dj.job_id}
-                    for j, dj in zip(jobs, out)))
+    ledger.append(
+        *(
+            {"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": dj.job_id}
+            for j, dj in zip(jobs, out)
+        )
+    )
     return out

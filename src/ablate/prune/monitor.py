@@ -64,8 +64,9 @@ class Monitor:
             recs = self.ledger.fold()
         return {rid: r for rid, r in recs.items() if r.prune and r.state in LIVE and rid not in self._dead}
 
-    def stop(self, run_id: str, state: RunState, reason: str, step: int | None, max_steps: int | None,
-             batch: str) -> None:
+    def stop(
+        self, run_id: str, state: RunState, reason: str, step: int | None, max_steps: int | None, batch: str
+    ) -> None:
         """Ask run `run_id` to stop in `state`, and record why, unless it has been asked already, is about to end
         anyway, or is no longer the live submission `batch` the decision was made about."""
         rd = self.rd(run_id)
@@ -77,8 +78,10 @@ class Monitor:
         if rec is None or not rec.prune or rec.state not in LIVE or rec.batch != batch:
             return  # it ended, or was submitted again, while the check ran: the decision was about another run
         rd.request_stop(state, reason, step=step)
-        store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "run_id": run_id, "state": state,
-                                            "reason": reason, "step": step})
+        store.append_jsonl(
+            self.decisions,
+            {"t": round(time.time(), 3), "run_id": run_id, "state": state, "reason": reason, "step": step},
+        )
         self.log(f"{time.strftime('%H:%M:%S')} {state} {run_id} at step {step}: {reason}")
 
     def tick(self) -> bool:
@@ -99,16 +102,18 @@ class Monitor:
             if isinstance(step, int) and rec.max_steps:
                 steps[rid] = (step, rec.max_steps)
         # pending runs have nothing to check yet; the running ones must all have moved on
-        due = bool(steps) and all(st - self.checked_at.get(rid, 0) >= self.s.check_every * mx
-                                  for rid, (st, mx) in steps.items())
+        due = bool(steps) and all(
+            st - self.checked_at.get(rid, 0) >= self.s.check_every * mx for rid, (st, mx) in steps.items()
+        )
         if due:
             for rid, (st, _) in steps.items():
                 self.checked_at[rid] = st
             try:
                 self.settled_check(live)
             except Exception as e:  # a check that breaks must not end the monitor: the broken checks go on
-                self.log(f"settled check failed ({type(e).__name__}: {e}); the next one retries\n"
-                         + traceback.format_exc())
+                self.log(
+                    f"settled check failed ({type(e).__name__}: {e}); the next one retries\n" + traceback.format_exc()
+                )
         return True
 
     def settled_check(self, live: dict[str, RunRecord]) -> None:
@@ -127,8 +132,9 @@ class Monitor:
         else:
             why = "--prune-to" if self.s.to is not None else "an earlier monitor of this sweep"
         if recorded_target(self.sdir, self.s.x) != self.target:  # what `rank` reads the settled verdicts at
-            store.append_jsonl(self.decisions, {"t": round(time.time(), 3), "target": self.target, "x": self.s.x,
-                                                "why": why})
+            store.append_jsonl(
+                self.decisions, {"t": round(time.time(), 3), "target": self.target, "x": self.s.x, "why": why}
+            )
             self.log(f"settled checks rank at {self.target:.4g} {self.s.x} ({why})")
         try:
             ranking, arms = settled(curves, ends, self.target, self.s, skipped)
@@ -138,9 +144,14 @@ class Monitor:
         if ranking.baseline is None:
             self.log("settled check skipped: the sweep has no baseline arm to read verdicts against")
             return
-        self.log(f"{time.strftime('%H:%M:%S')} settled check: " + "; ".join(
-            f"{a.arm} {a.verdict} {a.advice.standing}" + (f" ({(a.p_change or 0.0) * a.futures_n:.0f}/{a.futures_n} "
-                                                          "futures changed)" if a.futures_n else "") for a in arms))
+        self.log(
+            f"{time.strftime('%H:%M:%S')} settled check: "
+            + "; ".join(
+                f"{a.arm} {a.verdict} {a.advice.standing}"
+                + (f" ({(a.p_change or 0.0) * a.futures_n:.0f}/{a.futures_n} futures changed)" if a.futures_n else "")
+                for a in arms
+            )
+        )
         by_arm: dict[str, list[tuple[str, RunInfo]]] = {}
         for rid in live:
             info = self.rd(rid).info()
@@ -150,8 +161,14 @@ class Monitor:
                 continue
             # every live run of the arm, pending ones too: the verdict was settled on the runs it has
             for rid, info in by_arm.get(a.arm, []):
-                self.stop(rid, RunState.PRUNED, f"verdict {a.verdict} settled at {a.compute_now:.4g} {self.s.x}: "
-                          f"{a.advice.grounds}", info.step, info.max_steps, live[rid].batch)
+                self.stop(
+                    rid,
+                    RunState.PRUNED,
+                    f"verdict {a.verdict} settled at {a.compute_now:.4g} {self.s.x}: {a.advice.grounds}",
+                    info.step,
+                    info.max_steps,
+                    live[rid].batch,
+                )
 
 
 def watch_sweep(sweep_dir: str | Path, settings: dict[str, Any] | None = None, poll_s: float = 2.0) -> None:
@@ -174,8 +191,12 @@ def monitor_alive(sweep_dir: Path) -> bool:
     if not isinstance(d, dict):
         return False
     pid, start = d.get("pid"), d.get("start")
-    ok = (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**22
-          and (start is None or (isinstance(start, int) and not isinstance(start, bool) and 0 <= start < 2**63)))
+    ok = (
+        isinstance(pid, int)
+        and not isinstance(pid, bool)
+        and 0 < pid < 2**22
+        and (start is None or (isinstance(start, int) and not isinstance(start, bool) and 0 <= start < 2**63))
+    )
     return ok and proc_alive(pid, start)
 
 
@@ -188,8 +209,13 @@ def ensure_monitor(sweep_dir: Path, settings: PruneSettings) -> dict[str, int] |
             return None
         threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         with store.safe_open(pdir / "monitor.log", "ab") as log:
-            proc = start_module("ablate.prune.monitor", [str(sweep_dir), json.dumps(settings.to_json())], env=threads,
-                                log=log, detach=True)
+            proc = start_module(
+                "ablate.prune.monitor",
+                [str(sweep_dir), json.dumps(settings.to_json())],
+                env=threads,
+                log=log,
+                detach=True,
+            )
         me = {"pid": proc.pid, "start": proc_start(proc.pid) or 0}
         store.write_json(pdir / "monitor.json", {**me, "settings": settings.to_json()})
         return me
@@ -204,8 +230,10 @@ def start_hook(settings: PruneSettings, echo: Callable[[str], None] | None = pri
             return
         started = ensure_monitor(sweep_dir, settings)
         if echo:
-            echo(f"prune monitor {'started' if started else 'already watching'}: decisions in "
-                 f"{sweep_dir / 'prune' / 'decisions.jsonl'}")
+            echo(
+                f"prune monitor {'started' if started else 'already watching'}: decisions in "
+                f"{sweep_dir / 'prune' / 'decisions.jsonl'}"
+            )
 
     return start
 

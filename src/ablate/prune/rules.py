@@ -46,11 +46,13 @@ def broken(metrics: list[dict[str, Any]], s: PruneSettings) -> str | None:
     """Why a run's metrics say it is broken (docs/run-directory.md, "Pruning"), or None."""
     evals = [m for m in metrics if isinstance(m.get("val_pass_rate"), (int, float))]
     trunc = [m for m in evals if isinstance(m.get("truncation_rate"), (int, float))]
-    last = trunc[-s.truncation_evals:]
+    last = trunc[-s.truncation_evals :]
     if len(last) >= s.truncation_evals and all(m["truncation_rate"] > TRUNCATION_WARN for m in last):
         steps = ", ".join(str(m.get("step")) for m in last)
-        return (f"truncation above {TRUNCATION_WARN:.0%} at {len(last)} evaluations in a row (steps {steps}; "
-                f"last {last[-1]['truncation_rate']:.0%}): unstable")
+        return (
+            f"truncation above {TRUNCATION_WARN:.0%} at {len(last)} evaluations in a row (steps {steps}; "
+            f"last {last[-1]['truncation_rate']:.0%}): unstable"
+        )
     r0 = next((m for m in evals if m.get("step") == 0), None)
     if r0 is None or len(evals) < s.collapse_evals + 1:
         return None
@@ -59,15 +61,22 @@ def broken(metrics: list[dict[str, Any]], s: PruneSettings) -> str | None:
     if not isinstance(n, (int, float)) or n <= 0 or not 0.0 < p0 < 1.0:
         return None
     floor = p0 - s.collapse_sd * math.sqrt(p0 * (1 - p0) / float(n))
-    tail = evals[-s.collapse_evals:]
+    tail = evals[-s.collapse_evals :]
     if all(m.get("step") != 0 and float(m["val_pass_rate"]) < floor for m in tail):
-        return (f"pass rate {float(tail[-1]['val_pass_rate']):.3f} below R0 {p0:.3f} by more than {s.collapse_sd:g} "
-                f"sd of evaluation noise at {len(tail)} evaluations in a row: collapsed")
+        return (
+            f"pass rate {float(tail[-1]['val_pass_rate']):.3f} below R0 {p0:.3f} by more than {s.collapse_sd:g} "
+            f"sd of evaluation noise at {len(tail)} evaluations in a row: collapsed"
+        )
     return None
 
 
-def settled(curves: list, ends: dict[str, RunEnd], target: float, s: PruneSettings,
-            not_fitted: list[dict[str, Any]] | None = None) -> tuple[Ranking, list[ArmOutlook]]:
+def settled(
+    curves: list,
+    ends: dict[str, RunEnd],
+    target: float,
+    s: PruneSettings,
+    not_fitted: list[dict[str, Any]] | None = None,
+) -> tuple[Ranking, list[ArmOutlook]]:
     """The settled check on curves as they stand: the ranking (at `target`) and each arm's outlook, whose advice
     is Standing.SETTLED for the arms to stop."""
     ranking = rank(curves, FitOptions(n_boot=200, target=target, seed=s.seed), x=s.x, not_fitted=not_fitted)
@@ -100,17 +109,32 @@ def replay(curves: list, target: float, s: PruneSettings) -> Replay:
 
     def cut(c, share: float, pruned: bool):
         keep = c.x <= share * end[c.run] * (1 + 1e-9)
-        return replace(c, x=c.x[keep], y=c.y[keep], n=None if c.n is None else c.n[keep],
-                       stopped=RunState.PRUNED.value if pruned else c.stopped)
+        return replace(
+            c,
+            x=c.x[keep],
+            y=c.y[keep],
+            n=None if c.n is None else c.n[keep],
+            stopped=RunState.PRUNED.value if pruned else c.stopped,
+        )
 
     k = 1
     while k * s.check_every < 1.0 - 1e-9:
         share = k * s.check_every
         k += 1
         now = [cut(c, stopped.get(c.run, share), c.run in stopped) for c in curves]
-        ends = {c.run: RunEnd(run=c.run, arm=c.group or c.run, x_now=float(c.x[-1]),
-                              x_end=float(c.x[-1]) if c.run in stopped else end[c.run], step=None, max_steps=None,
-                              gpu_hours_per_x=None, ended=c.run in stopped) for c in now}
+        ends = {
+            c.run: RunEnd(
+                run=c.run,
+                arm=c.group or c.run,
+                x_now=float(c.x[-1]),
+                x_end=float(c.x[-1]) if c.run in stopped else end[c.run],
+                step=None,
+                max_steps=None,
+                gpu_hours_per_x=None,
+                ended=c.run in stopped,
+            )
+            for c in now
+        }
         if all(e.ended for e in ends.values()):
             break
         try:
@@ -125,8 +149,12 @@ def replay(curves: list, target: float, s: PruneSettings) -> Replay:
     full = rank(curves, opts, x=s.x)
     pruned = rank([cut(c, stopped.get(c.run, 1.0), c.run in stopped) for c in curves], opts, x=s.x)
     total = sum(end.values())
-    return Replay(stopped=stopped, full=full, pruned=pruned,
-                  spent=sum(end[r] * stopped.get(r, 1.0) for r in end) / total if total > 0 else 1.0)
+    return Replay(
+        stopped=stopped,
+        full=full,
+        pruned=pruned,
+        spent=sum(end[r] * stopped.get(r, 1.0) for r in end) / total if total > 0 else 1.0,
+    )
 
 
 def recorded_target(sweep_dir: Path, x: str) -> float | None:
@@ -135,13 +163,24 @@ def recorded_target(sweep_dir: Path, x: str) -> float | None:
     if not path.is_file():
         return None
 
-    got = [t for d in store.read_jsonl(path)  # read_jsonl skips damaged lines and ones nested too deeply
-           if d.get("x") == x and (t := store.finite_number(d.get("target"))) is not None and t > 0]
+    got = [
+        t
+        for d in store.read_jsonl(path)  # read_jsonl skips damaged lines and ones nested too deeply
+        if d.get("x") == x and (t := store.finite_number(d.get("target"))) is not None and t > 0
+    ]
     return got[-1] if got else None
 
 
-def simulate(arms: dict[str, dict[str, float]], *, shape: str = "scalerl-8b", noise: str = "seeds", seeds: int = 3,
-             f: float = 0.9, seed: int = 0, settings: PruneSettings | None = None) -> dict[str, Any]:
+def simulate(
+    arms: dict[str, dict[str, float]],
+    *,
+    shape: str = "scalerl-8b",
+    noise: str = "seeds",
+    seeds: int = 3,
+    f: float = 0.9,
+    seed: int = 0,
+    settings: PruneSettings | None = None,
+) -> dict[str, Any]:
     """One simulated sweep with known truth, run in full and pruned by `replay`: `arms` maps each arm to its
     effect on the baseline's curve (fit/calibrate's shapes and noises; the first arm is the baseline, every run
     ends where the baseline has made a share `f` of its gain, verdicts are read at twice that). Returns
@@ -158,12 +197,22 @@ def simulate(arms: dict[str, dict[str, float]], *, shape: str = "scalerl-8b", no
         made, _ = simulate_arm(sh, nz, effect, seeds, f, rng, arm)
         for c in made:
             keep = c.x <= budget * (1 + 1e-9)  # the continuation past the window is the held-out truth: not run
-            curves.append(replace(c, x=c.x[keep], y=c.y[keep], n=None if c.n is None else c.n[keep],
-                                            meta={**c.meta, "baseline": k == 0}))
+            curves.append(
+                replace(
+                    c,
+                    x=c.x[keep],
+                    y=c.y[keep],
+                    n=None if c.n is None else c.n[keep],
+                    meta={**c.meta, "baseline": k == 0},
+                )
+            )
     s = settings or PruneSettings(x="gpu_hours", seed=seed)
     r = replay(curves, 2.0 * budget, s)
     arm_of = {c.run: c.group for c in curves}
-    return {"full": {a.arm: verdict_key(a) for a in r.full.arms},
-            "practical": {a.arm: a.practical for a in r.full.arms},
-            "pruned": {a.arm: verdict_key(a) for a in r.pruned.arms},
-            "stopped": {arm_of[run]: share for run, share in r.stopped.items()}, "spent": r.spent}
+    return {
+        "full": {a.arm: verdict_key(a) for a in r.full.arms},
+        "practical": {a.arm: a.practical for a in r.full.arms},
+        "pruned": {a.arm: verdict_key(a) for a in r.pruned.arms},
+        "stopped": {arm_of[run]: share for run, share in r.stopped.items()},
+        "spent": r.spent,
+    }

@@ -54,8 +54,9 @@ def figure_path(path: Path | str) -> Path:
         raise UserError(f"--plot {path}: is a directory; give a file name, e.g. --plot {path / 'fit.png'}")
     formats = figure_formats()
     if path.suffix[1:].lower() not in formats:
-        raise UserError(f"--plot {path}: can't write '{path.suffix}' figures; use one of: "
-                        + ", ".join("." + f for f in formats))
+        raise UserError(
+            f"--plot {path}: can't write '{path.suffix}' figures; use one of: " + ", ".join("." + f for f in formats)
+        )
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
@@ -108,8 +109,15 @@ def _thin(mask: np.ndarray) -> np.ndarray:
     return idx[:: max(1, idx.size // MAX_DRAWN_POINTS)]
 
 
-def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str | None = None,
-              title: str | None = None, heldout_from: float | None = None, xlabel: str = "compute") -> Path:
+def plot_fits(
+    results: Sequence[FitResult],
+    path: Path | str,
+    *,
+    highlight: str | None = None,
+    title: str | None = None,
+    heldout_from: float | None = None,
+    xlabel: str = "compute",
+) -> Path:
     """Points, fitted curve (solid in the window, dashed beyond), the interval band up to the target,
     the fit window shaded, and points past `heldout_from` marked as held out. Log-compute x axis."""
     plt = _plt()
@@ -133,8 +141,15 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
                 k = _thin(held)
                 first = held.any() and not labelled_held
                 labelled_held |= bool(first)
-                ax.scatter(c.x[k], c.y[k], s=22, facecolors="none", edgecolors=color, marker="D",
-                           label=as_figure_text(f"{r.run}: held out") if first else None)
+                ax.scatter(
+                    c.x[k],
+                    c.y[k],
+                    s=22,
+                    facecolors="none",
+                    edgecolors=color,
+                    marker="D",
+                    label=as_figure_text(f"{r.run}: held out") if first else None,
+                )
                 out &= ~held
             k = _thin(out)
             ax.scatter(c.x[k], c.y[k], s=9, facecolors="none", edgecolors=color, alpha=0.6)
@@ -150,8 +165,16 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
         if band is not None:
             ax.fill_between(xs, band[0], band[1], color=color, alpha=0.12, lw=0)
         if r.pred_ci is not None:  # the interval the tables report at the target (an arm's: from its seeds)
-            ax.errorbar([r.target], [r.pred_at_target], yerr=[[r.pred_at_target - r.pred_ci[0]],
-                        [r.pred_ci[1] - r.pred_at_target]], color=color, capsize=4, lw=1.4, fmt="o", ms=4)
+            ax.errorbar(
+                [r.target],
+                [r.pred_at_target],
+                yerr=[[r.pred_at_target - r.pred_ci[0]], [r.pred_ci[1] - r.pred_at_target]],
+                color=color,
+                capsize=4,
+                lw=1.4,
+                fmt="o",
+                ms=4,
+            )
         if r.identifiable:  # a ceiling line only where the ceiling is measured
             ax.axhline(r.A, color=color, lw=0.8, ls=":", alpha=0.7)
     if lo_all > 0:
@@ -160,9 +183,13 @@ def plot_fits(results: Sequence[FitResult], path: Path | str, *, highlight: str 
     ax.set_xscale("log")
     ax.set_xlabel(as_figure_text(xlabel))
     ax.set_ylabel("validation pass rate")
-    ax.set_title(as_figure_text(title) if title else "ScaleRL sigmoid fits (dashed: extrapolation; band: the fit's "
-                 "interval; "
-                 "bar: the reported interval at the target; dotted: ceiling A)")
+    ax.set_title(
+        as_figure_text(title)
+        if title
+        else "ScaleRL sigmoid fits (dashed: extrapolation; band: the fit's "
+        "interval; "
+        "bar: the reported interval at the target; dotted: ceiling A)"
+    )
     ax.grid(alpha=0.25, which="both")
     ax.legend(fontsize=7, loc="lower right")
     _tight(fig)
@@ -211,52 +238,61 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
         a_s, r_t, target = sh["A_shared"], sh["target_pass_rate"], ranking.target
         ratio = sh["compute_ratio"]
         for who, fit, b, c_mid, color, reach in (
-                ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", target),
-                ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, ratio * target)):
+            ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", target),
+            ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, ratio * target),
+        ):
             x, y = _window_points(fit)
             px, pf = _log_f(x, y, fit.R0, a_s)
             ax.scatter(px, pf, s=7, color=color, alpha=0.45)
             hi = max(float(x.max()), target, reach if math.isfinite(reach) else 0.0)
             xs = np.geomspace(float(x.min()), hi, 100)
             name = base.arm if who == "baseline" else arm.arm
-            ax.plot(xs, (xs / c_mid) ** b, color=color, lw=2.0 if who == "baseline" else 1.5,
-                    label=as_figure_text(f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}"))
+            ax.plot(
+                xs,
+                (xs / c_mid) ** b,
+                color=color,
+                lw=2.0 if who == "baseline" else 1.5,
+                label=as_figure_text(f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}"),
+            )
             if math.isfinite(reach) and fit.R0 < r_t < a_s:
                 ax.plot([reach], [(r_t - fit.R0) / (a_s - r_t)], marker="o", ms=7, mfc="none", mec=color)
         ci = sh["compute_ratio_ci"]
         ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        ax.set_title(as_figure_text(f"{arm.arm}: {verdict_cell(arm).plain}") + f"\n{ratio_text}, A shared {a_s:.3f}",
-                     fontsize=9)
+        ax.set_title(
+            as_figure_text(f"{arm.arm}: {verdict_cell(arm).plain}") + f"\n{ratio_text}, A shared {a_s:.3f}", fontsize=9
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.grid(alpha=0.25, which="both")
         ax.legend(fontsize=7, loc="upper left")
-    for ax in list(axes.flat)[len(pairs):]:
+    for ax in list(axes.flat)[len(pairs) :]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel(as_figure_text(f"compute ({ranking.x})"))
     for ax in axes[:, 0]:
         ax.set_ylabel("F(R) = (R - R0) / (A - R)")
     how = "a shared ceiling per pair" if ranking.shared_a is None else "one ceiling for every arm"
-    fig.suptitle(f"efficiency against the baseline under {how} (slope = B; circles: reaching the "
-                 f"baseline's R at {target:g})", fontsize=10)
+    fig.suptitle(
+        f"efficiency against the baseline under {how} (slope = B; circles: reaching the baseline's R at {target:g})",
+        fontsize=10,
+    )
     others = [f"{a.arm} ({verdict_cell(a).plain})" for a in ranking.arms if a.shared is None and a is not base]
     if others:
         shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
-        fig.text(0.01, 0.005, as_figure_text(f"no panel (not compared on efficiency): {shown}"), fontsize=7,
-                 color="grey")
+        fig.text(
+            0.01, 0.005, as_figure_text(f"no panel (not compared on efficiency): {shown}"), fontsize=7, color="grey"
+        )
     _tight(fig, rect=(0, 0.03 if others else 0, 1, 1))
     return _save(fig, Path(path))
-
-
 
 
 def figures_line(plot: Path, efficiency: Path | None) -> str:
     """rank's last line: the figures it wrote (markup, paths escaped), or why there is no efficiency figure."""
     from ablate.render.terminal import esc
 
-    return f"figures: {esc(str(plot))}" + (f", {esc(str(efficiency))}" if efficiency else
-                                           " (no arm was compared on efficiency: no efficiency figure)")
+    return f"figures: {esc(str(plot))}" + (
+        f", {esc(str(efficiency))}" if efficiency else " (no arm was compared on efficiency: no efficiency figure)"
+    )
 
 
 def rank_figure_paths(plot: Path | None) -> tuple[Path, Path] | None:
@@ -270,6 +306,11 @@ def rank_figure_paths(plot: Path | None) -> tuple[Path, Path] | None:
 
 def plot_rank(ranking: Ranking, plot: Path, efficiency: Path) -> Path | None:
     """rank's figures: every arm's fit (baseline in black), and the efficiency panels (None: no arm compared)."""
-    plot_fits([a.fit for a in ranking.arms], plot, highlight=ranking.baseline, xlabel=f"compute ({ranking.x})",
-              title=f"arms fitted on {ranking.opts.window_text()} (baseline in black)")
+    plot_fits(
+        [a.fit for a in ranking.arms],
+        plot,
+        highlight=ranking.baseline,
+        xlabel=f"compute ({ranking.x})",
+        title=f"arms fitted on {ranking.opts.window_text()} (baseline in black)",
+    )
     return plot_efficiency(ranking, efficiency)

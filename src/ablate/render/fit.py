@@ -28,10 +28,19 @@ def fit_table(results: Iterable[FitResult], *, title: str | None = None) -> Tabl
     results = list(results)
     target = results[0].target if results else 16000
     t = Table(title=title, header_style="bold")
-    columns: list[tuple[str, dict[str, Any]]] = [("run", {}), ("R0", {"justify": "right"}), ("A", {"justify": "right"}),
-                    ("B", {"justify": "right"}), ("C_mid", {"justify": "right"}), ("window", {}),
-                    ("n", {"justify": "right"}), ("f", {"justify": "right"}), ("status", {}),
-                    (f"R@{target:g}", {"justify": "right"}), ("noise: drift sd / rho", {"justify": "right"})]
+    columns: list[tuple[str, dict[str, Any]]] = [
+        ("run", {}),
+        ("R0", {"justify": "right"}),
+        ("A", {"justify": "right"}),
+        ("B", {"justify": "right"}),
+        ("C_mid", {"justify": "right"}),
+        ("window", {}),
+        ("n", {"justify": "right"}),
+        ("f", {"justify": "right"}),
+        ("status", {}),
+        (f"R@{target:g}", {"justify": "right"}),
+        ("noise: drift sd / rho", {"justify": "right"}),
+    ]
     for col, kw in columns:
         t.add_column(col, **kw)
     for r in results:
@@ -64,8 +73,11 @@ def interval_text(results: Sequence[FitResult]) -> str:
     """The interval method, once: each run's own noise is in the table's noise column and in --json."""
     kinds = {r.interval_method.split(" (")[0] for r in results}
     if len(kinds) == 1:
-        return results[0].interval_method if len(results) == 1 else (
-            kinds.pop() + " (each run from its own measured noise: see the noise column)")
+        return (
+            results[0].interval_method
+            if len(results) == 1
+            else (kinds.pop() + " (each run from its own measured noise: see the noise column)")
+        )
     return "; ".join(sorted(kinds))
 
 
@@ -91,8 +103,15 @@ def sensitivity_table(results: Iterable[FitResult]) -> Table | None:
             mark = "" if row["identifiable"] else "not identified"
             if row["cutoff"] == 1.0 and r.unstable:
                 mark = "[red]unstable[/]"
-            t.add_row(cell(r.run), f"{row['fit_until']:g} ({row['cutoff']:.0%})", num(row["A"]), num(row["B"], 2),
-                      num(row["C_mid"]), num(row["pred_at_target"]), mark)
+            t.add_row(
+                cell(r.run),
+                f"{row['fit_until']:g} ({row['cutoff']:.0%})",
+                num(row["A"]),
+                num(row["B"], 2),
+                num(row["C_mid"]),
+                num(row["pred_at_target"]),
+                mark,
+            )
     return t
 
 
@@ -100,10 +119,27 @@ def calibration_table(rows: list[dict[str, Any]]) -> Table:
     """`ablate calibrate`: one row per cell: coverage, false-call rate, power, ceiling calls, not identified, how
     often `equivalent` is found (the right answer on identical arms) and claimed falsely (on any real effect; at
     the smallest effect that matters, effects marked *, it is the equivalence test's size)."""
-    t = Table(title="calibration by simulation (targets: coverage >= 0.90, false calls <= 0.05, false equivalent "
-              "<= 0.05)", header_style="bold")
-    for col in ("shape", "noise", "seeds", "floor", "f", "effect", "trials", "cover A", "cover R@to", "false calls",
-                "power", "ceiling calls", "not identified", "equivalent", "false equiv"):
+    t = Table(
+        title="calibration by simulation (targets: coverage >= 0.90, false calls <= 0.05, false equivalent <= 0.05)",
+        header_style="bold",
+    )
+    for col in (
+        "shape",
+        "noise",
+        "seeds",
+        "floor",
+        "f",
+        "effect",
+        "trials",
+        "cover A",
+        "cover R@to",
+        "false calls",
+        "power",
+        "ceiling calls",
+        "not identified",
+        "equivalent",
+        "false equiv",
+    ):
         t.add_column(col, justify="left" if col in ("shape", "noise", "effect", "floor") else "right")
 
     def rate(v, bad=None) -> str:
@@ -113,20 +149,32 @@ def calibration_table(rows: list[dict[str, Any]]) -> Table:
         return f"[red]{text}[/]" if bad is not None and bad(v) else text
 
     for r in rows:
-        t.add_row(r["shape"], r["noise"], str(r["seeds"]), r.get("floor", "own"), f"{r['f']:.2f}",
-                  r["effect"] + ("*" if r.get("boundary") else ""), str(r["trials"]),
-                  rate(r["coverage_A"], lambda v: v < 0.90), rate(r["coverage_pred"], lambda v: v < 0.90),
-                  rate(r["false_call_rate"], lambda v: v > 0.05), rate(r["power"]), rate(r["ceiling_calls"]),
-                  rate(r["not_identified"]), rate(r.get("equivalent_rate")),
-                  rate(r.get("false_equivalent_rate"), lambda v: v > 0.05))
+        t.add_row(
+            r["shape"],
+            r["noise"],
+            str(r["seeds"]),
+            r.get("floor", "own"),
+            f"{r['f']:.2f}",
+            r["effect"] + ("*" if r.get("boundary") else ""),
+            str(r["trials"]),
+            rate(r["coverage_A"], lambda v: v < 0.90),
+            rate(r["coverage_pred"], lambda v: v < 0.90),
+            rate(r["false_call_rate"], lambda v: v > 0.05),
+            rate(r["power"]),
+            rate(r["ceiling_calls"]),
+            rate(r["not_identified"]),
+            rate(r.get("equivalent_rate")),
+            rate(r.get("false_equivalent_rate"), lambda v: v > 0.05),
+        )
     return t
 
 
 def forms_table(forms: dict[str, dict[str, float]]) -> Table:
     """Rolling-origin backtest: mean absolute error of each form's forecast, per run; best marked."""
     names = list(next(iter(forms.values())))
-    t = Table(title="which form extrapolates best (rolling-origin backtest, MAE on unseen later points)",
-              header_style="bold")
+    t = Table(
+        title="which form extrapolates best (rolling-origin backtest, MAE on unseen later points)", header_style="bold"
+    )
     t.add_column("run")
     for n in names:
         t.add_column(n, justify="right")
@@ -157,33 +205,47 @@ def print_defaults(console: Console, target_text: str, axis_text: str | None, ax
 def extrapolation_table(ex: Extrapolation) -> Table:
     """The projected run: its fit, whether it is identified, R at the target, and the held-out check."""
     f = ex.fit
-    t = Table(title=f"{esc(ex.subject)}: fitted on {f.window[0]:g}..{f.window[1]:g}, {ex.reach_word} to {f.target:g}",
-              header_style="bold", show_header=False)
+    t = Table(
+        title=f"{esc(ex.subject)}: fitted on {f.window[0]:g}..{f.window[1]:g}, {ex.reach_word} to {f.target:g}",
+        header_style="bold",
+        show_header=False,
+    )
     t.add_column("what", style="bold")
     t.add_column("value")
-    t.add_row("fit", f"A {fmt_pm(f.A, f.A_ci)}   B {fmt_pm(f.B, f.B_ci, 2)}   C_mid {fmt_range(f.C_mid, f.C_mid_ci)}   "
-                     f"R0 {num(f.R0)}   ({f.n_points} points, {f.n_runs} run(s))")
-    t.add_row("identifiable", f"{'yes' if f.identifiable else '[red]no[/]'} — status {f.status}, "
-                              f"gain reached f = {f.gain_fraction:.2f}")
+    t.add_row(
+        "fit",
+        f"A {fmt_pm(f.A, f.A_ci)}   B {fmt_pm(f.B, f.B_ci, 2)}   C_mid {fmt_range(f.C_mid, f.C_mid_ci)}   "
+        f"R0 {num(f.R0)}   ({f.n_points} points, {f.n_runs} run(s))",
+    )
+    t.add_row(
+        "identifiable",
+        f"{'yes' if f.identifiable else '[red]no[/]'} — status {f.status}, gain reached f = {f.gain_fraction:.2f}",
+    )
     ci = f"  [{f.pred_ci[0]:.3f}, {f.pred_ci[1]:.3f}]" if f.pred_ci else ""
     t.add_row(f"R at {f.target:g}", f"[bold]{f.pred_at_target:.3f}[/]{ci}")
     if f.target_r is not None:
         c = f.compute_to_target
-        cci = (f"  [{num(f.compute_to_target_ci[0])}, {num(f.compute_to_target_ci[1])}]"
-               if f.compute_to_target_ci else "")
+        cci = (
+            f"  [{num(f.compute_to_target_ci[0])}, {num(f.compute_to_target_ci[1])}]" if f.compute_to_target_ci else ""
+        )
         t.add_row(f"compute to R = {f.target_r:g}", (num(c) + cci) if c is not None else "never (above the ceiling A)")
     if ex.heldout:
         last = ex.heldout[-1]
-        t.add_row("held-out check", f"{len(ex.heldout)} points past {f.window[1]:g}: MAE {ex.heldout_mae:.4f}; "
-                                    f"at {last['x']:g} observed {last['y']:.3f}, predicted {last['pred']:.3f}")
+        t.add_row(
+            "held-out check",
+            f"{len(ex.heldout)} points past {f.window[1]:g}: MAE {ex.heldout_mae:.4f}; "
+            f"at {last['x']:g} observed {last['y']:.3f}, predicted {last['pred']:.3f}",
+        )
     return t
 
 
 def print_fit(console: Console, report: FitReport, inputs: Inputs, *, window: bool, plot: Path | None) -> None:
     """The whole `ablate fit` report: how the fits were made, the table, the notes, the forms' backtest."""
     results, opts = report.results, report.opts
-    console.print(f"fit window {opts.window_text()} of '{esc(inputs.x)}'; {r0_text(results, opts)}; method "
-                  f"{opts.method}; intervals: {esc(interval_text(results))}")
+    console.print(
+        f"fit window {opts.window_text()} of '{esc(inputs.x)}'; {r0_text(results, opts)}; method "
+        f"{opts.method}; intervals: {esc(interval_text(results))}"
+    )
     print_defaults(console, report.target_text, inputs.axis_text, inputs.axis_note)
     console.print(fit_table(results))
     if window:
@@ -191,16 +253,19 @@ def print_fit(console: Console, report: FitReport, inputs: Inputs, *, window: bo
     print_notes(console, results)
     if opts.target_r is not None:
         for r in results:
-            console.print(f"  {esc(r.run)}: compute to reach {opts.target_r:g}: "
-                          f"{fmt_pm(r.compute_to_target, r.compute_to_target_ci)}")
+            console.print(
+                f"  {esc(r.run)}: compute to reach {opts.target_r:g}: "
+                f"{fmt_pm(r.compute_to_target, r.compute_to_target_ci)}"
+            )
     if report.forms is not None:
         console.print(forms_table(report.forms))
     if plot is not None:
         console.print(f"figure: {esc(str(plot))}")
 
 
-def print_extrapolation(console: Console, report: ExtrapolationReport, inputs: Inputs, *, window: bool,
-                        plot: Path | None) -> None:
+def print_extrapolation(
+    console: Console, report: ExtrapolationReport, inputs: Inputs, *, window: bool, plot: Path | None
+) -> None:
     """The whole `ablate extrapolate` report: its subject (and why), the target and axis, the table, the notes."""
     ex = report.projection
     picked = " (highest predicted pass rate at the target; its verdict: ablate rank)" if report.by_rank else ""

@@ -31,13 +31,20 @@ def design_rows(result: PlanResult) -> list[dict[str, Any]]:
         best = d["best"]
         for r in d["rungs"]:
             s = r["seeds"]
-            rows.append({
-                "question": d["question"], "compute": r["compute"],
-                "steps": None if not m.steps_per_x else round(r["compute"] * m.steps_per_x),
-                "seeds": s, "power": r["power"], "se": r["se"], "why": r.get("why", ""),
-                "gpu_hours_arm": None if s is None else gpu_hours(m, r["compute"], s),
-                "gpu_hours_sweep": None if s is None else gpu_hours(m, r["compute"], s * m.arms),
-                "best": best is not None and best["compute"] == r["compute"] and best["seeds"] == s})
+            rows.append(
+                {
+                    "question": d["question"],
+                    "compute": r["compute"],
+                    "steps": None if not m.steps_per_x else round(r["compute"] * m.steps_per_x),
+                    "seeds": s,
+                    "power": r["power"],
+                    "se": r["se"],
+                    "why": r.get("why", ""),
+                    "gpu_hours_arm": None if s is None else gpu_hours(m, r["compute"], s),
+                    "gpu_hours_sweep": None if s is None else gpu_hours(m, r["compute"], s * m.arms),
+                    "best": best is not None and best["compute"] == r["compute"] and best["seeds"] == s,
+                }
+            )
     return rows
 
 
@@ -53,12 +60,25 @@ def designs_table(result: PlanResult) -> Table:
     """Every rung of every question: compute per run, steps, seeds per arm, power and GPU-hours; cheapest starred."""
     m = result.model
     goal = result.designs[0]["goal"] if result.designs else 0.8
-    how = ("simulated through `ablate rank`" if result.designs and result.designs[0].get("engine") == "exact" else
-           "simulated sweeps given verdicts by `ablate rank`'s rules")
-    t = Table(title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})",
-              header_style="bold")
-    for col in ("question", f"compute per run ({esc(m.x)})", "steps", "seeds per arm", "power", "GPU-h per arm",
-                "GPU-h sweep", "note"):
+    how = (
+        "simulated through `ablate rank`"
+        if result.designs and result.designs[0].get("engine") == "exact"
+        else "simulated sweeps given verdicts by `ablate rank`'s rules"
+    )
+    t = Table(
+        title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})",
+        header_style="bold",
+    )
+    for col in (
+        "question",
+        f"compute per run ({esc(m.x)})",
+        "steps",
+        "seeds per arm",
+        "power",
+        "GPU-h per arm",
+        "GPU-h sweep",
+        "note",
+    ):
         t.add_column(col, justify="left" if col in ("question", "note") else "right")
     qtext = {d["question"]: question_text(d) for d in result.designs}
 
@@ -66,11 +86,16 @@ def designs_table(result: PlanResult) -> Table:
         return "" if v is None else f"{v:.3g}"
 
     for r in design_rows(result):
-        t.add_row(Text(qtext[r["question"]]), f"{r['compute']:.4g}", "" if r["steps"] is None else str(r["steps"]),
-                  "—" if r["seeds"] is None else str(r["seeds"]),
-                  "" if r["power"] is None else f"{r['power']:.2f} ±{r['se']:.2f}",
-                  fmt(r["gpu_hours_arm"]), fmt(r["gpu_hours_sweep"]),
-                  Text("★ cheapest" if r["best"] else r["why"], style="bold green" if r["best"] else "dim"))
+        t.add_row(
+            Text(qtext[r["question"]]),
+            f"{r['compute']:.4g}",
+            "" if r["steps"] is None else str(r["steps"]),
+            "—" if r["seeds"] is None else str(r["seeds"]),
+            "" if r["power"] is None else f"{r['power']:.2f} ±{r['se']:.2f}",
+            fmt(r["gpu_hours_arm"]),
+            fmt(r["gpu_hours_sweep"]),
+            Text("★ cheapest" if r["best"] else r["why"], style="bold green" if r["best"] else "dim"),
+        )
     return t
 
 
@@ -82,10 +107,15 @@ def running_arms_table(result: PlanResult) -> Table:
         t.add_column(col)
     for a in result.arms:
         p = a["p_change"]
-        t.add_row(Text(safe(a["arm"])), a["verdict"], f"{a['compute_now']:.4g}", f"{a['compute_end']:.4g}",
-                  "" if p is None else f"{p:.0%}",
-                  Text(a["state"], style={"settled": "green", "open": "yellow"}.get(a["state"], "")),
-                  Text(safe(a["advice"]), style="dim"))
+        t.add_row(
+            Text(safe(a["arm"])),
+            a["verdict"],
+            f"{a['compute_now']:.4g}",
+            f"{a['compute_end']:.4g}",
+            "" if p is None else f"{p:.0%}",
+            Text(a["state"], style={"settled": "green", "open": "yellow"}.get(a["state"], "")),
+            Text(safe(a["advice"]), style="dim"),
+        )
     return t
 
 
@@ -95,8 +125,14 @@ def print_plan(result: PlanResult, console: Console) -> None:
     m = result.model
     x = safe(m.x)
     console.print(Text(f"task model ({x}): {m.describe()}"))
-    console.print(Text(safe(f"  {m.source}; budget {m.budget:.4g} {m.x} per run"
-                            + (f" ({round(m.budget * m.steps_per_x)} steps)" if m.steps_per_x else ""))))
+    console.print(
+        Text(
+            safe(
+                f"  {m.source}; budget {m.budget:.4g} {m.x} per run"
+                + (f" ({round(m.budget * m.steps_per_x)} steps)" if m.steps_per_x else "")
+            )
+        )
+    )
     for n in m.notes:
         console.print(Text(safe(f"  note: {n}"), style="yellow"))
     goal = result.designs[0]["goal"] if result.designs else 0.8
@@ -104,13 +140,23 @@ def print_plan(result: PlanResult, console: Console) -> None:
     for d in result.designs:
         b = d["best"]
         if b is None:
-            console.print(Text(f"{question_text(d)}: no design in the ladder reaches {goal:.0%} power; a larger "
-                               "effect, or more compute than the rungs tried, is needed", style="yellow"))
+            console.print(
+                Text(
+                    f"{question_text(d)}: no design in the ladder reaches {goal:.0%} power; a larger "
+                    "effect, or more compute than the rungs tried, is needed",
+                    style="yellow",
+                )
+            )
             continue
         gh = gpu_hours(m, b["compute"], b["seeds"] * m.arms)
-        console.print(Text(f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {x} per arm "
-                           f"= {b['seeds'] * m.arms} runs" + (f", {gh:.3g} GPU-hours in all" if gh is not None else "")
-                           + f" (power {b['power']:.2f} ±{b['se']:.2f})"))
+        console.print(
+            Text(
+                f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {x} per arm "
+                f"= {b['seeds'] * m.arms} runs"
+                + (f", {gh:.3g} GPU-hours in all" if gh is not None else "")
+                + f" (power {b['power']:.2f} ±{b['se']:.2f})"
+            )
+        )
     if result.arms and not any(a["running"] for a in result.arms):
         console.print("running arms: none (every run has ended)")
     elif result.arms:

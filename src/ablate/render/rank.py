@@ -20,9 +20,16 @@ if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` s
     from ablate.fit.compare import ArmResult, Ranking
     from ablate.fit.notes import Note
 
-VERDICT_STYLE = {"ceiling_up": "bold green", "ceiling_down": "bold red", "efficiency_up": "green",
-                 "efficiency_down": "red", "equivalent": "cyan", "inconclusive": "dim", "not_identified": "yellow",
-                 "baseline": "bold"}
+VERDICT_STYLE = {
+    "ceiling_up": "bold green",
+    "ceiling_down": "bold red",
+    "efficiency_up": "green",
+    "efficiency_down": "red",
+    "equivalent": "cyan",
+    "inconclusive": "dim",
+    "not_identified": "yellow",
+    "baseline": "bold",
+}
 
 
 def rule_text(ranking: Ranking) -> str:
@@ -32,15 +39,21 @@ def rule_text(ranking: Ranking) -> str:
     end = ranking.end_spread
     at_end = ""
     if end and any(a.verdict == "not_identified" for a in ranking.arms):
-        at_end = (f"; not-identified arms: pass rates at {end['at']:g} (the end of the shared window) against their "
-                  f"seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)")
-    tests = ("ceiling and efficiency t-tests and equivalence tests (TOST), false-discovery rate 5% (changes among the "
-             "tests of change, equivalence among all)")
+        at_end = (
+            f"; not-identified arms: pass rates at {end['at']:g} (the end of the shared window) against their "
+            f"seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)"
+        )
+    tests = (
+        "ceiling and efficiency t-tests and equivalence tests (TOST), false-discovery rate 5% (changes among the "
+        "tests of change, equivalence among all)"
+    )
     if ranking.floor is None:
         return f"{tests}; seed spread: none measured (see the note below)" + at_end
     f = ranking.floor
-    return (f"{tests}; seed spread: sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}, {f.dof} "
-            f"dof, from {f.source}; intervals at {ranking.opts.ci:.0%}" + at_end + "; each arm's tests: --explain")
+    return (
+        f"{tests}; seed spread: sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}, {f.dof} "
+        f"dof, from {f.source}; intervals at {ranking.opts.ci:.0%}" + at_end + "; each arm's tests: --explain"
+    )
 
 
 def seeds_hint(inputs: Sequence[Path]) -> str:
@@ -83,18 +96,24 @@ def rank_table(ranking: Ranking) -> Table:
     seeds = {a.seeds for a in ranking.arms}
     n = seeds.pop() if len(seeds) == 1 else None
     each = " (n: seeds of the arm)" if n is None else f" ({n} seed{'s' if n > 1 else ''} an arm)"
-    t = Table(title=f"arms ranked by predicted pass rate at {esc(ranking.x)} = {ranking.target:g}{each}",
-              header_style="bold")
+    t = Table(
+        title=f"arms ranked by predicted pass rate at {esc(ranking.x)} = {ranking.target:g}{each}", header_style="bold"
+    )
     # widths: the numbers and the verdict are stacked two lines high; a long arm name folds onto a second line
     # so that the why cell keeps the 27 characters its longer half needs
     widest = 20 if n is not None else 16
     columns: list[tuple[str, dict[str, Any]]] = [("arm", {"overflow": "fold", "max_width": widest})]
     if n is None:
         columns.append(("n", {"justify": "right", "no_wrap": True}))
-    columns += [("R0", {"justify": "right", "no_wrap": True}), ("A", {"justify": "right", "no_wrap": True}),
-                ("B", {"justify": "right", "no_wrap": True}), ("C_mid", {"justify": "right", "no_wrap": True}),
-                (f"R@{compact(ranking.target)}", {"justify": "right", "no_wrap": True}),
-                ("verdict", {"width": 12}), ("why", {})]
+    columns += [
+        ("R0", {"justify": "right", "no_wrap": True}),
+        ("A", {"justify": "right", "no_wrap": True}),
+        ("B", {"justify": "right", "no_wrap": True}),
+        ("C_mid", {"justify": "right", "no_wrap": True}),
+        (f"R@{compact(ranking.target)}", {"justify": "right", "no_wrap": True}),
+        ("verdict", {"width": 12}),
+        ("why", {}),
+    ]
     for col, kw in columns:
         t.add_column(col, **kw)
     for a in ranking.arms:
@@ -108,9 +127,16 @@ def rank_table(ranking: Ranking) -> Table:
         for s in a.stopped:
             arm.append(f"  {s}", style="magenta" if s == "unstable" else "blue")
         row = [arm] + ([] if n is not None else [str(a.seeds)])
-        t.add_row(*row, num(f.R0), stacked(f.A, f.A_ci), stacked(f.B, f.B_ci, 2),
-                  stacked(f.C_mid, f.C_mid_ci, skewed=True), stacked(f.pred_at_target, f.pred_ci),
-                  verdict_cell(a), Text(";\n".join(safe(part) for part in (a.effect or "—").split("; "))))
+        t.add_row(
+            *row,
+            num(f.R0),
+            stacked(f.A, f.A_ci),
+            stacked(f.B, f.B_ci, 2),
+            stacked(f.C_mid, f.C_mid_ci, skewed=True),
+            stacked(f.pred_at_target, f.pred_ci),
+            verdict_cell(a),
+            Text(";\n".join(safe(part) for part in (a.effect or "—").split("; "))),
+        )
     return t
 
 
@@ -123,8 +149,9 @@ def rank_header(ranking: Ranking) -> list[str]:
     if ranking.baseline is not None:  # without one there are no verdicts: the line above says to give --baseline
         lines.append(f"verdicts: {esc(rule_text(ranking))}")
         if ranking.rule == "test":  # the paper's rule has its own margins, named in the line above
-            lines.append(f"smallest effect that matters: {ranking.min_effect.describe()} (--min-effect, "
-                         "--min-effect-compute)")
+            lines.append(
+                f"smallest effect that matters: {ranking.min_effect.describe()} (--min-effect, --min-effect-compute)"
+            )
         lines.append(f"efficiency compared at: {esc(ranking.shared_mode)}")
     if ranking.axis_note:
         lines.append(f"[yellow]axis[/]: {esc(ranking.axis_note)}")
@@ -138,26 +165,38 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
     for note in ranking.notes:
         if note.kind == "needs_seeds":
             rest = note.text.partition(": ")[2]
-            lines.append(f"  [yellow]needs seeds[/]: {esc(rest)}; add seeds ({esc(seeds_hint(inputs))}), or measure "
-                         "the spread once and pass --noise FILE")
+            lines.append(
+                f"  [yellow]needs seeds[/]: {esc(rest)}; add seeds ({esc(seeds_hint(inputs))}), or measure "
+                "the spread once and pass --noise FILE"
+            )
         else:
             lines.append(f"  [yellow]note[/]: {esc(note)}")
     if any(a.verdict == "not_identified" for a in ranking.arms):
-        where = (f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "
-                 "the window every arm covers (no extrapolation)" if ranking.end_spread else "")
-        lines.append("  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
-                     "no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at "
-                     f"{ranking.target:g}{where}.")
+        where = (
+            f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "
+            "the window every arm covers (no extrapolation)"
+            if ranking.end_spread
+            else ""
+        )
+        lines.append(
+            "  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
+            "no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at "
+            f"{ranking.target:g}{where}."
+        )
     if ranking.floor is not None and ranking.rule == "test" and any(a.seeds > 1 for a in ranking.arms):
-        lines.append("  [yellow]ΔA[/]: the difference of the arms' seed means of A (what the seed spread describes), "
-                     "so it can differ from the A column, where each arm's seeds are fitted together; compute: the "
-                     "arm's compute to the baseline's pass rate at the target, as a ratio to the baseline's")
+        lines.append(
+            "  [yellow]ΔA[/]: the difference of the arms' seed means of A (what the seed spread describes), "
+            "so it can differ from the A column, where each arm's seeds are fitted together; compute: the "
+            "arm's compute to the baseline's pass rate at the target, as a ratio to the baseline's"
+        )
     decided = [a.decide for a in ranking.arms if a.verdict == "inconclusive" and a.decide]
     if decided:
-        lines.append("  [yellow]inconclusive[/]: neither a change nor equivalence is shown; ~N seeds: the seeds per "
-                     "arm (this arm and the baseline, at the compute they have now) that would decide it with "
-                     f"{decided[0]['power']:.0%} power if the measured difference is the true one (--explain: each "
-                     "arm's reasoning)")
+        lines.append(
+            "  [yellow]inconclusive[/]: neither a change nor equivalence is shown; ~N seeds: the seeds per "
+            "arm (this arm and the baseline, at the compute they have now) that would decide it with "
+            f"{decided[0]['power']:.0%} power if the measured difference is the true one (--explain: each "
+            "arm's reasoning)"
+        )
     return lines
 
 
@@ -178,8 +217,15 @@ def far_target_note(ranking: Ranking) -> Note | None:
     return far[0] if far else None
 
 
-def print_rank(console: Console, ranking: Ranking, inputs: Sequence[Path], *, window: bool, explain: bool,
-               settled: tuple[Path, float] | None) -> None:
+def print_rank(
+    console: Console,
+    ranking: Ranking,
+    inputs: Sequence[Path],
+    *,
+    window: bool,
+    explain: bool,
+    settled: tuple[Path, float] | None,
+) -> None:
     """The whole `ablate rank` report. `settled`: a sweep whose monitor settled its pruned arms at another --to
     (ablate.prune.rules.recorded_target), and that target."""
     base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
@@ -199,10 +245,11 @@ def print_rank(console: Console, ranking: Ranking, inputs: Sequence[Path], *, wi
     if settled is not None:
         p, t = settled
         x = esc(ranking.x)
-        console.print(f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
-                      f"--to {t:g} (--x {x}), not at {ranking.target:g}; to read those: `ablate rank {esc(str(p))} "
-                      f"--x {x} --to {t:g}`")
+        console.print(
+            f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
+            f"--to {t:g} (--x {x}), not at {ranking.target:g}; to read those: `ablate rank {esc(str(p))} "
+            f"--x {x} --to {t:g}`"
+        )
     if explain:
         for line in explain_lines(ranking):
             console.print(line)
-

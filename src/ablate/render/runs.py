@@ -27,8 +27,10 @@ def print_trainers(console: Console) -> None:
 
 def run_end(summary: dict[str, Any]) -> str:
     """`ablate train`'s last line: how the run ended, where, and its last pass rate."""
-    return (f"{summary['status']}: step {summary['step']}, R0 {summary['r0']}, val_pass_rate {summary['val_pass_rate']}"
-            + (f" ({summary['reason']})" if summary.get("reason") else ""))
+    return (
+        f"{summary['status']}: step {summary['step']}, R0 {summary['r0']}, val_pass_rate {summary['val_pass_rate']}"
+        + (f" ({summary['reason']})" if summary.get("reason") else "")
+    )
 
 
 def written(folder: Path, files: Sequence[Path]) -> list[str]:
@@ -36,6 +38,8 @@ def written(folder: Path, files: Sequence[Path]) -> list[str]:
     recipes = [f for f in files if f.suffix == ".yaml" and "recipes" in f.relative_to(folder).parts[:1]]
     profiles = [f for f in files if "slurm" in f.relative_to(folder).parts[:1]]
     where = f" and an example SLURM profile, {safe(profiles[0])}" if profiles else ""
-    return [f"wrote {len(recipes)} recipes and sweep files to {safe(folder / 'recipes')}/{where}",
-            f"edit them there: run from {safe(folder)}, `ablate sweep recipes/NAME.yaml` reads your copy (your folder "
-            "first, then ablate's packaged recipes); `--profile ./slurm/example.yaml` submits with that profile"]
+    return [
+        f"wrote {len(recipes)} recipes and sweep files to {safe(folder / 'recipes')}/{where}",
+        f"edit them there: run from {safe(folder)}, `ablate sweep recipes/NAME.yaml` reads your copy (your folder "
+        "first, then ablate's packaged recipes); `--profile ./slurm/example.yaml` submits with that profile",
+    ]

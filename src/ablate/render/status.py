@@ -18,12 +18,30 @@ from rich.text import Span, Text
 from ablate.status import RunStatus, list_sweeps, status_json, summary, sweep_status
 from ablate.text import safe
 
-STYLE = {"done": "green", "running": "cyan", "pending": "dim", "requeued": "yellow", "failed": "red",
-         "preempted": "yellow", "diverged": "magenta", "lost": "red", "pruned": "blue", "unstable": "magenta"}
+STYLE = {
+    "done": "green",
+    "running": "cyan",
+    "pending": "dim",
+    "requeued": "yellow",
+    "failed": "red",
+    "preempted": "yellow",
+    "diverged": "magenta",
+    "lost": "red",
+    "pruned": "blue",
+    "unstable": "magenta",
+}
 
 
-COLUMNS = (("label", "left"), ("run", "left"), ("state", "left"), ("job", "left"), ("step", "right"),
-           ("pass rate", "right"), ("GPU-h", "right"), ("trunc", "right"))
+COLUMNS = (
+    ("label", "left"),
+    ("run", "left"),
+    ("state", "left"),
+    ("job", "left"),
+    ("step", "right"),
+    ("pass rate", "right"),
+    ("GPU-h", "right"),
+    ("trunc", "right"),
+)
 # rich's Table costs ~1.2 ms a row (cell measuring); above this many runs we align the columns ourselves
 # (same columns and colours, 10x faster) so that `ablate status` on 1,000 runs stays under a second.
 FAST_TABLE_ROWS = 200
@@ -33,27 +51,53 @@ def summary_line(name: str, statuses: Sequence[RunStatus]) -> str:
     """One line per sweep: how many runs are in each state, the GPU-hours spent, truncation warnings and what
     pruning saved."""
     s = summary(statuses)
-    parts = [f"{s[k]} {k}" for k in ("done", "running", "pending", "requeued", "failed", "preempted", "diverged",
-                                       "pruned", "unstable", "lost") if s[k] or k in ("done", "running", "failed")]
+    parts = [
+        f"{s[k]} {k}"
+        for k in (
+            "done",
+            "running",
+            "pending",
+            "requeued",
+            "failed",
+            "preempted",
+            "diverged",
+            "pruned",
+            "unstable",
+            "lost",
+        )
+        if s[k] or k in ("done", "running", "failed")
+    ]
     warn = f", {s['truncation_warnings']} truncation warnings" if s["truncation_warnings"] else ""
     p = s["pruning"]
-    kept = (f"; pruning saved {p['gpu_hours_saved']:.3g} of {p['gpu_hours_full']:.3g} GPU-hours ({p['share']:.0%}) "
-            "against running every run to its max_steps") if p else ""
+    kept = (
+        (
+            f"; pruning saved {p['gpu_hours_saved']:.3g} of {p['gpu_hours_full']:.3g} GPU-hours ({p['share']:.0%}) "
+            "against running every run to its max_steps"
+        )
+        if p
+        else ""
+    )
     return f"{name}: {s['runs']} runs: " + ", ".join(parts) + f"; {s['gpu_hours']:.3g} GPU-hours{warn}{kept}"
 
 
 def row_cells(s: RunStatus) -> list[tuple[str, str | None]]:
     """One row as (text, style) per column; what the ledger says (label, run id, job id, cause) shown as text
     (text.safe: an escape sequence in a label is printed, not obeyed)."""
-    state = s.state + (f"({s.cause})" if s.cause and s.state in ("failed", "preempted") and s.cause != "preempted"
-                       else "")
+    state = s.state + (
+        f"({s.cause})" if s.cause and s.state in ("failed", "preempted") and s.cause != "preempted" else ""
+    )
     step = "" if s.step is None else (f"{s.step}/{s.max_steps} ({s.progress:.0%})" if s.max_steps else str(s.step))
     trunc = "" if s.truncation_rate is None else f"{s.truncation_rate:.0%}" + (" !" if s.truncation_warning else "")
-    return [(safe(s.label), None), (safe(s.run_id), None), (safe(state), STYLE.get(s.state)),
-            (safe(s.job_id or ""), None), (step, None),
-            ("" if s.val_pass_rate is None else f"{s.val_pass_rate:.3f}", None),
-            ("" if s.gpu_hours is None else f"{s.gpu_hours:.3g}", None),
-            (trunc, "red" if s.truncation_warning else None)]
+    return [
+        (safe(s.label), None),
+        (safe(s.run_id), None),
+        (safe(state), STYLE.get(s.state)),
+        (safe(s.job_id or ""), None),
+        (step, None),
+        ("" if s.val_pass_rate is None else f"{s.val_pass_rate:.3f}", None),
+        ("" if s.gpu_hours is None else f"{s.gpu_hours:.3g}", None),
+        (trunc, "red" if s.truncation_warning else None),
+    ]
 
 
 def status_table(name: str, statuses: Iterable[RunStatus]) -> Any:
@@ -101,16 +145,19 @@ def sweeps_view(data: list[tuple[str, list[RunStatus]]]) -> Group:
         for s in sts:
             if s.state == "failed" and s.error:
                 last = (str(s.error).strip().splitlines() or [""])[-1]
-                parts.append(Text(safe(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}"),
-                                  style="red"))
+                parts.append(
+                    Text(safe(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}"), style="red")
+                )
             elif s.state in ("pruned", "unstable") and s.reason:
-                parts.append(Text(safe(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}"),
-                                  style=STYLE[s.state]))
+                parts.append(
+                    Text(safe(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}"), style=STYLE[s.state])
+                )
     return Group(*parts)
 
 
-def show_status(root: Path | str, sweep: str | None, *, watch: bool = False, interval: float = 5.0,
-                as_json: bool = False) -> None:
+def show_status(
+    root: Path | str, sweep: str | None, *, watch: bool = False, interval: float = 5.0, as_json: bool = False
+) -> None:
     """The `ablate status` command: one table (or JSON object) per sweep, refreshed with `watch`."""
     names = [sweep] if sweep else list_sweeps(root)
     if not names:

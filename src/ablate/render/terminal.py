@@ -38,8 +38,13 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # an explicit COLUMNS is the reader's pager width; else at least 150, so that a table piped to a file stays whole
     cols = os.environ.get("COLUMNS", "")
-    width = (None if stream.isatty() else int(cols) if cols.isdigit() and int(cols) >= 40
-             else max(shutil.get_terminal_size((150, 40)).columns, 150))
+    width = (
+        None
+        if stream.isatty()
+        else int(cols)
+        if cols.isdigit() and int(cols) >= 40
+        else max(shutil.get_terminal_size((150, 40)).columns, 150)
+    )
     return Console(width=width, stderr=stderr, emoji=False)
 
 

@@ -42,8 +42,17 @@ def peer_failure(rd: RunDir, world: World, wait_s: float = 5.0) -> dict[str, Any
 
 def ended_early(status: str, reason: str) -> dict[str, Any]:
     """The summary of a data-parallel run whose worker 0 could not give one."""
-    return {"status": status, "reason": reason, "step": None, "r0": None, "val_pass_rate": None, "gpu_hours": None,
-            "samples": None, "warnings": [], "max_lag": None}
+    return {
+        "status": status,
+        "reason": reason,
+        "step": None,
+        "r0": None,
+        "val_pass_rate": None,
+        "gpu_hours": None,
+        "samples": None,
+        "warnings": [],
+        "max_lag": None,
+    }
 
 
 def peer_diverged(rd: RunDir, report: dict[str, Any]) -> dict[str, Any]:
@@ -56,8 +65,10 @@ def peer_diverged(rd: RunDir, report: dict[str, Any]) -> dict[str, Any]:
 
 def peer_error(report: dict[str, Any], size: int) -> RankFailed:
     """The error a failed worker's report makes of the run."""
-    return RankFailed(f"rank {report['rank']} of {size} failed: {report.get('class')}: {report.get('message')}",
-                      cause="oom" if "OutOfMemory" in str(report.get("class")) else "exception")
+    return RankFailed(
+        f"rank {report['rank']} of {size} failed: {report.get('class')}: {report.get('message')}",
+        cause="oom" if "OutOfMemory" in str(report.get("class")) else "exception",
+    )
 
 
 def spawned_outcome(rd: RunDir, size: int, sp: Spawned, *, stopped: bool) -> dict[str, Any]:

@@ -24,13 +24,25 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def start_module(module: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
-                 log: IO[bytes] | None = None, detach: bool = False) -> subprocess.Popen[bytes]:
+def start_module(
+    module: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    log: IO[bytes] | None = None,
+    detach: bool = False,
+) -> subprocess.Popen[bytes]:
     """Start `python -m module *args` with this interpreter.
 
     `env`: variables set on top of this process's environment. `log`: where stdout and stderr go (inherited when
     None). `detach`: a new session with stdin closed, so the child outlives this command and `ablate sweep | cat`
     returns at once."""
-    return subprocess.Popen([sys.executable, "-m", module, *args], env=child_env(env),
-                            stdout=log, stderr=subprocess.STDOUT if log is not None else None,
-                            stdin=subprocess.DEVNULL if detach else None, start_new_session=detach, close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        env=child_env(env),
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+        stdin=subprocess.DEVNULL if detach else None,
+        start_new_session=detach,
+        close_fds=True,
+    )

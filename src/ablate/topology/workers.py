@@ -44,8 +44,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, backend: str, timeout_s: float,
-          stop: threading.Event) -> Spawned:
+def spawn(
+    target: str,
+    size: int,
+    payload: dict[str, Any],
+    workdir: Path,
+    *,
+    backend: str,
+    timeout_s: float,
+    stop: threading.Event,
+) -> Spawned:
     """Run `target` ("module:function", called as fn(world, stop=event, **payload) with a JSON payload) on `size`
     local workers, each a fresh interpreter, and wait for all of them.
 
@@ -65,12 +73,19 @@ def spawn(target: str, size: int, payload: dict[str, Any], workdir: Path, *, bac
     procs = []
     for r in range(size):
         one_gpu = {"CUDA_VISIBLE_DEVICES": gpus[r]} if gpus else {}  # each worker (and its vLLM engine) on its GPU
-        env = {**one_gpu, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
-               "WORLD_SIZE": str(size), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(size),
-               "ABLATE_BACKEND": backend, "ABLATE_COLLECTIVE_TIMEOUT_S": str(timeout_s)}
+        env = {
+            **one_gpu,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(r),
+            "WORLD_SIZE": str(size),
+            "LOCAL_RANK": str(r),
+            "LOCAL_WORLD_SIZE": str(size),
+            "ABLATE_BACKEND": backend,
+            "ABLATE_COLLECTIVE_TIMEOUT_S": str(timeout_s),
+        }
         procs.append(start_module("ablate.topology.worker_entry", [str(spec)], env=env))
-    threading.Thread(target=_forward_stop, args=(stop, procs, ready), name="ablate-stop-forwarder",
-                     daemon=True).start()
+    threading.Thread(target=_forward_stop, args=(stop, procs, ready), name="ablate-stop-forwarder", daemon=True).start()
     ended, reaped = _wait(procs)
     out = None
     with contextlib.suppress(OSError, ValueError):

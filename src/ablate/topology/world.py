@@ -78,8 +78,11 @@ def current() -> World:
     if not (dist.is_available() and dist.is_initialized()):
         return World()
     backend = dist.get_backend()
-    return World(rank=dist.get_rank(), size=dist.get_world_size(),
-                 device=f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu")
+    return World(
+        rank=dist.get_rank(),
+        size=dist.get_world_size(),
+        device=f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu",
+    )
 
 
 def worker_seed(seed: int, rank: int, salt: int = 0) -> int:

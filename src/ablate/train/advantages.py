@@ -17,7 +17,7 @@ Rows with keep False get advantage exactly 0.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

@@ -36,8 +36,10 @@ def _check_optimizer(opt: torch.optim.Optimizer) -> None:
         for p in group["params"]:
             for key, v in opt.state.get(p, {}).items():
                 if torch.is_tensor(v) and v.dim() > 0 and v.shape != p.shape:
-                    raise BadCheckpoint(f"its optimizer state {key!r} has shape {tuple(v.shape)} for a parameter of "
-                                        f"shape {tuple(p.shape)}")
+                    raise BadCheckpoint(
+                        f"its optimizer state {key!r} has shape {tuple(v.shape)} for a parameter of "
+                        f"shape {tuple(p.shape)}"
+                    )
 
 
 class BuiltinTrainer:
@@ -134,8 +136,11 @@ class BuiltinTrainer:
                 self.learner.rollout_gen.set_state(rngs[self.world.rank])
             else:  # saved by another number of workers: a fresh stream per worker, for this step
                 self.learner.rollout_gen.manual_seed(worker_seed(s.cfg.seed, self.world.rank, st["step"]))
-                log.info("checkpoint saved by %s rank(s), resumed on %d: new rollout streams", st.get("world", 1),
-                         self.world.size)
+                log.info(
+                    "checkpoint saved by %s rank(s), resumed on %d: new rollout streams",
+                    st.get("world", 1),
+                    self.world.size,
+                )
         s.load_state(st)
 
     # ---- the loop ----

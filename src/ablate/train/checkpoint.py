@@ -23,8 +23,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -114,8 +115,9 @@ class Checkpoints:
                 mismatch = mismatch or isinstance(e, UserError)
                 continue
             if self.rejected:
-                log.warning("resuming from %s (step %s): %s", path.name, state.get("step"),
-                            faults(self.rejected, self.faults))
+                log.warning(
+                    "resuming from %s (step %s): %s", path.name, state.get("step"), faults(self.rejected, self.faults)
+                )
             return state
         if not self.rejected:
             return None
@@ -123,11 +125,15 @@ class Checkpoints:
             raise UserError(self.faults[0])  # every checkpoint is fine for the run's own config: say how to use them
         if not fresh_ok or mismatch:
             recorded = "" if fresh_ok else ", and metrics.jsonl records training past step 0"
-            raise UserError(f"{self.dir}: no usable checkpoint ({faults(self.rejected, self.faults)}){recorded}; "
-                            f"delete {self.dir} to start the run over (its metrics.jsonl lines after step 0 will be "
-                            "rewritten)")
-        log.warning("no usable checkpoint (%s) and no training recorded yet: starting afresh",
-                    faults(self.rejected, self.faults))
+            raise UserError(
+                f"{self.dir}: no usable checkpoint ({faults(self.rejected, self.faults)}){recorded}; "
+                f"delete {self.dir} to start the run over (its metrics.jsonl lines after step 0 will be "
+                "rewritten)"
+            )
+        log.warning(
+            "no usable checkpoint (%s) and no training recorded yet: starting afresh",
+            faults(self.rejected, self.faults),
+        )
         return None
 
     def set_aside(self) -> None:
@@ -183,8 +189,10 @@ def check_state(st: dict[str, Any], *, max_steps: int, eval_every: int, steps: l
         raise BadCheckpoint(f"its step {step} is outside [0, train.max_steps={max_steps}]")
     last = max(steps, default=0)
     if step > last + eval_every:
-        raise BadCheckpoint(f"its step {step} is past metrics.jsonl's last evaluation (step {last}) by more than "
-                            f"train.eval_every={eval_every}")
+        raise BadCheckpoint(
+            f"its step {step} is past metrics.jsonl's last evaluation (step {last}) by more than "
+            f"train.eval_every={eval_every}"
+        )
     ev = st.get("eval")
     if ev is not None:
         if not isinstance(ev, dict) or type(ev.get("step")) is not int or not step - eval_every <= ev["step"] <= step:
@@ -193,16 +201,25 @@ def check_state(st: dict[str, Any], *, max_steps: int, eval_every: int, steps: l
         if not (_finite(rate) and 0 <= rate <= 1):
             raise BadCheckpoint(f"its evaluation record has val_pass_rate {rate!r}, not a pass rate in [0, 1]")
     comp = st.get("compute")
-    if not isinstance(comp, dict) or not all(_finite(comp.get(k)) and comp[k] >= 0
-                                             for k in ("wall_s", "flops", "samples")):
+    if not isinstance(comp, dict) or not all(
+        _finite(comp.get(k)) and comp[k] >= 0 for k in ("wall_s", "flops", "samples")
+    ):
         raise BadCheckpoint("its compute counters are missing, negative or not finite")
     acc = st.get("acc")
-    if not (isinstance(acc, dict) and isinstance(acc.get("sums"), dict) and isinstance(acc.get("counts"), dict)
-            and all(isinstance(v, (int, float)) for d in (acc["sums"], acc["counts"]) for v in d.values())):
+    if not (
+        isinstance(acc, dict)
+        and isinstance(acc.get("sums"), dict)
+        and isinstance(acc.get("counts"), dict)
+        and all(isinstance(v, (int, float)) for d in (acc["sums"], acc["counts"]) for v in d.values())
+    ):
         raise BadCheckpoint("its metric accumulators are missing or not numbers")
     h = st.get("health")
-    if not (isinstance(h, dict) and (h.get("r0") is None or _finite(h["r0"]))
-            and isinstance(h.get("trunc_window"), list) and isinstance(h.get("warnings"), list)):
+    if not (
+        isinstance(h, dict)
+        and (h.get("r0") is None or _finite(h["r0"]))
+        and isinstance(h.get("trunc_window"), list)
+        and isinstance(h.get("warnings"), list)
+    ):
         raise BadCheckpoint("its health record (r0, truncation window, warnings) is missing or malformed")
 
 

@@ -14,14 +14,23 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-
 def fast_supported(model: Any) -> bool:
     """True for Llama/Qwen2/Mistral-shaped decoders (the parameter layout `decoder_forward` reads)."""
     base = getattr(model, "model", None)
     try:
         layer = base.layers[0]
         a, mlp = layer.self_attn, layer.mlp
-        _ = (a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj, base.norm, base.rotary_emb)
+        _ = (
+            a.q_proj,
+            a.k_proj,
+            a.v_proj,
+            a.o_proj,
+            mlp.gate_proj,
+            mlp.up_proj,
+            mlp.down_proj,
+            base.norm,
+            base.rotary_emb,
+        )
         _ = (layer.input_layernorm, layer.post_attention_layernorm, base.embed_tokens)
     except (AttributeError, IndexError, TypeError):
         return False

@@ -92,8 +92,10 @@ class Health:
         if self.r0 is None:
             self.r0 = rate
         if step > 0 and rate <= COLLAPSE_PASS_RATE < self.r0 and train_pass <= COLLAPSE_PASS_RATE:
-            raise Diverged(f"pass rate collapsed from R0={self.r0:.3f} to {rate:.3f} (validation) and "
-                           f"{train_pass:.3f} (training) at step {step}")
+            raise Diverged(
+                f"pass rate collapsed from R0={self.r0:.3f} to {rate:.3f} (validation) and "
+                f"{train_pass:.3f} (training) at step {step}"
+            )
 
     def after_step(self, truncation_rate: float, step: int) -> str | None:
         """A new truncation warning (once per episode above the threshold), or None."""

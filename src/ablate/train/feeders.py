@@ -212,4 +212,6 @@ def make_feeder(learner: Learner, step: int) -> Feeder:
         shared_pool = learner.world.size > 1 and learner.cfg.filtering.no_positive_resampling
         mode = "inline" if cpu or shared_pool else "thread"
     log.info("PipelineRL-%d: generator %s", off.k, mode)
-    return InlinePipelineFeeder(learner, off.k, step) if mode == "inline" else ThreadPipelineFeeder(learner, off.k, step)
+    return (
+        InlinePipelineFeeder(learner, off.k, step) if mode == "inline" else ThreadPipelineFeeder(learner, off.k, step)
+    )

@@ -10,7 +10,8 @@ denominator by zeroing its rows of the mask before `losses.token_weights`:  mask
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -11,7 +11,7 @@ further would only teach "fail shorter".
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

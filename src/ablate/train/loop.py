@@ -41,8 +41,9 @@ from ablate.train.stopping import stop_on_signals
 log = logging.getLogger("ablate.train")
 
 
-def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1,
-        stop: threading.Event | None = None) -> dict[str, Any]:
+def run(
+    config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threading.Event | None = None
+) -> dict[str, Any]:
     """Execute (or resume) one run in `run_dir`. Returns a summary: status (done | preempted | diverged), step,
     val_pass_rate, r0, reason, gpu_hours, samples, warnings, max_lag.
 
@@ -57,8 +58,10 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1,
     if config.resources.world > 1 and world.size == 1:
         return _start_workers(config, run_dir, threads=threads, stop=stop)
     if world.size != config.resources.world:
-        raise UserError(f"resources.nproc x resources.nodes = {config.resources.world}, but this process is one of "
-                        f"{world.size} ranks; launch with as many tasks as the run has ranks")
+        raise UserError(
+            f"resources.nproc x resources.nodes = {config.resources.world}, but this process is one of "
+            f"{world.size} ranks; launch with as many tasks as the run has ranks"
+        )
     if not world.lead:
         return _follow(world, config, run_dir, threads, stop)
     try:
@@ -71,8 +74,9 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1,
         raise
 
 
-def run_worker(world: World, config: dict[str, Any], run_dir: str, threads: int,
-               stop: threading.Event) -> dict[str, Any]:
+def run_worker(
+    world: World, config: dict[str, Any], run_dir: str, threads: int, stop: threading.Event
+) -> dict[str, Any]:
     """What a spawned worker runs (the target `_start_workers` gives topology.workers.spawn): the config comes
     as plain JSON."""
     from ablate.config import validate
@@ -87,8 +91,9 @@ def _trainer(session: RunSession) -> Trainer:
     return TRAINERS.get(session.cfg.trainer.name)(session)
 
 
-def _lead(world: World, config: RunConfig, run_dir: Path | str, threads: int,
-          stop: threading.Event | None) -> dict[str, Any]:
+def _lead(
+    world: World, config: RunConfig, run_dir: Path | str, threads: int, stop: threading.Event | None
+) -> dict[str, Any]:
     """Worker 0 (or the one process): the writer of the run directory."""
     rd = preflight(config, run_dir)
     torch.set_num_threads(int(threads))
@@ -96,8 +101,9 @@ def _lead(world: World, config: RunConfig, run_dir: Path | str, threads: int,
         return _guarded(RunSession(config, rd, stop_event, world))
 
 
-def _follow(world: World, config: RunConfig, run_dir: Path | str, threads: int,
-            stop: threading.Event | None) -> dict[str, Any]:
+def _follow(
+    world: World, config: RunConfig, run_dir: Path | str, threads: int, stop: threading.Event | None
+) -> dict[str, Any]:
     """A worker other than 0: the same trainer, writing nothing but its own log (and a report when it fails)."""
     rd = RunDir(run_dir)
     torch.set_num_threads(int(threads))
@@ -122,28 +128,39 @@ def _follow(world: World, config: RunConfig, run_dir: Path | str, threads: int,
         detach_log(handler)
 
 
-def _start_workers(config: RunConfig, run_dir: Path | str, *, threads: int,
-                   stop: threading.Event | None) -> dict[str, Any]:
+def _start_workers(
+    config: RunConfig, run_dir: Path | str, *, threads: int, stop: threading.Event | None
+) -> dict[str, Any]:
     """Start the run's workers on this machine, wait for them, and return worker 0's summary (see
     topology.workers.spawn); when worker 0 gives none, say (and record) what ended the run
     (topology.failure.spawned_outcome)."""
     res = config.resources
     if res.nodes > 1:
-        raise UserError(f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
-                        "sweep with -e slurm (or set resources.nodes=1)")
+        raise UserError(
+            f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
+            "sweep with -e slurm (or set resources.nodes=1)"
+        )
     rd = preflight(config, run_dir)
     backend = backend_for(config.train.device)
     gpus = visible_gpus() if backend == "nccl" else []
     if backend == "nccl" and len(gpus) < res.world:
-        raise UserError(f"resources.nproc={res.nproc} ranks on CUDA need a GPU each, and {len(gpus)} are visible here; "
-                        f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes")
+        raise UserError(
+            f"resources.nproc={res.nproc} ranks on CUDA need a GPU each, and {len(gpus)} are visible here; "
+            f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes"
+        )
     with rd.writer():
         pass  # another process writing this run is refused now, in one line, before anything of it is touched
     rd.clear_rank_reports()  # a previous attempt's
     with stop_on_signals(stop) as stop_event:
-        sp = workers.spawn("ablate.train.loop:run_worker", res.world,
-                           {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads},
-                           rd.logs_dir, backend=backend, timeout_s=res.collective_timeout_s, stop=stop_event)
+        sp = workers.spawn(
+            "ablate.train.loop:run_worker",
+            res.world,
+            {"config": config.to_dict(), "run_dir": str(rd.path), "threads": threads},
+            rd.logs_dir,
+            backend=backend,
+            timeout_s=res.collective_timeout_s,
+            stop=stop_event,
+        )
     if sp.result is not None:
         return sp.result
     return failure.spawned_outcome(rd, res.world, sp, stopped=stop_event.is_set())
@@ -174,8 +191,10 @@ def _guarded(session: RunSession) -> dict[str, Any]:
             raise err from e
         if no_space(e):
             rd.try_failed("no_space", e)
-            raise UserError(f"no space left on the device while writing {rd.path}: free some space and run again "
-                            "(the run resumes from its last checkpoint)") from e
+            raise UserError(
+                f"no space left on the device while writing {rd.path}: free some space and run again "
+                "(the run resumes from its last checkpoint)"
+            ) from e
         rd.try_failed(cause_of(e), e)
         log.exception("run failed")
         raise

@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,9 +53,7 @@ def register_loss(name: str) -> Callable[[LossFn], LossFn]:
 
     def deco(fn: LossFn) -> LossFn:
         sig = inspect.signature(fn)
-        defaults = {
-            p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
-        }
+        defaults = {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
         @functools.wraps(fn)
         def wrapped(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, **params: Any):
@@ -134,7 +133,11 @@ def _metrics(ratio: Tensor, m: Tensor, low: Tensor, high: Tensor) -> dict[str, f
     n = int(m.sum())
     if n == 0:
         return {
-            "is_ratio_mean": 1.0, "is_ratio_max": 1.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "is_clip_frac": 0.0
+            "is_ratio_mean": 1.0,
+            "is_ratio_max": 1.0,
+            "clip_frac_low": 0.0,
+            "clip_frac_high": 0.0,
+            "is_clip_frac": 0.0,
         }
     r = ratio.detach()[m]
     f_low = float((low & m).sum()) / n
@@ -245,8 +248,13 @@ def cispo(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, e
 # ---------------------------------------------------------------------------------------------- aggregation
 
 
-def token_weights(mask: Tensor, group_ids: Tensor | list[int], mode: str, dtype: torch.dtype | None = None,
-                  reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+def token_weights(
+    mask: Tensor,
+    group_ids: Tensor | list[int],
+    mode: str,
+    dtype: torch.dtype | None = None,
+    reduce: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
     """Per-token weights [N, T] for loss = (per_token_loss * weights).sum(), over the WHOLE optimizer-step batch.
 
     mask: [N, T] (bool or 0/1; rows of all zeros are completions dropped by a filter and count in no denominator);

@@ -52,7 +52,9 @@ class Policy:
         pos = None
         if attention_mask is not None:
             pos = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
-        out = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
+        out = self.model.base_model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False
+        )
         return out.last_hidden_state
 
     def head_logits(self, h: Tensor) -> Tensor:
@@ -120,8 +122,8 @@ class Policy:
         out = torch.full((len(ids), P), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(ids), P), dtype=torch.long)
         for i, x in enumerate(ids):
-            out[i, P - len(x):] = torch.tensor(x, dtype=torch.long)
-            mask[i, P - len(x):] = 1
+            out[i, P - len(x) :] = torch.tensor(x, dtype=torch.long)
+            mask[i, P - len(x) :] = 1
         return out, mask
 
 
@@ -189,4 +191,3 @@ def load_hf(path: str | Path):
     if tok.eos_token_id is None:
         raise UserError(f"model.path: the tokenizer in {str(p)!r} has no eos_token")
     return model, tok
-

@@ -60,7 +60,9 @@ class Rollouts:
     logp: Tensor  # [N, T] float32: log-prob of the token under the generating policy (0 where mask is 0)
     truncated: Tensor  # [N] bool: hit max_new_tokens without EOS
     interrupted: Tensor  # [N] bool: the phrase was forced in
-    entropy: Tensor | None = None  # [N] mean per-token entropy of the sampling distribution over the row's sampled tokens
+    entropy: Tensor | None = (
+        None  # [N] mean per-token entropy of the sampling distribution over the row's sampled tokens
+    )
     texts: list[str] = field(default_factory=list)  # completions, special tokens removed
     version: int = 0  # policy version that generated them
 
@@ -74,13 +76,25 @@ BACKENDS: Registry[Any] = Registry("rollout")
 BACKENDS.add_lazy("vllm", "ablate.train.rollout_vllm:VLLMSampler")
 
 
-def make_sampler(name: str, policy: Policy, **options: Any) -> "PolicySampler":
+def make_sampler(name: str, policy: Policy, **options: Any) -> PolicySampler:
     """A sampler of backend `name` (torch | vllm) over `policy`; `options` go to the backend (vLLM engine settings)."""
     return BACKENDS.get(name)(policy, **options)
 
 
-def pack(policy: Policy, ids: Tensor, pmask: Tensor, group: Tensor, tokens: Tensor, present: Tensor, forced: Tensor,
-         logp: Tensor, finished: Tensor, max_new_tokens: int, version: int, entropy: Tensor | None = None) -> Rollouts:
+def pack(
+    policy: Policy,
+    ids: Tensor,
+    pmask: Tensor,
+    group: Tensor,
+    tokens: Tensor,
+    present: Tensor,
+    forced: Tensor,
+    logp: Tensor,
+    finished: Tensor,
+    max_new_tokens: int,
+    version: int,
+    entropy: Tensor | None = None,
+) -> Rollouts:
     """`Rollouts` from what a backend sampled. tokens, present, forced, logp: [N, T]; finished: [N] bool (ended with
     EOS); entropy: [N] or None (then the Monte Carlo estimate mean(-log p) over the sampled tokens).
     Forced tokens are context, not actions: mask and log-prob 0. Truncated = hit max_new_tokens without EOS."""
@@ -88,7 +102,9 @@ def pack(policy: Policy, ids: Tensor, pmask: Tensor, group: Tensor, tokens: Tens
     logp = logp * mask
     if entropy is None:
         entropy = (-logp).sum(1) / mask.sum(1).clamp(min=1)
-    texts = policy.tokenizer.batch_decode(torch.where(present, tokens, policy.pad_id).tolist(), skip_special_tokens=True)
+    texts = policy.tokenizer.batch_decode(
+        torch.where(present, tokens, policy.pad_id).tolist(), skip_special_tokens=True
+    )
     trunc = length.truncated(present.sum(1), max_new_tokens, finished)
     return Rollouts(ids, pmask, group, tokens, present, mask, logp, trunc, forced.any(1), entropy, texts, version)
 
@@ -208,7 +224,7 @@ class _Forcing:
             phrase = self.phrase.tolist()
             for i in start.nonzero().squeeze(1).tolist():
                 row = so_far[i].tolist()
-                extra = length.interrupt(row, phrase)[len(row):]
+                extra = length.interrupt(row, phrase)[len(row) :]
                 self.queue[i, : len(extra)] = torch.tensor(extra, dtype=torch.long)
                 self.left[i], self.pos[i] = len(extra), 0
             self.in_think &= ~start
@@ -252,7 +268,9 @@ class _FastDecoder:
         """Feed completion token t [N]; returns the hidden state that predicts token t+1 [N, H]."""
         mask = None if self.keymask is None else self.keymask[..., : self.P + t + 1]
         x = self.model.model.embed_tokens(tok[:, None])
-        h, _ = decoder_forward(self.model, x, (self.pos0 + t)[:, None], self.cache, mask, causal=False, cache_pos=self.P + t)
+        h, _ = decoder_forward(
+            self.model, x, (self.pos0 + t)[:, None], self.cache, mask, causal=False, cache_pos=self.P + t
+        )
         return h[:, -1]
 
 
@@ -264,7 +282,9 @@ class _HFDecoder:
         self.mask = pmask[group]
         self.cache = None
         # transformers >= 5.2x calls the cache argument `cache` (and warns on `past_key_values`); older ones don't
-        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.base_model.forward).parameters else "past_key_values"
+        self.cache_kw = (
+            "cache" if "cache" in inspect.signature(self.model.base_model.forward).parameters else "past_key_values"
+        )
         self.h_last = self._run(ids[group])
 
     def _run(self, ids: Tensor) -> Tensor:

@@ -27,10 +27,19 @@ from ablate.errors import UserError
 from ablate.train import length
 from ablate.train.policy import Policy
 from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, pack
-from ablate.train.vllm_engine import (VLLM_VERSION, EngineOptions, Engine, engine_dtype, engine_options, get_engine,
-                                      head_dtype_name, shutdown_engines, vllm_import)
+from ablate.train.vllm_engine import (
+    VLLM_VERSION,
+    Engine,
+    EngineOptions,
+    engine_dtype,
+    engine_options,
+    get_engine,
+    head_dtype_name,
+    shutdown_engines,
+    vllm_import,
+)
 
-__all__ = ["VLLMSampler", "VLLM_VERSION", "engine_options", "shutdown_engines"]
+__all__ = ["VLLM_VERSION", "VLLMSampler", "engine_options", "shutdown_engines"]
 GREEDY_EPS = 1e-5  # vLLM treats temperature below this as greedy (its _SAMPLING_EPS)
 
 
@@ -81,8 +90,10 @@ class VLLMSampler(PolicySampler):
         group = torch.arange(G).repeat_interleave(n)
         prompt_lists = [ids[g][pmask[g].bool()].tolist() for g in range(G)]
         if max(len(p) for p in prompt_lists) + T > self.engine.max_model_len:
-            raise UserError(f"prompt + length.max_new_tokens={T} exceeds the vLLM engine's max_model_len "
-                            f"{self.engine.max_model_len}; raise rollout.max_model_len or shorten the generation")
+            raise UserError(
+                f"prompt + length.max_new_tokens={T} exceeds the vLLM engine's max_model_len "
+                f"{self.engine.max_model_len}; raise rollout.max_model_len or shorten the generation"
+            )
         # per-request seeds from the caller's generator: reproducible runs. generator=None: vLLM's own RNG (like the
         # torch sampler's global RNG), which skips vLLM's per-request generators (faster on CPU, not reproducible)
         self._seeded = generator is not None
@@ -95,8 +106,13 @@ class VLLMSampler(PolicySampler):
             self._ensure_synced()
             if not interrupt and spec.temperature >= GREEDY_EPS:
                 # the plain case: one request per prompt with n completions (prompt prefilled once per group)
-                outs = self._run([prompt_lists[g] for g in range(G)], [T] * G, spec.temperature,
-                                 [seeds[g * n] for g in range(G)], n=n)
+                outs = self._run(
+                    [prompt_lists[g] for g in range(G)],
+                    [T] * G,
+                    spec.temperature,
+                    [seeds[g * n] for g in range(G)],
+                    n=n,
+                )
                 for g, out in enumerate(outs):
                     for j, c in enumerate(out.outputs):
                         rows[g * n + j].extend(c.token_ids, _logps(c), pol.eos_id)
@@ -121,8 +137,14 @@ class VLLMSampler(PolicySampler):
                 break
             # thinking round: at most the remaining budget; the phrase as a stop string ends thinking early
             maxt = [min(budget[i] - rows[i].n_think, T - len(rows[i].tokens)) for i in think]
-            outs = self._run([prompts[group[i]] + rows[i].tokens for i in think], maxt, temp,
-                             [seeds[i] + rnd for i in think], n=1, stop=self._phrase_text(phrase))
+            outs = self._run(
+                [prompts[group[i]] + rows[i].tokens for i in think],
+                maxt,
+                temp,
+                [seeds[i] + rnd for i in think],
+                n=1,
+                stop=self._phrase_text(phrase),
+            )
             for i, out in zip(think, outs):
                 r, c = rows[i], out.outputs[0]
                 start = len(r.tokens)
@@ -134,14 +156,19 @@ class VLLMSampler(PolicySampler):
                     r.in_think = False
                     r.done = bool(r.tokens) and r.tokens[-1] == eos
                 elif not r.done and r.n_think >= budget[i]:
-                    extra = length.interrupt(r.tokens, phrase)[len(r.tokens):]
+                    extra = length.interrupt(r.tokens, phrase)[len(r.tokens) :]
                     r.force(extra[: T - len(r.tokens)])  # the budget is spent: the phrase goes in (mask 0)
                     r.in_think = False
             rnd += 1
         answer = [i for i, r in enumerate(rows) if not r.done and not r.in_think and len(r.tokens) < T]
         if answer:
-            outs = self._run([prompts[group[i]] + rows[i].tokens for i in answer], [T - len(rows[i].tokens) for i in answer],
-                             temp, [seeds[i] + 7919 for i in answer], n=1)
+            outs = self._run(
+                [prompts[group[i]] + rows[i].tokens for i in answer],
+                [T - len(rows[i].tokens) for i in answer],
+                temp,
+                [seeds[i] + 7919 for i in answer],
+                n=1,
+            )
             for i, out in zip(answer, outs):
                 rows[i].extend(out.outputs[0].token_ids, _logps(out.outputs[0]), eos)
 
@@ -151,24 +178,37 @@ class VLLMSampler(PolicySampler):
 
     # ---- vLLM calls ----
 
-    def _run(self, prompts: list[list[int]], max_tokens: list[int], temp: float, seeds: list[int], n: int,
-             stop: list[str] | None = None) -> list[Any]:
+    def _run(
+        self,
+        prompts: list[list[int]],
+        max_tokens: list[int],
+        temp: float,
+        seeds: list[int],
+        n: int,
+        stop: list[str] | None = None,
+    ) -> list[Any]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         greedy = temp < GREEDY_EPS
         params = [
             SamplingParams(
-                n=n, temperature=0.0 if greedy else float(temp), max_tokens=int(m), logprobs=0,
-                seed=int(s) if self._seeded and not greedy else None, stop_token_ids=[self.policy.eos_id], stop=stop or None,
-                include_stop_str_in_output=True, skip_special_tokens=True,
+                n=n,
+                temperature=0.0 if greedy else float(temp),
+                max_tokens=int(m),
+                logprobs=0,
+                seed=int(s) if self._seeded and not greedy else None,
+                stop_token_ids=[self.policy.eos_id],
+                stop=stop or None,
+                include_stop_str_in_output=True,
+                skip_special_tokens=True,
             )
             for m, s in zip(max_tokens, seeds)
         ]
         reqs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         return self.engine.llm.generate(reqs, params, use_tqdm=False)
 
-    def _pack(self, rows: list["_Row"], ids: Tensor, pmask: Tensor, group: Tensor, T: int) -> Rollouts:
+    def _pack(self, rows: list[_Row], ids: Tensor, pmask: Tensor, group: Tensor, T: int) -> Rollouts:
         pol = self.policy
         N = len(rows)
         Tu = max([len(r.tokens) for r in rows] + [0])
@@ -190,7 +230,7 @@ class VLLMSampler(PolicySampler):
 class _Row:
     """One completion being built: tokens, which were forced, their log-probs, thinking state."""
 
-    __slots__ = ("tokens", "forced", "logp", "done", "in_think", "n_think")
+    __slots__ = ("done", "forced", "in_think", "logp", "n_think", "tokens")
 
     def __init__(self) -> None:
         self.tokens: list[int] = []

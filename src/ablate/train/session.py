@@ -88,8 +88,10 @@ def check_config(config: RunConfig, rd: RunDir) -> None:
         old = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         same = canonical(old) == canonical(config)
     except Exception as e:
-        raise UserError(f"{path}: unreadable ({type(e).__name__}); this directory holds something else: give "
-                        "another directory or remove it") from None
+        raise UserError(
+            f"{path}: unreadable ({type(e).__name__}); this directory holds something else: give "
+            "another directory or remove it"
+        ) from None
     if not same:
         raise UserError(f"{rd.path} holds a run of another config; pick another --out or remove it")
 
@@ -174,8 +176,13 @@ class RunSession:
 
     def state(self) -> dict[str, Any]:
         """The session's part of a checkpoint."""
-        return {"step": self.step, "compute": self.compute.state_dict(), "acc": self.acc.state_dict(),
-                "health": self.health.state_dict(), "eval": self.last_eval}
+        return {
+            "step": self.step,
+            "compute": self.compute.state_dict(),
+            "acc": self.acc.state_dict(),
+            "health": self.health.state_dict(),
+            "eval": self.last_eval,
+        }
 
     def load_state(self, st: dict[str, Any]) -> None:
         """Put the session's part of checkpoint `st` back (or raise: it did not fit)."""
@@ -203,20 +210,35 @@ class RunSession:
         rate = self.evaluator.pass_rate(self.step)  # (the torch sampler samples in eval mode, whatever TRL set)
         self.compute.tick()
         means = self.acc.means()
-        rec: dict[str, Any] = {"step": self.step, "gpu_hours": self.compute.gpu_hours, "flops": self.compute.flops,
-                               "samples": self.compute.samples, "val_pass_rate": rate, "val_n": self.evaluator.n,
-                               "wall_s": self.compute.wall_s}
+        rec: dict[str, Any] = {
+            "step": self.step,
+            "gpu_hours": self.compute.gpu_hours,
+            "flops": self.compute.flops,
+            "samples": self.compute.samples,
+            "val_pass_rate": rate,
+            "val_n": self.evaluator.n,
+            "wall_s": self.compute.wall_s,
+        }
         rec.update({k: v for k, v in means.items() if k in METRICS and k not in rec})
         if self.lead:
             self.rd.append_metrics(rec)
         self.last_eval = rec
         self.acc = Accumulator()
-        log.info("eval step %d: val_pass_rate %.3f  (%s)", self.step, rate,
-                 ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")))
+        log.info(
+            "eval step %d: val_pass_rate %.3f  (%s)",
+            self.step,
+            rate,
+            ", ".join(f"{k} {v:.3g}" for k, v in rec.items() if k not in ("step", "val_pass_rate")),
+        )
         self.health.after_eval(rate, means.get("train_pass_rate", 1.0), self.step)
         if self.lead:
-            self.rd.progress(step=self.step, val_pass_rate=rate, r0=self.health.r0, samples=self.compute.samples,
-                             gpu_hours=self.compute.gpu_hours)
+            self.rd.progress(
+                step=self.step,
+                val_pass_rate=rate,
+                r0=self.health.r0,
+                samples=self.compute.samples,
+                gpu_hours=self.compute.gpu_hours,
+            )
 
     def after_step(self, truncation_rate: float) -> None:
         """Step self.step was taken: ScaleRL's truncation warning, and the evaluation when one is due."""
@@ -234,13 +256,29 @@ class RunSession:
         if self.lead:
             ids = {} if rd.info_path.exists() else {"run_id": run_id(cfg), "arm_id": arm_id(cfg), "overrides": []}
             ranks = {"ranks": self.world.size} if self.world.size > 1 else {}
-            rd.started(**ids, pid=os.getpid(), resumed_from=self.step if resumed else None, **trainer.facts,
-                       logs={"train": str(rd.train_log)}, warmup=warmup_record(cfg, learner.task),
-                       params=learner.policy.n_params, max_steps=cfg.train.max_steps, device=str(learner.device),
-                       **ranks)
-        log.info("run %s%s: %d params, %s x %s per step, %s, %d steps%s", rd.path.name, trainer.label,
-                 learner.policy.n_params, cfg.batch.prompts, cfg.batch.generations, trainer.scheme,
-                 cfg.train.max_steps, f" (resuming at {self.step})" if resumed else "")
+            rd.started(
+                **ids,
+                pid=os.getpid(),
+                resumed_from=self.step if resumed else None,
+                **trainer.facts,
+                logs={"train": str(rd.train_log)},
+                warmup=warmup_record(cfg, learner.task),
+                params=learner.policy.n_params,
+                max_steps=cfg.train.max_steps,
+                device=str(learner.device),
+                **ranks,
+            )
+        log.info(
+            "run %s%s: %d params, %s x %s per step, %s, %d steps%s",
+            rd.path.name,
+            trainer.label,
+            learner.policy.n_params,
+            cfg.batch.prompts,
+            cfg.batch.generations,
+            trainer.scheme,
+            cfg.train.max_steps,
+            f" (resuming at {self.step})" if resumed else "",
+        )
 
     def run(self, trainer: Trainer) -> dict[str, Any]:
         """Resume, train and end the run with `trainer`. Returns the summary: status (done | preempted |
@@ -253,12 +291,24 @@ class RunSession:
             status, reason = RunState.DIVERGED, str(e) if isinstance(e, Diverged) else f"{e} at step {self.step}"
             log.error("diverged: %s", reason)
         self.compute.tick()
-        summary = {"status": status, "step": self.step, "r0": self.health.r0,
-                   "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None, "reason": reason,
-                   "gpu_hours": self.compute.gpu_hours, "samples": self.compute.samples,
-                   "warnings": self.health.warnings, "max_lag": trainer.max_lag}
+        summary = {
+            "status": status,
+            "step": self.step,
+            "r0": self.health.r0,
+            "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None,
+            "reason": reason,
+            "gpu_hours": self.compute.gpu_hours,
+            "samples": self.compute.samples,
+            "warnings": self.health.warnings,
+            "max_lag": trainer.max_lag,
+        }
         if self.lead:
-            self.rd.ended(status, reason=reason, step=self.step, max_lag=trainer.max_lag,
-                          **({"diverged_reason": reason} if status == RunState.DIVERGED else {}))
+            self.rd.ended(
+                status,
+                reason=reason,
+                step=self.step,
+                max_lag=trainer.max_lag,
+                **({"diverged_reason": reason} if status == RunState.DIVERGED else {}),
+            )
         log.info("run %s: %s at step %d (%s)", self.rd.path.name, status, self.step, reason or "max_steps reached")
         return summary

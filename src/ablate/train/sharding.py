@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +38,9 @@ class Scorer(torch.nn.Module):
         self.model = policy.model  # registered: DDP finds the parameters here
         self.policy = policy
 
-    def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor,
-                tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor, tokens: torch.Tensor
+    ) -> torch.Tensor:
         return self.policy.completion_logits(prompt_ids, prompt_mask, group, tokens)
 
 
@@ -46,8 +48,9 @@ class FullForwardScorer(Scorer):
     """Completion logits through the model's own forward (FSDP's units gather their weights there): the same
     logits as Policy.completion_logits, computed on the [N, P+T] sequences."""
 
-    def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor,
-                tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group: torch.Tensor, tokens: torch.Tensor
+    ) -> torch.Tensor:
         T = tokens.shape[1]
         ids = torch.cat([prompt_ids[group], tokens], 1)
         am = torch.cat([prompt_mask[group], torch.ones_like(tokens)], 1)
@@ -85,8 +88,9 @@ def wrap(policy: Policy, world: World, device: torch.device, sharding: str) -> t
         from torch.nn.parallel import DistributedDataParallel
 
         # no buffer sync per forward: the samplers run the model outside DDP, at their own pace
-        return DistributedDataParallel(Scorer(policy), device_ids=[device.index] if device.type == "cuda" else None,
-                                       forward_sync_buffers=False), policy
+        return DistributedDataParallel(
+            Scorer(policy), device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+        ), policy
     from torch.distributed.fsdp import fully_shard
 
     model = policy.model
@@ -94,8 +98,10 @@ def wrap(policy: Policy, world: World, device: torch.device, sharding: str) -> t
     if layers is None:
         from ablate.errors import UserError
 
-        raise UserError(f"train.sharding=fsdp shards a decoder's layers (model.model.layers, the Llama layout); "
-                        f"{type(model).__name__} has none: use train.sharding=ddp")
+        raise UserError(
+            f"train.sharding=fsdp shards a decoder's layers (model.model.layers, the Llama layout); "
+            f"{type(model).__name__} has none: use train.sharding=ddp"
+        )
     sampled = Policy(copy.deepcopy(model), policy.tokenizer, policy.head_dtype)
     model.set_output_embeddings(_HeadInDtype(model.get_output_embeddings(), policy.head_dtype))
     for layer in layers:
@@ -142,12 +148,14 @@ def state(policy: Policy, opt: torch.optim.Optimizer) -> dict[str, Any]:
     """Model and optimizer state for a checkpoint (under fsdp: gathered whole onto rank 0; every rank calls it)."""
     if not _is_fsdp(policy.model):
         return {"model": policy.model.state_dict(), "optim": opt.state_dict()}
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {"model": get_model_state_dict(policy.model, options=opts),
-            "optim": get_optimizer_state_dict(policy.model, opt, options=opts), "sharding": "fsdp"}
+    return {
+        "model": get_model_state_dict(policy.model, options=opts),
+        "optim": get_optimizer_state_dict(policy.model, opt, options=opts),
+        "sharding": "fsdp",
+    }
 
 
 def load_state(policy: Policy, sampled: Policy, opt: torch.optim.Optimizer, st: dict[str, Any]) -> None:
@@ -156,14 +164,15 @@ def load_state(policy: Policy, sampled: Policy, opt: torch.optim.Optimizer, st: 
 
     fsdp = _is_fsdp(policy.model)
     if (st.get("sharding") == "fsdp") != fsdp:
-        raise UserError(f"the checkpoint was saved with train.sharding={st.get('sharding', 'ddp')}: its optimizer "
-                        "state is laid out for that; resume with the same train.sharding")
+        raise UserError(
+            f"the checkpoint was saved with train.sharding={st.get('sharding', 'ddp')}: its optimizer "
+            "state is laid out for that; resume with the same train.sharding"
+        )
     if not fsdp:
         policy.model.load_state_dict(st["model"])
         opt.load_state_dict(st["optim"])
         return
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     sampled.model.load_state_dict(st["model"])  # first: set_model_state_dict turns the dict's tensors into shards
     opts = StateDictOptions(full_state_dict=True)

@@ -67,8 +67,9 @@ Optimizer = Callable[[Iterable[torch.nn.Parameter], OptimConfig], torch.optim.Op
 
 def adamw(params: Iterable[torch.nn.Parameter], o: OptimConfig) -> torch.optim.Optimizer:
     """The built-in trainer's optimizer: AdamW with the recipe's lr, betas, weight decay and eps."""
-    return torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay,
-                             **({} if o.eps is None else {"eps": o.eps}))
+    return torch.optim.AdamW(
+        params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, **({} if o.eps is None else {"eps": o.eps})
+    )
 
 
 class Learner:
@@ -95,16 +96,20 @@ class Learner:
         self.policy.model.to(self.device)  # sampler and trainer follow the parameters' device
         # the module the training forward goes through (DDP / FSDP in a data-parallel run), and the policy the
         # samplers read (the trained one, or under fsdp a whole copy refreshed after every step): sharding.py
-        self.scorer, self.sampled = (sharding.wrap(self.policy, world, self.device, cfg.train.sharding)
-                                     if optimizer is not None else (sharding.Scorer(self.policy), self.policy))
+        self.scorer, self.sampled = (
+            sharding.wrap(self.policy, world, self.device, cfg.train.sharding)
+            if optimizer is not None
+            else (sharding.Scorer(self.policy), self.policy)
+        )
         self.phrase_ids = tuple(self.policy.tokenizer.encode(self.phrase, add_special_tokens=False))
         self.opt = optimizer(self.policy.model.parameters(), cfg.optim) if optimizer is not None else None
         self.pool = filters.PromptPool(len(self.task.train), cfg.filtering.pass_threshold)
         self.pool_lock = threading.Lock()  # the PipelineRL generator thread draws from the pool too
         self.gen = torch.Generator().manual_seed(cfg.seed)  # the prompt draws: the same stream on every rank
         # the rollouts: one stream with the prompt draws in a single process, each rank its own otherwise
-        self.rollout_gen = (self.gen if world.size == 1
-                            else torch.Generator().manual_seed(worker_seed(cfg.seed, world.rank)))
+        self.rollout_gen = (
+            self.gen if world.size == 1 else torch.Generator().manual_seed(worker_seed(cfg.seed, world.rank))
+        )
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -129,14 +134,18 @@ class Learner:
         lc = self.cfg.length
         budget = None
         if lc.name == "interrupt":
-            budget = (length.draw_think_budgets(gen, lc.think_budget_min, lc.think_budget_max, N) if gen is not None
-                      else torch.full((N,), lc.think_budget_max))
+            budget = (
+                length.draw_think_budgets(gen, lc.think_budget_min, lc.think_budget_max, N)
+                if gen is not None
+                else torch.full((N,), lc.think_budget_max)
+            )
         return SampleSpec(lc.max_new_tokens, self.cfg.rollout.temperature, budget, self.phrase_ids)
 
     # ---- rollouts and rewards ----
 
-    def make_batch(self, sampler: PolicySampler, gen: torch.Generator,
-                   rollout_gen: torch.Generator | None = None) -> Batch | None:
+    def make_batch(
+        self, sampler: PolicySampler, gen: torch.Generator, rollout_gen: torch.Generator | None = None
+    ) -> Batch | None:
         """G prompts from the pool (drawn with `gen`), n completions each (sampled with `rollout_gen`, default
         `gen`), scored; None when the pool is exhausted. Data-parallel: this rank's share of the G groups, and None
         when fewer prompts than ranks are left (every rank sees the same pool, so all stop together)."""
@@ -180,14 +189,22 @@ class Learner:
         N, n_groups = group.numel(), int(ro.prompt_ids.shape[0])
         # the step's sums over this rank's rows; one all-reduce at the end makes them the whole step's
         sums = {
-            "rows": float(N), "groups": float(n_groups), "reward": float(b.rewards.double().sum()),
-            "passed": float(b.correct.double().sum()), "truncated": float(ro.truncated.double().sum()),
-            "length": float(ro.lengths.double().sum()), "interrupted": float(ro.interrupted.double().sum()),
+            "rows": float(N),
+            "groups": float(n_groups),
+            "reward": float(b.rewards.double().sum()),
+            "passed": float(b.correct.double().sum()),
+            "truncated": float(ro.truncated.double().sum()),
+            "length": float(ro.lengths.double().sum()),
+            "interrupted": float(ro.interrupted.double().sum()),
             "entropy": float(ro.entropy.double().sum()) if ro.entropy is not None else 0.0,
             "entropy_rows": float(N) if ro.entropy is not None else 0.0,
             "dropped_groups": filters.zero_variance_frac(keep_m, group) * n_groups,
-            "new_tokens": float(ro.present.sum()), "kept_rows": float(rows.numel()),
-            "loss": 0.0, "clipped": 0.0, "tokens": 0.0, "trained_tokens": 0.0,  # filled in by _backward
+            "new_tokens": float(ro.present.sum()),
+            "kept_rows": float(rows.numel()),
+            "loss": 0.0,
+            "clipped": 0.0,
+            "tokens": 0.0,
+            "trained_tokens": 0.0,  # filled in by _backward
         }
         trained = world.totals([rows.numel()])[0] > 0
         gn = 0.0
@@ -213,7 +230,8 @@ class Learner:
             "grad_norm": gn,
             "is_clip_frac": t["clipped"] / max(t["tokens"], 1.0),
             "trained_frac": t["kept_rows"] / t["rows"],
-            "new_tokens": t["new_tokens"], "trained_tokens": t["trained_tokens"],
+            "new_tokens": t["new_tokens"],
+            "trained_tokens": t["trained_tokens"],
         }
         if trained:
             m["loss"] = t["loss"]
@@ -224,7 +242,8 @@ class Learner:
         generation count."""
         ro = b.ro
         prompt_tokens, new_tokens, completions = self.world.totals(
-            [int(ro.prompt_mask.sum()), int(ro.present.sum()), ro.group.numel()])
+            [int(ro.prompt_mask.sum()), int(ro.present.sum()), ro.group.numel()]
+        )
         return int(prompt_tokens), int(new_tokens), int(completions)
 
     def _update_pool(self, b: Batch) -> None:
@@ -245,8 +264,9 @@ class Learner:
         with self.pool_lock:
             self.pool.update(pids, ok)
 
-    def _backward(self, b: Batch, adv: torch.Tensor, rows: torch.Tensor, step: int, reduce: Any,
-                  sums: dict[str, float]) -> float:
+    def _backward(
+        self, b: Batch, adv: torch.Tensor, rows: torch.Tensor, step: int, reduce: Any, sums: dict[str, float]
+    ) -> float:
         """Forward/backward over this rank's kept rows in micro-batches, gradients summed over ranks; returns the
         clipped global gradient norm. Raises Diverged (on every rank alike) on a non-finite loss or gradient."""
         ro, world = b.ro, self.world
@@ -279,8 +299,12 @@ class Learner:
                     loss = (ptl * w[sl]).sum()
                     sums["clipped"] += lm.get("is_clip_frac", 0.0) * float(mask[sl].sum())
                 else:  # this rank has no rows left: a zero-weight pass keeps DDP's all-reduce in step
-                    loss = self.scorer(ro.prompt_ids[:1], ro.prompt_mask[:1], ro.group[:1] * 0,
-                                       ro.tokens[:1, :1]).float().sum() * 0.0
+                    loss = (
+                        self.scorer(ro.prompt_ids[:1], ro.prompt_mask[:1], ro.group[:1] * 0, ro.tokens[:1, :1])
+                        .float()
+                        .sum()
+                        * 0.0
+                    )
                 if not torch.isfinite(loss) and bad is None:
                     bad = float(loss)
                 # DDP averages the ranks' gradients; the weights already make each rank's loss its share of the
@@ -301,8 +325,11 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer, prompt RNG and pool (under fsdp every rank calls it: the shards are gathered)."""
-        return {**sharding.state(self.policy, self.optimizer), "rng": self.gen.get_state(),
-                "pool": self.pool.state_dict()}
+        return {
+            **sharding.state(self.policy, self.optimizer),
+            "rng": self.gen.get_state(),
+            "pool": self.pool.state_dict(),
+        }
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
         # weights and optimizer state are copied onto the parameters' device; the RNG state stays a CPU tensor

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 log = logging.getLogger("ablate.train")
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
 
 from ablate import store
 from ablate.config import TaskConfig
@@ -179,11 +179,15 @@ def synthetic_math(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
     seed, not the run's)."""
     digits, n_train = cfg.digits, cfg.train_size
     if digits is None or n_train is None:
-        raise UserError("task=synthetic_math needs task.digits and task.train_size (see recipes/task/synthetic_math.yaml)")
+        raise UserError(
+            "task=synthetic_math needs task.digits and task.train_size (see recipes/task/synthetic_math.yaml)"
+        )
     lo = cfg.digits_min or digits
     if digits < 1 or n_train < 1 or n_val < 1 or not 1 <= lo <= digits:
-        raise UserError(f"task: need 1 <= digits_min <= digits and train_size, val_size >= 1 "
-                        f"(got digits_min={lo}, digits={digits}, train_size={n_train}, val_size={n_val})")
+        raise UserError(
+            f"task: need 1 <= digits_min <= digits and train_size, val_size >= 1 "
+            f"(got digits_min={lo}, digits={digits}, train_size={n_train}, val_size={n_val})"
+        )
     space = 10 ** (2 * digits)
     if n_train + n_val > space:
         raise UserError(f"task: train_size + val_size = {n_train + n_val} is too many for {digits}-digit addition")
@@ -206,8 +210,12 @@ def synthetic_math(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
     # a fixed, seeded choice of which problems are subtractions (the same in every run of a sweep)
     minus = random.Random(cfg.data_seed + 1).random
     # (x - 0 is never a subtraction: an adding policy would solve it)
-    probs = [subtraction_problem(max(a, b), min(a, b), digits) if unseen and minus() < unseen and min(a, b) > 0
-             else addition_problem(a, b, digits, phrase) for a, b in ab]
+    probs = [
+        subtraction_problem(max(a, b), min(a, b), digits)
+        if unseen and minus() < unseen and min(a, b) > 0
+        else addition_problem(a, b, digits, phrase)
+        for a, b in ab
+    ]
     return Task(
         name="synthetic_math",
         train=probs[n_val:],
@@ -226,7 +234,7 @@ def load_jsonl_problems(path: Path | str, phrase: str) -> list[Problem]:
     """Rows `{"prompt": str, "answer": str|number[, "thinking": str]}`; a bad row is a UserError naming the line."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"task.path: no such file {str(path)!r}; give a JSONL file of {{\"prompt\", \"answer\"}} rows")
+        raise UserError(f'task.path: no such file {str(path)!r}; give a JSONL file of {{"prompt", "answer"}} rows')
     probs = []
     for lineno, row in store.jsonl_rows(path):
         where = f"{path}:{lineno}"
@@ -252,7 +260,7 @@ def jsonl_task(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
     """A JSONL file (task.path); the validation split is task.val_path if given, else the first `n_val` rows after a
     fixed shuffle (task.data_seed), so the split does not depend on the run seed."""
     if not cfg.path:
-        raise UserError("task.path is required for task=jsonl (a JSONL file of {\"prompt\", \"answer\"} rows)")
+        raise UserError('task.path is required for task=jsonl (a JSONL file of {"prompt", "answer"} rows)')
     rows = load_jsonl_problems(cfg.path, phrase)
     if cfg.val_path:
         train, val = rows, load_jsonl_problems(cfg.val_path, phrase)

@@ -107,11 +107,15 @@ def check_checkpoint(path: Path, step: int, model: Any, world: World) -> dict[st
     opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True, mmap=True)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = opt.get("param_groups") if isinstance(opt, dict) else None
-    if not isinstance(groups, list) or sum(len(g.get("params", ())) for g in groups) != len(params) \
-            or not isinstance(opt.get("state"), dict):
+    if (
+        not isinstance(groups, list)
+        or sum(len(g.get("params", ())) for g in groups) != len(params)
+        or not isinstance(opt.get("state"), dict)
+    ):
         raise BadCheckpoint(f"its optimizer.pt is not the state of an optimizer over the model's {len(params)} tensors")
-    moments = Counter(tuple(v.shape) for s in opt["state"].values() for v in s.values()
-                      if torch.is_tensor(v) and v.dim() > 0)
+    moments = Counter(
+        tuple(v.shape) for s in opt["state"].values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0
+    )
     if moments - Counter(tuple(p.shape) for p in params for _ in range(2)):
         raise BadCheckpoint("its optimizer state has shapes the model's parameters do not")
     if not isinstance(torch.load(path / "scheduler.pt", weights_only=True), dict):
@@ -165,8 +169,9 @@ class TRLTrainer:
 
     # ---- the reward: the task's verifier, and what the run generated ----
 
-    def reward(self, prompts: list[str], completions: list[str], completion_ids: list[list[int]],
-               answer: list[str], **_: Any) -> list[float]:
+    def reward(
+        self, prompts: list[str], completions: list[str], completion_ids: list[list[int]], answer: list[str], **_: Any
+    ) -> list[float]:
         tok, lc = self.policy.tokenizer, self.cfg.length
         eos = tok.eos_token_id
         lengths = torch.tensor([len(ids) for ids in completion_ids])
@@ -178,12 +183,19 @@ class TRLTrainer:
         prompt_tokens = sum(len(tok.encode(p, add_special_tokens=False)) for p in prompts)
         # every worker scores its share of the round, once per round, in step: the round's totals over all workers
         n, prompt_tokens, new_tokens, n_trunc, reward_sum, passed = self.world.totals(
-            [len(completions), prompt_tokens, int(lengths.sum()), sum(truncated), float(rewards.sum()), sum(ok)])
+            [len(completions), prompt_tokens, int(lengths.sum()), sum(truncated), float(rewards.sum()), sum(ok)]
+        )
         self.new_tokens += int(new_tokens)
         # counted step by step as the round is trained (k steps), like the built-in trainer counts each batch; a
         # resume mid-round makes TRL generate a new round, which replaces what was left of the old one
-        self.round = {"n": n, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "truncated": n_trunc,
-                      "reward": reward_sum, "passed": passed}
+        self.round = {
+            "n": n,
+            "prompt_tokens": prompt_tokens,
+            "new_tokens": new_tokens,
+            "truncated": n_trunc,
+            "reward": reward_sum,
+            "passed": passed,
+        }
         self.round_left = self.cfg.offpolicy.k
         return rewards.tolist()
 
@@ -196,9 +208,15 @@ class TRLTrainer:
         s.compute.add_generation(r["prompt_tokens"] / k, r["new_tokens"] / k, int(r["n"]) // k)
         s.compute.add_training((r["prompt_tokens"] + r["new_tokens"]) / k)  # each completion is trained once
         self.round_truncation = r["truncated"] / r["n"]
-        s.acc.add({"train_reward": r["reward"] / r["n"], "train_pass_rate": r["passed"] / r["n"],
-                   "truncation_rate": self.round_truncation, "mean_response_len": r["new_tokens"] / r["n"],
-                   "lag": 0.0})
+        s.acc.add(
+            {
+                "train_reward": r["reward"] / r["n"],
+                "train_pass_rate": r["passed"] / r["n"],
+                "truncation_rate": self.round_truncation,
+                "mean_response_len": r["new_tokens"] / r["n"],
+                "lag": 0.0,
+            }
+        )
 
     # ---- ablate's side of a checkpoint ----
 
@@ -249,9 +267,11 @@ class TRLTrainer:
         ckpt_dir = self.session.rd.ckpt_dir
         what = faults([p.name for p, _ in rejected], [why for _, why in rejected])
         if any(s > 0 for s in steps):
-            raise UserError(f"{ckpt_dir}: no usable checkpoint ({what}), and metrics.jsonl records training past "
-                            f"step 0; delete {ckpt_dir} to start the run over (its metrics.jsonl lines after step 0 "
-                            "will be rewritten)")
+            raise UserError(
+                f"{ckpt_dir}: no usable checkpoint ({what}), and metrics.jsonl records training past "
+                f"step 0; delete {ckpt_dir} to start the run over (its metrics.jsonl lines after step 0 "
+                "will be rewritten)"
+            )
         self.world.barrier()
         self._set_aside(rejected)
         log.warning("no usable checkpoint (%s) and no training recorded yet: starting afresh", what)
@@ -285,8 +305,14 @@ class TRLTrainer:
         def verifier(**kw: Any) -> list[float]:  # TRL names the reward in its logs after the function
             return self.reward(**kw)
 
-        trainer = GRPOTrainer(model=self.policy.model, reward_funcs=verifier, args=args, train_dataset=data,
-                              processing_class=tok, callbacks=[*self.callbacks, _Callback(self)])
+        trainer = GRPOTrainer(
+            model=self.policy.model,
+            reward_funcs=verifier,
+            args=args,
+            train_dataset=data,
+            processing_class=tok,
+            callbacks=[*self.callbacks, _Callback(self)],
+        )
         trainer.remove_callback(PrinterCallback)  # train.log has ablate's evaluations; TRL's per-step dicts stay out
         return trainer
 
@@ -336,8 +362,13 @@ class _Callback(_callback_base()):
                 raise Diverged(f"non-finite {key} ({v}) at step {state.global_step}")
         t.seen_step = t.session.step = state.global_step
         t.count_step()
-        t.session.acc.add({ours: float(logs[theirs]) for theirs, ours in TRL_METRICS.items()
-                           if isinstance(logs.get(theirs), (int, float))})
+        t.session.acc.add(
+            {
+                ours: float(logs[theirs])
+                for theirs, ours in TRL_METRICS.items()
+                if isinstance(logs.get(theirs), (int, float))
+            }
+        )
         t.session.after_step(t.round_truncation)
 
     def on_save(self, args, state, control, **kw):

@@ -13,8 +13,13 @@ import torch
 from ablate.config import RunConfig
 from ablate.errors import UserError
 
-TRL_METRICS = {"entropy": "entropy", "grad_norm": "grad_norm", "clip_ratio/region_mean": "is_clip_frac",
-               "cispo_clip_ratio": "is_clip_frac", "loss": "loss"}
+TRL_METRICS = {
+    "entropy": "entropy",
+    "grad_norm": "grad_norm",
+    "clip_ratio/region_mean": "is_clip_frac",
+    "cispo_clip_ratio": "is_clip_frac",
+    "loss": "loss",
+}
 """TRL's log keys -> metrics.jsonl fields (means since the previous evaluation). Not zero_variance_frac: TRL drops
 no group, and its frac_reward_zero_std means another thing under scale_rewards=batch."""
 
@@ -30,11 +35,17 @@ def require_trl() -> None:
 def check_devices(cfg: RunConfig) -> None:
     """One process holds one GPU: HF's Trainer would wrap a model in nn.DataParallel over every visible GPU, which
     TRL refuses. A UserError before anything is written, naming the fix."""
-    if cfg.resources.world == 1 and torch.cuda.is_available() and torch.cuda.device_count() > 1 \
-            and cfg.train.device != "cpu":
+    if (
+        cfg.resources.world == 1
+        and torch.cuda.is_available()
+        and torch.cuda.device_count() > 1
+        and cfg.train.device != "cpu"
+    ):
         n = torch.cuda.device_count()
-        raise UserError(f"trainer=trl on one process sees {n} GPUs: set resources.nproc={n} (one rank per GPU), or "
-                        "make one visible (CUDA_VISIBLE_DEVICES=0)")
+        raise UserError(
+            f"trainer=trl on one process sees {n} GPUs: set resources.nproc={n} (one rank per GPU), or "
+            "make one visible (CUDA_VISIBLE_DEVICES=0)"
+        )
 
 
 def prompt_prefix(tok: Any) -> str:
@@ -72,15 +83,20 @@ def grpo_config(cfg: RunConfig, output_dir: Path | str, device: torch.device) ->
     per_rank = cfg.batch.prompts * cfg.batch.generations // cfg.resources.world  # the step's completions per rank
     micro = o.micro_batch or per_rank
     accum = per_rank // micro
-    eps: dict[str, Any] = {"grpo": {"epsilon": loss.eps, "epsilon_high": loss.eps},  # symmetric
-                          "dapo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
-                          "gspo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
-                          "cispo": {"epsilon_high": loss.eps_max}}[loss.name]
+    eps: dict[str, Any] = {
+        "grpo": {"epsilon": loss.eps, "epsilon_high": loss.eps},  # symmetric
+        "dapo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
+        "gspo": {"epsilon": loss.eps_low, "epsilon_high": loss.eps_high},
+        "cispo": {"epsilon_high": loss.eps_max},
+    }[loss.name]
     vllm: dict[str, Any] = {}
     if cfg.rollout.name == "vllm":
-        vllm = {"use_vllm": True, "vllm_mode": cfg.trainer.vllm_mode,
-                "vllm_gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
-                "vllm_enable_sleep_mode": False}
+        vllm = {
+            "use_vllm": True,
+            "vllm_mode": cfg.trainer.vllm_mode,
+            "vllm_gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
+            "vllm_enable_sleep_mode": False,
+        }
         if cfg.rollout.max_model_len:
             vllm["vllm_max_model_length"] = cfg.rollout.max_model_len
         if cfg.trainer.vllm_mode == "server" and cfg.trainer.vllm_server_url:

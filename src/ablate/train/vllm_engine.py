@@ -86,13 +86,15 @@ def engine_options(rollout: RolloutConfig) -> dict[str, Any]:
 
 def vllm_import():
     """`vllm`, or a UserError saying how to install it (never a silent fallback to the torch sampler)."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: tensors pass to the model directly
+    os.environ.setdefault(
+        "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
+    )  # in-process engine: tensors pass to the model directly
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     # CPU: no OpenMP core binding; the engine uses the torch threads the run set (launcher.threads), so parallel
     # runs of a sweep do not all pin the same cores. (vLLM then makes torch.set_num_threads a no-op in-process.)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     try:
-        import vllm  # noqa: F401
+        import vllm
     except ImportError as e:
         raise UserError(
             f"rollout=vllm needs vLLM {VLLM_VERSION} ({e}): on a GPU machine `pip install '.[gpu]'`; "
@@ -137,7 +139,9 @@ class Engine:
         # the engine lives as long as the process: its weight files (a model's size) go when the process ends
         atexit.register(shutil.rmtree, self.dir, True)
         src = Path(str(getattr(policy.model, "name_or_path", "") or "."))
-        reuse = (src / "config.json").is_file() and any((src / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+        reuse = (src / "config.json").is_file() and any(
+            (src / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
+        )
         self.model_dir = src if reuse else self.dir / "model"
         if not reuse:
             policy.model.save_pretrained(self.model_dir, safe_serialization=True)
@@ -168,16 +172,25 @@ class Engine:
         got = self.llm.llm_engine.model_config.head_dtype
         if got != DTYPES[head]:  # vLLM falls back to the model dtype with a warning only: refuse instead
             del self.llm
-            raise UserError(f"precision={'fp32_head' if head == 'float32' else head}: this vLLM engine computes the "
-                            f"LM head in {got}, not {head}; use rollout=torch or another rollout.dtype")
+            raise UserError(
+                f"precision={'fp32_head' if head == 'float32' else head}: this vLLM engine computes the "
+                f"LM head in {got}, not {head}; use rollout=torch or another rollout.dtype"
+            )
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
         self.lock = threading.RLock()
         # the model whose weights it holds, at these parameter versions (none known when loaded from a source folder)
         self.owner: weakref.ref | None = None if reuse else weakref.ref(policy.model)
         self.fingerprint: tuple[int, ...] | None = None if reuse else _fingerprint(policy.model)
         self.sync_seconds: list[float] = []
-        log.info("vLLM engine started in %.1fs over %s (body %s, head %s, KV cache %d MiB, max_model_len %d)",
-                 self.start_s, self.model_dir, dtype, head, opts.kv_cache_mb, max_len)
+        log.info(
+            "vLLM engine started in %.1fs over %s (body %s, head %s, KV cache %d MiB, max_model_len %d)",
+            self.start_s,
+            self.model_dir,
+            dtype,
+            head,
+            opts.kv_cache_mb,
+            max_len,
+        )
 
     def holds(self, model: Any) -> bool:
         return self.owner is not None and self.owner() is model and self.fingerprint == _fingerprint(model)
@@ -228,7 +241,13 @@ _ENGINES_LOCK = threading.Lock()
 
 def _engine_key(policy: Policy, opts: EngineOptions, dtype: str) -> str:
     cfg = policy.model.config.to_dict()
-    blob = {"cfg": cfg, "opts": opts.__dict__, "dtype": dtype, "head": str(policy.head_dtype), "vocab": len(policy.tokenizer)}
+    blob = {
+        "cfg": cfg,
+        "opts": opts.__dict__,
+        "dtype": dtype,
+        "head": str(policy.head_dtype),
+        "vocab": len(policy.tokenizer),
+    }
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

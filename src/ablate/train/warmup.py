@@ -92,8 +92,11 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
             if why:
                 return f"not private: {why}"
         info = warmup_info(folder)
-        if not (isinstance(info, dict) and type(info.get("steps")) is int
-                and isinstance(info.get("check_pass_rate"), (int, float))):
+        if not (
+            isinstance(info, dict)
+            and type(info.get("steps")) is int
+            and isinstance(info.get("check_pass_rate"), (int, float))
+        ):
             return "warmup.json is not a warm-up record"
         with safe_open(str(folder / "model.safetensors"), "pt") as f:
             saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
