@@ -23,6 +23,10 @@ import pytest
 
 SLURM_ENV = "ABLATE_SLURM"
 
+# xdist's workers inherit COLUMNS=80 from execnet, and the CLI honours an explicit COLUMNS (a pager's width): without
+# this a worker would wrap the tables and messages a serial run prints whole. Tests that mean a width set their own.
+os.environ.pop("COLUMNS", None)
+
 
 REASON = (
     f"SLURM tests deselected: {SLURM_ENV} is not set "
