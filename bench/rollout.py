@@ -6,8 +6,9 @@
 Models (random init, built locally, char tokenizer): `tiny` = the embedded default (2 layers, hidden 128, 0.5M
 parameters) and `25m` (6 layers, hidden 512, 8 heads of 64, MLP 2048: 25M parameters). Per model and generation length:
 tokens/s of each backend at temperature 1 (generated tokens, EOS included, over wall time; the vLLM engine is
-started and warmed before timing; vLLM seeded per request, as runs use it, and unseeded), and the wall time of a weight sync after an optimizer step (`load_weights`,
-the PipelineRL path: copy into the policy + reload in the engine + prefix-cache reset). Writes bench/out/rollout.json.
+started and warmed before timing; vLLM seeded per request, as runs use it, and unseeded), and the wall time of a
+weight sync after an optimizer step (`load_weights`, the PipelineRL path: copy into the policy + reload in the
+engine + prefix-cache reset). Writes bench/out/rollout.json.
 """
 
 from __future__ import annotations

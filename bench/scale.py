@@ -120,7 +120,7 @@ def main() -> None:
     cfg = config(a.overrides, a.nproc)
     with tempfile.TemporaryDirectory() as tmp:
         sp = spawn(
-            "scale:_rank",
+            "scale:worker",
             a.nproc,
             {"cfg": cfg.to_dict(), "steps": a.steps, "warm": a.warmup_steps},
             Path(tmp),
@@ -146,7 +146,8 @@ def main() -> None:
         a.json.write_text(json.dumps({"one": one, "many": many, "speedup": speedup, "comm_share": share}, indent=1))
 
 
-def _rank(world, cfg: dict, steps: int, warm: int, stop=None) -> dict:
+def worker(world, cfg: dict, steps: int, warm: int, stop=None) -> dict:
+    """What each spawned worker runs (the target `main` gives topology.workers.spawn): `measure`."""
     return measure(world, cfg, steps, warm)
 
 

@@ -11,6 +11,7 @@ that step), trunc (truncation rate to report).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -138,7 +139,7 @@ def assert_resumed_without_gap(run_dir: Path, first: list[int], stopped: int) ->
     steps = [r["step"] for r in recs]
     assert steps == list(range(0, steps[-1] + 1, 2)), steps  # every line once, none missing
     assert steps[: len(first)] == first
-    assert all(a["samples"] < b["samples"] and a["wall_s"] < b["wall_s"] for a, b in zip(recs, recs[1:]))
+    assert all(a["samples"] < b["samples"] and a["wall_s"] < b["wall_s"] for a, b in itertools.pairwise(recs))
     return recs
 
 

@@ -118,7 +118,7 @@ def test_the_cycle_finder_finds_a_cycle():
     saved = dict(GRAPH)
     try:
         GRAPH["ablate.errors"] = {"ablate.store"}  # store imports errors: a planted two-module cycle
-        assert ["ablate.errors", "ablate.store"] in _cycles()
+        assert any({"ablate.errors", "ablate.store"} <= set(cycle) for cycle in _cycles())
     finally:
         GRAPH.clear()
         GRAPH.update(saved)
@@ -174,9 +174,12 @@ def _private_crossings() -> list[str]:
                 and node.value.id in aliases
             ):
                 crossings.append(f"{module}: {node.value.id}.{node.attr}")
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if re.fullmatch(r"ablate(\.\w+)+:_\w+", node.value):
-                    crossings.append(f"{module}: entry point {node.value!r}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(r"ablate(\.\w+)+:_\w+", node.value)
+            ):
+                crossings.append(f"{module}: entry point {node.value!r}")
     return crossings
 
 
@@ -229,7 +232,7 @@ def test_function_sizes():
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
 def test_kernels_named_exist(kernel):
-    module, _, name = kernel.rpartition(".")
+    module = kernel.rpartition(".")[0]
     assert any(n == kernel for n, _ in _functions(TREES[module], module))
 
 

@@ -94,7 +94,7 @@ def test_show_prints_the_resolved_config():
     assert cfg["loss"] == {"name": "dapo", "eps": None, "eps_low": 0.2, "eps_high": 0.28, "eps_max": None}
     assert cfg["aggregation"]["name"] == "token" and cfg["seed"] == 0
     assert re.fullmatch(r"# run_id: [0-9a-f]{12}  arm_id: [0-9a-f]{12}", head)
-    assert source == f"# recipe: {RECIPES_DIR / 'base.yaml'} (your folder)"  # a path given is read as it is
+    assert source == f"# recipe: {RECIPES_DIR / 'base.yaml'} (ablate's packaged recipes)"  # read as given
 
 
 def test_show_names_the_recipe_it_read_your_folder_first(tmp_path, monkeypatch):

@@ -56,8 +56,9 @@ def test_the_trainers_page_has_the_support_matrix_the_code_has():
 def test_the_json_page_names_every_key_and_verdict_rank_prints():
     """docs/json.md documents every key of `rank --json` (the ranking's, each arm's, its fit's) and every verdict;
     docs/verdicts.md every verdict as the table words it."""
-    from ablate.fit.analysis import FitOptions
-    from ablate.fit.compare import VERDICT_TEXT, VERDICTS, rank
+    from ablate.fit.arms import VERDICT_TEXT, VERDICTS
+    from ablate.fit.compare import rank
+    from ablate.fit.result import FitOptions
     from ablate.fit.synthetic import synthetic_curve
 
     curves = [

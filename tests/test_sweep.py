@@ -19,8 +19,9 @@ from ablate.compose import compose_run
 from ablate.config import ConfigErrors, validate
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical, run_id
+from ablate.render.runs import run_cells
 from ablate.resources import RECIPES_DIR
-from ablate.sweep import load_sweep, plan_rows
+from ablate.sweep import load_sweep
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
 EXPECTED_SWEEPS = {
@@ -428,12 +429,12 @@ def test_all_errors_of_all_runs_are_collected(tmp_recipes):
     assert len(errs) == 3 and str(e.value).count("\nerror: ") == 2
 
 
-def test_plan_rows(loaded):
-    rows = plan_rows(loaded["loss"])
-    assert [r["label"] for r in rows] == [
+def test_run_cells(loaded):
+    rows = run_cells(loaded["loss"])
+    assert [label for label, *_ in rows] == [
         "loss=grpo,seed=0",
         "loss=dapo,seed=0",
         "loss=gspo,seed=0",
         "loss=cispo,seed=0 *",
     ]
-    assert [r["overrides"] for r in rows] == ["loss=grpo", "loss=dapo", "loss=gspo", "(base)"]
+    assert [overrides for *_, overrides in rows] == ["loss=grpo", "loss=dapo", "loss=gspo", "(base)"]

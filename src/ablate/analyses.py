@@ -14,10 +14,11 @@ from ablate.defaults import check_reach, choose_axis, choose_target, wall_clock_
 from ablate.errors import UserError
 
 if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs it
-    from ablate.fit.compare import MinEffect, NoiseFloor, Ranking
+    from ablate.fit.arms import Ranking
     from ablate.fit.curve import Curve
     from ablate.fit.extrapolate import Extrapolation
     from ablate.fit.result import FitOptions, FitResult
+    from ablate.fit.spread import MinEffect, NoiseFloor
     from ablate.plan import PlanResult
 
 
@@ -37,23 +38,27 @@ class Inputs:
         return wall_clock_note(self.curves, self.x)
 
 
-def read_inputs(
-    paths: list[Path],
-    *,
-    x: str,
-    y: str,
-    run: str,
-    group: str | None,
-    fmt: str,
-    samples_per_step: float | None,
-    gpu_hours_per_step: float | None,
-) -> Inputs:
-    """The curves of `paths` (ablate.curves.load_inputs) on `x`, or on the axis `--x auto` picks for them."""
+@dataclass(frozen=True)
+class Reading:
+    """How a command reads its inputs: the flags --x, --y, --run, --group, --format, --samples-per-step and
+    --gpu-hours-per-step (ablate.cli.options; what each means: ablate.curves)."""
+
+    x: str
+    y: str
+    run: str
+    group: str | None
+    fmt: str
+    samples_per_step: float | None
+    gpu_hours_per_step: float | None
+
+
+def read_inputs(paths: list[Path], how: Reading) -> Inputs:
+    """The curves of `paths` (ablate.curves.load_inputs) on `how.x`, or on the axis `--x auto` picks for them."""
     from ablate.curves import load_inputs
 
-    per_step: dict[str, Any] = {"samples": samples_per_step, "gpu_hours": gpu_hours_per_step}
-    x, axis_text = choose_axis(paths, x, per_step)
-    curves, skipped = load_inputs(paths, x=x, y=y, run=run, group=group, fmt=fmt, per_step=per_step)
+    per_step: dict[str, Any] = {"samples": how.samples_per_step, "gpu_hours": how.gpu_hours_per_step}
+    x, axis_text = choose_axis(paths, how.x, per_step)
+    curves, skipped = load_inputs(paths, x=x, y=how.y, run=how.run, group=how.group, fmt=how.fmt, per_step=per_step)
     return Inputs(list(paths), curves, skipped, x, axis_text)
 
 
@@ -88,7 +93,8 @@ def fit_inputs(
 ) -> FitReport:
     """Fit every run of `inputs` (each arm when `by_group`), with the window-sensitivity refits and the forms'
     backtest when asked."""
-    from ablate.fit.analysis import compare_forms, fit_table, window_sensitivity
+    from ablate.fit.analysis import compare_forms, fit_table
+    from ablate.fit.sensitivity import window_sensitivity
 
     opts, target_text = with_target(opts, inputs.curves, inputs.x, to, opts.fit_until, reach=False)
     results = fit_table(inputs.curves, opts, by_group=by_group)
@@ -124,7 +130,9 @@ def check_rank_settings(
 ) -> RankSettings:
     """Parse rank's --margin, --shared-a and --noise, check that --save-noise can be written, and refuse --n-boot 0
     (rank's verdicts rest on intervals)."""
-    from ablate.fit.compare import MinEffect, NoiseFloor, parse_margin, parse_shared_a
+    from ablate.fit.compare import parse_shared_a
+    from ablate.fit.spread import MinEffect, NoiseFloor
+    from ablate.fit.verdicts import parse_margin
     from ablate.paths import check_writable_output
 
     smallest = MinEffect(a=min_effect, ratio=min_effect_compute)
@@ -143,8 +151,8 @@ def check_rank_settings(
 def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to: float | None, jobs: int) -> Ranking:
     """Rank the arms of `inputs` at the target (--to, or the default), with the lines that say how the target and
     the axis were chosen, and the window-sensitivity refits when asked."""
-    from ablate.fit.analysis import window_sensitivity
     from ablate.fit.compare import rank
+    from ablate.fit.sensitivity import window_sensitivity
 
     opts, target_source = with_target(opts, inputs.curves, inputs.x, to, opts.fit_until)
     ranking = rank(
@@ -170,7 +178,7 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
 def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
     """`rank --save-noise`: write the seed spread measured on the ranking's seeded arms, for a later --noise."""
     from ablate import store
-    from ablate.fit.compare import measured_floor
+    from ablate.fit.verdicts import measured_floor
 
     measured = measured_floor(ranking.arms)
     if measured is None:
@@ -211,9 +219,10 @@ def extrapolate_inputs(
 ) -> ExtrapolationReport:
     """Project one arm (--arm, the only one, or the rank winner) to the target, checked on held-out points. The
     target, its words and the reach are the arm's: its own data, not the longest arm's."""
-    from ablate.fit.analysis import group_arms, window_sensitivity
+    from ablate.fit.analysis import group_arms
     from ablate.fit.extrapolate import extrapolate, winner
     from ablate.fit.result import FitOptions
+    from ablate.fit.sensitivity import window_sensitivity
 
     x, fit_until = inputs.x, opts.fit_until
     opts, _ = with_target(opts, inputs.curves, x, to, fit_until)

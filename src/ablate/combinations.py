@@ -17,6 +17,18 @@ OPTIONAL_OPTION_PARAMS: dict[str, dict[str, tuple[str, ...]]] = {"length": {"int
 
 def check_combinations(cfg: dict[str, Any]) -> list[str]:
     """Impossible combinations across keys; each message names both keys and a fix."""
+    errs = option_params(cfg) + algorithm(cfg) + lengths(cfg) + sources(cfg) + data_parallel(cfg)
+    if cfg["trainer"]["name"] == "trl":
+        from ablate.trainers import trl_refusals
+
+        errs += trl_refusals(cfg)
+    if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
+        errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
+    return errs
+
+
+def option_params(cfg: dict[str, Any]) -> list[str]:
+    """Each option's own parameters set, and no other option's (OPTION_PARAMS)."""
     errs: list[str] = []
     for section, table in OPTION_PARAMS.items():
         name = cfg[section]["name"]
@@ -33,12 +45,23 @@ def check_combinations(cfg: dict[str, Any]) -> list[str]:
                     f"{section}.{param}: not a parameter of {section}={name} (it belongs to "
                     f"{section}={'|'.join(users)}); drop it or pick {section}={users[0]}"
                 )
-    loss, length = cfg["loss"], cfg["length"]
-    if loss["name"] == "gspo" and cfg["aggregation"]["name"] == "token":
-        errs.append(
+    return errs
+
+
+def algorithm(cfg: dict[str, Any]) -> list[str]:
+    """A loss with an aggregation that contradicts it."""
+    if cfg["loss"]["name"] == "gspo" and cfg["aggregation"]["name"] == "token":
+        return [
             "loss=gspo with aggregation=token: GSPO's importance ratio is per sequence, so pooling tokens "
             "re-weights sequences by length; use aggregation=sample or aggregation=prompt"
-        )
+        ]
+    return []
+
+
+def lengths(cfg: dict[str, Any]) -> list[str]:
+    """The length control's limits against each other and against max_new_tokens."""
+    errs: list[str] = []
+    length = cfg["length"]
     if length["name"] == "penalty" and None not in (length["l_max"], length["l_cache"]):
         if length["l_cache"] > length["l_max"]:
             errs.append(
@@ -62,6 +85,12 @@ def check_combinations(cfg: dict[str, Any]) -> list[str]:
                 f"({length['max_new_tokens']}): no room left for the answer after the phrase; "
                 "lower the budget or raise length.max_new_tokens"
             )
+    return errs
+
+
+def sources(cfg: dict[str, Any]) -> list[str]:
+    """The model and the task: a folder or file where one is needed, sizes that fit together."""
+    errs: list[str] = []
     if cfg["model"]["name"] == "hf" and not cfg["model"]["path"]:
         errs.append("model=hf needs model.path: set model.path=/local/hf/model/folder (nothing is downloaded)")
     if cfg["task"]["name"] == "jsonl" and not cfg["task"]["path"]:
@@ -76,6 +105,12 @@ def check_combinations(cfg: dict[str, Any]) -> list[str]:
             f"({cfg['model']['n_heads']}); "
             "pick sizes with hidden % n_heads == 0"
         )
+    return errs
+
+
+def data_parallel(cfg: dict[str, Any]) -> list[str]:
+    """What data-parallel training over several processes requires (and fsdp: more than one)."""
+    errs: list[str] = []
     res = cfg["resources"]
     world = res["nproc"] * res["nodes"]
     if cfg["train"]["sharding"] == "fsdp" and world == 1:
@@ -100,10 +135,4 @@ def check_combinations(cfg: dict[str, Any]) -> list[str]:
             f"batch.prompts ({cfg['batch']['prompts']}) < resources.nproc x resources.nodes ({world}): every "
             "rank needs at least one prompt group per step; use fewer ranks or more prompts"
         )
-    if cfg["trainer"]["name"] == "trl":
-        from ablate.trainers import trl_refusals
-
-        errs += trl_refusals(cfg)
-    if len(cfg["optim"]["betas"]) != 2 or not all(0.0 <= b < 1.0 for b in cfg["optim"]["betas"]):
-        errs.append(f"optim.betas: need two values in [0, 1), got {cfg['optim']['betas']}")
     return errs

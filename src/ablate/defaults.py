@@ -27,7 +27,7 @@ from ablate.errors import UserError
 from ablate.fit.curve import Curve
 
 if TYPE_CHECKING:
-    from ablate.fit.analysis import FitOptions
+    from ablate.fit.result import FitOptions
 
 AUTO = "auto"
 PAPER_TARGET = 16000.0
@@ -56,11 +56,6 @@ def readable(value: float) -> float:
     return float(f"{value:.3g}")
 
 
-def is_interpolation(to: float, top: float) -> bool:
-    """A target inside the fitted window is read off the fitted curve where it has data: no projection."""
-    return to <= top
-
-
 def choose_target(curves: list[Curve], x: str, to: float | None, fit_until: float | None) -> tuple[float, str]:
     """The compute to predict at, and the line that says where it came from.
 
@@ -68,6 +63,8 @@ def choose_target(curves: list[Curve], x: str, to: float | None, fit_until: floa
     when x is gpu_hours and 16000 lies past the largest compute fitted, within MAX_REACH of it (the scale ScaleRL
     compares at); otherwise twice the largest compute fitted, in the data's own units, rather than a number in other
     units that the reach check would refuse (a CPU sweep in samples or hundredths of a GPU-hour)."""
+    from ablate.fit.extrapolate import is_interpolation  # the fit stack imports scipy: keep `ablate sweep` light
+
     top = fitted_top(curves, fit_until)
     if to is not None:
         if is_interpolation(to, top):

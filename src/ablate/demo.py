@@ -79,7 +79,8 @@ def paper_curves_demo(out: Path = OUT) -> None:
     import numpy as np
 
     from ablate.curves import load_curves, write_csv
-    from ablate.fit.analysis import FitOptions, fit_table
+    from ablate.fit.analysis import fit_table
+    from ablate.fit.result import FitOptions
     from ablate.fit.sigmoid import sigmoid
     from ablate.fit.synthetic import PAPER_CURVES, paper_curves
 

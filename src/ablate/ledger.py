@@ -1,36 +1,14 @@
-"""The sweep ledger: `<root>/<sweep>/ledger.jsonl`, an append-only log of launch events, and the run states
-folded from it.
+"""The sweep ledger: `<root>/<sweep>/ledger.jsonl`, an append-only log of launch events, and the run states folded
+from it (`Ledger.fold` -> `RunRecord`s).
 
-Events (one JSON object per line; every event carries `event`, `t` (unix time), `run_id`, `batch`):
+Only the events of a run's latest `submitting` batch count, and a job must claim its run under the sweep's lock
+(its batch still current, the run not ended) before it starts: that is what makes `ablate sweep` safe to re-run
+and keeps a run from being executed twice. Appends are whole lines (ablate.store), so a reader sees at worst a torn
+last line; a line that is not an event of this format is ignored field by field, and a run id that is not a plain
+name is skipped, so no ledger line can steer a path.
 
-    submitting  label, executor, launcher {pid, start}, max_steps    written *before* the executor sees the run
-    submitted   job_id (slurm), runner {pid, start} (local)          the executor accepted it
-    dispatched  job_id, controller {pid, start}                      local: the runner started the job's controller
-    started     job_id, pid, start, host, attempt, log               the job process claimed the run
-    preempted   job_id, requeue (bool), requeues, reason             signal caught; checkpoint taken
-    requeued    job_id, requeues                                     submitit requeued it (same job id)
-    finished    job_id, status (done | diverged | pruned | unstable), reason (pruned, unstable: why), recovered
-                (written for a job that died after run.json said done or diverged: by the runner, launcher or
-                requeued job that found it gone)
-    failed      job_id, cause, error, log                            cause: exception | oom | no_space | timeout |
-                                                                     node_failure | cancelled | killed | submit
-
-A run that finished (done, diverged) stays so: later events of its batch are ignored. A `submitting` event also
-carries `prune` (true when `ablate sweep --prune` launched it: the prune monitor may
-stop it). `batch` is a random token per submission. The *current* batch of a run is the one of its latest `submitting`
-event; events of any older batch are ignored. That is what makes re-runs safe: a job process must *claim* its run
-before it starts (under the lock, its batch must still be current and the run not ended), so a job orphaned by a
-launcher that died between `sbatch` and writing `submitted` either ran (and its `started` event is in the ledger
-before the next plan is made) or finds itself superseded and exits without touching the run directory.
-
-Crash safety: appends are single `write()` calls of whole lines (O_APPEND) followed by fsync, so a reader sees at
-worst a torn *last* line, which `store.iter_jsonl` skips and the next append terminates. Decisions (plan + submit,
-claim) are made under an exclusive lock on the sweep directory, which the kernel releases when its holder dies,
-so a killed launcher never leaves the sweep locked. A line that is not an event of this format (damaged, or
-written by hand) is ignored field by field: a wrong-typed field reads as absent, and an event whose run id is not
-a plain name (letters, digits, `_`, `-`) is skipped, so no ledger line can steer a path.
-
-Whether the runs the ledger calls live still are is ablate.launch.liveness's business.
+The events, their fields and the failure causes: docs/run-directory.md, "ledger.jsonl". Whether the runs the ledger
+calls live still are is ablate.launch.liveness's business.
 """
 
 from __future__ import annotations

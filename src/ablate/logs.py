@@ -1,21 +1,11 @@
 """Training curves from other tools' logs: TensorBoard, W&B (offline runs and CSV exports), TRL and verl.
 
-Each reader turns a log into runs, `{run name: {step: {metric: value}}}`; `to_curves` turns those into
-`fit.curve.Curve`s for a chosen x and y, one arm per run. `detect` tells the formats apart by content:
+Each reader (ablate.log_readers) turns a log into runs, `{run name: {step: {metric: value}}}`; `to_curves` turns
+those into `fit.curve.Curve`s for a chosen x and y, one arm per run, and `detect` tells the formats apart by
+content. Every bad input is one `UserError` line naming the file (and run, step) and the fix.
 
-    table        CSV/JSONL with one row per (run, evaluation): read by `curves.load_curves`, not here
-    tensorboard  events.out.tfevents.* files, or a folder of them (each subfolder holding event files is a run,
-                 named by its path under the folder); classic simple_value scalars and 1-element tensor scalars
-    wandb        W&B's transaction log: a run-*.wandb file, an offline-run-*/ (or run-*/) folder, or a wandb/
-                 folder holding several of them (each a run, named by its display name)
-    wandb-csv    W&B's CSV exports: the wide panel export (`Step`, `<run> - <metric>`; `__MIN`/`__MAX` columns
-                 ignored) or the long one (`run`/`name`, `metric`/`key`, `step`/`_step`, `value`)
-    trl          trainer_state.json (`log_history`), or the output folder holding it or checkpoint-*/ copies
-    verl         the file logger's JSONL (`{"step": N, "data": {...}}`) or the console log (`step:N - k:v - ...`)
-
-Such logs count steps, rarely compute: x may be `step` (aliases `_step`, `Step`, `global_step`), and `per_step`
-adds `samples` / `gpu_hours` as step x a constant. A point is an x and a y logged at the same step; steps where
-either is missing are skipped. Every bad input is one `UserError` line naming the file (and run, step) and the fix.
+The formats, how they are detected, and how steps become compute (`--x step`, `--samples-per-step`,
+`--gpu-hours-per-step`): docs/run-directory.md, "Curves from other tools".
 """
 
 from __future__ import annotations

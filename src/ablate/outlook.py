@@ -12,8 +12,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from ablate.fit import planning
-from ablate.fit.compare import NoiseFloor, Ranking
+from ablate.fit.arms import Ranking
+from ablate.fit.futures import futures, verdict_key
+from ablate.fit.spread import NoiseFloor
 from ablate.rundir import RunDir
 from ablate.states import RunState
 
@@ -76,9 +77,9 @@ class ArmOutlook:
     bound: float | None = None
     futures_n: int = 0
     futures: Any = None
-    """planning.futures' `future` of the arm: the verdicts its futures ended in."""
+    """fit/futures.py's `future` of the arm: the verdicts its futures ended in."""
     if_stopped: Any = None
-    """planning.futures' `stopped`: the verdicts when the arm is stopped now (None: not simulated)."""
+    """fit/futures.py's `stopped`: the verdicts when the arm is stopped now (None: not simulated)."""
 
     def to_json(self) -> dict[str, Any]:
         """The row `ablate plan --json` writes under "arms"."""
@@ -169,7 +170,7 @@ def running_arms(
         f = fut.get(a.arm) if a.arm in live else None
         o = ArmOutlook(
             arm=a.arm,
-            verdict=planning.verdict_key(a),
+            verdict=verdict_key(a),
             identified=a.fit.identifiable,
             compute_now=max(float(c.x[-1]) for c in a.fit.curves),
             compute_end=max(ends[c.run].x_end if c.run in ends else float(c.x[-1]) for c in a.fit.curves),
@@ -195,14 +196,14 @@ def _futures(
     bound: float,
     settle_only: bool,
 ) -> dict[str, dict[str, Any]]:
-    """planning.futures per arm, with the candidates that settle stopped."""
+    """fit/futures.py's futures per arm, with the candidates that settle stopped."""
     can = candidates(ranking, live)
     fut: dict[str, dict[str, Any]] = {}
     if live and n > 0 and (can or not settle_only):
         if progress:
             progress(f"simulating {n} futures of the {len(live)} running arm(s)")
         x_end = {r: e.x_end for r, e in ends.items()}
-        fut = planning.futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
+        fut = futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
         # only the candidates that settle are stopped: check that future again with just them stopped, until the
         # set holds (it shrinks each time, so this ends)
         while True:
@@ -210,7 +211,7 @@ def _futures(
             if not settle or settle == can:
                 break
             can = settle
-            again = planning.futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
+            again = futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
             fut.update({arm: again[arm] for arm in can})
     return fut
 

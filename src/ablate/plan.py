@@ -19,22 +19,24 @@ import numpy as np
 
 from ablate.errors import UserError
 from ablate.fit import planning
-from ablate.fit.analysis import FitOptions
-from ablate.fit.compare import NoiseFloor, Ranking, rank
-from ablate.fit.verdicts import MinEffect
-from ablate.outlook import RunEnd, run_ends, running_arms
+from ablate.fit.arms import Ranking
+from ablate.fit.compare import rank
+from ablate.fit.result import FitOptions
+from ablate.fit.spread import MinEffect, NoiseFloor
+from ablate.fit.taskmodel import MAX_SCALE, MIN_SCALE, TaskModel
+from ablate.outlook import ArmOutlook, RunEnd, run_ends, running_arms
 
 
 @dataclass
 class PlanResult:
-    model: planning.TaskModel
+    model: TaskModel
     designs: list[dict[str, Any]]
-    arms: list[dict[str, Any]] = field(default_factory=list)
-    """The running arms (ablate.outlook.ArmOutlook), as `--json` writes them."""
+    arms: list[ArmOutlook] = field(default_factory=list)
+    """The running arms (none when the source has no runs of its own)."""
     ranking: Ranking | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model.to_json(), "questions": self.designs, "arms": self.arms}
+        return {"model": self.model.to_json(), "questions": self.designs, "arms": [a.to_json() for a in self.arms]}
 
 
 def _median(values) -> float | None:
@@ -120,7 +122,7 @@ def plan_measured(
         )
         for q in questions
     ]
-    arms = [o.to_json() for o in running_arms(ranking, ends, n_futures, seed, floor, progress)]
+    arms = running_arms(ranking, ends, n_futures, seed, floor, progress)
     return PlanResult(model=model, designs=designs, arms=arms, ranking=ranking)
 
 
@@ -152,16 +154,16 @@ def plan_from_file(
             "`ablate plan SWEEP_DIR --save-calibration FILE` on a sweep of the same task that ran with "
             "seeds), or plan from a sweep directory"
         )
-    model = planning.TaskModel.load(calibration)
+    model = TaskModel.load(calibration)
     model.arms = len(sweep.arms)
     max_steps = max(r.config.train.max_steps for r in sweep.runs)
     if model.steps_per_x:
         model.budget = max_steps / model.steps_per_x
-        if not planning.MIN_SCALE <= model.budget <= planning.MAX_SCALE:
+        if not MIN_SCALE <= model.budget <= MAX_SCALE:
             raise UserError(
                 f"--calibration {calibration}: steps_per_x {model.steps_per_x:g} makes {max_steps} steps "
-                f"a compute of {model.budget:g} {model.x}, outside [{planning.MIN_SCALE:g}, "
-                f"{planning.MAX_SCALE:g}]; write the calibration again with `ablate plan SWEEP_DIR "
+                f"a compute of {model.budget:g} {model.x}, outside [{MIN_SCALE:g}, "
+                f"{MAX_SCALE:g}]; write the calibration again with `ablate plan SWEEP_DIR "
                 "--save-calibration FILE`"
             )
     else:

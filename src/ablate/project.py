@@ -6,8 +6,10 @@ the profile is chosen by path (`--profile ./slurm/example.yaml`), never by name 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from ablate import store
 from ablate.errors import UserError
 from ablate.resources import PROFILES_DIR, RECIPES_DIR
 
@@ -23,18 +25,34 @@ def _planned(folder: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def _obstacle(folder: Path, pairs: list[tuple[Path, Path]]) -> str | None:
+    """Why init cannot write every file, or None: a destination that exists (a dangling link included), or a folder
+    on the way that is a link or not a folder (init would write through it, or stop half-way)."""
+    if os.path.lexists(folder) and not folder.is_dir():
+        return f"{folder}: not a folder; give a folder (ablate init DIR)"
+    folders = {dst.parent.relative_to(folder) for _, dst in pairs}
+    for part in sorted({p for f in folders for p in (f, *f.parents)} - {Path(".")}):
+        path = folder / part
+        if path.is_symlink() or (os.path.lexists(path) and not path.is_dir()):
+            return f"{path}: a link or a file where ablate init makes a folder: move it away, or give another folder"
+    taken = next((dst for _, dst in pairs if os.path.lexists(dst)), None)
+    if taken is not None:
+        return f"{taken}: already exists; ablate init writes only new files: move it away, or give another folder"
+    return None
+
+
 def init_project(folder: Path | str) -> list[Path]:
     """Write an editable copy of the recipes (FOLDER/recipes/...) and an example profile (FOLDER/slurm/example.yaml);
-    returns the files written. Refuses, writing nothing, when any of them exists already."""
+    returns the files written. Refuses, writing nothing, when any of them exists already (a dangling link too) or a
+    folder on the way is a link or a file; each file is created new and never through a link (O_EXCL, O_NOFOLLOW)."""
     folder = Path(folder)
     pairs = _planned(folder)
-    taken = next((dst for _, dst in pairs if dst.exists()), None)
-    if taken is not None:
-        raise UserError(
-            f"{taken}: already exists; ablate init writes only new files: move it away, or give "
-            "another folder (ablate init DIR)"
-        )
+    why = _obstacle(folder, pairs)
+    if why is not None:
+        raise UserError(why)
     for src, dst in pairs:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_bytes(src.read_bytes())
+        fd = store.open_fd(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as out:
+            out.write(src.read_bytes())
     return [dst for _, dst in pairs]

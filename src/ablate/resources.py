@@ -31,18 +31,20 @@ PROFILES_DIR = _package_dir("profiles")
 
 
 def find_recipe(path: Path | str) -> tuple[Path, str]:
-    """A recipe or sweep file and where it was found: YOUR_FOLDER (the path as given) when it exists, else PACKAGED
-    (`recipes/loss.yaml` or `loss.yaml` is the packaged recipes/loss.yaml). UserError when it is in neither."""
+    """A recipe or sweep file and where it was found: the path as given when it exists (PACKAGED when that is a
+    packaged file, else YOUR_FOLDER), else, for a relative path, PACKAGED (`recipes/loss.yaml` or `loss.yaml` is the
+    packaged recipes/loss.yaml). UserError when it is in neither."""
     given = Path(path)
     if given.is_file():
-        return given, YOUR_FOLDER
-    if not given.is_absolute():
-        inside = Path(*given.parts[1:]) if given.parts[:1] == ("recipes",) else given
-        packaged = RECIPES_DIR / inside
-        if packaged.resolve().is_relative_to(RECIPES_DIR.resolve()) and packaged.is_file():
-            return packaged, PACKAGED
+        return given, PACKAGED if given.resolve().is_relative_to(RECIPES_DIR.resolve()) else YOUR_FOLDER
+    if given.is_absolute():
+        raise UserError(f"{given}: no such file; check the path")
+    inside = Path(*given.parts[1:]) if given.parts[:1] == ("recipes",) else given
+    packaged = RECIPES_DIR / inside
+    if packaged.resolve().is_relative_to(RECIPES_DIR.resolve()) and packaged.is_file():
+        return packaged, PACKAGED
     raise UserError(
-        f"{given}: no such file (in your folder or among ablate's packaged recipes); check the path, "
+        f"{given}: no such file (in this folder or among ablate's packaged recipes); check the path, "
         "or run `ablate init` for a copy of the recipes to edit"
     )
 

@@ -1,29 +1,13 @@
 """A run directory: where one run's files live, and the one module that reads and writes them.
 
-    <root>/<sweep>/ledger.jsonl                  launch events of the sweep (ablate.ledger)
-    <root>/<sweep>/runs/<run_id>/config.yaml     the resolved config; written once, a directory never changes config
-    <root>/<sweep>/runs/<run_id>/run.json        what the run is and where it stands (`RunInfo`)
-    <root>/<sweep>/runs/<run_id>/metrics.jsonl   one JSON object per evaluation, append-only (`METRICS`)
-    <root>/<sweep>/runs/<run_id>/ckpt/           checkpoints (train/checkpoint.py)
-    <root>/<sweep>/runs/<run_id>/logs/train.log  the trainer's log
-
 Two sides write run.json: the launcher (a run is pending, a job died) and the run itself (running, progress, its
-end). Both go through the named transitions of `RunDir` below, each one atomic read-modify-write, and every reader
-goes through `RunDir.info()`. One process at a time may train into a directory: `RunDir.writer()` holds an
-exclusive lock on it for the run's lifetime, so a sweep job and an `ablate train --out` on the same directory
-cannot interleave their steps.
+end). Both go through the named transitions of `RunDir`, each one atomic read-modify-write, and every reader goes
+through `RunDir.info()` (`ablate.runinfo.RunInfo`). `RunDir.writer()` holds an exclusive lock on the directory for
+a run's lifetime, so two writers cannot interleave their steps. Every path is checked by `at` and opened with
+O_NOFOLLOW (ablate.store), so a link planted inside a sweep is refused instead of followed.
 
-No file of a run directory is reached through a symbolic link: every path is checked by `at` (no link below the
-sweep directory, or below the run directory for one made with `ablate train --out`) and opened with O_NOFOLLOW
-(ablate.store), so a link planted at `logs/train.log`, `ckpt/last.pt.tmp`, `run.json` or `runs/<id>` is refused
-in one line instead of writing (or copying a private file) elsewhere. Directories are made as ablate.store says:
-a run directory ablate makes on its own is owner-only, and what it makes inside one takes its permissions.
-
-run.json `status` is one of ablate.states.RUN_JSON (docs/run-directory.md says what each means); what a reader sees
-of it is `ablate.runinfo.RunInfo`.
-
-`<run>/stop.json` is a stop request ({"state": "pruned" | "unstable", "reason"}) the prune monitor writes and the
-run's job reads: the run checkpoints at its next step boundary and ends in that state.
+The files, their fields, the run states and the stop request (`stop.json`): docs/run-directory.md; why the links
+and permissions are refused: docs/security.md.
 """
 
 from __future__ import annotations
@@ -121,7 +105,7 @@ class RunDir:
         """`path` (a file or folder of this run), once no component of it below `top` is a link (LinkRefused)."""
         return store.check_no_links(path, self.top)
 
-    def _make(self, folder: Path | None = None) -> Path:
+    def make(self, folder: Path | None = None) -> Path:
         """Make the run directory (owner-only when it is the top: `ablate train --out`; in a sweep, as the sweep
         is) and `folder` in it, which takes the run directory's permissions; links refused. Returns the folder."""
         self.at(self.path)
@@ -136,7 +120,7 @@ class RunDir:
         """Ask the run to stop at its next step boundary and end in `state` (pruned | unstable)."""
         if state not in STOPPED:
             raise ValueError(f"a stop request ends a run pruned or unstable, not {state!r}")
-        self._make()
+        self.make()
         record = {"state": state, "reason": reason, "t": round(time.time(), 3), **facts}
         store.write_json(self.at(self.stop_path), record)
 
@@ -192,7 +176,7 @@ class RunDir:
             now = self.info().status
             if now in FINISHED and status != now:
                 return False
-        self._make()
+        self.make()
         store.update_json(self.at(self.info_path), **fields)
         return True
 
@@ -275,43 +259,6 @@ class RunDir:
         except OSError:
             return False
 
-    # ---- a data-parallel run's rank failure reports: logs/rank-<r>.failed.json ----
-
-    def write_rank_report(self, rank: int, exc: BaseException, status: RunState = RunState.FAILED) -> None:
-        """Before a rank exits on an error (or a divergence it found alone), say so: rank, status, the error's
-        class, message and traceback, when, where. Written before the process closes its sockets, so a peer that
-        sees the broken collective finds it. A failed write is dropped: the rank's log still has the error."""
-        rec = {
-            "rank": rank,
-            "status": status,
-            **error_record(exc),
-            "time": time.time(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-        }
-        with contextlib.suppress(OSError):
-            store.write_json(self._make(self.logs_dir) / f"rank-{rank}.failed.json", rec)
-
-    def rank_reports(self) -> list[dict[str, Any]]:
-        """The ranks' failure reports, earliest first. Plain JSON: `ablate status` reads them without torch."""
-        reports = []
-        for path in self.at(self.logs_dir).glob("rank-*.failed.json"):
-            with contextlib.suppress(OSError, ValueError, RecursionError):
-                d = store.read_json(path)
-                if isinstance(d, dict) and isinstance(d.get("time"), (int, float)):
-                    reports.append(d)
-        return sorted(reports, key=lambda d: d["time"])
-
-    def first_rank_failure(self) -> dict[str, Any] | None:
-        """The earliest rank failure report, or None."""
-        reports = self.rank_reports()
-        return reports[0] if reports else None
-
-    def clear_rank_reports(self) -> None:
-        """Remove a previous attempt's reports (before the run's ranks start again)."""
-        for path in self.at(self.logs_dir).glob("rank-*.failed.json"):
-            path.unlink(missing_ok=True)
-
     # ---- metrics.jsonl ----
 
     def metric_lines(self) -> list[tuple[int, dict[str, Any]]]:
@@ -370,7 +317,7 @@ class RunDir:
         at the first line, purging the events earlier attempts wrote from there on (the work a resumed run redoes),
         so TensorBoard shows each step once, as metrics.jsonl does."""
         self.guard()
-        self._make()
+        self.make()
         store.append_jsonl(self.at(self.metrics_path), record)
         if self.tensorboard:
             if self._tb is None:
@@ -385,7 +332,7 @@ class RunDir:
         from torch.utils.tensorboard import SummaryWriter
 
         self.close_tensorboard()
-        self._tb = SummaryWriter(str(self._make(self.tb_dir)), purge_step=max(0, purge_from))
+        self._tb = SummaryWriter(str(self.make(self.tb_dir)), purge_step=max(0, purge_from))
 
     def close_tensorboard(self) -> None:
         if self._tb is not None:
@@ -414,7 +361,7 @@ class RunDir:
 
         The holder's pid is kept in `.writer` beside the lock so the error can name it.
         """
-        self._make()  # a linked run directory (or one under a link) is refused here, before the lock
+        self.make()  # a linked run directory (or one under a link) is refused here, before the lock
         with locks.dir_lock(self.path, blocking=False) as lock:
             if not lock.locked:
                 try:

@@ -1,6 +1,6 @@
 """The one vocabulary of run states, shared by the run directory (run.json), the ledger, `ablate status`, the
 launchers, the prune monitor and the fits. A `StrEnum`: a member is the very string written to disk and compared in
-JSON, so files written before it existed read the same. What each state means is in docs/status.md.
+JSON, so files written before it existed read the same. What each state means: docs/run-directory.md, "Run states".
 """
 
 from __future__ import annotations

@@ -187,39 +187,6 @@ def status_json(name: str, statuses: Sequence[RunStatus]) -> dict[str, Any]:
     }
 
 
-def follow_runs(
-    root: Path | str, name: str, run_ids: Sequence[str], interval: float = 2.0, timeout: float | None = None
-) -> list[RunStatus]:
-    """`ablate sweep --follow`: a progress bar until every run in `run_ids` has ended."""
-    want = set(run_ids)
-    t0 = time.monotonic()
-    try:
-        return _follow(root, name, want, interval, timeout, t0)
-    except KeyboardInterrupt:
-        print(f"stopped following; the runs go on (ablate status {name})")
-        return []
-
-
-def _follow(
-    root: Path | str, name: str, want: set[str], interval: float, timeout: float | None, t0: float
-) -> list[RunStatus]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
-    ) as bar:
-        task = bar.add_task(f"{name}", total=len(want))
-        while True:
-            sts = [s for s in sweep_status(root, name) if s.run_id in want]
-            ended = sum(s.ended for s in sts)
-            c = Counter(s.state for s in sts)
-            counts = " ".join(f"{k}={v}" for k, v in sorted(c.items()))
-            bar.update(task, completed=ended, description=f"{name} {counts}")
-            if ended >= len(want) or (timeout is not None and time.monotonic() - t0 > timeout):
-                return sts
-            time.sleep(interval)
-
-
 def wait_for(
     root: Path | str,
     name: str,
@@ -242,4 +209,4 @@ def wait_for(
         time.sleep(interval)
 
 
-__all__ = ["RunStatus", "follow_runs", "list_sweeps", "status_json", "sweep_status", "wait_for"]
+__all__ = ["RunStatus", "list_sweeps", "status_json", "sweep_status", "wait_for"]

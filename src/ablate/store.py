@@ -4,18 +4,13 @@ Every writer here is crash-safe: whole files are replaced atomically (write to a
 JSONL appends write one complete line per call, so a reader sees either the old or the new state, at worst a torn
 *last* line, which `iter_jsonl` skips.
 
-Threat model: a sweep directory is safe when only its owner can write it. So the directories ablate makes are
-owner-only (0700), or 0750 when group read is asked for (`dir_mode`); a directory made inside one takes its
-permissions (`make_dirs`), never writable by group or others, and a file is never more open than its folder
-(`file_mode`: 0600, or 0640). What other code makes there (submitit, Hugging Face, TensorBoard) is held to the
-same by the process umask while a sweep is launched or run (`sweep_umask`). Launching refuses a directory someone
-else could change, and loading code or cache a file that is not private (ablate.ownership); no file is opened
-through a symbolic link: every open here goes through `open_fd` (O_NOFOLLOW), and `check_no_links` refuses a link
-among the components below a sweep or run directory, so a link planted in a sweep can neither redirect a write nor
-copy a private file into the sweep. Locks are ablate.locks.
+Permissions and links: directories are made owner-only, or group-readable when asked (`dir_mode`, `make_dirs`),
+files never more open than their folder (`file_mode`), other libraries' files held to the same by the umask while a
+sweep runs (`sweep_umask`); every open goes through `open_fd` (O_NOFOLLOW) and `check_no_links` refuses a link
+below a sweep or run directory. Who may change a sweep: ablate.ownership; locks: ablate.locks; the threat model
+these answer: docs/security.md.
 
-What the files mean (run directories, metric names, the ledger) is documented in `ablate.rundir` and
-`ablate.ledger`; this module knows bytes, not meanings.
+This module knows bytes, not meanings: what the files mean is docs/run-directory.md.
 """
 
 from __future__ import annotations

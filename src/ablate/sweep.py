@@ -1,7 +1,7 @@
 """Sweeps: expand a sweep file into validated RunSpecs; nothing is launched here.
 
     load_sweep(sweep_file, overrides) -> Sweep   every run of a sweep, validated as a whole
-    plan_table(sweep) -> rich Table              what `ablate sweep --dry-run` prints
+    ablate.render.runs.runs_table(sweep)         what `ablate sweep --dry-run` prints
 
 A sweep file (see recipes/loss.yaml for the commented format) names a base recipe, grid axes, explicit runs
 (leave-one-out), seeds, constant overrides and a baseline arm. Arms = runs x grid product; runs = arms x seeds.
@@ -38,7 +38,7 @@ from ablate.overrides import check_runs, override_key, parse_overrides, sweep_si
 from ablate.resources import find_recipe
 from ablate.spec import RunSpec
 from ablate.sweep_file import SweepSpec, read_sweep
-from ablate.text import safe
+from ablate.text import counted
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Sweep:
     notes: list[str] = field(default_factory=list)
     """What the user should know about the expansion (constants that apply to some arms only, ...)."""
     diffs: dict[str, list[str]] = field(default_factory=dict)
-    """run_id -> the run's overrides whose target differs from the base recipe (the plan's last column)."""
+    """run_id -> the run's overrides whose target differs from the base recipe (the dry run's last column)."""
 
     @property
     def arms(self) -> list[str]:
@@ -155,7 +155,7 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     n_arms = len(spec.runs)
     for o in spec.axes.values():
         n_arms *= sweep_size(o) if o.is_sweep_override() else 1
-    check_runs(n_arms * len(spec.seeds), f"{where} ({_n(n_arms, 'arm')} x {_n(len(spec.seeds), 'seed')})")
+    check_runs(n_arms * len(spec.seeds), f"{where} ({counted(n_arms, 'arm')} x {counted(len(spec.seeds), 'seed')})")
     with hydra_context(spec.recipes_dir) as hc:
         try:
             base_cfg = schema.validate(hc.compose(spec.base, []))
@@ -237,55 +237,6 @@ def _collate(errors: list[tuple[str, str]], n_arms: int) -> list[str]:
         else:
             out.append(f"arm {', '.join(arms)}: {msg}")
     return out
-
-
-# ---- the plan (`ablate sweep --dry-run`) ----
-
-
-def plan_rows(sweep: Sweep) -> list[dict[str, str]]:
-    """One row per run: label, run id, arm id, overrides that differ from the base recipe."""
-    return [
-        {
-            "label": r.label + (" *" if r.baseline else ""),
-            "run_id": r.run_id,
-            "arm_id": r.arm_id,
-            "overrides": " ".join(sweep.diffs.get(r.run_id, [])) or "(base)",
-        }
-        for r in sweep.runs
-    ]
-
-
-def _n(k: int, noun: str) -> str:
-    return f"{k} {noun}" + ("" if k == 1 else "s")
-
-
-def plan_table(sweep: Sweep):
-    """The dry-run plan as a rich Table (title: sweep, arms x seeds; caption: baseline, constants, notes). Labels
-    and overrides are shown literally: `[x]` in a value is text, not rich markup, and control characters are
-    escaped (ablate.text.safe)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    n_arms = len(sweep.arms)
-    caption = [f"* baseline: {safe(sweep.baseline or 'none')}"]
-    if sweep.constants:
-        caption.append("every run: " + " ".join(map(safe, sweep.constants)))
-    caption += [f"note: {safe(n)}" for n in sweep.notes]
-    table = Table(
-        title=Text(
-            f"sweep {sweep.name}: {_n(n_arms, 'arm')} x {_n(len(sweep.seeds), 'seed')} = "
-            f"{_n(len(sweep.runs), 'run')} (base recipe: {sweep.base})"
-        ),
-        caption=Text("\n".join(caption)),
-        caption_justify="left",
-    )
-    table.add_column("label", no_wrap=True)
-    table.add_column("run id", no_wrap=True)
-    table.add_column("arm id", no_wrap=True)
-    table.add_column("overrides vs base", overflow="fold")
-    for row in plan_rows(sweep):
-        table.add_row(*(Text(safe(row[k])) for k in ("label", "run_id", "arm_id", "overrides")))
-    return table
 
 
 def config_yaml(config: RunConfig) -> str:

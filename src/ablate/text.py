@@ -30,3 +30,8 @@ def safe(s: object) -> str:
     if s.isprintable():
         return s
     return "".join(_visible(ch) for ch in s)
+
+
+def counted(k: int, noun: str) -> str:
+    """`1 arm`, `3 arms`: a count and its noun, plural when it is not one."""
+    return f"{k} {noun}" + ("" if k == 1 else "s")

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.curves import write_csv
-from ablate.fit.analysis import FitOptions, fit_curves
+from ablate.fit.analysis import fit_curves
 from ablate.fit.curve import Curve
+from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import sigmoid
 from ablate.fit.synthetic import synthetic_curve
 

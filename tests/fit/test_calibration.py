@@ -90,7 +90,7 @@ def test_the_boundary_effects_sit_exactly_at_the_default_smallest_effect():
 
 def test_a_boundary_that_a_clip_of_a_would_move_is_refused():
     near_one = Shape("near-one", 0.30, 0.98, 1.92, 2542.0, 1000, 16)  # A + 0.02 would clip at 0.99
-    with pytest.raises(ValueError, match="differ by 0.010000, not 0.02"):
+    with pytest.raises(ValueError, match=r"differ by 0\.010000, not 0\.02"):
         run_cell(near_one, NOISES["eval"], 2, 0.95, "a+0.02", 1)
 
 

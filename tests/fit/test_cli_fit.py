@@ -229,8 +229,8 @@ def row_heights(table, width=120):
 
 def ranked(paths):
     from ablate.curves import input_names, load_inputs
-    from ablate.fit.analysis import FitOptions
     from ablate.fit.compare import rank
+    from ablate.fit.result import FitOptions
 
     curves, _ = load_inputs(paths)
     base = "loss=cispo" if len(paths) == 1 else f"{input_names(paths)[0]}:loss=cispo"

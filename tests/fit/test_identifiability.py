@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ablate.fit import analysis
-from ablate.fit.analysis import FitOptions, fit_curves
+from ablate.fit.analysis import fit_curves
+from ablate.fit.identify import MIN_RISE, window_rise
+from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import B_BOUNDS, gain_fraction
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 
@@ -61,11 +62,11 @@ def test_an_arm_of_seeds_on_a_plateau_only_window_is_not_identified():
 
 def test_the_rise_rule_is_read_from_the_window_the_fit_sees():
     # the share of the gain the true curve climbs inside a window, by the function the rule uses
-    assert analysis.window_rise(1500, 16_000, TRUE["b"], TRUE["c_mid"]) == pytest.approx(
+    assert window_rise(1500, 16_000, TRUE["b"], TRUE["c_mid"]) == pytest.approx(
         gain_fraction(16_000, TRUE["b"], TRUE["c_mid"]) - gain_fraction(1500, TRUE["b"], TRUE["c_mid"])
     )
-    draws = analysis.window_rise(8000, 16_000, np.array([2.0, 3.0]), np.array([2542.0, 2542.0]))
-    assert draws.shape == (2,) and np.all((draws > 0) & (draws < analysis.MIN_RISE))
+    draws = window_rise(8000, 16_000, np.array([2.0, 3.0]), np.array([2542.0, 2542.0]))
+    assert draws.shape == (2,) and np.all((draws > 0) & (draws < MIN_RISE))
 
 
 @pytest.mark.parametrize("fit_from", [None, 1500, 3000, 4000])
@@ -77,7 +78,7 @@ def test_windows_that_see_the_rise_keep_their_verdict(fit_from):
         f = fit_curves([c], FitOptions(n_boot=500, fit_from=fit_from, target=16_000))
         assert f.identifiable and f.status == "converged", (seed, fit_from, f.notes)
         x_lo = float(c.x[(c.x > 0) & (c.x >= (fit_from or 0))].min())
-        assert analysis.window_rise(x_lo, 16_000, f.B, f.C_mid) >= analysis.MIN_RISE
+        assert window_rise(x_lo, 16_000, f.B, f.C_mid) >= MIN_RISE
         assert B_BOUNDS[0] < f.B_ci[0] < f.B_ci[1] < B_BOUNDS[1]  # a measured interval, not the search box
         assert f.A_ci[1] < 1.0
 

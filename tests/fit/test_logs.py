@@ -246,7 +246,7 @@ def test_format_can_be_forced_and_a_wrong_one_is_one_line(files, tb):
 
 
 def test_steps_made_into_compute(tb, files):
-    (a, b) = load_inputs([tb], x="samples", y=TAG, per_step={"samples": 256})[0]
+    (a, _b) = load_inputs([tb], x="samples", y=TAG, per_step={"samples": 256})[0]
     np.testing.assert_array_equal(a.x, np.array(STEPS) * 256.0)
     out = ok_json("fit", tb, "--x", "samples", "--samples-per-step", "256", "--y", TAG)
     assert [f["n_points"] for f in out["fits"]] == [29, 29]

@@ -15,9 +15,10 @@ from ablate import store
 from ablate.cli import app
 from ablate.compose import compose_run
 from ablate.curves import curves_from_sweep, load_inputs, write_csv
-from ablate.fit.analysis import FitOptions, group_arms
+from ablate.fit.analysis import group_arms
 from ablate.fit.compare import rank
 from ablate.fit.curve import Curve
+from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
 from ablate.identity import arm_id, canonical, run_id
 from ablate.resources import RECIPES_DIR

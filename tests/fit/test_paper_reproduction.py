@@ -9,8 +9,10 @@ parameters.
 import numpy as np
 import pytest
 
-from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
+from ablate.fit.analysis import fit_curves
 from ablate.fit.calibrate import NOISES, POINTS
+from ablate.fit.result import FitOptions
+from ablate.fit.sensitivity import window_sensitivity
 from ablate.fit.synthetic import synthetic_curve
 
 # Table 1 of the paper: (C_mid, B, A) of its fitted large runs

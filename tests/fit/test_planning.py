@@ -10,10 +10,15 @@ import numpy as np
 import pytest
 
 from ablate.fit import exact, planning, power
+from ablate.fit.arms import CHANGED
+from ablate.fit.batch_verdicts import CODES
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
-from ablate.fit.compare import CHANGED, rank
+from ablate.fit.compare import rank
+from ablate.fit.decide import SEED_LADDER
+from ablate.fit.futures import futures
 from ablate.fit.result import FitOptions
 from ablate.fit.spread import MinEffect
+from ablate.fit.taskmodel import MAX_SIM_ARMS, WANTED, TaskModel, effect_of
 from ablate.resources import RECIPES_DIR
 
 SHAPE, NOISE = SHAPES["scalerl-8b"], NOISES["seeds"]
@@ -32,9 +37,9 @@ def _pilot(arms: int, seeds: int, f: float, seed: int, effect: dict | None = Non
     return curves, c
 
 
-def _truth(budget: float, arms: int) -> planning.TaskModel:
+def _truth(budget: float, arms: int) -> TaskModel:
     """The truth as a task model: exact seed spread (a huge dof: no redraw), no fit error to remove."""
-    return planning.TaskModel(
+    return TaskModel(
         x="gpu_hours",
         r0=SHAPE.r0,
         a=SHAPE.a,
@@ -54,21 +59,19 @@ def _truth(budget: float, arms: int) -> planning.TaskModel:
     )
 
 
-def _truth_power(
-    truth: planning.TaskModel, question: str, seeds: int, compute: float, trials: int, seed: int, **kw
-) -> float:
+def _truth_power(truth: TaskModel, question: str, seeds: int, compute: float, trials: int, seed: int, **kw) -> float:
     """The power of a design on fresh sweeps drawn from the truth, by the fast engine (checked against the exact
     one in test_fast_engine_agrees_with_rank)."""
-    effect = planning.effect_of(question, kw.get("delta_a", 0.02), kw.get("ratio", 1.25))
-    rung = power.rung_for(truth, compute, effect, trials, max(2, min(truth.arms, planning.MAX_SIM_ARMS)), seed)
+    effect = effect_of(question, kw.get("delta_a", 0.02), kw.get("ratio", 1.25))
+    rung = power.rung_for(truth, compute, effect, trials, max(2, min(truth.arms, MAX_SIM_ARMS)), seed)
     cell = power.cell_power(
         rung,
         seeds,
-        planning.WANTED[question],
+        WANTED[question],
         target=2 * compute,
         noise=None,
         me=MinEffect(),
-        extra_arms=max(0, truth.arms - planning.MAX_SIM_ARMS),
+        extra_arms=max(0, truth.arms - MAX_SIM_ARMS),
         goal=0.8,
         seed=seed,
     )
@@ -93,7 +96,7 @@ def test_following_the_plan_reaches_the_stated_power(question, kw, rungs):
     se = np.sqrt(0.8 * 0.2 / n + best["se"] ** 2)
     assert achieved >= 0.8 - 2.5 * se, (best, achieved)
     # and the plan is not a blanket "as many seeds as possible": the smaller designs it tried fall short
-    assert best["seeds"] < planning.SEED_LADDER[-1]
+    assert best["seeds"] < SEED_LADDER[-1]
     tried = next(r for r in plan["rungs"] if r["compute"] == best["compute"])["tried"]
     assert any(t["seeds"] < best["seeds"] and t["power"] < 0.8 for t in tried), tried
 
@@ -109,9 +112,9 @@ def test_null_arms_are_not_called_in_planned_sweeps():
     codes = power.verdict_codes(
         rung, 4, target=2 * c, noise=None, me=MinEffect(), extra_arms=0, rng=np.random.default_rng(3)
     )
-    calls = np.isin(codes, [power.CODES.index(v) for v in CHANGED])
+    calls = np.isin(codes, [CODES.index(v) for v in CHANGED])
     assert calls.mean() <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / codes.size), np.bincount(codes)
-    assert (codes != power.CODES.index("not_identified")).mean() > 0.9  # the arms were compared: a real test
+    assert (codes != CODES.index("not_identified")).mean() > 0.9  # the arms were compared: a real test
 
 
 @pytest.mark.parametrize(
@@ -126,8 +129,8 @@ def test_fast_engine_agrees_with_rank(question, kw, seeds, f):
     two-sample binomial interval), so a correct engine fails this about once in a hundred seeds."""
     c = window_end(SHAPE, f)
     truth = _truth(c, 2)
-    effect = planning.effect_of(question, kw.get("delta_a", 0.02), kw.get("ratio", 1.25))
-    wanted = planning.WANTED[question]
+    effect = effect_of(question, kw.get("delta_a", 0.02), kw.get("ratio", 1.25))
+    wanted = WANTED[question]
     rng = np.random.default_rng(7)
     n_exact = 60
     exact_verdicts = [exact.trial(truth, seeds, c, effect, rng, seed=i) for i in range(n_exact)]
@@ -170,11 +173,11 @@ def test_futures_settle_a_clear_difference_and_not_an_open_one():
     ranking = rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base")
     by = {a.arm: a for a in ranking.arms}
     assert by["a1"].verdict == "ceiling_up"
-    fut = planning.futures(ranking, {x.run: 2 * c for x in curves}, n=20, seed=1)
+    fut = futures(ranking, {x.run: 2 * c for x in curves}, n=20, seed=1)
     assert fut["a1"]["p_change"] <= 0.1, fut["a1"]
     short, c2 = _pilot(arms=2, seeds=3, f=0.8, seed=8, effect={"a": 0.04})
     r2 = rank(short, FitOptions(n_boot=200, target=2 * c2), baseline="base")
-    fut2 = planning.futures(r2, {x.run: 3 * c2 for x in short}, n=20, seed=1)
+    fut2 = futures(r2, {x.run: 3 * c2 for x in short}, n=20, seed=1)
     assert not fut2["a1"]["verdict"].startswith("ceiling")
     assert fut2["a1"]["p_change"] >= 0.5, fut2["a1"]
     assert fut2["a1"]["future"].get("ceiling_up", 0) >= 3  # the gain it has shows in the futures
@@ -186,14 +189,14 @@ def test_calibration_file_round_trips_and_bad_files_are_one_line(tmp_path):
     import json
 
     p.write_text(json.dumps(m.to_json()))
-    assert planning.TaskModel.load(p) == m
+    assert TaskModel.load(p) == m
     from ablate.errors import UserError
 
     (tmp_path / "bad.json").write_text('{"r0": 0.3}')
     with pytest.raises(UserError, match="not a calibration file"):
-        planning.TaskModel.load(tmp_path / "bad.json")
+        TaskModel.load(tmp_path / "bad.json")
     with pytest.raises(UserError, match="no such file"):
-        planning.TaskModel.load(tmp_path / "missing.json")
+        TaskModel.load(tmp_path / "missing.json")
 
 
 def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path):
@@ -207,7 +210,7 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     from ablate.curves import write_csv
 
     runner = CliRunner()
-    curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=5)
+    curves, _ = _pilot(arms=3, seeds=3, f=0.9, seed=5)
     csv = tmp_path / "pilot.csv"
     write_csv(curves, csv)
     cal = tmp_path / "cal.json"
@@ -221,7 +224,7 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     (q,) = out["questions"]
     assert q["question"] == "efficiency" and q["best"] is not None and q["best"]["power"] >= 0.8
     assert {a["arm"] for a in out["arms"]} == {"base", "a1", "a2"} and all(a["state"] == "ended" for a in out["arms"])
-    assert planning.TaskModel.load(cal).arms == 3
+    assert TaskModel.load(cal).arms == 3
     sweep_file = str(RECIPES_DIR / "loss.yaml")
     res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
     assert res.exit_code == 0, res.output

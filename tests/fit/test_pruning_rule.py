@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ablate.fit.arms import CHANGED
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
-from ablate.fit.compare import CHANGED, rank
+from ablate.fit.compare import rank
 from ablate.fit.result import FitOptions
 from ablate.prune.rules import PruneSettings, simulate
 

@@ -8,8 +8,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.curves import curves_from_sweep, write_csv
-from ablate.fit.compare import PAPER_A_MARGIN, rank
+from ablate.fit.compare import rank
 from ablate.fit.result import FitOptions
+from ablate.fit.spread import PAPER_A_MARGIN
 from ablate.fit.synthetic import synthetic_curve
 
 runner = CliRunner()

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from ablate.fit.analysis import FitOptions, fit_curves, fit_table
+from ablate.fit.analysis import fit_curves, fit_table
 from ablate.fit.forms import backtest
+from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import compute_to_reach, fit_batch, fit_sigmoid, gain_fraction, sigmoid
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 

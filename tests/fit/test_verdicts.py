@@ -12,11 +12,14 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.curves import load_curves, write_csv
-from ablate.fit.analysis import FitOptions, fit_curves, window_sensitivity
+from ablate.fit.analysis import fit_curves
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank
+from ablate.fit.decide import SEED_LADDER, decide_power
+from ablate.fit.result import FitOptions
+from ablate.fit.sensitivity import window_sensitivity
+from ablate.fit.spread import MinEffect
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
-from ablate.fit.verdicts import SEED_LADDER, MinEffect, decide_power
 
 runner = CliRunner()
 P = PAPER_CURVES["scalerl-8b"]
@@ -369,7 +372,7 @@ def test_an_undecided_arm_is_inconclusive_with_the_seeds_that_would_decide_it():
 
 
 def test_no_effect_is_gone_from_the_vocabulary():
-    from ablate.fit.compare import VERDICT_TEXT, VERDICTS
+    from ablate.fit.arms import VERDICT_TEXT, VERDICTS
 
     assert "no_effect" not in VERDICTS and "no detectable effect" not in VERDICT_TEXT.values()
     assert {"equivalent", "inconclusive"} <= set(VERDICTS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -249,7 +250,7 @@ def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
 def test_a_generator_thread_per_rank_with_a_shared_pool_is_refused_and_auto_takes_turns(tmp_path):
     """With no-positive-resampling, each rank's generator thread would draw from the shared pool at its own
     moment and the ranks would train on different prompts: refused in one line; `auto` picks `inline` there."""
-    with pytest.raises(UserError, match="offpolicy.generator=thread with 2 ranks"):
+    with pytest.raises(UserError, match=re.escape("offpolicy.generator=thread with 2 ranks")):
         _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2")
     _cfg(
         "offpolicy=pipeline",

@@ -1,16 +1,18 @@
-"""The policy: local tokenizer + tiny HF model, the prefix-shared trainer forward vs the HF forward, FP32 head, warm-up cache."""
+"""The policy: local tokenizer + tiny HF model, the prefix-shared trainer forward vs the HF forward, FP32 head,
+warm-up cache."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
 import torch
 
 from ablate.compose import compose_run
-from ablate.config import ModelConfig
 from ablate.errors import UserError
 from ablate.resources import RECIPES_DIR
+from ablate.sections import ModelConfig
 from ablate.train.build import build_policy
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import build_task
@@ -43,7 +45,7 @@ def test_char_tokenizer_round_trip_and_specials(tmp_path):
 def test_missing_hf_folder_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="not a Hugging Face model folder"):
         load_hf(tmp_path)
-    with pytest.raises(UserError, match="model=hf needs model.path"):
+    with pytest.raises(UserError, match=re.escape("model=hf needs model.path")):
         compose_run(RECIPE, ["model=hf"])
 
 

@@ -1,4 +1,5 @@
-"""The torch KV-cache sampler: log-probs of the generating policy, EOS stop, max length, forced interruption, FP32 head."""
+"""The torch KV-cache sampler: log-probs of the generating policy, EOS stop, max length, forced interruption,
+FP32 head."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ablate.config import ModelConfig
+from ablate.sections import ModelConfig
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
 

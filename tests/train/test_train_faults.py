@@ -324,7 +324,7 @@ def _foreign_file(f: Path) -> None:
 
 
 def _open_folder(f: Path) -> None:
-    os.chmod(f, 0o777)
+    os.chmod(f, 0o777)  # noqa: S103 (the test makes the cache world-writable on purpose)
 
 
 WARMUP_FAULTS = {
@@ -359,7 +359,7 @@ def test_a_damaged_warmup_cache_entry_is_built_again(tmp_path, monkeypatch, capl
 def test_a_cache_others_can_write_is_refused_in_one_line(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     (cache / "warmup").mkdir(parents=True)
-    os.chmod(cache / "warmup", 0o777)
+    os.chmod(cache / "warmup", 0o777)  # noqa: S103 (world-writable on purpose: it must be refused)
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *QUICK, "--out", str(tmp_path / "r")])
     one_error(res, str(cache / "warmup"), "not private", stream="stderr")
@@ -453,8 +453,8 @@ def test_ctrl_c_stops_ablate_train_with_130_and_says_how_to_resume(tmp_path):
 
 
 class _CtrlCOnSleep:
-    """Stands in for the `time` module of ablate.status: its first wait between refreshes is a real Ctrl-C (SIGINT
-    to this process), sent once the command is inside its refresh loop."""
+    """Stands in for the `time` module of ablate.render.status: its first wait between refreshes is a real Ctrl-C
+    (SIGINT to this process), sent once the command is inside its refresh loop."""
 
     def __init__(self) -> None:
         import time
@@ -497,7 +497,7 @@ def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_ends_sweep_follow_with_130_and_the_runs_go_on(tmp_path, monkeypatch):
-    import ablate.status
+    import ablate.render.status
     from ablate.sweep import load_sweep
 
     hold = tmp_path / "hold"
@@ -509,7 +509,7 @@ def test_ctrl_c_ends_sweep_follow_with_130_and_the_runs_go_on(tmp_path, monkeypa
     fake = _CtrlCOnSleep()
     try:
         with monkeypatch.context() as m:
-            m.setattr(ablate.status, "time", fake)
+            m.setattr(ablate.render.status, "time", fake)  # (the follow loop's clock)
             res = runner.invoke(
                 app, ["sweep", str(RECIPE), "--root", str(tmp_path), "-e", "local", "--job", TOY_JOB, "--follow"]
             )

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
 import sys
@@ -225,7 +226,7 @@ def test_a_trl_run_writes_the_run_directory_and_its_pass_rate_moves(tmp_path):
             r
         )
     assert [r["samples"] for r in recs] == [0, 6400, 12800, 19200, 25600]  # 32 prompts x 8 per step
-    assert all(a["gpu_hours"] < b["gpu_hours"] and a["flops"] < b["flops"] for a, b in zip(recs, recs[1:]))
+    assert all(a["gpu_hours"] < b["gpu_hours"] and a["flops"] < b["flops"] for a, b in itertools.pairwise(recs))
     assert sorted(p.name for p in (tmp_path / "run" / "ckpt").glob("checkpoint-*")) == [
         "checkpoint-100",
         "checkpoint-50",
@@ -234,7 +235,7 @@ def test_a_trl_run_writes_the_run_directory_and_its_pass_rate_moves(tmp_path):
     r0, late = recs[0]["val_pass_rate"], (recs[-2]["val_pass_rate"] + recs[-1]["val_pass_rate"]) / 2
     se = (r0 * (1 - r0) / 1600) ** 0.5
     assert late > r0 + 4 * se, [r["val_pass_rate"] for r in recs]
-    curve, meta = curve_from_run_dir(tmp_path / "run", x="samples")  # what rank/extrapolate read
+    curve, _meta = curve_from_run_dir(tmp_path / "run", x="samples")  # what rank/extrapolate read
     assert curve is not None and list(curve.x) == [0, 6400, 12800, 19200, 25600]
 
 

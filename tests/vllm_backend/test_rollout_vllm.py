@@ -19,10 +19,10 @@ import vllm
 
 from ablate import store
 from ablate.compose import compose_run
-from ablate.config import ModelConfig
 from ablate.errors import UserError
 from ablate.resources import RECIPES_DIR
 from ablate.rundir import METRICS, REQUIRED_METRICS
+from ablate.sections import ModelConfig
 from ablate.train import run
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
@@ -174,7 +174,7 @@ def test_fp32_head_on_a_bf16_engine_is_a_real_fp32_head(pol):
     assert mc.dtype == torch.bfloat16 and mc.head_dtype == torch.float32
     diff = float(((_trainer_logp(pol, ro, 1.0) - ro.logp) * ro.mask).abs().max())
     assert 0 < diff < 0.5, diff  # a bf16 body differs from the fp32 trainer, but only by bf16 rounding
-    with pytest.raises(UserError, match="rollout.dtype"):
+    with pytest.raises(UserError, match=r"rollout\.dtype"):
         VLLMSampler(pol, dtype="float8")
 
 
@@ -285,7 +285,7 @@ MULTIPROCESS = """
 import json, os
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 import torch
-from ablate.config import ModelConfig
+from ablate.sections import ModelConfig
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import SampleSpec, TorchSampler
 from ablate.train.rollout_vllm import VLLMSampler, shutdown_engines
@@ -294,7 +294,8 @@ from ablate.train.warmup import supervised_loss
 if __name__ == "__main__":  # the multiprocess engine spawns its worker: a __main__ guard is required
     torch.set_num_threads(1)
     tok = build_char_tokenizer("0123456789+=>")
-    pol = Policy(build_tiny_model(ModelConfig(n_layers=2, hidden=64, n_heads=2, mlp=128), len(tok), 0), tok, torch.float32)
+    model = build_tiny_model(ModelConfig(n_layers=2, hidden=64, n_heads=2, mlp=128), len(tok), 0)
+    pol = Policy(model, tok, torch.float32)
     s = VLLMSampler(pol, kv_cache_mb=64)
     P, spec = ["123+456=", "9+1=", "500+500="], SampleSpec(6, 0.0)
     before = s.generate(P, 1, spec)
@@ -343,9 +344,10 @@ def test_a_finished_process_leaves_no_engine_folder(tmp_path):
     import subprocess
     import sys
 
+    here = str(Path(__file__).parent)
     code = (
         "import os; os.environ.setdefault('VLLM_ENABLE_V1_MULTIPROCESSING', '0')\n"
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {here!r})\n"
         "from test_rollout_vllm import _policy, PROMPTS\n"
         "from ablate.train.rollout import SampleSpec\n"
         "from ablate.train.rollout_vllm import VLLMSampler\n"
@@ -353,7 +355,7 @@ def test_a_finished_process_leaves_no_engine_folder(tmp_path):
         "s.generate(PROMPTS, 2, SampleSpec(max_new_tokens=4))\n"
         "from ablate.train.vllm_engine import engines\n"
         "print('DIR', engines()[0].dir)\n"
-    ) % str(Path(__file__).parent)
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     folder = Path(next(line for line in r.stdout.splitlines() if line.startswith("DIR ")).split(" ", 1)[1])

@@ -94,16 +94,8 @@ def fit(
         seed=seed,
     )
     plot = None if plot is None else figures.figure_path(plot)
-    inputs = analyses.read_inputs(
-        [file],
-        x=x,
-        y=y,
-        run=run,
-        group=group,
-        fmt=fmt,
-        samples_per_step=samples_per_step,
-        gpu_hours_per_step=gpu_hours_per_step,
-    )
+    reading = analyses.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
+    inputs = analyses.read_inputs([file], reading)
     report = analyses.fit_inputs(inputs, opts, to=to, by_group=group is not None, window=window, compare=compare)
     if plot is not None:
         figures.plot_fits(report.results, plot, xlabel=f"compute ({inputs.x})")
@@ -222,16 +214,8 @@ def rank(
         window=window,
     )
     figure_paths = figures.rank_figure_paths(plot)
-    read = analyses.read_inputs(
-        inputs,
-        x=x,
-        y=y,
-        run=run,
-        group=group,
-        fmt=fmt,
-        samples_per_step=samples_per_step,
-        gpu_hours_per_step=gpu_hours_per_step,
-    )
+    reading = analyses.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
+    read = analyses.read_inputs(inputs, reading)
     ranking = analyses.rank_inputs(read, opts, settings, to=to, jobs=store.cpu_count())
     if save_noise is not None:
         analyses.save_noise(ranking, save_noise, read)
@@ -300,16 +284,8 @@ def extrapolate(
         r0=r0,
     )
     plot = None if plot is None else figures.figure_path(plot)
-    read = analyses.read_inputs(
-        inputs,
-        x=x,
-        y=y,
-        run=run,
-        group=group,
-        fmt=fmt,
-        samples_per_step=samples_per_step,
-        gpu_hours_per_step=gpu_hours_per_step,
-    )
+    reading = analyses.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
+    read = analyses.read_inputs(inputs, reading)
     report = analyses.extrapolate_inputs(read, opts, arm=arm, to=to, window=window)
     if plot is not None:
         ex = report.projection

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -42,6 +43,20 @@ def limited(flag: str, limit: int | None = None, why: str = "", least: int | Non
             raise UserError(f"{flag} {value}: must be >= {least}")
         if limit is not None:
             at_most(flag, value, limit, why)
+        return value
+
+    return checked(check)
+
+
+def writable(flag: str) -> Callable[[Any], Any]:
+    """The callback of an output file option: refused as it is read, before any work, where nothing can be written
+    (paths.check_writable_output)."""
+
+    def check(value: Path | None) -> Path | None:
+        from ablate.paths import check_writable_output
+
+        if value is not None:
+            check_writable_output(value, flag)
         return value
 
     return checked(check)

@@ -22,7 +22,9 @@ from ablate.cli.options import (
     MAX_TRIALS,
     RUN_OPT,
     X_OPT,
+    at_most,
     limited,
+    writable,
 )
 from ablate.errors import UserError
 
@@ -167,12 +169,15 @@ PLAN_RANGES = (
 )
 
 
-def in_range(flag: str, ok: Callable[[Any], bool]) -> Any:
-    """The callback of one of plan's numbers: refused, with every range named, when `ok(value)` is false."""
+def in_range(flag: str, ok: Callable[[Any], bool], most: int | None = None, why: str = "") -> Any:
+    """The callback of one of plan's numbers: refused, with every range named, when `ok(value)` is false, and past
+    `most` (options.at_most: more work than any answer needs)."""
 
     def check(value: Any) -> Any:
         if not ok(value):
             raise UserError(f"{flag} {value}: {PLAN_RANGES}")
+        if most is not None:
+            at_most(flag, value, most, why)
         return value
 
     return checked(check)
@@ -180,7 +185,7 @@ def in_range(flag: str, ok: Callable[[Any], bool]) -> Any:
 
 def questions(text: str) -> list[str]:
     """--question: ceiling, efficiency or both."""
-    from ablate.fit.planning import QUESTIONS
+    from ablate.fit.taskmodel import QUESTIONS
 
     qs = [q.strip() for q in text.split(",") if q.strip()]
     if not qs or any(q not in QUESTIONS for q in qs):
@@ -233,20 +238,23 @@ PLAN_CALIBRATION = typer.Option(
     None, "--calibration", help="A stored task model (--save-calibration) to plan a sweep file from, before any run."
 )
 PLAN_SAVE_CALIBRATION = typer.Option(
-    None, "--save-calibration", help="Write the task model measured on SOURCE to this file (for --calibration)."
+    None,
+    "--save-calibration",
+    help="Write the task model measured on SOURCE to this file (for --calibration).",
+    callback=writable("--save-calibration"),
 )
 PLAN_TRIALS = typer.Option(
     100,
     "--trials",
     help="Most simulated sweeps per design (with --exact a design stops early once its power is clearly above or "
     "below the goal; at most 1,000).",
-    callback=in_range("--trials", lambda v: v >= 20),
+    callback=in_range("--trials", lambda v: v >= 20, MAX_TRIALS, "each trial is a simulated sweep"),
 )
 PLAN_FUTURES = typer.Option(
     40,
     "--futures",
     help="Simulated futures per running arm (0: skip the running arms; at most 1,000).",
-    callback=in_range("--futures", lambda v: v >= 0),
+    callback=in_range("--futures", lambda v: v >= 0, MAX_FUTURES, "each future is a simulated sweep"),
 )
 PLAN_MIN_EFFECT = typer.Option(
     0.02, "--min-effect", help="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02)."
@@ -299,17 +307,11 @@ def plan(
     Examples: ablate plan sweeps/loss --x samples;  ablate plan recipes/loss.yaml --calibration cal.json
     """
     from ablate import analyses, store
-    from ablate.cli.options import at_most
-    from ablate.fit.verdicts import MinEffect
-    from ablate.paths import check_writable_output
+    from ablate.fit.spread import MinEffect
     from ablate.render import terminal
-    from ablate.render.plan import print_plan
+    from ablate.render.plan import plan_notices, print_plan
 
-    at_most("--trials", trials, MAX_TRIALS, "each trial is a simulated sweep")
-    at_most("--futures", futures, MAX_FUTURES, "each future is a simulated sweep")
-    if save_calibration is not None:
-        check_writable_output(save_calibration, "--save-calibration")
-    err = terminal.console(stderr=True)
+    progress, axis_line = plan_notices(quiet=as_json)
     common = dict(
         questions=question,
         delta_a=delta_a,
@@ -320,7 +322,7 @@ def plan(
         jobs=store.cpu_count(),
         noise=noise,
         engine="exact" if exact else "fast",
-        progress=None if as_json else (lambda msg: err.print(f"[dim]  {terminal.esc(msg)}[/]")),
+        progress=progress,
         min_effect=MinEffect(a=min_effect, ratio=min_effect_compute),
     )
     result = analyses.plan_any(
@@ -335,17 +337,11 @@ def plan(
         run=run,
         group=group,
         common=common,
-        axis_line=None
-        if as_json
-        else (lambda line: terminal.console().print(f"[yellow]axis[/]: {terminal.esc(line)}")),
+        axis_line=axis_line,
     )
     if save_calibration is not None:
         store.write_json(save_calibration, result.model.to_json())
     if as_json:
         typer.echo(terminal.dump_json(result.to_json()))
         return
-    print_plan(result, terminal.console())
-    if save_calibration is not None:
-        terminal.console().print(
-            f"task model written to {terminal.esc(str(save_calibration))} (plan a sweep file with --calibration)"
-        )
+    print_plan(result, terminal.console(), saved=save_calibration)

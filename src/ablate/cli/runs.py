@@ -151,15 +151,17 @@ def sweep(
     from ablate.defaults import prune_settings
     from ablate.launch import launch_sweep
     from ablate.paths import check_writable_output
+    from ablate.render.runs import runs_table
+    from ablate.render.status import follow_runs
     from ablate.render.terminal import console
-    from ablate.status import check_ledger, follow_runs
-    from ablate.sweep import load_sweep, plan_table
+    from ablate.status import check_ledger
+    from ablate.sweep import load_sweep
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
     expanded = load_sweep(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
     if dry_run:
-        console().print(plan_table(expanded))
+        console().print(runs_table(expanded))
         return
     settings = prune_settings(expanded, prune=prune, x=prune_x, to=prune_to, executor=executor, echo=typer.echo)
     check_writable_output(root / expanded.name, "--root", folder=True)  # before any run is submitted

@@ -7,31 +7,20 @@ This is what `ablate fit`, `rank` and `extrapolate` call; the records are in fit
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
+from ablate.fit.identify import fit_status, not_identified
+from ablate.fit.noise import NoiseEstimate
 from ablate.fit.notes import Note
 from ablate.fit.paper import fit_paper
 from ablate.fit.result import METHODS, FitOptions, FitResult, SeedFits
-from ablate.fit.sigmoid import (
-    B_BOUNDS,
-    PointFit,
-    compute_to_reach,
-    fit_sigmoid,
-    gain_fraction,
-    log_c_mid_bounds,
-    sigmoid,
-)
+from ablate.fit.sigmoid import B_BOUNDS, PointFit, compute_to_reach, fit_sigmoid, log_c_mid_bounds, sigmoid
 from ablate.fit.uncertainty import parametric_bootstrap, percentile_ci, prediction_draws, seed_interval
 
 __all__ = [
-    "FitOptions",
-    "FitResult",
-    "SeedFits",
     "compare_forms",
     "fit_curves",
     "fit_seeds",
@@ -40,45 +29,17 @@ __all__ = [
     "measured_run_r0",
     "rank_key",
     "window_points",
-    "window_rise",
-    "window_sensitivity",
 ]
 
-CI_CLOSED_TOL = 1e-3
-MIN_RISE = 0.10
-"""The share of the gain A - R0 that the fitted curve must climb inside the fit window, from its first point to its
-last, for B, C_mid and so A to be measured. A window of plateau points only (`--fit-from` past the rise) shows a
-level, not a shape: any steep enough (B, C_mid) puts the curve flat across it, so the fit picks one pair and the
-bootstrap refits, which start there and see no gradient, stay on it (intervals of zero width around a guess). In
-simulation (the ScaleRL 8B curve, realistic noise, 16 runs per window, 95% intervals) a window that sees 17% or
-more of the gain covers the true A and B in at least 13 of 16 runs, one that sees 12% in 12, one that sees 7% in
-9 to 10, and one that sees 2% in 1 to 2: the fits get worse smoothly, and a tenth is where the rise is still the
-data's, a few times the evaluation noise for a realistic gain (0.03 in pass rate for a gain of 0.3). The
-bootstrap's lower end is held to the same share, so a noisy window must show it whatever the noise."""
+WindowPoints = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, tuple[float, float]]
+"""The fit window's points: x, y, run_index, n (graded samples, or None) and the window (lo, hi) covered."""
 
 
-def window_rise(x_lo: float, x_hi: float, b, c_mid):
-    """Share of the gain A - R0 the curve climbs between compute x_lo and x_hi (the window's first and last points):
-    f(x_hi) - f(x_lo) with f the gain fraction; b, c_mid: scalars or [k] arrays (bootstrap draws)."""
-    b, c_mid = np.asarray(b, dtype=float), np.asarray(c_mid, dtype=float)
-    return expit(b * (np.log(x_hi) - np.log(c_mid))) - expit(b * (np.log(x_lo) - np.log(c_mid)))
-
-
-def _collapsed(draws: np.ndarray | None) -> bool:
-    """True when the bootstrap refits of B or C_mid never left the point fit (no gradient there: unconstrained)."""
-    if draws is None:
-        return False
-    for col in (2, 3):
-        d = draws[:, col][np.isfinite(draws[:, col])]
-        if d.size >= 10 and np.ptp(d) <= 1e-6 * max(abs(float(np.median(d))), 1e-12):
-            return True
-    return False
-
-
-def window_points(curves: list[Curve], opts: FitOptions, name: str):
+def window_points(curves: list[Curve], opts: FitOptions, name: str) -> WindowPoints:
     """The points of `curves` inside the fit window, pooled and sorted by compute: x, y, run_index, n ([m] each;
     n is None unless every curve knows its graded-sample counts) and the window (lo, hi) actually covered."""
-    xs, ys, idx, ns = [], [], [], []
+    xs, ys, idx = [], [], []
+    ns: list[np.ndarray | None] = []
     lo = opts.fit_from if opts.fit_from is not None else 0.0
     hi = opts.fit_until if opts.fit_until is not None else np.inf
     for i, c in enumerate(curves):
@@ -98,15 +59,16 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str):
         raise UserError(
             f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until"
         )
-    n = None if any(v is None for v in ns) else np.concatenate(ns)
+    counts = [v for v in ns if v is not None]
+    n = np.concatenate(counts) if len(counts) == len(ns) else None
     order = np.lexsort((x, run_index))  # run by run, each in compute order (the noise model reads runs as series)
     return (x[order], y[order], run_index[order], None if n is None else n[order], (float(lo), float(min(hi, x.max()))))
 
 
 def measured_run_r0(curves: list[Curve], opts: FitOptions) -> list[float] | None:
     """Each run's measured R0 when the fixed R0 is their mean (so a resample redraws each measurement)."""
-    r0s = [c.r0 for c in curves]
-    return None if opts.fit_r0 or opts.r0 is not None or None in r0s else r0s
+    r0s = [c.r0 for c in curves if c.r0 is not None]
+    return None if opts.fit_r0 or opts.r0 is not None or len(r0s) < len(curves) else r0s
 
 
 def _within(ci: tuple[float, float] | None, lo: float, hi: float) -> tuple[float, float] | None:
@@ -115,16 +77,19 @@ def _within(ci: tuple[float, float] | None, lo: float, hi: float) -> tuple[float
 
 def fit_seeds(curves: list[Curve], opts: FitOptions) -> SeedFits:
     """Fit every seed of an arm alone (point fits only)."""
-    vals, fits = [], []
-    for c in curves:
+    vals: list[tuple[float, float, float, float, bool]] = []
+    fits: list[PointFit | None] = []
+    for curve in curves:
         try:
-            f = fit_curves([c], replace(opts, n_boot=0), name=c.run)
+            f = fit_curves([curve], replace(opts, n_boot=0), name=curve.run)
         except UserError:  # a seed with too few points in the window yet
             vals.append((np.nan, np.nan, np.nan, np.nan, False))
             fits.append(None)
             continue
-        ok = f.identifiable
-        vals.append((f.A if ok else np.nan, f.C_mid if ok else np.nan, f.B if ok else np.nan, f.pred_at_target, ok))
+        known = f.identifiable
+        vals.append(
+            (f.A if known else np.nan, f.C_mid if known else np.nan, f.B if known else np.nan, f.pred_at_target, known)
+        )
         fits.append(f.fit)
     a, c, b, p, ok = (np.array(v) for v in zip(*vals))
     return SeedFits(
@@ -157,16 +122,15 @@ def _held_r0(curves: list[Curve], opts: FitOptions, name: str, notes: list[Note]
 def _point_fit(
     curves: list[Curve],
     opts: FitOptions,
-    pts: tuple,
+    pts: WindowPoints,
     r0: float | None,
     name: str,
     rng: np.random.Generator,
     notes: list[Note],
-) -> tuple[PointFit, np.ndarray | None, list | None, str]:
-    """The point fit of the window's points `pts` (x, y, run_index, n) by opts.method, with its bootstrap draws,
-    each run's measured noise and how the intervals are made."""
-    x, y, run_index, n_eval = pts
-    draws = noises = None
+) -> tuple[PointFit, np.ndarray | None, list[NoiseEstimate] | None, str]:
+    """The point fit of the window's points `pts` by opts.method, with its bootstrap draws, each run's measured
+    noise and how the intervals are made."""
+    x, y, run_index, n_eval, _ = pts
     if opts.method == "paper":
         if r0 is None:
             raise UserError(f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0")
@@ -182,66 +146,6 @@ def _point_fit(
         x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber, run_r0=measured_run_r0(curves, opts)
     )
     return pf, draws, noises, interval_method
-
-
-def _not_identified(
-    pf: PointFit,
-    draws: np.ndarray | None,
-    x: np.ndarray,
-    window: tuple[float, float],
-    A_ci: tuple[float, float] | None,
-    opts: FitOptions,
-) -> tuple[list[str], bool, float, Any]:
-    """Why A is not measured (empty when it is), whether B and C_mid are unconstrained by the data, and the gain
-    fraction the window reached with its interval."""
-    f = gain_fraction(window[1], pf.b, pf.c_mid) if np.isfinite(pf.b) else float("nan")
-    f_ci = None
-    if draws is not None:
-        f_ci = percentile_ci(expit(draws[:, 2] * (np.log(window[1]) - np.log(draws[:, 3]))), opts.ci)
-    x_lo = float(x.min())
-    rise = float(window_rise(x_lo, window[1], pf.b, pf.c_mid)) if np.isfinite(pf.b) else float("nan")
-    rise_ci = None
-    if draws is not None:
-        rise_ci = percentile_ci(window_rise(x_lo, window[1], draws[:, 2], draws[:, 3]), opts.ci)
-    reasons = []
-    if "A=R0" in pf.at_bound:
-        reasons.append("the pass rate does not rise above R0 (a flat or falling curve): there is no gain to fit")
-    if not np.isfinite(pf.b) or pf.b <= 0 or "B" in pf.at_bound:
-        reasons.append("B is not positive or sits on its bound (a flat curve, or a step)")
-    if not f >= 0.5:
-        reasons.append(f"the window reached {f:.0%} of the gain (< 50%: it has not passed C_mid)")
-    elif f_ci is not None and f_ci[0] < 0.5:
-        reasons.append(f"the gain reached could be as low as {f_ci[0]:.0%} (< 50%: C_mid may lie beyond the window)")
-    no_rise = not rise >= MIN_RISE or (rise_ci is not None and rise_ci[0] < MIN_RISE)
-    if not rise >= MIN_RISE:
-        reasons.append(
-            f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
-            f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
-            "(--fit-from)"
-        )
-    elif rise_ci is not None and rise_ci[0] < MIN_RISE:
-        reasons.append(
-            f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
-            f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier (--fit-from)"
-        )
-    collapsed = _collapsed(draws)
-    if collapsed and not no_rise:
-        reasons.append("the bootstrap refits of B and C_mid never leave the fit: the data do not constrain them")
-    # B and C_mid unconstrained: their intervals open to the search box rather than collapse onto a guess
-    unconstrained = no_rise or collapsed or "B" in pf.at_bound or "C_mid" in pf.at_bound
-    if any(b.startswith("A") for b in pf.at_bound):
-        reasons.append("A is on its bound")
-    if A_ci is not None and (A_ci[1] >= 1.0 - CI_CLOSED_TOL or A_ci[0] <= pf.r0 + CI_CLOSED_TOL):
-        reasons.append("A's interval reaches its bound")
-    return reasons, unconstrained, f, f_ci
-
-
-def _status(pf: PointFit, identifiable: bool) -> str:
-    if not pf.success:
-        return "failed"
-    if not identifiable:
-        return "not_identified"
-    return "at_bound" if pf.at_bound else "converged"
 
 
 @dataclass
@@ -306,7 +210,8 @@ def fit_curves(
     name = name or curves[0].run
     notes: list[Note] = []
     r0 = _held_r0(curves, opts, name, notes)
-    x, y, run_index, n_eval, window = window_points(curves, opts, name)
+    pts = window_points(curves, opts, name)
+    x, _, _, n_eval, window = pts
     n_params = 3 if r0 is not None else 4
     if x.size < n_params + 1:
         raise UserError(
@@ -314,13 +219,13 @@ def fit_curves(
             f"for {n_params} parameters; widen the window or log evaluations more often"
         )
     rng = np.random.default_rng(opts.seed)
-    pf, draws, noises, interval_method = _point_fit(curves, opts, (x, y, run_index, n_eval), r0, name, rng, notes)
+    pf, draws, noises, interval_method = _point_fit(curves, opts, pts, r0, name, rng, notes)
 
     def ci(col):
         return None if draws is None else percentile_ci(draws[:, col], opts.ci)
 
     iv = _Intervals(A=ci(1), B=ci(2), C_mid=ci(3), pred=None, method=interval_method)
-    reasons, unconstrained, f, f_ci = _not_identified(pf, draws, x, window, iv.A, opts)
+    reasons, unconstrained, f, f_ci = not_identified(pf, draws, x, window, iv.A, opts)
     identifiable = pf.success and not reasons
     notes += [Note("other", f"A not identified: {r}") for r in reasons]
     if opts.target > 100 * x.max():
@@ -333,7 +238,7 @@ def fit_curves(
             )
         )
     pred = float(pf.predict(opts.target))
-    if draws is not None and len(curves) == 1:
+    if draws is not None and noises is not None and len(curves) == 1:
         n_last = None if n_eval is None else float(n_eval[-1])
         iv.pred = percentile_ci(prediction_draws(draws, opts.target, noises[0], n_last, rng), opts.ci)
     elif draws is not None:
@@ -363,7 +268,7 @@ def fit_curves(
         C_mid_ci=iv.C_mid,
         gain_fraction=f,
         identifiable=identifiable,
-        status=_status(pf, identifiable),
+        status=fit_status(pf, identifiable),
         target=opts.target,
         pred_at_target=pred,
         pred_ci=iv.pred,
@@ -376,71 +281,6 @@ def fit_curves(
         noise=noises,
         seeds=seeds,
     )
-
-
-SENSITIVITY_CUTOFFS = (0.5, 0.75, 1.0)
-
-
-def window_sensitivity(result: FitResult, opts: FitOptions, cutoffs=SENSITIVITY_CUTOFFS) -> FitResult:
-    """Refit `result`'s curves with the window cut at fractions of its compute (50% of a 100k window: fit up to 50k,
-    as the paper's window-sensitivity table does) and record A (with its interval), B, C_mid and the prediction at
-    each. The fit is marked unstable when, at an earlier cutoff where A is identified, A's interval and this fit's
-    do not overlap: where the window ends then decides the answer, beyond what the noise explains. Returns
-    `result`, updated."""
-    hi = result.window[1]
-    rows = []
-    n_boot = min(opts.n_boot, 300)  # intervals at the cutoffs: enough to compare, at a fraction of the cost
-    for frac in cutoffs:
-        until = frac * hi
-        if frac == 1.0:
-            f = result
-        else:
-            try:
-                f = fit_curves(result.curves, replace(opts, fit_until=until, n_boot=n_boot), name=result.run)
-            except UserError as e:  # too few points before this cutoff
-                rows.append(
-                    {
-                        "cutoff": frac,
-                        "fit_until": until,
-                        "A": None,
-                        "A_ci": None,
-                        "B": None,
-                        "C_mid": None,
-                        "pred_at_target": None,
-                        "identifiable": False,
-                        "note": str(e).split(": ", 1)[-1],
-                    }
-                )
-                continue
-        rows.append(
-            {
-                "cutoff": frac,
-                "fit_until": f.window[1],
-                "A": f.A,
-                "A_ci": None if f.A_ci is None else list(f.A_ci),
-                "B": f.B,
-                "C_mid": f.C_mid,
-                "pred_at_target": f.pred_at_target,
-                "identifiable": f.identifiable,
-            }
-        )
-    result.sensitivity = rows
-    if result.A_ci is not None and result.identifiable:
-        lo, hi_a = result.A_ci
-        result.unstable = any(
-            r["identifiable"] and r["A_ci"] is not None and (r["A_ci"][1] < lo or r["A_ci"][0] > hi_a)
-            for r in rows[:-1]
-        )
-        if result.unstable:
-            result.notes.append(
-                Note(
-                    "other",
-                    "unstable: A fitted on an earlier part of the window and A fitted on all "
-                    "of it have intervals that do not overlap (see the window-sensitivity "
-                    "table)",
-                )
-            )
-    return result
 
 
 def rank_key(fit: FitResult) -> tuple[float, float, float]:

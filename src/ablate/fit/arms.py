@@ -85,6 +85,12 @@ class ArmResult:
             return [float(v) for v in self.fit.seeds.A]
         return [self.fit.A if self.fit.identifiable else float("nan")]
 
+    def comparison(self) -> tuple[float, dict[str, Any]]:
+        """dA and the shared-A comparison of an arm compared with its baseline (both set before any verdict)."""
+        if self.delta_A is None or self.shared is None:
+            raise ValueError(f"arm {self.arm!r} has not been compared with the baseline")
+        return self.delta_A, self.shared
+
     def to_json(self) -> dict[str, Any]:
         def r(v):
             return None if v is None or not np.isfinite(v) else float(v)

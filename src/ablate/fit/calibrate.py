@@ -38,6 +38,7 @@ import numpy as np
 
 from ablate.fit.compare import rank
 from ablate.fit.curve import Curve
+from ablate.fit.futures import verdict_key
 from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import sigmoid
 from ablate.fit.spread import MinEffect, NoiseFloor
@@ -248,9 +249,7 @@ def run_cell(
             base + arm, replace(opts, seed=seed * 100003 + t), baseline="base", noise=stored, min_effect=min_effect
         )
         by = {a.arm: a for a in ranking.arms}
-        v = by["arm"].verdict if "arm" in by else "not_fitted"
-        if v == "not_identified" and by["arm"].r_call:  # a claim too: higher/lower at the shared window's end
-            v = f"not_identified_{by['arm'].r_call}"
+        v = verdict_key(by["arm"]) if "arm" in by else "not_fitted"  # not identified: with its end-of-window call
         verdicts[v] = verdicts.get(v, 0) + 1
         fit = by["base"].fit if "base" in by else None
         if fit is None or fit.A_ci is None or fit.pred_ci is None:

@@ -16,37 +16,22 @@ control, the paper's threshold rule).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ablate.errors import UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
-from ablate.fit.arms import CHANGED, PRACTICAL, VERDICT_TEXT, VERDICTS, ArmResult, Ranking
+from ablate.fit.arms import ArmResult, Ranking
 from ablate.fit.curve import Curve
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
 from ablate.fit.shared import Efficiency, compare_efficiency, own_log_compute_seeds
-from ablate.fit.spread import FDR, PAPER_A_MARGIN, MinEffect, NoiseFloor
+from ablate.fit.spread import PAPER_A_MARGIN, MinEffect, NoiseFloor
 from ablate.fit.verdicts import decide_verdicts, end_of_window, measured_floor, paper_verdict, parse_margin
 
-__all__ = [
-    "CHANGED",
-    "FDR",
-    "PAPER_A_MARGIN",
-    "PRACTICAL",
-    "VERDICTS",
-    "VERDICT_TEXT",
-    "ArmResult",
-    "MinEffect",
-    "NoiseFloor",
-    "Ranking",
-    "measured_floor",
-    "parse_margin",
-    "parse_shared_a",
-    "rank",
-]
+__all__ = ["parse_shared_a", "rank"]
 
 
 def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str, Any]:
@@ -229,12 +214,98 @@ def _needs_seeds(compared: list[ArmResult], base: ArmResult) -> Note:
     one = all(x.seeds == 1 for x in compared + [base])
     return Note(
         "needs_seeds",
-        "needs seeds: one seed per arm cannot measure the seed spread, and there is no "
+        "one seed per arm cannot measure the seed spread, and there is no "
         "--noise file, so no arm can be shown changed or equivalent"
         if one
-        else "needs seeds: no arm has 2 seeds identified alone to measure the seed spread, and there is no "
+        else "no arm has 2 seeds identified alone to measure the seed spread, and there is no "
         "--noise file, so no arm can be shown changed or equivalent",
     )
+
+
+@dataclass
+class _Judgement:
+    """What the comparisons with the baseline leave on the ranking: the seed spread used, the yardstick in words,
+    the end-of-window spread, the shared-A mode and the notes for every arm."""
+
+    source: str = "none (no baseline)"
+    shared_mode: str = PAIR_MODE
+    floor: NoiseFloor | None = None
+    end_spread: dict[str, Any] | None = None
+    notes: list[Note] = field(default_factory=list)
+
+
+def _tested(
+    arms: list[ArmResult],
+    compared: list[ArmResult],
+    base: ArmResult,
+    bases: dict[str, ArmResult | str],
+    opts: FitOptions,
+    noise: NoiseFloor | None,
+    min_effect: MinEffect,
+    x: str,
+    out: _Judgement,
+) -> None:
+    """The calibrated tests: the seed spread measured (or stored) and every compared arm's verdict (fills `out`)."""
+    measured = measured_floor(arms)
+    # the stored spread (--noise) when it rests on more seeds than this ranking's own
+    floor = noise if noise is not None and (measured is None or noise.dof > measured.dof) else measured
+    out.floor = floor
+    out.source = (
+        floor.source
+        if floor is not None
+        else ("no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
+    )
+    at_end, out.end_spread = end_of_window(arms)
+    unidentified = [a for a in arms if a.verdict == "not_identified"]
+    decide_verdicts(
+        compared,
+        base,
+        floor,
+        opts,
+        unidentified,
+        at_end,
+        out.end_spread,
+        {k: v for k, v in bases.items() if isinstance(v, ArmResult)},
+        min_effect,
+        x,
+    )
+    if floor is None and compared:
+        out.notes.append(_needs_seeds(compared, base))
+
+
+def _judge(
+    arms: list[ArmResult],
+    baseline: str,
+    opts: FitOptions,
+    a_margin: float | None,
+    shared_a: str | float | None,
+    noise: NoiseFloor | None,
+    min_effect: MinEffect,
+    x: str,
+    jobs: int,
+) -> _Judgement:
+    """Every arm's verdict against the baseline arm: by the paper's threshold rule when `a_margin` is set, else by
+    the calibrated tests."""
+    out = _Judgement()
+    base = next(a for a in arms if a.arm == baseline)
+    base.verdict, base.detail, base.effect = "baseline", "the reference arm", "reference"
+    if not base.fit.identifiable:
+        base.detail += "; A not measured (it has not passed C_mid): no ceiling or efficiency verdicts"
+    bases = _stopped_windows(arms, base, opts)
+    compared = _identified_pairs(arms, base, bases)
+    a_all, out.shared_mode = _one_a(shared_a, arms, base, compared)
+    _efficiencies(arms, compared, base, bases, opts, a_all, jobs)
+    if a_margin is not None:
+        whose = "the paper's convention" if a_margin == PAPER_A_MARGIN else "a threshold you chose"
+        out.source = f"{whose} (±{a_margin:g} on A, ±15% compute): a threshold rule, not a test"
+        for a in compared:
+            paper_verdict(a, a_margin, opts)
+    else:
+        _tested(arms, compared, base, bases, opts, noise, min_effect, x, out)
+    for a in arms:
+        if isinstance(bases.get(a.arm), ArmResult):
+            a.detail += f"; read against the baseline's first {_x_end(a):.4g} {x} (this arm was stopped there)"
+    return out
 
 
 def rank(
@@ -257,10 +328,8 @@ def rank(
     the paper's +-0.02 on A, +-15% compute). Arms are independent fits: with many arms they run on `jobs` worker
     processes."""
     min_effect = min_effect or MinEffect()
-    notes: list[Note] = []
     a_margin = parse_margin(margin)
     shared_a = parse_shared_a(shared_a)
-    rule = "test" if a_margin is None else "paper"
     groups = group_arms(curves)
     if baseline is None:
         flagged = {g for g, cs in groups.items() if any(c.meta.get("baseline") for c in cs)}
@@ -268,68 +337,26 @@ def rank(
     elif baseline not in groups:
         raise UserError(f"--baseline {baseline!r}: no such arm; arms are: {', '.join(groups)}")
     arms, not_fitted = _fit_arms(groups, opts, baseline, jobs, not_fitted or [])
-    floor = end_spread = None
-    source = "none (no baseline)"
-    shared_mode = PAIR_MODE
     if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
+        judged = _Judgement()
         for a in arms:
             own_log_compute_seeds(a, opts)
-    if baseline is not None:
-        base = next(a for a in arms if a.arm == baseline)
-        base.verdict, base.detail, base.effect = "baseline", "the reference arm", "reference"
-        if not base.fit.identifiable:
-            base.detail += "; A not measured (it has not passed C_mid): no ceiling or efficiency verdicts"
-        bases = _stopped_windows(arms, base, opts)
-        compared = _identified_pairs(arms, base, bases)
-        a_all, shared_mode = _one_a(shared_a, arms, base, compared)
-        _efficiencies(arms, compared, base, bases, opts, a_all, jobs)
-        if rule == "paper":
-            whose = "the paper's convention" if a_margin == PAPER_A_MARGIN else "a threshold you chose"
-            source = f"{whose} (±{a_margin:g} on A, ±15% compute): a threshold rule, not a test"
-            for a in compared:
-                paper_verdict(a, a_margin, opts)
-        else:
-            measured = measured_floor(arms)
-            # the stored spread (--noise) when it rests on more seeds than this ranking's own
-            floor = noise if noise is not None and (measured is None or noise.dof > measured.dof) else measured
-            source = (
-                floor.source
-                if floor is not None
-                else ("no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
-            )
-            at_end, end_spread = end_of_window(arms)
-            unidentified = [a for a in arms if a.verdict == "not_identified"]
-            decide_verdicts(
-                compared,
-                base,
-                floor,
-                opts,
-                unidentified,
-                at_end,
-                end_spread,
-                {k: v for k, v in bases.items() if isinstance(v, ArmResult)},
-                min_effect,
-                x,
-            )
-            if floor is None and compared:
-                notes.append(_needs_seeds(compared, base))
-        for a in arms:
-            if isinstance(bases.get(a.arm), ArmResult):
-                a.detail += f"; read against the baseline's first {_x_end(a):.4g} {x} (this arm was stopped there)"
+    else:
+        judged = _judge(arms, baseline, opts, a_margin, shared_a, noise, min_effect, x, jobs)
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(
         arms=arms,
         baseline=baseline,
-        margin_source=source,
+        margin_source=judged.source,
         target=opts.target,
         x=x,
         opts=opts,
         not_fitted=not_fitted,
-        floor=floor,
-        rule=rule,
-        end_spread=end_spread,
-        shared_mode=shared_mode,
+        floor=judged.floor,
+        rule="test" if a_margin is None else "paper",
+        end_spread=judged.end_spread,
+        shared_mode=judged.shared_mode,
         shared_a=shared_a,
         min_effect=min_effect,
-        notes=notes,
+        notes=judged.notes,
     )

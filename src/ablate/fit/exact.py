@@ -70,10 +70,13 @@ def trial(
     if arm is None:
         return "not_fitted"
     extra = 3 * (m.arms - sim_arms)
-    if extra <= 0 or arm.verdict not in CHANGED + ("equivalent", "inconclusive"):
-        return arm.verdict or "not_fitted"
+    verdict = arm.verdict
+    if extra <= 0 or verdict not in CHANGED + ("equivalent", "inconclusive"):
+        return verdict or "not_fitted"
     # the full sweep's false-discovery control: this ranking's p-values plus the arms not simulated
-    pvals, where, is_eq = [], {}, []
+    pvals: list[float] = []
+    where: dict[str, int] = {}
+    is_eq: list[bool] = []
     for a in ranking.arms:
         if a.p_ceiling is not None:
             where[a.arm] = len(pvals)
@@ -85,22 +88,23 @@ def trial(
     pvals += list(rng.random(extra))
     is_eq += [k % 3 == 2 for k in range(extra)]
     found = discoveries(pvals, is_eq, FDR)
-    i = where.get("arm")
-    if i is None:
-        return arm.verdict
+    first = where.get("arm")  # its three tests' place in the family
+    if first is None:
+        return verdict
+    d_a, shared = arm.comparison()
     me = min_effect or MinEffect()
     ci = arm.delta_A_ci or [-math.inf, math.inf]
-    rci = arm.shared.get("compute_ratio_ci") or [0.0, math.inf]
+    rci = shared.get("compute_ratio_ci") or [0.0, math.inf]
     hidden = (
         me.a >= max(abs(ci[0]), abs(ci[1]))
-        and found[i + 1]  # as verdicts._conclude
+        and found[first + 1]  # as verdicts._conclude
         and not 1 / me.ratio <= rci[0] <= rci[1] <= me.ratio
     )
-    if found[i] and not hidden:  # a negligible A change hides no efficiency change that may matter
-        return "ceiling_up" if arm.delta_A > 0 else "ceiling_down"
-    if found[i + 1]:
-        return "efficiency_up" if arm.shared.get("compute_ratio_tested", 1.0) < 1 else "efficiency_down"
-    return "equivalent" if found[i + 2] else "inconclusive"
+    if found[first] and not hidden:  # a negligible A change hides no efficiency change that may matter
+        return "ceiling_up" if d_a > 0 else "ceiling_down"
+    if found[first + 1]:
+        return "efficiency_up" if shared.get("compute_ratio_tested", 1.0) < 1 else "efficiency_down"
+    return "equivalent" if found[first + 2] else "inconclusive"
 
 
 def power_cell(

@@ -27,16 +27,18 @@ def _fit_sigmoid(x, y, r0) -> Predictor:
 
 def _fit_power(x, y, r0) -> Predictor:
     # For fixed B the model is linear in (A, D): grid B, solve, refine all three.
-    best = (np.inf, None)
+    best_sse, best = np.inf, None
     for b in np.exp(np.linspace(np.log(0.05), np.log(5.0), 60)):
         u = x ** (-b)
         M = np.stack([np.ones_like(u), -u], 1)
         (a, d), *_ = np.linalg.lstsq(M, y, rcond=None)
         a, d = min(max(a, 0.0), 1.0), max(d, 0.0)
         sse = ((a - d * u - y) ** 2).sum()
-        if sse < best[0]:
-            best = (sse, (a, d, b))
-    a, d, b = best[1]
+        if sse < best_sse:
+            best_sse, best = sse, (a, d, b)
+    if best is None:  # no grid point gave a finite fit: data that are not finite
+        raise ValueError("the power law has no finite fit on these points")
+    a, d, b = best
     sol = least_squares(
         lambda p: p[0] - p[1] * x ** (-p[2]) - y, [a, max(d, 1e-9), b], bounds=([0.0, 0.0, 1e-3], [1.0, np.inf, 10.0])
     )
@@ -46,15 +48,17 @@ def _fit_power(x, y, r0) -> Predictor:
 
 def _fit_exponential(x, y, r0) -> Predictor:
     r0 = float(y[0]) if r0 is None else r0
-    best = (np.inf, None)
+    best_sse, best = np.inf, None
     for log_tau in np.linspace(np.log(x.min()) - 2, np.log(x.max()) + 3, 80):
         e = 1.0 - np.exp(-x / np.exp(log_tau))  # y - r0 = (A - r0) * e
         g = np.clip((e * (y - r0)).sum() / max((e * e).sum(), 1e-300), 0.0, 1.0 - r0)
         sse = ((r0 + g * e - y) ** 2).sum()
-        if sse < best[0]:
-            best = (sse, (r0 + g, log_tau))
+        if sse < best_sse:
+            best_sse, best = sse, (r0 + g, log_tau)
+    if best is None:  # no grid point gave a finite fit: data that are not finite
+        raise ValueError("the exponential has no finite fit on these points")
     sol = least_squares(
-        lambda p: p[0] - (p[0] - r0) * np.exp(-x / np.exp(p[1])) - y, list(best[1]), bounds=([r0, -50.0], [1.0, 50.0])
+        lambda p: p[0] - (p[0] - r0) * np.exp(-x / np.exp(p[1])) - y, list(best), bounds=([r0, -50.0], [1.0, 50.0])
     )
     a, log_tau = sol.x
     return lambda c: a - (a - r0) * np.exp(-np.asarray(c, dtype=float) / np.exp(log_tau))

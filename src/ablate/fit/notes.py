@@ -10,10 +10,21 @@ NoteKind = Literal["needs_seeds", "far_target", "other"]
 far beyond the compute fitted (a long extrapolation); other: anything else, shown as written."""
 
 
+LABELS: dict[NoteKind, str] = {"needs_seeds": "needs seeds"}
+"""The words a kind of note is headed by in text (JSON, a plain listing); a renderer may head it its own way."""
+
+
 @dataclass(frozen=True)
 class Note:
     kind: NoteKind
-    text: str
+    body: str
+    """The note without its heading."""
+
+    @property
+    def text(self) -> str:
+        """The note as one line of text: its kind's heading (if it has one), then its body."""
+        label = LABELS.get(self.kind)
+        return f"{label}: {self.body}" if label else self.body
 
     def __str__(self) -> str:
         return self.text

@@ -54,7 +54,7 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
     note = None
     if a_grid is None or cmid_grid is None:
         a_grid, cmid_grid, note = paper_grid(x, y, r0)
-    best = (np.inf, None)
+    best_sse, best = np.inf, None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimizeWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -66,9 +66,9 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
                 except RuntimeError:  # curve_fit did not converge at this grid point
                     continue
                 sse = float(((f(x, b) - y) ** 2).sum())
-                if sse < best[0]:
-                    best = (sse, (a, b, c_mid))
-    if best[1] is None:
+                if sse < best_sse:
+                    best_sse, best = sse, (a, b, c_mid)
+    if best is None:
         return PointFit(
             r0=r0,
             a=float("nan"),
@@ -80,7 +80,7 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
             at_bound=[],
             success=False,
         ), note
-    a, b, c_mid = best[1]
+    a, b, c_mid = best
     at_bound = []
     if a in (a_grid[0], a_grid[-1]):
         at_bound.append("A(grid edge)")
@@ -89,5 +89,12 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
     if not b > 0:  # curve_fit is unbounded: B <= 0 is a flat line (or a falling curve), not a sigmoid
         at_bound.append("B")
     return PointFit(
-        r0=r0, a=float(a), b=float(b), c_mid=float(c_mid), sse=best[0], n_points=len(x), fit_r0=False, at_bound=at_bound
+        r0=r0,
+        a=float(a),
+        b=float(b),
+        c_mid=float(c_mid),
+        sse=best_sse,
+        n_points=len(x),
+        fit_r0=False,
+        at_bound=at_bound,
     ), note

@@ -26,60 +26,33 @@ verdict. Power at each (compute, seeds) is the share of trials (the exact engine
 clearly above or below the goal; the fast one runs them all). For each compute rung the fewest seeds that reach
 the goal are found by bisection over SEED_LADDER.
 
-Running arms (`futures`): each run is continued from its own fitted curve (shifted by a draw of its arm's bootstrap,
-so the fit's uncertainty travels) with its own measured drift, carried on from its last residual, and evaluation
-noise, up to the compute its max_steps will reach; the sweep is re-ranked, and the share of futures in which an
-arm's verdict differs from today's is how likely more compute is to change it.
+Running arms, whether more compute would change their verdicts: fit/futures.py.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.stats import beta as beta_dist
 
 from ablate.errors import UserError
 from ablate.fit import power
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
-from ablate.fit.curve import Curve
+from ablate.fit.decide import SEED_LADDER
 from ablate.fit.exact import exact_cell, sim_options
-from ablate.fit.sigmoid import gain_fraction, sigmoid
+from ablate.fit.sigmoid import gain_fraction
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
-from ablate.fit.taskmodel import (
-    MAX_SCALE,
-    MAX_SIM_ARMS,
-    MIN_SCALE,
-    PLAN_BOOT,
-    QUESTIONS,
-    WANTED,
-    TaskModel,
-    effect_of,
-    simulate_runs,
-)
-from ablate.fit.verdicts import SEED_LADDER, measured_floor
+from ablate.fit.taskmodel import MAX_SIM_ARMS, QUESTIONS, WANTED, TaskModel, effect_of, simulate_runs
+from ablate.fit.verdicts import measured_floor
 
-__all__ = [
-    "COMPUTE_RUNGS",
-    "ENGINES",
-    "MAX_SCALE",
-    "MAX_SIM_ARMS",
-    "MIN_SCALE",
-    "QUESTIONS",
-    "SEED_LADDER",
-    "WANTED",
-    "TaskModel",
-    "change_bound",
-    "design",
-    "effect_of",
-    "from_ranking",
-    "futures",
-    "verdict_key",
-]
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+__all__ = ["COMPUTE_RUNGS", "ENGINES", "design", "from_ranking"]
 
 COMPUTE_RUNGS = (0.5, 1.0, 2.0, 4.0)
 """Compute per run tried, as multiples of the budget (the compute a run reaches at its max_steps)."""
@@ -115,7 +88,7 @@ def _fast_cells(m: TaskModel, compute: float, question: str, kw: dict[str, Any])
     return cell
 
 
-def _pool(jobs: int):
+def _pool(jobs: int) -> Executor | None:
     if jobs <= 1:
         return None
     import multiprocessing
@@ -124,35 +97,41 @@ def _pool(jobs: int):
     return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"))
 
 
-def _search_rung(
-    m: TaskModel,
-    compute: float,
-    question: str,
-    row: dict[str, Any],
-    ladder: Sequence[int],
-    hi: int,
-    kw: dict[str, Any],
-    pool,
-    jobs: int,
-    engine: str,
-    progress: Callable[[str], None] | None,
-) -> int | None:
-    """The index in `ladder` (up to `hi`) of the fewest seeds that reach the goal at this compute, or None; every
+@dataclass
+class _Search:
+    """What every compute rung of one `design` is searched with."""
+
+    m: TaskModel
+    question: str
+    ladder: Sequence[int]
+    kw: dict[str, Any]
+    """delta_a, ratio, trials, goal, seed, noise, to, min_effect: the cell's arguments."""
+    pool: Executor | None
+    jobs: int
+    engine: str
+    progress: Callable[[str], None] | None
+
+
+def _search_rung(s: _Search, compute: float, row: dict[str, Any], hi: int) -> int | None:
+    """The index in `s.ladder` (up to `hi`) of the fewest seeds that reach the goal at this compute, or None; every
     cell tried goes into row["tried"]. Seed counts are tried doubling from the fewest (cheap cells first, `jobs` at
     a time with a pool), then bisected below the first count that reaches the goal."""
     lo = 0
-    fast = _fast_cells(m, compute, question, kw) if engine == "fast" else None
+    ladder, question = s.ladder, s.question
+    fast = _fast_cells(s.m, compute, question, s.kw) if s.engine == "fast" else None
 
     def run(idx: list[int]) -> list[dict[str, Any]]:
-        cells = [(m, ladder[i], compute, question, kw) for i in idx]
+        cells = [(s.m, ladder[i], compute, question, s.kw) for i in idx]
         if fast is not None:
             res = [fast(ladder[i]) for i in idx]
+        elif s.pool and len(cells) > 1:
+            res = list(s.pool.map(exact_cell, cells))
         else:
-            res = list(pool.map(exact_cell, cells)) if pool and len(cells) > 1 else [exact_cell(c) for c in cells]
+            res = [exact_cell(c) for c in cells]
         for r in res:
             row["tried"].append(r)
-            if progress:
-                progress(
+            if s.progress:
+                s.progress(
                     f"{question} at {compute:.4g}: {r['seeds']} seeds -> power {r['power']:.2f} ({r['trials']} trials)"
                 )
         return res
@@ -162,7 +141,7 @@ def _search_rung(
     ] + [hi]
     doubling = sorted(set(doubling))
     found, last_bad = None, lo - 1
-    step = max(1, jobs) if pool else 1  # cells in parallel only with a pool; else the cheapest first
+    step = max(1, s.jobs) if s.pool else 1  # cells in parallel only with a pool; else the cheapest first
     for k in range(0, len(doubling), step):
         idx = doubling[k : k + step]
         res = run(idx)
@@ -182,6 +161,46 @@ def _search_rung(
         else:
             lo = mid + 1
     return found
+
+
+def _plan_rung(s: _Search, mult: float, best: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One compute rung of `design`: its row (the fewest seeds that reach the goal, or why there are none) and the
+    cheapest design found so far."""
+    compute = s.m.budget * mult
+    f = gain_fraction(compute, s.m.b, s.m.c_mid)
+    row: dict[str, Any] = {
+        "multiple": mult,
+        "compute": compute,
+        "gain_fraction": f,
+        "seeds": None,
+        "power": None,
+        "se": None,
+        "trials": 0,
+        "tried": [],
+    }
+    if f < MIN_GAIN:
+        row["why"] = f"the window reaches {f:.0%} of the gain: A cannot be identified"
+        return row, best
+    hi = len(s.ladder) - 1
+    if best is not None:  # a design here must cost less than the best: fewer seeds than that allows
+        cap = best["seeds"] * best["compute"] / compute
+        while hi >= 0 and s.ladder[hi] >= cap:
+            hi -= 1
+        if hi < 0:
+            row["why"] = "cannot be cheaper than a shorter run"
+            return row, best
+    found = _search_rung(s, compute, row, hi)
+    if found is None:
+        top = row["tried"][-1]
+        row["why"] = f"{top['seeds']} seeds reach {top['power']:.0%} power" + (
+            "" if best is None else " (more would cost more than the cheapest design)"
+        )
+        return row, best
+    r = next(t for t in row["tried"] if t["seeds"] == s.ladder[found])
+    row.update(seeds=r["seeds"], power=r["power"], se=r["se"], trials=r["trials"])
+    if best is None or r["seeds"] * compute < best["seeds"] * best["compute"]:
+        best = {"multiple": mult, "compute": compute, "seeds": r["seeds"], "power": r["power"], "se": r["se"]}
+    return row, best
 
 
 def design(
@@ -214,45 +233,14 @@ def design(
     kw = dict(
         delta_a=delta_a, ratio=ratio, trials=trials, goal=goal, seed=seed, noise=noise, to=to, min_effect=min_effect
     )
-    rows, best = [], None
+    rows: list[dict[str, Any]] = []
+    best: dict[str, Any] | None = None
     pool = _pool(jobs) if engine == "exact" else None
+    search = _Search(m, question, ladder, kw, pool, jobs, engine, progress)
     try:
         for mult in rungs:
-            compute = m.budget * mult
-            f = gain_fraction(compute, m.b, m.c_mid)
-            row: dict[str, Any] = {
-                "multiple": mult,
-                "compute": compute,
-                "gain_fraction": f,
-                "seeds": None,
-                "power": None,
-                "se": None,
-                "trials": 0,
-                "tried": [],
-            }
+            row, best = _plan_rung(search, mult, best)
             rows.append(row)
-            if f < MIN_GAIN:
-                row["why"] = f"the window reaches {f:.0%} of the gain: A cannot be identified"
-                continue
-            hi = len(ladder) - 1
-            if best is not None:  # a design here must cost less than the best: fewer seeds than that allows
-                cap = best["seeds"] * best["compute"] / compute
-                while hi >= 0 and ladder[hi] >= cap:
-                    hi -= 1
-                if hi < 0:
-                    row["why"] = "cannot be cheaper than a shorter run"
-                    continue
-            found = _search_rung(m, compute, question, row, ladder, hi, kw, pool, jobs, engine, progress)
-            if found is None:
-                top = row["tried"][-1]
-                row["why"] = f"{top['seeds']} seeds reach {top['power']:.0%} power" + (
-                    "" if best is None else " (more would cost more than the cheapest design)"
-                )
-                continue
-            r = next(t for t in row["tried"] if t["seeds"] == ladder[found])
-            row.update(seeds=r["seeds"], power=r["power"], se=r["se"], trials=r["trials"])
-            if best is None or r["seeds"] * compute < best["seeds"] * best["compute"]:
-                best = {"multiple": mult, "compute": compute, "seeds": r["seeds"], "power": r["power"], "se": r["se"]}
     finally:
         if pool:
             pool.shutdown()
@@ -372,132 +360,3 @@ def from_ranking(
     err_a, err_c = _fit_error(m, max(2, seeds), window, sims=12, seed=seed)
     m.fit_sd_a, m.fit_sd_logc = math.sqrt(err_a), math.sqrt(err_c)
     return m
-
-
-# ---- running arms: would more compute change the verdict? ----
-
-
-def verdict_key(a) -> str:
-    """An arm's verdict as one key (a not-identified arm with its end-of-window call: not_identified_higher)."""
-    v = a.verdict or "not_fitted"
-    return f"{v}_{a.r_call}" if v == "not_identified" and a.r_call else v
-
-
-def _continue(
-    c: Curve, fit_pf, shift: Callable[[np.ndarray], np.ndarray], est, x_end: float, rng: np.random.Generator
-) -> Curve:
-    """Curve c carried on to x_end: its fitted mean plus `shift`, its drift continued from the last residual,
-    evaluation noise as measured."""
-    xs = c.x[c.x > 0]
-    if xs.size < 2 or x_end <= c.x[-1]:
-        return c
-    dx = float(np.median(np.diff(xs)))
-    xf = np.arange(c.x[-1] + dx, x_end + dx * 1e-6, dx)
-    if xf.size == 0:
-        return c
-    mean = np.asarray(fit_pf.predict(xf), dtype=float) + shift(xf)
-    drift_var = est.drift_var if est is not None else 0.0
-    rho = est.rho if est is not None else 0.0
-    last = float(c.y[-1] - fit_pf.predict(np.array([c.x[-1]]))[0])
-    ev_last = float(est.eval_var[-1]) if est is not None and est.eval_known and est.eval_var.size else 0.0
-    d = last * drift_var / (drift_var + ev_last) if drift_var + ev_last > 0 else 0.0
-    drift = np.empty(xf.size)
-    sd = math.sqrt(drift_var * max(1.0 - rho * rho, 0.0))
-    for t in range(xf.size):
-        d = rho * d + sd * rng.standard_normal()
-        drift[t] = d
-    p = np.clip(mean + drift, 0.0, 1.0)
-    n = c.n
-    if n is not None and np.all(np.isfinite(n)):
-        k = round(float(n[-1]))
-        yf = rng.binomial(k, p) / k
-        nf = np.concatenate([n, np.full(xf.size, float(k))])
-    else:
-        yf, nf = p, None
-    return replace(c, x=np.concatenate([c.x, xf]), y=np.concatenate([c.y, yf]), n=nf, meta=dict(c.meta))
-
-
-def change_bound(changes: int, n: int, level: float = 0.95) -> float:
-    """One-sided `level` Clopper-Pearson upper bound on the chance of a change seen `changes` times in `n`."""
-    if n <= 0:
-        return 1.0
-    return 1.0 if changes >= n else float(beta_dist.ppf(level, changes + 1, n - changes))
-
-
-def futures(
-    ranking: Ranking,
-    ends: dict[str, float],
-    *,
-    n: int = 40,
-    seed: int = 0,
-    noise: NoiseFloor | None = None,
-    frozen: set[str] | frozenset[str] = frozenset(),
-) -> dict[str, dict[str, Any]]:
-    """For each arm: today's verdict, and in how many of `n` simulated futures it changes. In each future every run
-    goes on to its compute in `ends` (keyed by run name; runs not in it are over) from its own fit plus a bootstrap
-    draw of its arm's curve, with its drift and evaluation noise, and the sweep is re-ranked: what the full sweep
-    would say. The arms in `frozen` (candidates for stopping) are ranked a second time stopped where they are, the
-    rest going on: what the sweep would say if they were stopped now. A change is a different verdict in either
-    ranking, or an arm that can no longer be fitted; for the frozen arms, also any other arm whose verdict differs
-    between the two rankings of the same future (stopping them moved it). Returns {arm: {"verdict", "changes", "n",
-    "p_change", "bound" (the one-sided 95% upper bound on the chance of a change), "future": Counter of future
-    verdicts, "stopped": Counter of verdicts when stopped now}}."""
-    rng = np.random.default_rng([seed, 11])
-    now = {a.arm: verdict_key(a) for a in ranking.arms}
-    out = {arm: {"verdict": v, "changes": 0, "n": 0, "future": {}, "stopped": {}} for arm, v in now.items()}
-    opts = replace(ranking.opts, n_boot=min(ranking.opts.n_boot, PLAN_BOOT) or PLAN_BOOT)
-
-    def tally(r: Ranking | None, key: str, arms: set[str], changed: dict[str, bool]) -> dict[str, str]:
-        got = {} if r is None else {a.arm: verdict_key(a) for a in r.arms}
-        for arm in arms:
-            v = got.get(arm, "not_fitted")
-            out[arm][key][v] = out[arm][key].get(v, 0) + 1
-            changed[arm] = changed.get(arm, False) or v != out[arm]["verdict"]
-        return got
-
-    def ranked(curves: list[Curve], i: int) -> Ranking | None:
-        try:
-            return rank(
-                curves,
-                replace(opts, seed=seed * 7919 + i),
-                baseline=ranking.baseline,
-                noise=noise,
-                x=ranking.x,
-                min_effect=ranking.min_effect,
-            )
-        except UserError:  # the baseline can't be fitted: no arm keeps its verdict
-            return None
-
-    for i in range(n):
-        going, stopped = [], []
-        for a in ranking.arms:
-            f = a.fit
-            draw = f.draws[rng.integers(len(f.draws))] if f.draws is not None and len(f.draws) else None
-
-            def shift(x, draw=draw, f=f):
-                if draw is None:
-                    return np.zeros_like(x)
-                return sigmoid(x, *draw) - f.fit.predict(x)
-
-            for j, c in enumerate(f.curves):
-                pf = f.seeds.fits[j] if f.seeds is not None and f.seeds.fits[j] is not None else f.fit
-                est = f.noise[j] if f.noise is not None and j < len(f.noise) else None
-                cont = _continue(c, pf, shift, est, ends.get(c.run, float(c.x[-1])), rng)
-                going.append(cont)
-                stopped.append(replace(c, stopped="pruned") if a.arm in frozen else cont)
-        changed: dict[str, bool] = {}
-        full = tally(ranked(going, i), "future", set(out), changed)
-        if frozen:
-            cut = tally(ranked(stopped, i), "stopped", set(frozen) & set(out), changed)
-            # stopping them must not move the others either (they share the seed spread, the false-discovery
-            # control and the end-of-window test): if it does, none of them is settled in this future
-            if any(cut.get(arm, "not_fitted") != full.get(arm, "not_fitted") for arm in set(out) - set(frozen)):
-                for arm in set(frozen) & set(out):
-                    changed[arm] = True
-        for arm, ch in changed.items():
-            out[arm]["n"] += 1
-            out[arm]["changes"] += ch
-    for o in out.values():
-        o["p_change"] = o["changes"] / o["n"] if o["n"] else None
-        o["bound"] = change_bound(o["changes"], o["n"])
-    return out

@@ -40,13 +40,12 @@ from typing import Any
 
 import numpy as np
 from scipy.special import expit, ndtr
-from scipy.stats import t as student_t
 
-from ablate.fit.analysis import CI_CLOSED_TOL, MIN_RISE
+from ablate.fit.batch_verdicts import CODES, decide_codes
+from ablate.fit.identify import CI_CLOSED_TOL, MIN_RISE
 from ablate.fit.noise import RHO_MAX
 from ablate.fit.sigmoid import AT_BOUND_TOL, B_BOUNDS, PointFit, fit_batch, log_c_mid_bounds, sigmoid
 from ablate.fit.spread import MinEffect, NoiseFloor
-from ablate.fit.stats import benjamini_hochberg_rows, tost
 from ablate.fit.taskmodel import MAX_POINTS, TaskModel, seed_spread
 from ablate.fit.uncertainty import DEBIAS_ROUNDS
 
@@ -317,95 +316,9 @@ def verdict_codes(
     first = np.argmax(compared, axis=1)
     logc[:, 1] = base_logc[np.arange(T), first]
     has_logc = compared | (compared.any(1, keepdims=True) & (np.arange(K) == 1))
-    return _decide(
+    return decide_codes(
         seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, target, noise, me, extra_arms, rng
     )
-
-
-FAMILY_CELLS = 4_000_000
-"""p-values held at once in the false-discovery control of many trials (32 MB)."""
-CODES = (
-    "not_identified",
-    "ceiling_up",
-    "ceiling_down",
-    "efficiency_up",
-    "efficiency_down",
-    "equivalent",
-    "inconclusive",
-)
-
-
-def _decide(seed_a, logc, has_logc, lr_fallback, pooled_a, compared, ident, target, noise, me, extra_arms, rng):
-    """The tests and the false-discovery control of `verdicts.decide_verdicts`, for every trial at once; the index
-    in CODES of arm 0's verdict."""
-    T, K, _ = seed_a.shape
-    fin_a = np.isfinite(seed_a)
-    n_a = fin_a.sum(2)
-    mean_a = np.where(n_a > 0, np.nansum(seed_a, 2) / np.maximum(n_a, 1), np.nan)
-    dev = np.where(fin_a, seed_a - mean_a[..., None], 0.0)
-    use_a = n_a >= 2
-    ss_a, dof_a = (np.where(use_a, (dev**2).sum(2), 0.0)).sum(1), np.where(use_a, n_a - 1, 0).sum(1)
-    lc = np.where(has_logc[..., None], logc, np.nan)
-    fin_c = np.isfinite(lc)
-    n_c = fin_c.sum(2)
-    mean_c = np.where(n_c > 0, np.nansum(np.where(fin_c, lc, 0.0), 2) / np.maximum(n_c, 1), np.nan)
-    use_c = n_c >= 2
-    ss_c = np.where(use_c, (np.where(fin_c, lc - mean_c[..., None], 0.0) ** 2).sum(2), 0.0).sum(1)
-    dof_c = np.where(use_c, n_c - 1, 0).sum(1)
-    measured = (dof_a > 0) & (dof_c > 0)
-    dof = np.minimum(dof_a, dof_c).astype(float)
-    sd_a = np.sqrt(ss_a / np.maximum(dof_a, 1))
-    sd_c = np.sqrt(ss_c / np.maximum(dof_c, 1))
-    if noise is not None:
-        stored = ~measured | (noise.dof > dof)
-        sd_a, sd_c = np.where(stored, noise.sd_A, sd_a), np.where(stored, noise.sd_logc, sd_c)
-        dof, measured = np.where(stored, float(noise.dof), dof), np.ones(T, dtype=bool)
-    dof = np.maximum(dof, 1.0)
-    # per compared arm k (against the baseline, column 1)
-    d_a = np.where((n_a > 0) & (n_a[:, 1:2] > 0), mean_a - mean_a[:, 1:2], pooled_a - pooled_a[:, 1:2])
-    se_a = sd_a[:, None] * np.sqrt(1.0 / np.maximum(n_a, 1) + 1.0 / np.maximum(n_a[:, 1:2], 1))
-    own_c = np.where(n_c > 0, mean_c, lr_fallback + math.log(target))
-    base_c = np.where(n_c[:, 1:2] > 0, mean_c[:, 1:2], math.log(target))
-    lr = np.where(np.isfinite(lr_fallback), own_c - base_c, np.nan)
-    se_c = sd_c[:, None] * np.sqrt(1.0 / np.maximum(n_c, 1) + 1.0 / np.maximum(n_c[:, 1:2], 1))
-    dofk = dof[:, None]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p_ceil = 2 * student_t.sf(np.abs(d_a) / se_a, dofk)
-        p_eff = 2 * student_t.sf(np.abs(lr) / se_c, dofk)
-        t_a = tost(d_a, se_a, dofk, me.a)
-        t_c = tost(lr, se_c, dofk, me.log_ratio)
-    p_eq = np.maximum(t_a, t_c)  # intersection-union; NaN (no compute ratio): equivalence can't be shown
-    tested = compared & measured[:, None]
-    # one family per trial: three tests per compared arm, a uniform p for each other arm not identified
-    fam = np.stack([p_ceil, p_eff, p_eq], axis=2)  # [T, K, 3]
-    fam = np.where(tested[..., None], fam, np.nan)
-    end = np.where(~ident & (np.arange(K) != 0) & (np.arange(K) != 1) & ident[:, 1:2], rng.random((T, K)), np.nan)
-    # changes (and end-of-window calls) are discoveries among the tests of change alone; equivalence among all
-    is_eq = np.zeros(3 * K + K + 3 * extra_arms, dtype=bool)
-    is_eq[2 : 3 * K : 3] = True
-    is_eq[4 * K + 2 :: 3] = True
-    found = np.zeros((T, 3), dtype=bool)  # arm 0's three tests: the family's first columns
-    step = max(1, FAMILY_CELLS // (4 * K + 3 * extra_arms))  # trials at a time: a sweep of many arms stays small
-    for lo in range(0, T, step):
-        rows = slice(lo, min(T, lo + step))
-        n = rows.stop - lo
-        pvals = np.concatenate([fam[rows].reshape(n, -1), end[rows], rng.random((n, 3 * extra_arms))], axis=1)
-        change = benjamini_hochberg_rows(np.where(is_eq, np.nan, pvals))[:, :3]
-        every = benjamini_hochberg_rows(pvals)[:, :3]
-        found[rows] = np.where(is_eq[:3], every, change)
-    code = np.full(T, CODES.index("not_identified"))
-    code[compared[:, 0]] = CODES.index("inconclusive")
-    up_a, up_c = d_a[:, 0] > 0, lr[:, 0] < 0
-    crit = student_t.ppf(0.975, dof)  # rank's default interval (95%)
-    # a ceiling change shown negligible does not hide an efficiency change that may matter (verdicts._conclude)
-    negligible = np.abs(d_a[:, 0]) + crit * se_a[:, 0] <= me.a
-    eff_negligible = np.abs(lr[:, 0]) + crit * se_c[:, 0] <= me.log_ratio
-    ceil = found[:, 0] & ~(negligible & found[:, 1] & ~eff_negligible)
-    eff, eq = found[:, 1] & ~ceil, found[:, 2] & ~found[:, 0] & ~found[:, 1]
-    code[ceil] = np.where(up_a[ceil], CODES.index("ceiling_up"), CODES.index("ceiling_down"))
-    code[eff] = np.where(up_c[eff], CODES.index("efficiency_up"), CODES.index("efficiency_down"))
-    code[eq] = CODES.index("equivalent")
-    return code
 
 
 def rung_for(m: TaskModel, compute: float, effect: dict[str, float], trials: int, sim_arms: int, seed: int) -> Rung:

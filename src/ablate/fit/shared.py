@@ -45,7 +45,7 @@ def fit_shared_a(
         p0 += [s.b, np.log(s.c_mid)]
         lo += [B_BOUNDS[0], m_lo]
         hi += [B_BOUNDS[1], m_hi]
-    p0 = np.clip(p0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+    start = np.clip(p0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
 
     def resid(p):
         out = []
@@ -53,7 +53,7 @@ def fit_shared_a(
             out.append(sigmoid(x, r0, p[0], p[1 + 2 * k], np.exp(p[2 + 2 * k])) - y)
         return np.concatenate(out)
 
-    sol = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
+    sol = least_squares(resid, start, bounds=(lo, hi), x_scale="jac")
     a = float(sol.x[0])
     return a, [(float(sol.x[1 + 2 * k]), float(np.exp(sol.x[2 + 2 * k]))) for k in range(len(parts))]
 

@@ -22,7 +22,7 @@ from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import sigmoid
 
 # ScaleRL paper, Table 1 (GPU-hours): (C_mid, B, A). R0 is not tabulated; ~0.3 matches its Figure 1.
-PAPER_CURVES = {
+PAPER_CURVES: dict[str, dict[str, float]] = {
     "scalerl-8b": dict(c_mid=2542.0, b=1.92, a=0.610),
     "scalerl-8b-32k-gen": dict(c_mid=11272.0, b=1.89, a=0.645),
     "scalerl-scout": dict(c_mid=4242.0, b=1.65, a=0.710),
@@ -83,4 +83,7 @@ def synthetic_curve(
 
 def paper_curves(seed: int = 0, **kw) -> list[Curve]:
     """The three curves of the paper's Table 1, with realistic evaluation noise."""
-    return [synthetic_curve(**p, seed=seed + i, run=name, **kw) for i, (name, p) in enumerate(PAPER_CURVES.items())]
+    return [
+        synthetic_curve(a=p["a"], b=p["b"], c_mid=p["c_mid"], seed=seed + i, run=name, **kw)
+        for i, (name, p) in enumerate(PAPER_CURVES.items())
+    ]

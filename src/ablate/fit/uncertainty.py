@@ -77,6 +77,11 @@ def _series(x, y, run_index, fit: PointFit, n, weights) -> list[_Part]:
     return out
 
 
+def _first_row(m: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]:
+    """The (variance, lag-1 autocorrelation) of `noise.moments`' first row."""
+    return float(m[0][0]), float(m[1][0])
+
+
 def _simulate(fit: PointFit, parts, noises: list[NoiseEstimate], k: int, rng) -> np.ndarray:
     return np.concatenate(
         [fit.predict(p.x)[None, :] + simulate_noise(est, k, rng) for p, est in zip(parts, noises)], axis=1
@@ -114,7 +119,7 @@ def parametric_bootstrap(
     bounds = np.cumsum([0] + [p.x.size for p in parts])
     # pass 1: how much of the noise does a refit absorb? Iterated to the noise whose refits look like the data
     k1 = int(min(64, max(32, n_boot // 16)))
-    observed = [tuple(float(v[0]) for v in moments(p.y - fit.predict(p.x), n_params)) for p in parts]
+    observed = [_first_row(moments(p.y - fit.predict(p.x), n_params)) for p in parts]
     for _ in range(DEBIAS_ROUNDS):
         point = [replace(e, plausible=None) for e in noises]
         Y1 = _simulate(fit, parts, point, k1, rng)

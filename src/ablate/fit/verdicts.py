@@ -1,34 +1,16 @@
-"""Verdicts: the tests `rank` runs on its comparisons, the seed spread they are judged against, the smallest effect
-that matters, and the paper's threshold rule.
-
-The seed-to-seed spread (`NoiseFloor`) is measured, never assumed: from the arms of the ranking that have at least
-two identified seeds (pooled), or from a stored measurement of the same task and recipe (`--noise FILE`, written by
-`--save-noise`); of the two, the one resting on more seeds. Without either, a single seed cannot tell an effect from
-a lucky seed, and every compared arm is `inconclusive` (needs seeds).
-
-Each compared arm has three tests against that spread, with the differences taken between the arms' seed means
-(what the spread describes): the ceiling (dA against 0), the efficiency (log compute to the baseline's pass rate at
-the target, against 0), both two-sided t-tests; and equivalence: two one-sided t-tests (TOST) that |dA| is below the
-smallest effect that matters (`MinEffect`, default the paper's 0.02) and the compute ratio within its band (default
-+-15%), equivalent only when both are (intersection-union). An arm whose A is not identified has one test instead:
-its fitted pass rate at the end of the window every arm covers. All the tests of a ranking are one family under
-Benjamini-Hochberg at a 5% false-discovery rate. An arm is `ceiling up/down` when its ceiling test is a discovery,
-else `efficiency up/down`, else `equivalent` when its equivalence test is, else `inconclusive`, with the seeds per
-arm that would decide it (`seeds_to_decide`). A change also says whether it matters (`practical`): its interval
-wholly beyond the smallest effect (`material`), wholly inside it (`negligible`), or neither (`unclear`).
-
-The paper's own convention, a ceiling change beyond +-0.02 on A and an efficiency change beyond +-15% compute, is
-available as `--margin paper` (or `--margin X` on A), labelled as such in every verdict: a threshold rule, not a
-calibrated test, so within the margins it is `inconclusive`. The calibration harness (fit/calibrate.py, `ablate
-calibrate`) measures how both behave.
+"""Verdicts: the tests `rank` runs on its comparisons against the measured seed spread, under one false-discovery
+control, and the paper's threshold rule (`decide_verdicts`, `paper_verdict`).
 
 The functions here read and fill `arms.ArmResult`s; the yardsticks are in fit/spread.py, the false-discovery
-control and TOST in fit/stats.py.
+control and TOST in fit/stats.py, the words of an effect in fit/effects.py, the seeds that would decide an
+inconclusive arm in fit/decide.py. What each verdict means, the tests behind it and the calibration that backs
+them: docs/verdicts.md.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,8 +18,10 @@ from scipy.stats import t as student_t
 
 from ablate.errors import UserError
 from ablate.fit.arms import ArmResult
+from ablate.fit.decide import seeds_to_decide
+from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
-from ablate.fit.spread import FDR, PAPER_A_MARGIN, PAPER_COMPUTE_MARGIN, MinEffect, NoiseFloor
+from ablate.fit.spread import PAPER_A_MARGIN, PAPER_COMPUTE_MARGIN, MinEffect, NoiseFloor
 from ablate.fit.stats import discoveries, tost
 
 
@@ -121,64 +105,17 @@ def end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[st
     return values, spread
 
 
-def efficiency_text(a: ArmResult, opts: FitOptions) -> str:
-    """The efficiency comparison in words: the compute ratio tested (the seeds' mean log compute, where the arms
-    have seeds; else the shared fit's) with its interval."""
-    sh = a.shared or {}
-    ci = sh.get("compute_ratio_ci")
-    return (
-        f"A shared {sh.get('A_shared', float('nan')):.3f}: {_ratio(a):.2f}x compute to "
-        f"baseline's R@{opts.target:g}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-    )
-
-
-def _ratio(a: ArmResult) -> float:
-    sh = a.shared or {}
-    return float(sh.get("compute_ratio_tested", sh.get("compute_ratio", float("nan"))))
-
-
-def short_effect(a: ArmResult, what: str) -> str:
-    """The why cell (about 40 characters): the effect that decided, with its interval. `what`: ceiling, efficiency
-    or both."""
-    ci = a.delta_A_ci
-    d_a = f"ΔA {a.delta_A:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
-    rci = (a.shared or {}).get("compute_ratio_ci")
-    ratio = _ratio(a)
-    comp = (f"{ratio:.2f}x" if np.isfinite(ratio) else "—") + (f" [{rci[0]:.2f}, {rci[1]:.2f}]" if rci else "")
-    if what == "ceiling":
-        return d_a
-    if what == "efficiency":
-        return f"compute {comp}"
-    if not ci:  # no seed spread: no intervals, the estimates only
-        d_a, comp = f"ΔA {a.delta_A:+.3f}", f"{ratio:.2f}x" if np.isfinite(ratio) else "—"
-    return f"{d_a}; compute {comp}"
-
-
-def _compute(x: float) -> str:
-    """A compute value to read at a glance: 256,000 / 0.0312 / 1.6e+08."""
-    return f"{x:,.0f}" if 1e3 <= x < 1e7 else f"{x:.3g}"
-
-
-def practical(lo: float, hi: float, delta: float) -> str:
-    """An interval [lo, hi] of a difference read against the smallest effect that matters, +-delta: `material`
-    (wholly beyond it), `negligible` (wholly inside it) or `unclear`."""
-    if lo > delta or hi < -delta:
-        return "material"
-    if lo >= -delta and hi <= delta:
-        return "negligible"
-    return "unclear"
-
-
 def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
     """The paper's threshold rule: beyond the margin on A (else on compute) is a change; within both is
     `inconclusive`, since a threshold rule without a test cannot show two arms equal."""
+    d_a, shared = a.comparison()
     a.margin = a_margin
     label = "(paper convention)" if a_margin == PAPER_A_MARGIN else "(threshold rule)"
-    ratio = a.shared["compute_ratio"]
-    if abs(a.delta_A) > a_margin:
-        a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
-        a.detail = f"ΔA {a.delta_A:+.3f} beyond ±{a_margin:g} {label}"
-        a.effect = f"ΔA {a.delta_A:+.3f}"
+    ratio = shared["compute_ratio"]
+    if abs(d_a) > a_margin:
+        a.verdict = "ceiling_up" if d_a > 0 else "ceiling_down"
+        a.detail = f"ΔA {d_a:+.3f} beyond ±{a_margin:g} {label}"
+        a.effect = f"ΔA {d_a:+.3f}"
     elif np.isfinite(ratio) and ratio > 0 and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
         a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
         a.detail = efficiency_text(a, opts) + f", beyond ±15% {label}"
@@ -186,72 +123,87 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
     else:
         a.verdict, a.practical = "inconclusive", "unclear"
         a.detail = (
-            f"ΔA {a.delta_A:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
+            f"ΔA {d_a:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
             "threshold rule is not a test, so it cannot show the arms equal"
         )
-        a.effect = f"ΔA {a.delta_A:+.3f}; {ratio:.2f}x"
+        a.effect = f"ΔA {d_a:+.3f}; {ratio:.2f}x"
 
 
-def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions, me: MinEffect) -> None:
+@dataclass
+class _Tests:
+    """One compared arm's tests against its baseline: dA's interval and the three p-values (also on the arm)."""
+
+    delta_A_ci: list[float]
+    p_ceiling: float
+    p_efficiency: float
+    p_equivalent: float
+
+
+def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions, me: MinEffect) -> _Tests:
     """The ceiling, efficiency and equivalence tests of one arm against its baseline, and their intervals."""
+    d_a, shared = a.comparison()
     crit = student_t.ppf(0.5 + opts.ci / 2.0, floor.dof)
     n_a = max(1, int(np.isfinite(a.seed_A).sum()))
     n_b = max(1, int(np.isfinite(base.seed_A).sum()))
     if np.isfinite(a.seed_A).any() and np.isfinite(base.seed_A).any():
-        a.delta_A = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))  # the seeds' means: what the spread is of
+        d_a = float(np.nanmean(a.seed_A) - np.nanmean(base.seed_A))  # the seeds' means: what the spread is of
     se_a = floor.sd_A * math.sqrt(1.0 / n_a + 1.0 / n_b)
     base_lc = a.base_log_compute_seeds or base.log_compute_seeds  # this pair's, where it has its own shared A
     se_c = floor.sd_logc * math.sqrt(1.0 / _n_finite(a.log_compute_seeds) + 1.0 / _n_finite(base_lc))
-    a.p_ceiling = float(2 * student_t.sf(abs(a.delta_A) / se_a, floor.dof))
-    a.delta_A_ci = [a.delta_A - crit * se_a, a.delta_A + crit * se_a]
-    lr = _log_ratio(a, base_lc, a.shared["compute_ratio"], opts.target)
-    a.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof)) if np.isfinite(lr) else float("nan")
+    t = _Tests(
+        delta_A_ci=[d_a - crit * se_a, d_a + crit * se_a],
+        p_ceiling=float(2 * student_t.sf(abs(d_a) / se_a, floor.dof)),
+        p_efficiency=float("nan"),
+        p_equivalent=float("nan"),
+    )
+    lr = _log_ratio(a, base_lc, shared["compute_ratio"], opts.target)
     if np.isfinite(lr):
-        a.shared["compute_ratio_tested"] = math.exp(lr)
-        a.shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
+        t.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof))
+        shared["compute_ratio_tested"] = math.exp(lr)
+        shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
     # intersection-union: equivalent only when both are; no compute ratio (NaN) means equivalence can't be shown
-    a.p_equivalent = float(np.max([tost(a.delta_A, se_a, floor.dof, me.a), tost(lr, se_c, floor.dof, me.log_ratio)]))
+    t.p_equivalent = float(np.max([tost(d_a, se_a, floor.dof, me.a), tost(lr, se_c, floor.dof, me.log_ratio)]))
+    a.delta_A, a.delta_A_ci = d_a, t.delta_A_ci
+    a.p_ceiling, a.p_efficiency, a.p_equivalent = t.p_ceiling, t.p_efficiency, t.p_equivalent
+    return t
 
 
 def _conclude(
     a: ArmResult,
-    ceiling: bool,
-    efficiency: bool,
-    equivalent: bool,
+    t: _Tests,
+    found: tuple[bool, bool, bool],
     me: MinEffect,
     opts: FitOptions,
     floor: NoiseFloor,
     n_compared: int,
     x: str,
 ) -> None:
-    """An arm's verdict from which of its tests survived the false-discovery control, with `practical`, the short
-    effect and the long detail. A ceiling change shown negligible does not hide an efficiency change that may
-    matter: the arm is then read on its efficiency, and the detail says the ceiling moved by less than matters."""
-    p = f"p={a.p_ceiling:.2g}"
-    ci = a.delta_A_ci
-    rci = a.shared.get("compute_ratio_ci")
+    """An arm's verdict from which of its tests (`found`: ceiling, efficiency, equivalence) survived the
+    false-discovery control, with `practical`, the short effect and the long detail. A ceiling change shown
+    negligible does not hide an efficiency change that may matter: the arm is then read on its efficiency, and the
+    detail says the ceiling moved by less than matters."""
+    ceiling, efficiency, equivalent = found
+    d_a, shared = a.comparison()
+    ci = t.delta_A_ci
+    rci = shared.get("compute_ratio_ci")
+    a_size = practical(ci[0], ci[1], me.a)
+    compute_size = None if rci is None else practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio)
     parts = [
-        f"ΔA {a.delta_A:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] ({p})",
-        efficiency_text(a, opts) + (f" (p={a.p_efficiency:.2g})" if np.isfinite(a.p_efficiency) else ""),
+        f"ΔA {d_a:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] (p={t.p_ceiling:.2g})",
+        efficiency_text(a, opts) + (f" (p={t.p_efficiency:.2g})" if np.isfinite(t.p_efficiency) else ""),
     ]
     eq = f"equivalence within ±{me.a:g} on A and {me.text_compute} compute: " + (
-        f"p={a.p_equivalent:.2g}" if np.isfinite(a.p_equivalent) else "not testable (no compute ratio)"
+        f"p={t.p_equivalent:.2g}" if np.isfinite(t.p_equivalent) else "not testable (no compute ratio)"
     )
-    if (
-        ceiling
-        and efficiency
-        and practical(ci[0], ci[1], me.a) == "negligible"
-        and practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio) != "negligible"
-    ):
+    if ceiling and efficiency and a_size == "negligible" and compute_size != "negligible":
         parts.insert(1, f"A changed by less than matters (±{me.a:g}): read on its efficiency")
         ceiling = False
     if ceiling:
-        a.verdict = "ceiling_up" if a.delta_A > 0 else "ceiling_down"
-        a.practical = practical(ci[0], ci[1], me.a)
+        a.verdict, a.practical = ("ceiling_up" if d_a > 0 else "ceiling_down"), a_size
         a.effect = short_effect(a, "ceiling")
-    elif efficiency:
-        a.verdict = "efficiency_up" if a.shared["compute_ratio_tested"] < 1 else "efficiency_down"
-        a.practical = practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio)
+    elif efficiency:  # a discovery: the compute ratio was tested, so it has its interval
+        a.verdict = "efficiency_up" if shared["compute_ratio_tested"] < 1 else "efficiency_down"
+        a.practical = compute_size
         a.effect = short_effect(a, "efficiency")
     elif equivalent:
         a.verdict, a.practical = "equivalent", "negligible"
@@ -262,7 +214,7 @@ def _conclude(
         a.effect = short_effect(a, "both")
         a.decide = seeds_to_decide(a, floor, me, n_compared, x)
         parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
-    if a.verdict.startswith(("ceiling", "efficiency")):
+    if a.practical is not None and a.verdict.startswith(("ceiling", "efficiency")):
         size = {
             "material": f"beyond the smallest effect that matters ({me.describe()})",
             "negligible": f"real, but below the smallest effect that matters ({me.describe()})",
@@ -270,6 +222,35 @@ def _conclude(
         }[a.practical]
         parts.append(f"the change is {size}")
     a.detail = "; ".join(parts)
+
+
+def _end_tests(
+    unidentified: list[ArmResult], base: ArmResult, at_end: dict[str, np.ndarray], end_spread: dict[str, Any]
+) -> list[tuple[ArmResult, float, float]]:
+    """The arms whose A is not identified, tested on their pass rate at the end of the shared window against the
+    baseline's: (arm, ΔR, p) for each arm that has values there."""
+    tested = []
+    base_end = at_end.get(base.arm, np.array([]))
+    for a in unidentified:
+        v = at_end.get(a.arm, np.array([]))
+        if v.size == 0 or base_end.size == 0:
+            continue
+        a.delta_R_end = d_r = float(v.mean() - base_end.mean())
+        se = end_spread["sd_R"] * math.sqrt(1.0 / v.size + 1.0 / base_end.size)
+        a.p_at_end = p = float(2 * student_t.sf(abs(d_r) / se, end_spread["dof"]))
+        tested.append((a, d_r, p))
+    return tested
+
+
+def _call_at_end(a: ArmResult, d_r: float, p: float, at: float, found: bool) -> None:
+    """A not-identified arm's end-of-window call: higher / lower when its test is a discovery."""
+    if found:
+        a.r_call = "higher" if d_r > 0 else "lower"
+        a.effect = f"R {a.r_call} at {compute_text(at)}: ΔR {d_r:+.3f}"
+        a.detail += f"; at {at:g} (end of the shared window) pass rate {a.r_call}: ΔR {d_r:+.3f} (p={p:.2g})"
+    else:
+        a.effect = f"ΔR {d_r:+.3f} at {compute_text(at)} (p={p:.2g})"
+        a.detail += f"; at {at:g} (end of the shared window) no detectable difference: ΔR {d_r:+.3f} (p={p:.2g})"
 
 
 def decide_verdicts(
@@ -293,6 +274,7 @@ def decide_verdicts(
     for the seeds-to-decide text."""
     me = me or MinEffect()
     pvals: list[float] = []
+    tests: list[_Tests] = []
     if floor is None:
         for a in compared:
             a.verdict, a.practical = "inconclusive", "unclear"
@@ -300,114 +282,16 @@ def decide_verdicts(
             a.detail = "no seed spread to test against (needs seeds); " + efficiency_text(a, opts)
     else:
         for a in compared:
-            _test_arm(a, (bases or {}).get(a.arm, base), floor, opts, me)
-            pvals += [a.p_ceiling, a.p_efficiency, a.p_equivalent]
-    tested = []
-    base_end = at_end.get(base.arm, np.array([]))
-    for a in unidentified:
-        v = at_end.get(a.arm, np.array([]))
-        if end_spread is None or v.size == 0 or base_end.size == 0:
-            continue
-        a.delta_R_end = float(v.mean() - base_end.mean())
-        se = end_spread["sd_R"] * math.sqrt(1.0 / v.size + 1.0 / base_end.size)
-        a.p_at_end = float(2 * student_t.sf(abs(a.delta_R_end) / se, end_spread["dof"]))
-        tested.append(a)
-        pvals.append(a.p_at_end)
+            t = _test_arm(a, (bases or {}).get(a.arm, base), floor, opts, me)
+            tests.append(t)
+            pvals += [t.p_ceiling, t.p_efficiency, t.p_equivalent]
+    tested = [] if end_spread is None else _end_tests(unidentified, base, at_end, end_spread)
+    pvals += [p for _, _, p in tested]
     found = discoveries(pvals, [floor is not None and k < 3 * len(compared) and k % 3 == 2 for k in range(len(pvals))])
     if floor is not None:
-        for i, a in enumerate(compared):
-            _conclude(a, *found[3 * i : 3 * i + 3], me, opts, floor, len(compared), x)
+        for i, (a, t) in enumerate(zip(compared, tests)):
+            _conclude(a, t, (found[3 * i], found[3 * i + 1], found[3 * i + 2]), me, opts, floor, len(compared), x)
     first = 3 * len(compared) if floor is not None else 0
-    for k, a in enumerate(tested):
-        at = end_spread["at"]
-        if found[first + k]:
-            a.r_call = "higher" if a.delta_R_end > 0 else "lower"
-            a.effect = f"R {a.r_call} at {_compute(at)}: ΔR {a.delta_R_end:+.3f}"
-            a.detail += (
-                f"; at {at:g} (end of the shared window) pass rate {a.r_call}: "
-                f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})"
-            )
-        else:
-            a.effect = f"ΔR {a.delta_R_end:+.3f} at {_compute(at)} (p={a.p_at_end:.2g})"
-            a.detail += (
-                f"; at {at:g} (end of the shared window) no detectable difference: "
-                f"ΔR {a.delta_R_end:+.3f} (p={a.p_at_end:.2g})"
-            )
-
-
-# ---- what would decide an inconclusive arm ----
-
-DECIDE_POWER = 0.8
-SEED_LADDER = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
-"""Seeds per arm tried for an inconclusive arm, and by `ablate plan`; past the top, more seeds at this compute is not
-the way to decide."""
-DECIDE_DRAWS = 4000
-
-
-def decide_power(
-    d_a: float,
-    lr: float,
-    floor: NoiseFloor,
-    me: MinEffect,
-    seeds: int,
-    arms: int,
-    alpha: float,
-    rng: np.random.Generator,
-    draws: int = DECIDE_DRAWS,
-) -> float:
-    """The chance that an arm is decided (a change in A or compute found, or both shown equivalent) with `seeds`
-    seeds in it and in the baseline, when the true differences are d_a (on A) and lr (log compute) and one seed
-    varies by the measured spread; the spread is re-estimated on arms x (seeds - 1) degrees of freedom (or the
-    floor's, if more), each test at level `alpha`. Monte Carlo over the estimates and the estimated spread."""
-    dof = max(floor.dof, arms * (seeds - 1))
-    t2 = student_t.ppf(1.0 - alpha / 2.0, dof)
-    t1 = student_t.ppf(1.0 - alpha, dof)
-    decided_change = np.zeros(draws, dtype=bool)
-    equiv = np.ones(draws, dtype=bool)
-    for true, sd, delta in ((d_a, floor.sd_A, me.a), (lr, floor.sd_logc, me.log_ratio)):
-        if not np.isfinite(true):  # no compute ratio: only the ceiling can decide, and equivalence cannot be shown
-            equiv[:] = False
-            continue
-        se = sd * math.sqrt(2.0 / seeds)
-        est = true + se * rng.standard_normal(draws)
-        s = se * np.sqrt(rng.chisquare(dof, draws) / dof)
-        decided_change |= np.abs(est) / s > t2
-        equiv &= ((est + delta) / s > t1) & ((est - delta) / s < -t1)
-    return float(np.mean(decided_change | equiv))
-
-
-def seeds_to_decide(
-    a: ArmResult,
-    floor: NoiseFloor,
-    me: MinEffect,
-    n_compared: int,
-    x: str = "",
-    power: float = DECIDE_POWER,
-    ladder: tuple[int, ...] = SEED_LADDER,
-) -> dict[str, Any]:
-    """The fewest seeds per arm (this arm and the baseline, at the compute they have now) that decide this arm with
-    `power`, assuming its true differences are the measured ones and the seed spread is the measured one (the same
-    NoiseFloor `ablate plan` simulates from). The false-discovery control is taken as 5% / the number of tests in
-    the family (three per compared arm: the threshold its smallest p-value must meet), which errs on more seeds."""
-    lr = math.log(_ratio(a)) if np.isfinite(_ratio(a)) and _ratio(a) > 0 else float("nan")
-    arms = n_compared + 1
-    alpha = FDR / (3 * max(1, n_compared))
-    rng = np.random.default_rng(20260)
-    more = [n for n in ladder if n > a.seeds]  # more seeds than it has: it is undecided at its own count
-    seeds = next((n for n in more if decide_power(a.delta_A, lr, floor, me, n, arms, alpha, rng) >= power), None)
-    compute = float(a.fit.window[1])
-    at = f"{_compute(compute)} {x}".rstrip()
-    if seeds is None and not np.isfinite(lr):
-        text = (
-            f"more than {ladder[-1]} seeds an arm at {at} would be needed: with no compute ratio measured (the arm "
-            "never reaches the baseline's pass rate under the shared A), equivalence cannot be shown, and the "
-            "ceiling difference is too small for the seed spread"
-        )
-    elif seeds is None:
-        text = (
-            f"more than {ladder[-1]} seeds an arm at {at} would be needed: at this compute the seed "
-            "spread hides differences of this size; run longer, or decide whether a smaller effect matters"
-        )
-    else:
-        text = f"~{seeds} seeds an arm at {at} would decide it ({power:.0%} power)"
-    return {"seeds": seeds, "compute": compute, "power": power, "text": text}
+    if end_spread is not None:
+        for k, (a, d_r, p) in enumerate(tested):
+            _call_at_end(a, d_r, p, end_spread["at"], found[first + k])

@@ -1,6 +1,6 @@
-"""Launching sweeps: the submitting side (submit.py), the job side (job.py) and the job function it calls (jobfn.py),
-the local runner (local.py), SLURM profiles and queries (slurm.py), and liveness checks of the runs a ledger calls
-live (liveness.py).
+"""Launching sweeps: the submitting side (submit.py; what it submits: submission.py), the job side (job.py) and
+the job function it calls (jobfn.py), the local runner (local.py), SLURM profiles and queries (slurm.py), and
+liveness checks of the runs a ledger calls live (liveness.py, which also records the deaths it finds).
 
 The names below are loaded on first use, so that `python -m ablate.launch.local` (the detached runner) starts
 without importing its own module twice."""
@@ -17,20 +17,20 @@ _HOME = {
     "load_profile": "slurm",
     "slurm_up": "slurm",
     "EXECUTORS": "submit",
-    "Plan": "submit",
+    "Submission": "submission",
     "launch_sweep": "submit",
-    "make_plan": "submit",
+    "make_submission": "submission",
     "resolve_executor": "submit",
 }
 
 __all__ = [
     "DEFAULT_JOB",
     "EXECUTORS",
-    "Plan",
     "RunJob",
+    "Submission",
     "launch_sweep",
     "load_profile",
-    "make_plan",
+    "make_submission",
     "resolve_executor",
     "resolve_job",
     "slurm_up",

@@ -8,8 +8,10 @@ and a ledger that says live. Its verdict is then its run.json's (`finished_event
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ablate import failure_reports
 from ablate.launch.slurm import SACCT_CAUSE, SACCT_LIVE, sacct_states
 from ablate.ledger import Ledger, RunRecord, proc_alive
 from ablate.rundir import RunDir
@@ -116,10 +118,45 @@ def current_states(ledger: Ledger, *, locked: bool = False) -> tuple[dict[str, R
             verdicts[rid] = Verdict(ev["status"])
             continue
         if v.state == RunState.FAILED:  # a data-parallel run whose job died: the rank that broke first says why
-            first = RunDir.of(ledger.dir.parent, ledger.dir.name, rid).first_rank_failure()
+            first = failure_reports.first(RunDir.of(ledger.dir.parent, ledger.dir.name, rid))
             if first is not None:
-                v.error = (
-                    f"{v.error}; rank {first.get('rank')} {first.get('status', 'failed')} first: "
-                    f"{first.get('class')}: {first.get('message')}"
-                )
+                v.error = f"{v.error}; rank {first.rank} {first.status} first: {first.error_class}: {first.message}"
     return recs, verdicts
+
+
+def record_deaths(
+    ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord], verdicts: dict[str, Verdict]
+) -> None:
+    """Persist what the liveness checks found, so the verdict survives sacct forgetting the job. A run whose job is
+    gone but whose run.json says it finished gets the `finished` event its job did not live to write."""
+    dead = []
+    for rid, v in verdicts.items():
+        ev = finished_event(ledger, recs[rid])  # whatever happened to its job (v.state done or diverged)
+        if ev is not None:
+            dead.append(ev)
+        elif v.state == RunState.FAILED:
+            dead.append(
+                {
+                    "event": "failed",
+                    "run_id": rid,
+                    "batch": recs[rid].batch,
+                    "job_id": recs[rid].job_id,
+                    "cause": v.cause,
+                    "error": v.error,
+                    "log": recs[rid].log,
+                }
+            )
+            RunDir.of(root, name, rid).try_failed(v.cause or "killed", v.error)
+        elif v.state == RunState.PREEMPTED:
+            dead.append(
+                {
+                    "event": "preempted",
+                    "run_id": rid,
+                    "batch": recs[rid].batch,
+                    "job_id": recs[rid].job_id,
+                    "requeue": False,
+                    "reason": "preemption",
+                }
+            )
+            RunDir.of(root, name, rid).ended(RunState.PREEMPTED, reason="preempted by the scheduler")
+    ledger.append(*dead)

@@ -1,15 +1,12 @@
 """The local executor: a detached runner process per submission that keeps a sweep's parallelism bounded.
 
 submitit's LocalExecutor has no parallelism limit and its controllers keep the caller's stdio open, so
-`ablate sweep` spawns one detached *runner* (new session, stdio to `launch/<batch>.log`) and returns at once. The
-runner starts its runs as LocalExecutor jobs, at most `max_parallel` runs of the whole sweep at once: runs of
-other runners (a second `ablate sweep`, or jobs orphaned by a runner that died) count too. It records each job it
-starts (`dispatched`), records a job that ended without recording a result (killed) as failed, and exits when its
-queue is empty. Nothing else has to stay up: a run whose runner died before starting it is new again on the next
-`ablate sweep`.
-
-    <root>/<sweep>/launch/<batch>.json   the runner's queue (run specs, job function, limits)
-    <root>/<sweep>/launch/<batch>.log    the runner's own log
+`ablate sweep` spawns one detached *runner* (new session, its queue and log in `launch/`: docs/run-directory.md)
+and returns at once. The runner starts its runs as LocalExecutor jobs, at most `max_parallel` runs of the whole
+sweep at once: runs of other runners (a second `ablate sweep`, or jobs orphaned by a runner that died) count too.
+It records each job it starts (`dispatched`), records a job that ended without recording a result (killed) as
+failed, and exits when its queue is empty. Nothing else has to stay up: a run whose runner died before starting it
+is new again on the next `ablate sweep`.
 """
 
 from __future__ import annotations

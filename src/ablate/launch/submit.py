@@ -1,8 +1,8 @@
-"""The submitting side: plan a sweep against its ledger and submit only what the plan says, idempotently.
+"""The submitting side: sort a sweep's runs by their ledger state and submit only what that says, idempotently.
 
 `launch_sweep` takes the ledger lock, folds the ledger into run states, checks that the runs it believes queued or
-running are still alive (liveness.py), prints the plan ("N done, M running, K failed, J new") and submits new runs,
-preempted runs, failed runs with `--retry-failed`, and everything not live with `--force`. A run that is queued or
+running are still alive (liveness.py), prints what it found ("N done, M running, K failed, J new") and submits new
+runs, preempted runs, failed runs with `--retry-failed`, and everything not live with `--force`. A run that is queued or
 running is never submitted twice. Everything that can be checked is checked before anything is written: the job
 function imports, the executor exists (a SLURM controller answers), the profile reads, the limits are sane.
 
@@ -14,10 +14,8 @@ Executors (all run the same job, job.RunJob):
 
 Deaths a job cannot record (scancel, OOM kill, time limit, node failure, SIGKILL) are read from `sacct`/`squeue`
 (SLURM) or inferred from a dead pid (local) and written as `failed` events with their cause by the next
-`ablate sweep`. A run the executor refused (an sbatch error) is new again on the next call.
-
-    <root>/<sweep>/jobs/<job_id>/        submitit's pickles and the job's stdout/stderr (`job_logs` in run.json)
-    <root>/<sweep>/archive/<run_id>.<t>/ run directories replaced by `--force` (never overwritten)
+`ablate sweep`. A run the executor refused (an sbatch error) is new again on the next call. Where the jobs' files
+and the run directories `--force` replaced are kept, and the failure causes: docs/run-directory.md.
 """
 
 from __future__ import annotations
@@ -26,24 +24,24 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import submitit
 
-from ablate import ownership, store
+from ablate import failure_reports, ownership, store
 from ablate.errors import UserError
 from ablate.launch.job import RunJob, crashpoint
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
-from ablate.launch.liveness import Verdict, current_states, finished_event
+from ablate.launch.liveness import current_states, record_deaths
 from ablate.launch.local import spawn_runner
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
-from ablate.ledger import Ledger, RunRecord, me
+from ablate.launch.submission import Submission, make_submission
+from ablate.ledger import Ledger, me
 from ablate.rundir import RunDir
 from ablate.rundir import sweep_dir as sweep_path
 from ablate.spec import RunSpec
-from ablate.states import FINISHED, LIVE, STOPPED, TERMINAL, RunState
+from ablate.states import FINISHED, STOPPED, TERMINAL
 
 EXECUTORS = ("local", "slurm", "debug", "auto")
 
@@ -56,78 +54,6 @@ def resolve_executor(name: str | None) -> str:
     if name == "auto":
         return "slurm" if slurm_up() else "local"
     return name
-
-
-@dataclass
-class Plan:
-    sweep: str
-    executor: str
-    done: list[str] = field(default_factory=list)
-    running: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    preempted: list[str] = field(default_factory=list)
-    pruned: list[str] = field(default_factory=list)
-    """Stopped by the prune monitor (pruned or unstable); resubmitted only with --resume-pruned."""
-    new: list[str] = field(default_factory=list)
-    submit: list[str] = field(default_factory=list)
-    """Run ids submitted by this call, in sweep order."""
-    job_ids: dict[str, str] = field(default_factory=dict)
-    batch: str | None = None
-    previous: dict[str, str] = field(default_factory=dict)
-    """Run id -> the state the plan saw it in (new, done, failed, ...)."""
-
-    def summary(self) -> str:
-        parts = [f"{len(self.done)} done", f"{len(self.running)} running", f"{len(self.failed)} failed"]
-        if self.preempted:
-            parts.append(f"{len(self.preempted)} preempted")
-        for state in (s for s in RunState if s in STOPPED):  # pruned, then unstable
-            n = sum(self.previous.get(rid) == state for rid in self.pruned)
-            if n:
-                parts.append(f"{n} {state}")
-        parts.append(f"{len(self.new)} new")
-        verb = f"submitting {len(self.submit)} via {self.executor}" if self.submit else "nothing to submit"
-        return f"{self.sweep}: " + ", ".join(parts) + f" -> {verb}"
-
-
-def make_plan(
-    sweep_name: str,
-    run_ids: Sequence[str],
-    recs: dict[str, RunRecord],
-    verdicts: dict[str, Verdict],
-    executor: str,
-    *,
-    retry_failed: bool = False,
-    force: bool = False,
-    resume_pruned: bool = False,
-) -> Plan:
-    plan = Plan(sweep_name, executor)
-    for rid in run_ids:
-        rec = recs.get(rid)
-        state = verdicts[rid].state if rid in verdicts else (rec.state if rec else RunState.NEW)
-        if state == RunState.FAILED and rec is not None and rec.cause == "submit" and rid not in verdicts:
-            state = RunState.NEW  # the executor refused it (bad profile, sbatch error): it never ran
-        plan.previous[rid] = state
-        if state in FINISHED:
-            plan.done.append(rid)
-        elif state == RunState.FAILED:
-            plan.failed.append(rid)
-        elif state == RunState.PREEMPTED:
-            plan.preempted.append(rid)
-        elif state in STOPPED:
-            plan.pruned.append(rid)
-        elif state in LIVE:
-            plan.running.append(rid)  # queued or running: never submitted twice, not even with --force
-            continue
-        else:
-            plan.new.append(rid)
-        if (
-            state in (RunState.NEW, RunState.PREEMPTED)
-            or force
-            or (state == RunState.FAILED and retry_failed)
-            or (state in STOPPED and resume_pruned)
-        ):
-            plan.submit.append(rid)
-    return plan
 
 
 def _check_devices_here(runs: list[RunSpec]) -> None:
@@ -145,7 +71,9 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
         )
 
 
-def launch_sweep(sweep: Any, *, root: Path | str = Path("sweeps"), group_read: bool = False, **options: Any) -> Plan:
+def launch_sweep(
+    sweep: Any, *, root: Path | str = Path("sweeps"), group_read: bool = False, **options: Any
+) -> Submission:
     """`submit_sweep` (its docstring says what it does) under the sweep's umask (store.sweep_umask): what submitit
     makes in the sweep (job folders, pickles) is as private as the folders ablate makes itself."""
     group = group_read or store.group_readable(sweep_path(Path(root).resolve(), sweep.name))
@@ -168,16 +96,16 @@ def submit_sweep(
     after_submit: Callable[[Path], None] | None = None,
     resume_pruned: bool = False,
     group_read: bool = False,
-) -> Plan:
-    """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that the plan says to;
-    return the plan. Safe to call again at any time. `echo` prints the plan (None: silent). `profile`: a SLURM
-    profile name or path (default: the packaged `local`); recipes cannot name one. `monitored`: a monitor may stop
-    the runs this call submits (`ablate sweep --prune`; runs resumed with `resume_pruned` are not stopped again):
-    the ledger says so, and they go baseline first, then every arm's first seed, then the next. `after_submit` is
-    called with the sweep directory once the runs are submitted (ablate.prune.monitor.start_hook starts the
-    monitor). The sweep directory is made owner-only (0700), or readable by its group with `group_read` (0750;
-    asking for it opens an existing sweep to the group too); a sweep directory others could change is refused
-    before anything is written (`_check_sweep_dir`)."""
+) -> Submission:
+    """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that are due
+    (launch.submission); return the Submission. Safe to call again at any time. `echo` prints its summary line
+    (None: silent). `profile`: a SLURM profile name or path (default: the packaged `local`); recipes cannot name
+    one. `monitored`: a monitor may stop the runs this call submits (`ablate sweep --prune`; runs resumed with
+    `resume_pruned` are not stopped again): the ledger says so, and they go baseline first, then every arm's first
+    seed, then the next. `after_submit` is called with the sweep directory once the runs are submitted
+    (ablate.prune.monitor.start_hook starts the monitor). The sweep directory is made owner-only (0700), or
+    readable by its group with `group_read` (0750; asking for it opens an existing sweep to the group too); a
+    sweep directory others could change is refused before anything is written (`_check_sweep_dir`)."""
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
         raise UserError(f"sweep {sweep.name!r} has no runs")
@@ -195,8 +123,8 @@ def submit_sweep(
     debug_jobs: list[Any] = []
     with ledger.lock():
         recs, verdicts = current_states(ledger, locked=True)
-        _record_deaths(ledger, root, sweep.name, recs, verdicts)
-        plan = make_plan(
+        record_deaths(ledger, root, sweep.name, recs, verdicts)
+        submission = make_submission(
             sweep.name,
             list(by_id),
             recs,
@@ -207,14 +135,14 @@ def submit_sweep(
             resume_pruned=resume_pruned,
         )
         if echo:
-            echo(plan.summary())
-        if plan.submit:
-            plan.batch = secrets.token_hex(6)
+            echo(submission.summary())
+        if submission.submit:
+            submission.batch = secrets.token_hex(6)
             debug_jobs = _submit(
                 ledger,
                 root,
-                plan,
-                [by_id[rid] for rid in plan.submit],
+                submission,
+                [by_id[rid] for rid in submission.submit],
                 parallel,
                 slurm_params,
                 job=job,
@@ -227,7 +155,7 @@ def submit_sweep(
     for dj in debug_jobs:
         with contextlib.suppress(Exception):  # recorded in the ledger by RunJob; pdb has already had its chance
             dj.result()
-    return plan
+    return submission
 
 
 def _executor_setup(
@@ -263,7 +191,7 @@ def _executor_setup(
 def _submit(
     ledger: Ledger,
     root: Path,
-    plan: Plan,
+    submission: Submission,
     specs: list[RunSpec],
     parallel: int,
     slurm_params: dict[str, Any],
@@ -274,12 +202,12 @@ def _submit(
 ) -> list[Any]:
     """Under the ledger lock: write the runs' intent (`submitting`), hand them to the executor, record its answer
     (or, when it refuses, that they failed to submit). Returns the debug executor's jobs, to run after the lock."""
-    kind, batch, sdir, lcfg = plan.executor, plan.batch or "", ledger.dir, specs[0].config.launcher
+    kind, batch, sdir, lcfg = submission.executor, submission.batch or "", ledger.dir, specs[0].config.launcher
     if monitored:
         # the monitor decides on what runs: the baseline first, then every arm's first seed, then the next
         seed_rank = {s: i for i, s in enumerate(dict.fromkeys(r.config.seed for r in specs))}
         specs.sort(key=lambda r: (seed_rank[r.config.seed], not r.baseline))
-    _prepare_dirs(root, sdir, specs, plan, kind, force)
+    _prepare_dirs(root, sdir, specs, submission, kind, force)
     ledger.append(
         *(
             {
@@ -290,7 +218,7 @@ def _submit(
                 "executor": kind,
                 "launcher": me(),
                 "max_steps": s.config.train.max_steps,
-                "prune": monitored and plan.previous.get(s.run_id) not in STOPPED,
+                "prune": monitored and submission.previous.get(s.run_id) not in STOPPED,
             }
             for s in specs
         )
@@ -304,15 +232,15 @@ def _submit(
             )
             crashpoint("after_spawn")
             ledger.append(*({"event": "submitted", "run_id": j.run_id, "batch": batch, "runner": runner} for j in jobs))
-            plan.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
+            submission.job_ids = {j.run_id: f"local:{runner['pid']}" for j in jobs}
         elif kind == "slurm":
-            _submit_slurm(ledger, plan, jobs, slurm_params, lcfg.timeout_min, lcfg.max_requeues, plan.sweep)
+            _submit_slurm(ledger, submission, jobs, slurm_params, lcfg.timeout_min, lcfg.max_requeues, submission.sweep)
         else:
-            return _submit_debug(ledger, plan, jobs)
+            return _submit_debug(ledger, submission, jobs)
     except Exception as e:
         msg = _first_line(e)
         for j in jobs:  # run.json first: once the ledger says failed, run.json agrees
-            RunDir.of(root, plan.sweep, j.run_id).try_failed("submit", msg)
+            RunDir.of(root, submission.sweep, j.run_id).try_failed("submit", msg)
         ledger.append(
             *({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit", "error": msg} for j in jobs)
         )
@@ -347,56 +275,22 @@ def _check_sweep_dir(sdir: Path, run_ids: Sequence[str]) -> None:
             ownership.check_owned_dir(p, chain=False)
 
 
-def _record_deaths(
-    ledger: Ledger, root: Path, name: str, recs: dict[str, RunRecord], verdicts: dict[str, Verdict]
-) -> None:
-    """Persist what the liveness checks found, so the verdict survives sacct forgetting the job. A run whose job is
-    gone but whose run.json says it finished gets the `finished` event its job did not live to write."""
-    dead = []
-    for rid, v in verdicts.items():
-        ev = finished_event(ledger, recs[rid])  # whatever happened to its job (v.state done or diverged)
-        if ev is not None:
-            dead.append(ev)
-        elif v.state == RunState.FAILED:
-            dead.append(
-                {
-                    "event": "failed",
-                    "run_id": rid,
-                    "batch": recs[rid].batch,
-                    "job_id": recs[rid].job_id,
-                    "cause": v.cause,
-                    "error": v.error,
-                    "log": recs[rid].log,
-                }
-            )
-            RunDir.of(root, name, rid).try_failed(v.cause or "killed", v.error)
-        elif v.state == RunState.PREEMPTED:
-            dead.append(
-                {
-                    "event": "preempted",
-                    "run_id": rid,
-                    "batch": recs[rid].batch,
-                    "job_id": recs[rid].job_id,
-                    "requeue": False,
-                    "reason": "preemption",
-                }
-            )
-            RunDir.of(root, name, rid).ended(RunState.PREEMPTED, reason="preempted by the scheduler")
-    ledger.append(*dead)
-
-
-def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind: str, force: bool) -> None:
+def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], submission: Submission, kind: str, force: bool) -> None:
     """Mark each run pending in its run.json; under --force, archive a finished run's directory first."""
     now = int(time.time())
     for spec in specs:
         rd = RunDir.of(root, spec.sweep, spec.run_id)
         # a run.json that says finished is archived too when the ledger lost the run (it plans as new): run.json
         # never leaves a finished state in place, so --force must move the directory aside to run it again
-        if force and rd.path.exists() and (plan.previous.get(spec.run_id) in TERMINAL or rd.info().status in FINISHED):
+        if (
+            force
+            and rd.path.exists()
+            and (submission.previous.get(spec.run_id) in TERMINAL or rd.info().status in FINISHED)
+        ):
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
             store.make_dirs(store.check_no_links(arch.parent, sdir))
             rd.path.rename(arch)
-        rd.clear_rank_reports()  # a failed data-parallel attempt's: its tasks start afresh
+        failure_reports.clear(rd)  # a failed data-parallel attempt's: its tasks start afresh
         rd.clear_stop_request()  # a prune request the last attempt did not live to obey
         rd.submitted(
             run_id=spec.run_id,
@@ -406,13 +300,13 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], plan: Plan, kind
             overrides=list(spec.overrides),
             baseline=spec.baseline,
             executor=kind,
-            batch=plan.batch or "",
+            batch=submission.batch or "",
         )
 
 
 def _submit_slurm(
     ledger: Ledger,
-    plan: Plan,
+    submission: Submission,
     jobs: list[RunJob],
     params: dict[str, Any],
     timeout_min: float,
@@ -444,9 +338,9 @@ def _submit_slurm(
             j.timeout_min = params["time"]
         done += zip(group, ex.submit_array(group))  # one sbatch call per shape: a job array
     for j, sj in done:
-        plan.job_ids[j.run_id] = sj.job_id
+        submission.job_ids[j.run_id] = sj.job_id
     ledger.append(
-        *({"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": sj.job_id} for j, sj in done)
+        *({"event": "submitted", "run_id": j.run_id, "batch": submission.batch, "job_id": sj.job_id} for j, sj in done)
     )
     for j, sj in done:
         RunDir.of(ledger.dir.parent, ledger.dir.name, j.run_id).job(
@@ -454,12 +348,12 @@ def _submit_slurm(
         )
 
 
-def _submit_debug(ledger: Ledger, plan: Plan, jobs: list[RunJob]) -> list[Any]:
+def _submit_debug(ledger: Ledger, submission: Submission, jobs: list[RunJob]) -> list[Any]:
     ex = submitit.DebugExecutor(folder=str(ledger.dir / "jobs" / "%j"))
     out = [ex.submit(j) for j in jobs]
     ledger.append(
         *(
-            {"event": "submitted", "run_id": j.run_id, "batch": plan.batch, "job_id": dj.job_id}
+            {"event": "submitted", "run_id": j.run_id, "batch": submission.batch, "job_id": dj.job_id}
             for j, dj in zip(jobs, out)
         )
     )

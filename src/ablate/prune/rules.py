@@ -15,9 +15,10 @@ import numpy as np
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.fit.analysis import FitOptions
-from ablate.fit.compare import Ranking, rank
-from ablate.fit.planning import verdict_key
+from ablate.fit.arms import Ranking
+from ablate.fit.compare import rank
+from ablate.fit.futures import verdict_key
+from ablate.fit.result import FitOptions
 from ablate.outlook import ArmOutlook, RunEnd, Standing, running_arms
 from ablate.rundir import TRUNCATION_WARN
 from ablate.states import RunState

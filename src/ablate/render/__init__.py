@@ -9,8 +9,8 @@ The JSON keys: docs/json.md.
     fit        fit, extrapolate and calibrate: tables and lines
     rank       rank: header, table, notes, --explain
     figures    matplotlib figures (--plot)
-    status     `ablate status`: the runs of a sweep, refreshed with --watch
+    status     `ablate status`: the runs of a sweep, refreshed with --watch; `sweep --follow`'s bar
     plan       `ablate plan`
-    runs       `ablate show --trainers`, `train` and `init`
+    runs       `ablate sweep --dry-run`, `show --trainers`, `train` and `init`
     progress   progress bars of long commands
 """

@@ -10,14 +10,14 @@ import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ablate.errors import UserError
 
 if TYPE_CHECKING:
-    from ablate.fit.compare import Ranking
+    from ablate.fit.arms import Ranking
     from ablate.fit.result import FitResult
 
 
@@ -109,6 +109,35 @@ def _thin(mask: np.ndarray) -> np.ndarray:
     return idx[:: max(1, idx.size // MAX_DRAWN_POINTS)]
 
 
+def _points(ax: Any, r: FitResult, color: str, heldout_from: float | None) -> None:
+    """One fit's measured points: filled in the fit window, hollow outside it, diamonds past `heldout_from` (one
+    legend entry per arm, not one per seed)."""
+    labelled_held = False
+    for c in r.curves:
+        pos = c.x > 0
+        inwin = pos & (c.x >= r.window[0]) & (c.x <= r.window[1])
+        k = _thin(inwin)
+        ax.scatter(c.x[k], c.y[k], s=9, color=color, alpha=0.55)
+        out = pos & ~inwin
+        if heldout_from is not None:
+            held = out & (c.x > heldout_from)
+            k = _thin(held)
+            first = held.any() and not labelled_held
+            labelled_held |= bool(first)
+            ax.scatter(
+                c.x[k],
+                c.y[k],
+                s=22,
+                facecolors="none",
+                edgecolors=color,
+                marker="D",
+                label=as_figure_text(f"{r.run}: held out") if first else None,
+            )
+            out &= ~held
+        k = _thin(out)
+        ax.scatter(c.x[k], c.y[k], s=9, facecolors="none", edgecolors=color, alpha=0.6)
+
+
 def plot_fits(
     results: Sequence[FitResult],
     path: Path | str,
@@ -129,30 +158,7 @@ def plot_fits(
     for i, r in enumerate(results):
         color = "black" if highlight and r.run == highlight else colors[i % len(colors)]
         lw = 2.6 if highlight and r.run == highlight else 1.6
-        labelled_held = False  # one legend entry per arm, not one per seed
-        for c in r.curves:
-            pos = c.x > 0
-            inwin = pos & (c.x >= r.window[0]) & (c.x <= r.window[1])
-            k = _thin(inwin)
-            ax.scatter(c.x[k], c.y[k], s=9, color=color, alpha=0.55)
-            out = pos & ~inwin
-            if heldout_from is not None:
-                held = out & (c.x > heldout_from)
-                k = _thin(held)
-                first = held.any() and not labelled_held
-                labelled_held |= bool(first)
-                ax.scatter(
-                    c.x[k],
-                    c.y[k],
-                    s=22,
-                    facecolors="none",
-                    edgecolors=color,
-                    marker="D",
-                    label=as_figure_text(f"{r.run}: held out") if first else None,
-                )
-                out &= ~held
-            k = _thin(out)
-            ax.scatter(c.x[k], c.y[k], s=9, facecolors="none", edgecolors=color, alpha=0.6)
+        _points(ax, r, color, heldout_from)
         x_lo = max(min(float(c.x[c.x > 0].min()) for c in r.curves), 1e-9)
         x_hi = max(r.target, *(float(c.x.max()) for c in r.curves))
         xs = np.geomspace(x_lo, x_hi, 300)

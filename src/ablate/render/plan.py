@@ -4,18 +4,24 @@ ablate.plan and fit/planning.py; its JSON: docs/json.md."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ablate.outlook import Standing
+from ablate.render import terminal
 from ablate.render.terminal import esc
 from ablate.text import safe
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep start-up light
-    from ablate.fit.planning import TaskModel
+    from ablate.fit.taskmodel import TaskModel
     from ablate.plan import PlanResult
+
+STANDING_STYLE = {Standing.SETTLED: "green", Standing.OPEN: "yellow"}
 
 
 def gpu_hours(model: TaskModel, compute: float, runs: int) -> float | None:
@@ -106,22 +112,35 @@ def running_arms_table(result: PlanResult) -> Table:
     for col in ("arm", "verdict now", f"{x} now", "at max_steps", "futures changed", "state", "advice"):
         t.add_column(col)
     for a in result.arms:
-        p = a["p_change"]
+        standing = a.advice.standing
         t.add_row(
-            Text(safe(a["arm"])),
-            a["verdict"],
-            f"{a['compute_now']:.4g}",
-            f"{a['compute_end']:.4g}",
-            "" if p is None else f"{p:.0%}",
-            Text(a["state"], style={"settled": "green", "open": "yellow"}.get(a["state"], "")),
-            Text(safe(a["advice"]), style="dim"),
+            Text(safe(a.arm)),
+            a.verdict,
+            f"{a.compute_now:.4g}",
+            f"{a.compute_end:.4g}",
+            "" if a.p_change is None else f"{a.p_change:.0%}",
+            Text(str(standing), style=STANDING_STYLE.get(standing, "")),
+            Text(safe(str(a.advice)), style="dim"),
         )
     return t
 
 
-def print_plan(result: PlanResult, console: Console) -> None:
-    """The plan as tables and lines. The model's axis, source and notes may come from a calibration file, and arm
-    names from any input: all shown as text (text.safe), never obeyed by the terminal."""
+def plan_notices(*, quiet: bool) -> tuple[Callable[[str], None] | None, Callable[[str], None] | None]:
+    """What `ablate plan` says as it works (progress, on stderr) and the axis `--x auto` chose; nothing when
+    `quiet` (--json)."""
+    if quiet:
+        return None, None
+    err = terminal.console(stderr=True)
+    return (
+        lambda msg: err.print(f"[dim]  {esc(msg)}[/]"),
+        lambda line: terminal.console().print(f"[yellow]axis[/]: {esc(line)}"),
+    )
+
+
+def print_plan(result: PlanResult, console: Console, saved: Path | None = None) -> None:
+    """The plan as tables and lines, and where the task model was `saved` (--save-calibration). The model's axis,
+    source and notes may come from a calibration file, and arm names from any input: all shown as text
+    (text.safe), never obeyed by the terminal."""
     m = result.model
     x = safe(m.x)
     console.print(Text(f"task model ({x}): {m.describe()}"))
@@ -157,7 +176,9 @@ def print_plan(result: PlanResult, console: Console) -> None:
                 + f" (power {b['power']:.2f} ±{b['se']:.2f})"
             )
         )
-    if result.arms and not any(a["running"] for a in result.arms):
+    if result.arms and not any(a.running for a in result.arms):
         console.print("running arms: none (every run has ended)")
     elif result.arms:
         console.print(running_arms_table(result))
+    if saved is not None:
+        console.print(f"task model written to {esc(str(saved))} (plan a sweep file with --calibration)")

@@ -14,10 +14,11 @@ from rich.text import Text
 from ablate.render.fit import sensitivity_table
 from ablate.render.numbers import compact, num, stacked
 from ablate.render.terminal import cell, esc
+from ablate.states import RunState
 from ablate.text import safe
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
-    from ablate.fit.compare import ArmResult, Ranking
+    from ablate.fit.arms import ArmResult, Ranking
     from ablate.fit.notes import Note
 
 VERDICT_STYLE = {
@@ -76,8 +77,8 @@ def seeds_hint(inputs: Sequence[Path]) -> str:
 def verdict_cell(a: ArmResult) -> Text:
     """The verdict, and what a reader acts on: a change that may not matter says so ("(negligible)", "(unclear)";
     nothing when material), an inconclusive arm the seeds per arm that would decide it."""
-    from ablate.fit.compare import CHANGED, VERDICT_TEXT
-    from ablate.fit.verdicts import SEED_LADDER
+    from ablate.fit.arms import CHANGED, VERDICT_TEXT
+    from ablate.fit.decide import SEED_LADDER
 
     text = VERDICT_TEXT[a.verdict]
     if a.verdict in CHANGED and a.practical in ("negligible", "unclear"):
@@ -125,7 +126,7 @@ def rank_table(ranking: Ranking) -> Table:
         if a.truncation_warning:
             arm.append("  truncation >10%", style="red")
         for s in a.stopped:
-            arm.append(f"  {s}", style="magenta" if s == "unstable" else "blue")
+            arm.append(f"  {s}", style="magenta" if s == RunState.UNSTABLE else "blue")
         row = [arm] + ([] if n is not None else [str(a.seeds)])
         t.add_row(
             *row,
@@ -164,9 +165,8 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
     lines = []
     for note in ranking.notes:
         if note.kind == "needs_seeds":
-            rest = note.text.partition(": ")[2]
             lines.append(
-                f"  [yellow]needs seeds[/]: {esc(rest)}; add seeds ({esc(seeds_hint(inputs))}), or measure "
+                f"  [yellow]needs seeds[/]: {esc(note.body)}; add seeds ({esc(seeds_hint(inputs))}), or measure "
                 "the spread once and pass --noise FILE"
             )
         else:
@@ -202,7 +202,7 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
 
 def explain_lines(ranking: Ranking) -> list[str]:
     """`rank --explain`: each arm's full reasoning (every test, its p-value and interval, what would decide it)."""
-    from ablate.fit.compare import VERDICT_TEXT
+    from ablate.fit.arms import VERDICT_TEXT
 
     lines = ["[bold]why, in full[/] (--explain):"]
     for a in ranking.arms:

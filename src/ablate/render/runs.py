@@ -1,17 +1,60 @@
-"""What `ablate show --trainers`, `train` and `init` print: the trainers' support matrix, a run's end, the files a
-project was given. (Run directories: docs/run-directory.md; trainers: docs/trainers.md.)"""
+"""What `ablate sweep --dry-run`, `show --trainers`, `train` and `init` print: the runs a sweep expands to, the
+trainers' support matrix, a run's end, the files a project was given. (Run directories: docs/run-directory.md;
+trainers: docs/trainers.md.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ablate.render.terminal import esc
-from ablate.text import safe
+from ablate.text import counted, safe
+
+if TYPE_CHECKING:
+    from ablate.sweep import Sweep
+
+
+def run_cells(sweep: Sweep) -> list[tuple[str, str, str, str]]:
+    """One row per run: label (`*`: the baseline's), run id, arm id, overrides that differ from the base recipe."""
+    return [
+        (
+            r.label + (" *" if r.baseline else ""),
+            r.run_id,
+            r.arm_id,
+            " ".join(sweep.diffs.get(r.run_id, [])) or "(base)",
+        )
+        for r in sweep.runs
+    ]
+
+
+def runs_table(sweep: Sweep) -> Table:
+    """`ablate sweep --dry-run`'s table (title: sweep, arms x seeds; caption: baseline, constants, notes). Labels
+    and overrides are shown literally: `[x]` in a value is text, not rich markup, and control characters are
+    escaped (ablate.text.safe)."""
+    caption = [f"* baseline: {safe(sweep.baseline or 'none')}"]
+    if sweep.constants:
+        caption.append("every run: " + " ".join(map(safe, sweep.constants)))
+    caption += [f"note: {safe(n)}" for n in sweep.notes]
+    table = Table(
+        title=Text(
+            f"sweep {sweep.name}: {counted(len(sweep.arms), 'arm')} x {counted(len(sweep.seeds), 'seed')} = "
+            f"{counted(len(sweep.runs), 'run')} (base recipe: {sweep.base})"
+        ),
+        caption=Text("\n".join(caption)),
+        caption_justify="left",
+    )
+    table.add_column("label", no_wrap=True)
+    table.add_column("run id", no_wrap=True)
+    table.add_column("arm id", no_wrap=True)
+    table.add_column("overrides vs base", overflow="fold")
+    for row in run_cells(sweep):
+        table.add_row(*(Text(safe(c)) for c in row))
+    return table
 
 
 def print_trainers(console: Console) -> None:

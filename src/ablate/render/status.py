@@ -1,11 +1,13 @@
 """What `ablate status` prints: one table per sweep (state, job, progress, pass rate, GPU-hours, truncation), its
-summary line and the reasons runs failed or were stopped; refreshed in place with --watch. The statuses come from
-ablate.status (read-only: ledger + metrics tails); their JSON: docs/json.md."""
+summary line and the reasons runs failed or were stopped; refreshed in place with --watch; and `ablate sweep
+--follow`'s progress bar. The statuses come from ablate.status (read-only: ledger + metrics tails); their JSON:
+docs/json.md."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,21 +17,25 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Span, Text
 
+from ablate.states import STOPPED, RunState
 from ablate.status import RunStatus, list_sweeps, status_json, summary, sweep_status
 from ablate.text import safe
 
 STYLE = {
-    "done": "green",
-    "running": "cyan",
-    "pending": "dim",
-    "requeued": "yellow",
-    "failed": "red",
-    "preempted": "yellow",
-    "diverged": "magenta",
-    "lost": "red",
-    "pruned": "blue",
-    "unstable": "magenta",
+    RunState.DONE: "green",
+    RunState.RUNNING: "cyan",
+    RunState.PENDING: "dim",
+    RunState.REQUEUED: "yellow",
+    RunState.FAILED: "red",
+    RunState.PREEMPTED: "yellow",
+    RunState.DIVERGED: "magenta",
+    RunState.PRUNED: "blue",
+    RunState.UNSTABLE: "magenta",
+    RunState.LOST: "red",
 }
+"""Each state's colour; the summary line counts the states in this order."""
+ALWAYS_COUNTED = (RunState.DONE, RunState.RUNNING, RunState.FAILED)
+"""States the summary line counts even at zero."""
 
 
 COLUMNS = (
@@ -51,22 +57,7 @@ def summary_line(name: str, statuses: Sequence[RunStatus]) -> str:
     """One line per sweep: how many runs are in each state, the GPU-hours spent, truncation warnings and what
     pruning saved."""
     s = summary(statuses)
-    parts = [
-        f"{s[k]} {k}"
-        for k in (
-            "done",
-            "running",
-            "pending",
-            "requeued",
-            "failed",
-            "preempted",
-            "diverged",
-            "pruned",
-            "unstable",
-            "lost",
-        )
-        if s[k] or k in ("done", "running", "failed")
-    ]
+    parts = [f"{s[k]} {k}" for k in STYLE if s[k] or k in ALWAYS_COUNTED]
     warn = f", {s['truncation_warnings']} truncation warnings" if s["truncation_warnings"] else ""
     p = s["pruning"]
     kept = (
@@ -83,9 +74,8 @@ def summary_line(name: str, statuses: Sequence[RunStatus]) -> str:
 def row_cells(s: RunStatus) -> list[tuple[str, str | None]]:
     """One row as (text, style) per column; what the ledger says (label, run id, job id, cause) shown as text
     (text.safe: an escape sequence in a label is printed, not obeyed)."""
-    state = s.state + (
-        f"({s.cause})" if s.cause and s.state in ("failed", "preempted") and s.cause != "preempted" else ""
-    )
+    cause = s.state in (RunState.FAILED, RunState.PREEMPTED) and s.cause and s.cause != "preempted"
+    state = s.state + (f"({s.cause})" if cause else "")
     step = "" if s.step is None else (f"{s.step}/{s.max_steps} ({s.progress:.0%})" if s.max_steps else str(s.step))
     trunc = "" if s.truncation_rate is None else f"{s.truncation_rate:.0%}" + (" !" if s.truncation_warning else "")
     return [
@@ -143,12 +133,12 @@ def sweeps_view(data: list[tuple[str, list[RunStatus]]]) -> Group:
     for n, sts in data:
         parts += [status_table(n, sts), Text(safe(summary_line(n, sts)))]
         for s in sts:
-            if s.state == "failed" and s.error:
+            if s.state == RunState.FAILED and s.error:
                 last = (str(s.error).strip().splitlines() or [""])[-1]
                 parts.append(
                     Text(safe(f"  {s.label} ({s.run_id}) failed({s.cause}): {last}  log: {s.log or '-'}"), style="red")
                 )
-            elif s.state in ("pruned", "unstable") and s.reason:
+            elif s.state in STOPPED and s.reason:
                 parts.append(
                     Text(safe(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}"), style=STYLE[s.state])
                 )
@@ -187,3 +177,37 @@ def show_status(
                 live.update(sweeps_view(data))
     except KeyboardInterrupt:
         pass
+
+
+def follow_runs(
+    root: Path | str, name: str, run_ids: Sequence[str], interval: float = 2.0, timeout: float | None = None
+) -> list[RunStatus]:
+    """`ablate sweep --follow`: a progress bar until every run in `run_ids` has ended."""
+    want = set(run_ids)
+    t0 = time.monotonic()
+    try:
+        return follow_bar(root, name, want, interval, timeout, t0)
+    except KeyboardInterrupt:
+        print(f"stopped following; the runs go on (ablate status {name})")
+        return []
+
+
+def follow_bar(
+    root: Path | str, name: str, want: set[str], interval: float, timeout: float | None, t0: float
+) -> list[RunStatus]:
+    """follow_runs' bar: each state's count of the runs followed, and how many have ended."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
+    ) as bar:
+        task = bar.add_task(f"{name}", total=len(want))
+        while True:
+            sts = [s for s in sweep_status(root, name) if s.run_id in want]
+            ended = sum(s.ended for s in sts)
+            c = Counter(s.state for s in sts)
+            counts = " ".join(f"{k}={v}" for k, v in sorted(c.items()))
+            bar.update(task, completed=ended, description=f"{name} {counts}")
+            if ended >= len(want) or (timeout is not None and time.monotonic() - t0 > timeout):
+                return sts
+            time.sleep(interval)

@@ -1,5 +1,5 @@
 """Which worker of a data-parallel run broke first, and what the run records of it: the workers' failure reports
-(RunDir.write_rank_report) and the exits by a signal (which leave none), by time. See docs/distributed.md.
+(ablate.failure_reports) and the exits by a signal (which leave none), by time. See docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import signal
 import time
 from typing import Any
 
+from ablate import failure_reports
 from ablate.errors import UserError
+from ablate.failure_reports import FailureReport
 from ablate.rundir import RunDir
 from ablate.states import RunState
 from ablate.topology.workers import Spawned, exit_reason
@@ -27,14 +29,14 @@ class RankFailed(RuntimeError):
         self.cause = cause
 
 
-def peer_failure(rd: RunDir, world: World, wait_s: float = 5.0) -> dict[str, Any] | None:
+def peer_failure(rd: RunDir, world: World, wait_s: float = 5.0) -> FailureReport | None:
     """After worker 0 failed in a data-parallel run: the earliest report of another worker, if one failed (its
     report is written before its sockets close, so it is there at once on a local disk; a shared one may lag)."""
     if world.size == 1:
         return None
     t_end = time.monotonic() + wait_s
     while True:
-        reports = [r for r in rd.rank_reports() if r.get("rank") != world.rank]
+        reports = [r for r in failure_reports.read(rd) if r.rank != world.rank]
         if reports or time.monotonic() > t_end:
             return reports[0] if reports else None
         time.sleep(0.1)
@@ -55,19 +57,19 @@ def ended_early(status: str, reason: str) -> dict[str, Any]:
     }
 
 
-def peer_diverged(rd: RunDir, report: dict[str, Any]) -> dict[str, Any]:
+def peer_diverged(rd: RunDir, report: FailureReport) -> dict[str, Any]:
     """A worker that found a divergence alone (its report says so): the run ended diverged; recorded, summarised."""
-    reason = f"rank {report['rank']}: {report.get('message')}"
+    reason = f"rank {report.rank}: {report.message}"
     rd.ended(RunState.DIVERGED, reason=reason, diverged_reason=reason)
     log.error("diverged on %s", reason)
     return ended_early(RunState.DIVERGED, reason)
 
 
-def peer_error(report: dict[str, Any], size: int) -> RankFailed:
+def peer_error(report: FailureReport, size: int) -> RankFailed:
     """The error a failed worker's report makes of the run."""
     return RankFailed(
-        f"rank {report['rank']} of {size} failed: {report.get('class')}: {report.get('message')}",
-        cause="oom" if "OutOfMemory" in str(report.get("class")) else "exception",
+        f"rank {report.rank} of {size} failed: {report.error_class}: {report.message}",
+        cause="oom" if report.kind == "out_of_memory" else "exception",
     )
 
 
@@ -75,8 +77,8 @@ def spawned_outcome(rd: RunDir, size: int, sp: Spawned, *, stopped: bool) -> dic
     """Worker 0 gave no summary: what broke first, from the workers' reports and the exits by a signal, by time.
     Recorded in run.json (worker 0 may have been killed before it could) and raised; a summary when the run
     ended without an error (a divergence, a stop that came before a worker was ready)."""
-    reports = {d["rank"]: d for d in rd.rank_reports()}
-    events: list[tuple[float, int, Any]] = [(d.get("time", 0.0), r, d) for r, d in reports.items()]
+    reports = {d.rank: d for d in failure_reports.read(rd)}
+    events: list[tuple[float, int, FailureReport | int]] = [(d.time, r, d) for r, d in reports.items()]
     events += [(sp.ended_at[r], r, c) for r, c in sp.codes.items() if c is not None and c < 0 and r not in reports]
     if not events:
         r = next((r for r, c in sorted(sp.codes.items()) if c != 0), 0)
@@ -91,10 +93,10 @@ def spawned_outcome(rd: RunDir, size: int, sp: Spawned, *, stopped: bool) -> dic
             rd.ended(RunState.PREEMPTED, reason=reason)
             return ended_early(RunState.PREEMPTED, reason)
         err = RankFailed(f"rank {r} of {size} {exit_reason(what)} (its log: {log_path})", cause="killed")
-    elif what.get("status") == RunState.DIVERGED:
+    elif what.status == RunState.DIVERGED:
         return peer_diverged(rd, what)
-    elif what.get("class") in ("UserError", "ConfigErrors"):
-        raise UserError(what.get("message", ""))  # bad input: worker 0 recorded it where it had a run to record
+    elif what.kind == "user_error":
+        raise UserError(what.message or "")  # bad input: worker 0 recorded it where it had a run to record
     else:
         err = peer_error(what, size)
     rd.try_failed(err.cause, err)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.config import RunConfig
+from ablate.errors import UserError
 from ablate.train.policy import HEAD_DTYPES, Policy, load_hf
 from ablate.train.tasks import Task
 from ablate.train.warmup import warmed_up_folder, warmup_info
@@ -16,7 +17,10 @@ from ablate.train.warmup import warmed_up_folder, warmup_info
 def build_policy(cfg: RunConfig, task: Task) -> Policy:
     """The starting policy of a run: for `tiny`, the cached warmed-up model (warming it up once if needed)."""
     head_dtype = HEAD_DTYPES[cfg.precision.name]
-    model, tok = load_hf(cfg.model.path if cfg.model.name == "hf" else warmed_up_folder(cfg, task))
+    path = cfg.model.path if cfg.model.name == "hf" else None
+    if cfg.model.name == "hf" and path is None:
+        raise UserError("model=hf needs model.path: the folder of a Hugging Face model")
+    model, tok = load_hf(path if path is not None else warmed_up_folder(cfg, task))
     return Policy(model, tok, head_dtype)
 
 

@@ -20,6 +20,7 @@ rather than silently throw away the recorded curve.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -144,10 +145,8 @@ class Checkpoints:
             return
         for name in self.rejected:
             path = self.dir / name
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.replace(path, path.with_name(path.name + ".bad"))
-            except FileNotFoundError:
-                pass
 
 
 def first_line(e: BaseException, limit: int = 120) -> str:
@@ -198,7 +197,8 @@ def check_state(st: dict[str, Any], *, max_steps: int, eval_every: int, steps: l
         if not isinstance(ev, dict) or type(ev.get("step")) is not int or not step - eval_every <= ev["step"] <= step:
             raise BadCheckpoint(f"its evaluation record is not that of step {step}'s latest evaluation")
         rate = ev.get("val_pass_rate")
-        if not (_finite(rate) and 0 <= rate <= 1):
+        value = store.finite_number(rate)
+        if value is None or not 0 <= value <= 1:
             raise BadCheckpoint(f"its evaluation record has val_pass_rate {rate!r}, not a pass rate in [0, 1]")
     comp = st.get("compute")
     if not isinstance(comp, dict) or not all(

@@ -43,12 +43,12 @@ class Compute:
     def gpu_hours(self) -> float:
         return self.wall_s * self.devices / 3600.0
 
-    def add_generation(self, prompt_tokens: int, new_tokens: int, completions: int) -> None:
+    def add_generation(self, prompt_tokens: float, new_tokens: float, completions: int) -> None:
         """A training rollout batch: prompt tokens prefilled, tokens decoded, completions made (the samples)."""
         self.flops += 2.0 * self.params * (prompt_tokens + new_tokens)
         self.samples += completions
 
-    def add_training(self, tokens: int) -> None:
+    def add_training(self, tokens: float) -> None:
         """Tokens that went through forward + backward in an optimizer step."""
         self.flops += 6.0 * self.params * tokens
 

@@ -17,6 +17,8 @@ from torch import Tensor
 def fast_supported(model: Any) -> bool:
     """True for Llama/Qwen2/Mistral-shaped decoders (the parameter layout `decoder_forward` reads)."""
     base = getattr(model, "model", None)
+    if base is None:
+        return False
     try:
         layer = base.layers[0]
         a, mlp = layer.self_attn, layer.mlp
@@ -83,6 +85,8 @@ def decoder_forward(
         v = F.linear(hn, a.v_proj.weight, a.v_proj.bias).view(B, L, Hkv, D).transpose(1, 2)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         if cache_pos is not None:
+            if past is None:
+                raise ValueError("decoding at cache_pos needs the static cache in past")
             kc, vc = past[i]
             kc[:, :, cache_pos : cache_pos + L] = k
             vc[:, :, cache_pos : cache_pos + L] = v

@@ -86,6 +86,7 @@ class Health:
         self.r0: float | None = None
         self.trunc_window: list[float] = []
         self.warnings: list[str] = []
+        self.last_warning_kind: str | None = None  # what warnings[-1] warns of ("truncation")
 
     def after_eval(self, rate: float, train_pass: float, step: int) -> None:
         """Record R0 at the first evaluation; raise Diverged on a collapse."""
@@ -103,14 +104,22 @@ class Health:
         recent = sum(self.trunc_window) / len(self.trunc_window)
         if len(self.trunc_window) < TRUNCATION_MIN_STEPS or recent <= TRUNCATION_WARN:
             return None
-        if self.warnings and self.warnings[-1].startswith("truncation"):
+        if self.last_warning_kind == "truncation":
             return None
         msg = f"truncation rate {recent:.0%} over the last {len(self.trunc_window)} steps (> 10%) at step {step}"
         self.warnings.append(msg)
+        self.last_warning_kind = "truncation"
         return msg
 
     def state_dict(self) -> dict[str, Any]:
-        return {"r0": self.r0, "trunc_window": list(self.trunc_window), "warnings": list(self.warnings)}
+        return {
+            "r0": self.r0,
+            "trunc_window": list(self.trunc_window),
+            "warnings": list(self.warnings),
+            "last_warning_kind": self.last_warning_kind,
+        }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.r0, self.trunc_window, self.warnings = d["r0"], list(d["trunc_window"]), list(d["warnings"])
+        # a checkpoint from before the kind was kept: every warning it holds is a truncation warning
+        self.last_warning_kind = d.get("last_warning_kind", "truncation" if self.warnings else None)

@@ -1,7 +1,9 @@
 """Data filters: zero-variance filtering and the no-positive-resampling prompt pool (ScaleRL, arXiv 2510.13786).
 
-    zero-variance: keep_i = (max_{j in g(i)} r_j - min_{j in g(i)} r_j) > tol   (DAPO's dynamic sampling idea, arXiv 2503.14476)
-    no-positive-resampling: drop prompt p for good once passes_p / attempts_p >= threshold (0.9; Polaris-style curriculum)
+    zero-variance: keep_i = (max_{j in g(i)} r_j - min_{j in g(i)} r_j) > tol
+                   (DAPO's dynamic sampling idea, arXiv 2503.14476)
+    no-positive-resampling: drop prompt p for good once passes_p / attempts_p >= threshold
+                   (0.9; Polaris-style curriculum)
 
 A group whose rewards are all equal has A = 0 for every completion: it adds no gradient but, left in, it still
 counts in the loss denominator and dilutes every other group's weight. So the loop drops it from the loss AND the
@@ -120,8 +122,8 @@ class PromptPool:
         """Record `attempts[i]` completions of prompt `prompt_ids[i]`, `passes[i]` of them passing (what the ranks
         of a data-parallel run exchange: one row per prompt group). Returns the prompt ids removed."""
         known = set(self._ids)
-        for pid, good, tries in zip(prompt_ids, passes, attempts):
-            pid = int(pid)
+        for raw_id, good, tries in zip(prompt_ids, passes, attempts):
+            pid = int(raw_id)
             if pid not in known:
                 raise ValueError(f"prompt id {pid} is not in the pool")
             self._attempts[pid] = self._attempts.get(pid, 0) + int(tries)

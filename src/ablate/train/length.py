@@ -1,7 +1,9 @@
 """Length control: DAPO's soft overlong penalty, ScaleRL's forced interruption, and truncation flags.
 
-    penalty:      R_len(y) = clip((L_max - |y|)/L_cache - 1, -1, 0), added to correct answers only (DAPO, arXiv 2503.14476 §3.4)
-    interruption: at a thinking budget b ~ U[lo, hi] (b < L_max), continue from y[:b] + end-of-thinking phrase (ScaleRL, arXiv 2510.13786)
+    penalty:      R_len(y) = clip((L_max - |y|)/L_cache - 1, -1, 0), added to correct answers only
+                  (DAPO, arXiv 2503.14476 §3.4)
+    interruption: at a thinking budget b ~ U[lo, hi] (b < L_max), continue from y[:b] + end-of-thinking phrase
+                  (ScaleRL, arXiv 2510.13786)
     truncation:   truncated_i = |y_i| >= L_max and no EOS; truncation rate > 10% is ScaleRL's instability warning
 
 The penalty is 0 up to L_max - L_cache tokens, falls linearly to -1 at L_max, and stays -1 beyond. It applies to
@@ -31,6 +33,13 @@ def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -
     dtype = lengths.dtype if lengths.is_floating_point() else torch.get_default_dtype()
     pen = ((l_max - lengths.to(dtype)) / l_cache - 1.0).clamp(-1.0, 0.0)
     return torch.where(correct.to(torch.bool), pen, torch.zeros_like(pen))
+
+
+def setting(value: int | None, name: str) -> int:
+    """A length setting the recipe's length method needs (validation sees that it is set)."""
+    if value is None:
+        raise UserError(f"{name} is not set: the recipe's length method needs it")
+    return value
 
 
 def draw_think_budgets(generator: torch.Generator | None, lo: int, hi: int, n: int) -> Tensor:

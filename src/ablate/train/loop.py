@@ -3,11 +3,8 @@
 The run is a `RunSession` (session.py: preflight, the writer's hold on the directory, run.json, metrics.jsonl,
 the summary) driven by the recipe's trainer (ablate.trainers.TRAINERS: builtin.py, trl_backend.py). Stop requests
 (stopping.py) end the run `preempted` at the next step boundary; it never talks to a scheduler: the launcher's job
-side decides what a stop means (submitit requeues the job).
-
-Status at the end: done (train.max_steps reached, or the prompt pool exhausted), preempted, diverged (a non-finite
-loss, gradient or sampler logit, or a collapsed pass rate: `reason` says which), or failed (an exception, recorded
-in run.json with its class, message and traceback, then re-raised).
+side decides what a stop means (submitit requeues the job). The states a run ends in, and what run.json records of
+a failure: docs/run-directory.md.
 
 Data-parallel runs (resources.nproc x nodes > 1; docs/distributed.md): every worker runs the same trainer and
 agrees with the others at each step boundary (stop, end of pool); worker 0 alone writes the run directory, the
@@ -27,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ablate import failure_reports
 from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.rundir import DirectoryGone, RunDir
@@ -70,7 +68,7 @@ def run(
         raise  # the directory is another run's now: nothing goes into it
     except BaseException as e:
         if world.size > 1:  # what worker 0 ended on, for whoever attributes the run's end (a peer that broke
-            RunDir(run_dir).write_rank_report(0, e)  # first has written its report earlier)
+            failure_reports.write(RunDir(run_dir), 0, e)  # first has written its report earlier)
         raise
 
 
@@ -110,7 +108,7 @@ def _follow(
     try:
         handler = attach_log(rd.logs_dir / f"rank-{world.rank}.log")
     except OSError as e:
-        rd.write_rank_report(world.rank, e)
+        failure_reports.write(rd, world.rank, e)
         raise
     log.info("rank %d of %d: pid %d on %s", world.rank, world.size, os.getpid(), socket.gethostname())
     try:
@@ -118,10 +116,10 @@ def _follow(
             session = RunSession(config, rd, stop_event, world)
             summary = session.run(_trainer(session))
         if summary["status"] == RunState.DIVERGED:  # perhaps found here alone (a sampler's logits): worker 0 reads it
-            rd.write_rank_report(world.rank, Diverged(summary["reason"]), status=RunState.DIVERGED)
+            failure_reports.write(rd, world.rank, Diverged(summary["reason"]), status=RunState.DIVERGED)
         return summary
     except BaseException as e:
-        rd.write_rank_report(world.rank, e)
+        failure_reports.write(rd, world.rank, e)
         log.exception("rank %d failed", world.rank)
         raise
     finally:
@@ -150,7 +148,7 @@ def _start_workers(
         )
     with rd.writer():
         pass  # another process writing this run is refused now, in one line, before anything of it is touched
-    rd.clear_rank_reports()  # a previous attempt's
+    failure_reports.clear(rd)  # a previous attempt's
     with stop_on_signals(stop) as stop_event:
         sp = workers.spawn(
             "ablate.train.loop:run_worker",
@@ -182,7 +180,7 @@ def _guarded(session: RunSession) -> dict[str, Any]:
         raise
     except Exception as e:
         peer = failure.peer_failure(rd, session.world)
-        if peer is not None and peer.get("status") == RunState.DIVERGED:
+        if peer is not None and peer.status == RunState.DIVERGED:
             return failure.peer_diverged(rd, peer)
         if peer is not None:
             err = failure.peer_error(peer, session.world.size)

@@ -3,8 +3,10 @@
 Per token, rho = pi_theta / pi_old, A = the completion's advantage, sg = stop-gradient:
     grpo  (Shao et al. 2024, arXiv 2402.03300; PPO clip, Schulman et al. 2017):  -min(rho*A, clip(rho, 1-eps, 1+eps)*A)
     dapo  (Yu et al. 2025, arXiv 2503.14476, "Clip-Higher"):        -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A)
-    gspo  (Zheng et al. 2025, arXiv 2507.18071):  s = exp(mean_t log rho) per completion; -min(s*A, clip(s, 1-eps_low, 1+eps_high)*A)
-    cispo (MiniMax-M1, arXiv 2506.13585; ScaleRL, Khatri et al. 2025, arXiv 2510.13786):  -sg(clamp(rho, 0, eps_max))*A*log pi_theta
+    gspo  (Zheng et al. 2025, arXiv 2507.18071):  s = exp(mean_t log rho) per completion;
+                                                  -min(s*A, clip(s, 1-eps_low, 1+eps_high)*A)
+    cispo (MiniMax-M1, arXiv 2506.13585; ScaleRL, Khatri et al. 2025, arXiv 2510.13786):
+                                                  -sg(clamp(rho, 0, eps_max))*A*log pi_theta
 Aggregation: loss = sum_{i,t} w_{i,t} * per_token_loss_{i,t} with weights w that sum to 1 over the whole
 optimizer-step batch (`token_weights`: sample | prompt | token).
 
@@ -187,7 +189,8 @@ def grpo(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, ep
 def dapo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, eps_low: float = 0.2, eps_high: float = 0.28
 ):
-    """DAPO's decoupled clip, "Clip-Higher" (arXiv 2503.14476 §3.1): L = -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A).
+    """DAPO's decoupled clip, "Clip-Higher" (arXiv 2503.14476 §3.1):
+    L = -min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A).
 
     DAPO's token-level averaging is not here: it is the `token` aggregation, a separate axis.
     Shapes as for grpo.
@@ -202,7 +205,8 @@ def gspo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, eps_low: float = 3e-3, eps_high: float = 4e-3
 ):
     """GSPO (arXiv 2507.18071): one length-normalised sequence ratio per completion,
-    s_i = (pi_theta(y_i)/pi_old(y_i))^(1/|y_i|) = exp(mean_t log rho_{i,t}), L = -min(s*A, clip(s, 1-eps_low, 1+eps_high)*A).
+    s_i = (pi_theta(y_i)/pi_old(y_i))^(1/|y_i|) = exp(mean_t log rho_{i,t}),
+    L = -min(s*A, clip(s, 1-eps_low, 1+eps_high)*A).
 
     Written in the paper's token-level form (GSPO-token): s_{i,t} = sg(s_i) * pi_theta(y_t)/sg(pi_theta(y_t)), whose
     value is s_i on every token and whose gradient is s_i * grad log pi(y_t). Any aggregation that weights a
@@ -223,7 +227,8 @@ def gspo(
 
 @register_loss("cispo")
 def cispo(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, eps_max: float = 5.0):
-    """CISPO as ScaleRL uses it (arXiv 2510.13786; MiniMax-M1 arXiv 2506.13585 §3.1): L = -sg(clamp(rho, 0, eps_max))*A*log pi_theta.
+    """CISPO as ScaleRL uses it (arXiv 2510.13786; MiniMax-M1 arXiv 2506.13585 §3.1):
+    L = -sg(clamp(rho, 0, eps_max))*A*log pi_theta.
 
     eps_max is an absolute cap on the IS weight (ScaleRL: 5), not 1+eps_high around 1 as in MiniMax-M1's
     clip(rho, 1-eps_low, 1+eps_high) reading; the floor is 0 (rho is never negative; the clamp makes it explicit).

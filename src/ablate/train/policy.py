@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate.config import ModelConfig
 from ablate.errors import UserError
+from ablate.sections import ModelConfig
 from ablate.train.decoder import decoder_forward, fast_supported
 
 SPECIALS = ("<pad>", "<s>", "</s>")
@@ -83,7 +83,8 @@ class Policy:
         return h[:, -1], kv
 
     def completion_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, group: Tensor, tokens: Tensor) -> Tensor:
-        """Logits [N, T, V] (head_dtype) predicting tokens [N, T] of completion n after prompt group[n] (prompts [G, P]).
+        """Logits [N, T, V] (head_dtype) predicting tokens [N, T] of completion n after prompt group[n] (prompts
+        [G, P]).
 
         Llama-layout models: the prompt is run ONCE per group and its K/V shared by the group's completions
         (autograd sums their gradients back), which saves the prompt's share of the FLOPs G-fold. Other models:
@@ -94,8 +95,7 @@ class Policy:
         if not self.fast:
             ids = torch.cat([prompt_ids[group], tokens], 1)
             am = torch.cat([prompt_mask[group], torch.ones_like(tokens)], 1)
-            am = None if bool(am.all()) else am
-            return self.head_logits(self.hidden(ids, am)[:, P - 1 : -1])
+            return self.head_logits(self.hidden(ids, None if bool(am.all()) else am)[:, P - 1 : -1])
         h_last, kv = self.prefix(prompt_ids, prompt_mask)
         if T == 1:
             return self.head_logits(h_last[group][:, None])
@@ -146,12 +146,11 @@ def build_char_tokenizer(alphabet: str):
     vocab = {s: i for i, s in enumerate(SPECIALS)}
     for c in chars:
         vocab.setdefault(c, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<pad>"}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=special["unk_token"]))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<pad>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **special)
 
 
 def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
@@ -159,13 +158,16 @@ def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
     (validated: all set, hidden divisible by n_heads)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    hidden, mlp, n_layers, n_heads = model_cfg.hidden, model_cfg.mlp, model_cfg.n_layers, model_cfg.n_heads
+    if hidden is None or mlp is None or n_layers is None or n_heads is None:
+        raise UserError("model=tiny needs model.hidden, model.mlp, model.n_layers and model.n_heads")
     cfg = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=model_cfg.hidden,
-        intermediate_size=model_cfg.mlp,
-        num_hidden_layers=model_cfg.n_layers,
-        num_attention_heads=model_cfg.n_heads,
-        num_key_value_heads=model_cfg.n_heads,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_heads,
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=1,

@@ -153,7 +153,7 @@ class TorchSampler(PolicySampler):
             # draws from a device generator seeded by them, so a run stays reproducible from its seed
             seed = int(torch.randint(0, 2**62, (1,), generator=generator))
             generator = torch.Generator(device=dev).manual_seed(seed)
-        G, P = ids.shape
+        G = ids.shape[0]
         N, T = G * n, int(spec.max_new_tokens)
         group = torch.arange(G, device=dev).repeat_interleave(n)
         was_training = model.training
@@ -210,6 +210,8 @@ class _Forcing:
 
     def __init__(self, spec: SampleSpec, N: int, dev: torch.device) -> None:
         self.phrase = torch.tensor(spec.phrase_ids, dtype=torch.long, device=dev)
+        if spec.think_budget is None:
+            raise ValueError("forced interruption needs a thinking budget per row")
         self.budget = spec.think_budget.to(dev)
         self.in_think = torch.ones(N, dtype=torch.bool, device=dev)
         self.n_think = torch.zeros(N, dtype=torch.long, device=dev)

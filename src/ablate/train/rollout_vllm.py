@@ -100,8 +100,9 @@ class VLLMSampler(PolicySampler):
         seeds = torch.randint(0, 2**31 - 1, (N,), generator=generator).tolist()
         rows = [_Row() for _ in range(N)]
         phrase = list(spec.phrase_ids)
-        interrupt = spec.think_budget is not None and len(phrase) > 0
-        budget = spec.think_budget.tolist() if interrupt else None
+        think_budget = spec.think_budget if len(phrase) > 0 else None
+        interrupt = think_budget is not None
+        budget = think_budget.tolist() if think_budget is not None else None
         with self.engine.lock:
             self._ensure_synced()
             if not interrupt and spec.temperature >= GREEDY_EPS:

@@ -63,7 +63,7 @@ class _HeadInDtype(torch.nn.Module):
     """The LM head as a module that computes in `dtype` (the recipe's FP32 head), so the model's own forward
     honours it. Holds the same Parameter as the head it replaces (tied embeddings stay tied)."""
 
-    def __init__(self, head: torch.nn.Module, dtype: torch.dtype) -> None:
+    def __init__(self, head: torch.nn.Linear, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = head.weight
         self.bias = getattr(head, "bias", None)
@@ -113,11 +113,12 @@ def wrap(policy: Policy, world: World, device: torch.device, sharding: str) -> t
 @contextlib.contextmanager
 def grad_sync(scorer: torch.nn.Module, on: bool) -> Iterator[None]:
     """Gradient accumulation over micro-batches: the ranks' gradients are reduced only on the last backward."""
-    if hasattr(scorer, "no_sync"):  # DDP
-        with contextlib.nullcontext() if on else scorer.no_sync():
+    wrapped: Any = scorer  # a DDP wrapper, or a Scorer whose model may be FSDP-sharded
+    if hasattr(wrapped, "no_sync"):  # DDP
+        with contextlib.nullcontext() if on else wrapped.no_sync():
             yield
-    elif _is_fsdp(scorer.model):
-        scorer.model.set_requires_gradient_sync(on)
+    elif _is_fsdp(wrapped.model):
+        wrapped.model.set_requires_gradient_sync(on)
         yield
     else:
         yield
@@ -135,7 +136,7 @@ def refresh(policy: Policy, sampled: Policy) -> None:
     sampled.model.load_state_dict(full_weights(policy))
 
 
-def full_weights(policy: Policy) -> dict[str, torch.Tensor]:
+def full_weights(policy: Policy) -> dict[str, Any]:
     """The policy's whole weights on every rank (an all-gather under fsdp; every rank must call it)."""
     if not _is_fsdp(policy.model):
         return {k: v.detach() for k, v in policy.model.state_dict().items()}

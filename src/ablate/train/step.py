@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from ablate.config import OptimConfig, RunConfig
+from ablate.config import RunConfig
 from ablate.errors import UserError
+from ablate.sections import OptimConfig
 from ablate.topology.world import World, worker_seed
 from ablate.train import advantages, filters, length, losses, sharding
 from ablate.train.build import build_policy
@@ -67,9 +68,9 @@ Optimizer = Callable[[Iterable[torch.nn.Parameter], OptimConfig], torch.optim.Op
 
 def adamw(params: Iterable[torch.nn.Parameter], o: OptimConfig) -> torch.optim.Optimizer:
     """The built-in trainer's optimizer: AdamW with the recipe's lr, betas, weight decay and eps."""
-    return torch.optim.AdamW(
-        params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, **({} if o.eps is None else {"eps": o.eps})
-    )
+    beta1, beta2 = o.betas
+    eps: dict[str, Any] = {} if o.eps is None else {"eps": o.eps}
+    return torch.optim.AdamW(params, lr=o.lr, betas=(beta1, beta2), weight_decay=o.weight_decay, **eps)
 
 
 class Learner:
@@ -134,10 +135,11 @@ class Learner:
         lc = self.cfg.length
         budget = None
         if lc.name == "interrupt":
+            hi = length.setting(lc.think_budget_max, "length.think_budget_max")
             budget = (
-                length.draw_think_budgets(gen, lc.think_budget_min, lc.think_budget_max, N)
+                length.draw_think_budgets(gen, length.setting(lc.think_budget_min, "length.think_budget_min"), hi, N)
                 if gen is not None
-                else torch.full((N,), lc.think_budget_max)
+                else torch.full((N,), hi)
             )
         return SampleSpec(lc.max_new_tokens, self.cfg.rollout.temperature, budget, self.phrase_ids)
 
@@ -168,7 +170,8 @@ class Learner:
         rewards = torch.tensor([self.task.reward(c) for c in ok], dtype=torch.float32, device=dev)
         lc = self.cfg.length
         if lc.name == "penalty":
-            rewards = rewards + length.length_penalty(ro.lengths, correct, lc.l_max, lc.l_cache).float()
+            l_max, l_cache = length.setting(lc.l_max, "length.l_max"), length.setting(lc.l_cache, "length.l_cache")
+            rewards = rewards + length.length_penalty(ro.lengths, correct, l_max, l_cache).float()
         return rewards, correct
 
     # ---- one optimizer step ----

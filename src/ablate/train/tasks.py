@@ -12,11 +12,13 @@ same prompts and is evaluated on the same held-out set; the run seed only orders
 
 `synthetic_math`: `ddd+ddd=` addition. The completion first writes the carries, least significant column
 first (the "thinking"; e.g. 347+285 -> carries of the units and tens columns -> "11"), then the end-of-thinking
-phrase, then the sum: `11>632` then EOS, at most 2*digits+2 tokens (8 for 3 digits, base.yaml's max_new_tokens). Writing the carries first is the scratchpad that makes the answer tractable for a 2-layer model, and it
+phrase, then the sum: `11>632` then EOS, at most 2*digits+2 tokens (8 for 3 digits, base.yaml's max_new_tokens).
+Writing the carries first is the scratchpad that makes the answer tractable for a 2-layer model, and it
 gives forced interruption something to cut: an interrupted model must answer without them.
 
 `unseen_frac` (synthetic_math): that share of the problems are subtractions `ddd-ddd=` (a >= b > 0), checked like
-the sums (the difference after the phrase) but with no supervised target, so the warm-up never teaches them. The warmed-up policy practically never samples a correct difference, so their groups carry no reward
+the sums (the difference after the phrase) but with no supervised target, so the warm-up never teaches them. The
+warmed-up policy practically never samples a correct difference, so their groups carry no reward
 variance and RL cannot learn them: the pass rate has a ceiling near 1 - unseen_frac, as problems beyond a
 model's reach give ScaleRL's curves a ceiling A < 1. (Without them the tiny model can eventually solve every
 sum, and a run's curve is still climbing toward 1 when the CPU budget ends.)
@@ -35,9 +37,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from ablate import store
-from ablate.config import TaskConfig
 from ablate.errors import UserError
 from ablate.registry import Registry
+from ablate.sections import TaskConfig
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ def synthetic_math(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
     space = 10 ** (2 * digits)
     if n_train + n_val > space:
         raise UserError(f"task: train_size + val_size = {n_train + n_val} is too many for {digits}-digit addition")
-    rng = random.Random(cfg.data_seed)
+    rng = random.Random(cfg.data_seed)  # noqa: S311 (a seeded, reproducible data split, not a secret)
     if lo == digits:
         pairs = rng.sample(range(space), n_train + n_val)  # distinct, so the splits are disjoint
         ab = [(p // 10**digits, p % 10**digits) for p in pairs]
@@ -208,7 +210,7 @@ def synthetic_math(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
                 ab.append((a, b))
     unseen = cfg.unseen_frac
     # a fixed, seeded choice of which problems are subtractions (the same in every run of a sweep)
-    minus = random.Random(cfg.data_seed + 1).random
+    minus = random.Random(cfg.data_seed + 1).random  # noqa: S311 (seeded data, not a secret)
     # (x - 0 is never a subtraction: an adding policy would solve it)
     probs = [
         subtraction_problem(max(a, b), min(a, b), digits)
@@ -270,7 +272,7 @@ def jsonl_task(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
                 f"train.val_size={n_val} must be between 1 and the number of rows - 1 ({len(rows) - 1}) in {cfg.path}"
             )
         rows = rows[:]
-        random.Random(cfg.data_seed).shuffle(rows)
+        random.Random(cfg.data_seed).shuffle(rows)  # noqa: S311 (a seeded, reproducible split, not a secret)
         train, val = rows[n_val:], rows[:n_val]
     chars = sorted(set("".join(p.prompt + p.target for p in train + val)))
     return Task(

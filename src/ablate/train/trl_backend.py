@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
 from ablate import store
 from ablate.config import RunConfig
@@ -179,11 +180,12 @@ class TRLTrainer:
         ok = self.task.grade(completions, answer, truncated)
         rewards = torch.tensor([self.task.reward(c) for c in ok], dtype=torch.float32)
         if lc.name == "penalty":
-            rewards = rewards + length.length_penalty(lengths, torch.tensor(ok), lc.l_max, lc.l_cache).float()
-        prompt_tokens = sum(len(tok.encode(p, add_special_tokens=False)) for p in prompts)
+            l_max, l_cache = length.setting(lc.l_max, "length.l_max"), length.setting(lc.l_cache, "length.l_cache")
+            rewards = rewards + length.length_penalty(lengths, torch.tensor(ok), l_max, l_cache).float()
+        prompt_tokens_here = sum(len(tok.encode(p, add_special_tokens=False)) for p in prompts)
         # every worker scores its share of the round, once per round, in step: the round's totals over all workers
         n, prompt_tokens, new_tokens, n_trunc, reward_sum, passed = self.world.totals(
-            [len(completions), prompt_tokens, int(lengths.sum()), sum(truncated), float(rewards.sum()), sum(ok)]
+            [len(completions), prompt_tokens_here, int(lengths.sum()), sum(truncated), float(rewards.sum()), sum(ok)]
         )
         self.new_tokens += int(new_tokens)
         # counted step by step as the round is trained (k steps), like the built-in trainer counts each batch; a
@@ -292,7 +294,7 @@ class TRLTrainer:
 
     def _grpo_trainer(self) -> Any:
         """TRL's GRPOTrainer over the session's policy, the task's training prompts and the verifier."""
-        from datasets import Dataset
+        from datasets import Dataset  # type: ignore[import-untyped]  # datasets ships no type information
         from transformers import PrinterCallback
         from trl import GRPOTrainer
 
@@ -302,8 +304,9 @@ class TRLTrainer:
         data = Dataset.from_dict({"prompt": [bos + p.prompt for p in train], "answer": [p.answer for p in train]})
         args = grpo_config(self.cfg, self.session.rd.ckpt_dir, self.learner.device)
 
-        def verifier(**kw: Any) -> list[float]:  # TRL names the reward in its logs after the function
-            return self.reward(**kw)
+        def verifier(**kw: Any) -> list[float | None]:  # TRL names the reward in its logs after the function
+            rewards: list[float | None] = list(self.reward(**kw))  # TRL's reward functions may leave one out
+            return rewards
 
         trainer = GRPOTrainer(
             model=self.policy.model,
@@ -329,13 +332,7 @@ class TRLTrainer:
         return RunState.DONE, None
 
 
-def _callback_base() -> type:
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-class _Callback(_callback_base()):
+class _Callback(TrainerCallback):
     """TRL's step boundaries, seen by ablate. HF's Trainer calls, at the end of each optimizer step and on every
     worker: on_step_end (here: the stop check, so that TRL saves this step and stops), then on_log with the step's
     metrics (here: divergence, the step's counts, the evaluation), then on_save (here: ablate's state, evaluation

@@ -51,8 +51,8 @@ from typing import Any
 
 import torch
 
-from ablate.config import RolloutConfig
 from ablate.errors import UserError
+from ablate.sections import RolloutConfig
 from ablate.train.policy import Policy
 
 log = logging.getLogger("ablate.train")
@@ -147,7 +147,7 @@ class Engine:
             policy.model.save_pretrained(self.model_dir, safe_serialization=True)
             policy.tokenizer.save_pretrained(self.model_dir)
         cfg = policy.model.config
-        max_len = int(opts.max_model_len or getattr(cfg, "max_position_embeddings", 2048))
+        max_len = opts.max_model_len or int(getattr(cfg, "max_position_embeddings", 2048))
         self.max_model_len = max_len
         self.dtype = dtype
         self.on_gpu = torch.cuda.is_available()

@@ -99,7 +99,7 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
         ):
             return "warmup.json is not a warm-up record"
         with safe_open(str(folder / "model.safetensors"), "pt") as f:
-            saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (a safetensors handle)
         tok = build_char_tokenizer(task.alphabet)
         with torch.random.fork_rng(devices=[]), torch.device("meta"):  # (the skeleton seeds torch's generator)
             skeleton = build_tiny_model(cfg.model, len(tok), SEED)
