@@ -24,7 +24,7 @@ from rich.console import Console
 
 from ablate import store
 from ablate.compose import compose_run
-from ablate.launch import launch_sweep
+from ablate.launch.submit import launch_sweep
 from ablate.ledger import Ledger
 from ablate.render.status import status_table
 from ablate.resources import RECIPES_DIR

@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The cluster from slurm/up; fails (does not skip) when ABLATE_SLURM=1 and it is not UP."""
-    from ablate.launch import slurm_up
+    from ablate.launch.slurm import slurm_up
 
     if not slurm_up():
         pytest.fail(f"{SLURM_ENV}=1 but `scontrol ping` does not say UP: run `bash slurm/up` first", pytrace=False)

@@ -22,8 +22,8 @@ from ablate import store
 from ablate.cli import app
 from ablate.curves import curves_from_sweep
 from ablate.identity import arm_id, run_id
-from ablate.launch import launch_sweep
 from ablate.launch.job import RunJob
+from ablate.launch.submit import launch_sweep
 from ablate.ledger import Ledger, proc_alive
 from ablate.rundir import RunDir
 from ablate.status import wait_for

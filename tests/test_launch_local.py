@@ -16,7 +16,8 @@ import pytest
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.launch import launch_sweep, load_profile, resolve_executor
+from ablate.launch.slurm import load_profile
+from ablate.launch.submit import launch_sweep, resolve_executor
 from ablate.ledger import Ledger, proc_alive
 from ablate.resources import RECIPES_DIR
 from ablate.status import sweep_status, wait_for
@@ -100,7 +101,7 @@ def test_piped_launch_returns_while_runs_go_on(tmp_path):
     hold.touch()  # the runs block at step 2 until it is removed: a launcher that waited would never return
     code = (
         "import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
-        "from ablate.launch import launch_sweep;"
+        "from ablate.launch.submit import launch_sweep;"
         "launch_sweep(toy_sweep(Path(sys.argv[1]), seeds=(0,), toy={'steps': 3, 'hold': sys.argv[3]}),"
         " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)"
     )
@@ -193,7 +194,7 @@ def test_launcher_killed_mid_submission_loses_and_duplicates_nothing(tmp_path, p
     exactly once and none is lost."""
     code = (
         "import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
-        "from ablate.launch import launch_sweep;"
+        "from ablate.launch.submit import launch_sweep;"
         "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2}), root=Path(sys.argv[1]), executor='local',"
         " max_parallel=2, job=TOY_JOB)"
     )
@@ -221,7 +222,7 @@ def test_two_launchers_at_once_submit_each_run_once(tmp_path):
     hold.touch()  # the runs cannot end while both launchers plan: the second sees all four live
     code = (
         "import sys; sys.path[:0] = [sys.argv[2]]; from pathlib import Path; from jobs import toy_sweep, TOY_JOB;"
-        "from ablate.launch import launch_sweep;"
+        "from ablate.launch.submit import launch_sweep;"
         "launch_sweep(toy_sweep(Path(sys.argv[1]), toy={'steps': 2, 'hold': sys.argv[3], 'hold_at': 1}),"
         " root=Path(sys.argv[1]), executor='local', job=TOY_JOB)"
     )
@@ -300,6 +301,65 @@ def test_a_job_out_of_time_is_told_apart_from_one_out_of_requeues(tmp_path):
     pre = [e for e in Ledger(sdir).events() if e["event"] == "preempted"]
     assert [(e["reason"], e["requeue"]) for e in pre] == [("timeout", True), ("timeout", False)]
     assert store.read_json(run_dir(tmp_path, "toy", spec.run_id) / "run.json")["status"] == "preempted"
+
+
+@pytest.mark.parametrize(
+    ("signals", "submitit_says"),
+    [
+        # every requeue after a timeout: the third timeout is one more than max_num_timeout allows
+        (["timeout", "timeout", "timeout"], "timed-out too many times"),
+        # a preemption used one requeue: the job is out of requeues, not out of time
+        (["preemption", "timeout", "timeout"], "checkpoint function returned None"),
+        (["timeout", "preemption", "preemption"], "checkpoint function returned None"),
+    ],
+)
+def test_out_of_time_agrees_with_submitits_own_signal_handler(tmp_path, monkeypatch, signals, submitit_says):
+    """submitit's SignalHandler, driven as a SLURM job's USR2 drives it, across requeues (each attempt unpickles the
+    job it dumped): whenever it ends the job as timed out too often, the job says out_of_time, and only then."""
+    import time
+
+    from submitit.core import utils
+    from submitit.core.job_environment import SignalHandler
+    from submitit.core.utils import DelayedSubmission
+
+    from ablate.launch.job import RunJob
+
+    spec = toy_sweep(tmp_path, arms=("a",), seeds=(0,)).runs[0]
+    sdir = tmp_path / "toy"
+    Ledger(sdir).append(
+        {"event": "submitting", "run_id": spec.run_id, "batch": "b1", "label": spec.label, "executor": "slurm"}
+    )
+    requeues = 2
+    delayed = DelayedSubmission(RunJob(spec, str(sdir), "b1", TOY_JOB, max_requeues=requeues, timeout_min=60))
+    delayed.set_timeout(60, requeues)  # what the executor does with max_num_timeout=max_requeues
+    pickled = tmp_path / "submitted.pkl"
+    delayed.dump(pickled)
+
+    requeued: list[int] = []
+
+    class Env:  # the job environment of rank 0 on SLURM, with the requeue recorded instead of run
+        global_rank = 0
+
+        def _requeue(self, countdown: int) -> None:
+            requeued.append(countdown)
+
+    paths = type("Paths", (), {"submitted_pickle": pickled})()
+    monkeypatch.setattr(SignalHandler, "_exit", lambda self: None)
+    ended = None
+    for n, kind in enumerate(signals):
+        attempt = DelayedSubmission.load(pickled)  # a new attempt unpickles the job its predecessor dumped
+        handler = SignalHandler(Env(), paths, attempt)
+        age = 49 * 60 if kind == "timeout" else 60  # past 80% of the 60-minute limit, or early
+        handler._start_time = attempt.function._loaded_at = time.time() - age
+        try:
+            handler.checkpoint_and_try_requeue(signal.SIGUSR2)
+        except utils.UncompletedJobError as e:
+            ended = (n, str(e), attempt.function.out_of_time)
+            break
+        assert not attempt.function.out_of_time
+    assert ended is not None and ended[0] == len(signals) - 1 and submitit_says in ended[1]
+    assert ended[2] == (submitit_says == "timed-out too many times")
+    assert len(requeued) == len(signals) - 1  # requeued after every signal but the last
 
 
 def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):

@@ -12,8 +12,8 @@ import pytest
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.launch import launch_sweep, resolve_executor
 from ablate.launch.slurm import squeue_states
+from ablate.launch.submit import launch_sweep, resolve_executor
 from ablate.ledger import Ledger, proc_alive
 from ablate.status import wait_for
 from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until

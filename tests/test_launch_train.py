@@ -13,7 +13,7 @@ from pathlib import Path
 from ablate import store
 from ablate.compose import compose_run
 from ablate.identity import arm_id, run_id
-from ablate.launch import launch_sweep
+from ablate.launch.submit import launch_sweep
 from ablate.ledger import Ledger
 from ablate.resources import RECIPES_DIR
 from ablate.rundir import RunDir

@@ -148,7 +148,7 @@ def test_ledger_lines_with_wrong_types_or_hostile_run_ids_are_ignored(tmp_path):
     [st] = sweep_status(tmp_path, "toy")
     assert st.run_id == "ok1" and st.max_steps is None
     sw = toy_sweep(tmp_path, arms=("a",), seeds=(0,))
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
 
     launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
     assert not (tmp_path.parent / "escape").exists() and not (tmp_path / "escape").exists()

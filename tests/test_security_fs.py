@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from ablate import ownership, store
 from ablate.cli import app
 from ablate.errors import UserError
-from ablate.launch import launch_sweep
 from ablate.launch.local import run_queue
+from ablate.launch.submit import launch_sweep
 from ablate.ledger import Ledger
 from ablate.rundir import RunDir
 from ablate.train import run

@@ -147,7 +147,7 @@ def choose_axis(paths: list[Path], x: str, per_step: dict[str, float | None] | N
 def launch_axis(runs: list[Any], executor: str | None) -> tuple[str, str]:
     """`sweep --prune-x auto` before any run has started: samples when the runs will train on CPU (train.device=cpu,
     or auto on a local executor on a machine without CUDA), gpu_hours otherwise (a CUDA device, or SLURM nodes)."""
-    from ablate.launch import resolve_executor
+    from ablate.launch.submit import resolve_executor
 
     devices = {s.config.train.device for s in runs}
     kind = resolve_executor(executor or runs[0].config.launcher.name)

@@ -7,10 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ablate.fit.notes import Note
-from ablate.fit.result import FitOptions, FitResult
+from ablate.fit.result import FitOptions, FitResult, finite_or_none
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 
 VERDICTS = (
@@ -92,8 +90,7 @@ class ArmResult:
         return self.delta_A, self.shared
 
     def to_json(self) -> dict[str, Any]:
-        def r(v):
-            return None if v is None or not np.isfinite(v) else float(v)
+        r = finite_or_none
 
         return {
             "arm": self.arm,

@@ -18,6 +18,11 @@ from ablate.fit.sigmoid import PointFit, sigmoid
 METHODS = ("default", "paper")
 
 
+def finite_or_none(v: float | None) -> float | None:
+    """A number as JSON holds it: a float, or null for a missing or non-finite one."""
+    return None if v is None or not np.isfinite(v) else float(v)
+
+
 @dataclass
 class FitOptions:
     method: str = "default"
@@ -143,8 +148,7 @@ class FitResult:
         return lo, hi
 
     def to_json(self) -> dict[str, Any]:
-        def r(v):
-            return None if v is None or not np.isfinite(v) else float(v)
+        r = finite_or_none
 
         def ci(v):
             return None if v is None else [r(v[0]), r(v[1])]

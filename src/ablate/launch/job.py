@@ -102,6 +102,14 @@ def _process_age() -> float | None:
 class RunJob(submitit.helpers.Checkpointable):
     """One run, as submitted to any executor (docs/run-directory.md, "Jobs")."""
 
+    timeouts: int = 0
+    """USR2s that came at the time limit, over every attempt (the requeued job unpickles this object): past
+    `max_requeues`, submitit (given max_num_timeout=max_requeues) ends the job instead of requeueing it. A class
+    default too, so a job pickled before the count existed reads 0."""
+    _loaded_at: float = 0.0
+    """When this process unpickled the job: milliseconds before submitit's signal handler starts the clock by which
+    it tells a timeout from a preemption, so both call a signal the same."""
+
     def __init__(
         self,
         spec: RunSpec,
@@ -116,9 +124,11 @@ class RunJob(submitit.helpers.Checkpointable):
         self.threads, self.max_requeues, self.timeout_min = threads, max_requeues, timeout_min
         self._t0 = 0.0
         self.timeouts = 0
-        """USR2s that came at the time limit, over every attempt (the requeued job unpickles this object): past
-        `max_requeues`, submitit (given max_num_timeout=max_requeues) ends the job instead of requeueing it."""
         self._sweep_inode: tuple[int, int] | None = None  # the sweep directory this job claimed its run in
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._loaded_at = time.time()
 
     def _sweep_moved(self) -> bool:
         """Whether the sweep directory was removed or replaced since the claim (make clean, then a new launch):
@@ -368,7 +378,8 @@ class RunJob(submitit.helpers.Checkpointable):
             return None  # another launch owns that path now: no record, no requeue
         ledger = Ledger(self.sweep_dir)
         job_id, _ = _job_env()
-        elapsed = _process_age() or (time.time() - self._t0 if self._t0 else 0.0)
+        started = self._loaded_at or self._t0  # a job run in this process (debug) was never unpickled
+        elapsed = time.time() - started if started else (_process_age() or 0.0)
         limit = self.timeout_min * 60  # same rule as submitit's SignalHandler.has_timed_out
         reason = "timeout" if elapsed >= min(0.8 * limit, limit - 600) else "preemption"
         self.timeouts += int(reason == "timeout")

@@ -84,11 +84,6 @@ def slurm_up(timeout: float = 5.0) -> bool:
     return out.returncode == 0 and "UP" in out.stdout
 
 
-def packaged_profiles() -> list[str]:
-    """The names `--profile NAME` accepts."""
-    return profile_names()
-
-
 def find_profile(profile: str | None = None) -> Path:
     """The profile file, as an absolute path: a name is ablate's own packaged <name>.yaml, a path (a `/` or a .yaml/.yml
     suffix) exactly that file, None the packaged default. Never a file the working directory happens to hold."""
@@ -96,7 +91,7 @@ def find_profile(profile: str | None = None) -> Path:
     by_path = name.endswith((".yaml", ".yml")) or "/" in name or os.sep in name
     path = Path(name) if by_path else profile_path(name)
     if not path.is_file():
-        names = ", ".join(packaged_profiles()) or "none"
+        names = ", ".join(profile_names()) or "none"
         raise UserError(
             f"SLURM profile {name!r} not found (looked for {path}); --profile NAME takes one of ablate's "
             f"own profiles ({names}), a file of your own goes by path: --profile ./slurm/{path.stem}.yaml"
