@@ -13,14 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ablate.registry import Registry
-
-TRAINERS: Registry[Any] = Registry("trainer")
-"""`trainer.name` -> the trainer class (a train.session.Trainer, built over a RunSession, with a static
-`preflight(cfg)`). Lazy entries: choosing a trainer imports its code (torch, and TRL for `trl`) only then."""
-TRAINERS.add_lazy("ablate", "ablate.train.builtin:BuiltinTrainer")
-TRAINERS.add_lazy("trl", "ablate.train.trl_backend:TRLTrainer")
-
 TRL_VERSION = "1.16.0"
 """The TRL release the mapping is written against (the `trl` extra pins it)."""
 

@@ -295,7 +295,7 @@ def test_a_rank_killed_mid_run_fails_the_run_and_status_names_it(tmp_path, monke
     """SIGKILL (the OOM killer's way) to rank 1 once an evaluation is written, in a sweep on the local executor:
     the run fails, nothing hangs, and `ablate status` shows which rank died and how."""
     from ablate.identity import arm_id, run_id
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.rundir import RunDir
     from ablate.spec import RunSpec
     from ablate.status import wait_for
@@ -369,7 +369,7 @@ def test_a_two_task_slurm_job_trains_one_run_on_both_ranks(tmp_path, slurm_clust
     """resources.nproc=2 under -e slurm: one job of two tasks, each a rank that joined the process group from
     submitit's view of the job; task 0 claims and records the run, rank 1 trains beside it and logs."""
     from ablate.identity import arm_id, run_id
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.ledger import Ledger
     from ablate.rundir import RunDir
     from ablate.spec import RunSpec
@@ -405,7 +405,7 @@ def test_a_preempted_two_task_job_checkpoints_once_and_the_whole_job_requeues(tm
     too long to end by itself; each signal follows an observed evaluation; the second one ends it (no requeues
     left: preempted)."""
     from ablate.identity import arm_id, run_id
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.ledger import Ledger
     from ablate.rundir import RunDir
     from ablate.spec import RunSpec
@@ -447,7 +447,7 @@ def test_a_failing_task_fails_the_slurm_job_with_that_ranks_error(tmp_path, slur
     """Rank 1 of a 2-task job cannot open its log (a directory is in the way): the job ends (its other task sees
     a broken peer, and srun ends the step on a failed task), and `ablate status` names rank 1 and its error."""
     from ablate.identity import arm_id, run_id
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.rundir import RunDir
     from ablate.spec import RunSpec
     from ablate.status import wait_for

@@ -469,7 +469,7 @@ class _CtrlCOnSleep:
 
 def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
     import ablate.render.status
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.status import wait_for
     from jobs import toy_sweep
 

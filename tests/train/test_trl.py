@@ -373,7 +373,7 @@ def test_a_trl_run_of_two_slurm_tasks(tmp_path, slurm_cluster):
     """trainer=trl with resources.nproc=2 under -e slurm: one job of two tasks, each a rank that joined the process
     group from submitit's view of the job, with TRL (through accelerate) training across them; rank 0 records."""
     from ablate.identity import arm_id
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.rundir import RunDir
     from ablate.spec import RunSpec
     from ablate.status import wait_for

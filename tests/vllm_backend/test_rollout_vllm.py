@@ -26,7 +26,8 @@ from ablate.sections import ModelConfig
 from ablate.train import run
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
-from ablate.train.rollout_vllm import VLLM_VERSION, VLLMSampler, engine_options
+from ablate.train.rollout_vllm import VLLM_VERSION, VLLMSampler
+from ablate.train.vllm_engine import engine_options
 from ablate.train.warmup import supervised_loss
 
 torch.set_num_threads(1)

@@ -149,7 +149,7 @@ def sweep(
     Example: ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4 --dry-run
     """
     from ablate.defaults import prune_settings
-    from ablate.launch import launch_sweep
+    from ablate.launch.submit import launch_sweep
     from ablate.paths import check_writable_output
     from ablate.render.runs import runs_table
     from ablate.render.status import follow_runs
@@ -296,14 +296,14 @@ def train(
     if summary["status"] == "preempted" and isinstance(stop, Stop) and stop.signum is not None:  # not finished
         at = f" at step {summary['step']}" if summary.get("step") is not None else ""
         typer.echo(f"stopped by {signal.Signals(stop.signum).name}{at}; resume with: {again}", err=True)
-        raise typer.Exit(128 + stop.signum)  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
+        raise typer.Exit(stop.exit_code())  # the shell's convention (Stop.exit_code)
 
 
 def init(
     folder: Path = typer.Argument(Path("."), help="The project's folder (created if missing; default: here)."),
 ) -> None:
     """Start a project of your own: an editable copy of ablate's recipes (DIR/recipes/) and an example SLURM
-    profile (DIR/slurm/example.yaml). Writes only new files.
+    profile (DIR/slurm/example.yaml). Refuses, writing nothing, when any of those files exists already.
 
     Example: ablate init my-ablations && cd my-ablations && ablate sweep recipes/loss.yaml --dry-run
     """

@@ -15,6 +15,7 @@ def run(config, run_dir, *, threads: int = 1, stop=None):
 
 def preflight(config, run_dir):
     """Refuse what can be refused before a run writes anything (see `ablate.train.session.preflight`)."""
+    from ablate.train.loop import TRAINERS
     from ablate.train.session import preflight as _preflight
 
-    return _preflight(config, run_dir)
+    return _preflight(config, run_dir, TRAINERS.get(config.trainer.name))

@@ -8,20 +8,20 @@ and ends the run `preempted`.
 
 Resume: the newest checkpoint that loads, fits the model and agrees with metrics.jsonl, else the one before
 (checkpoint.Checkpoints.resume; with none usable, a fresh start only while no training is recorded).
-metrics.jsonl is cut back to the checkpoint's step (RunSession.mend_metrics).
+metrics.jsonl is cut back to the checkpoint's step by the session (RunSession.run).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ablate.config import RunConfig
-from ablate.states import RunState
 from ablate.topology.world import worker_seed
-from ablate.train.checkpoint import BadCheckpoint, Checkpoints, check_state, metric_steps
+from ablate.train.checkpoint import BadCheckpoint, Checkpoints, check_state, fresh_ok
 from ablate.train.feeders import Feeder, make_feeder
 from ablate.train.session import RunSession
 from ablate.train.step import Batch, Learner
@@ -89,22 +89,17 @@ class BuiltinTrainer:
         return {**self.session.state(), **learner_state, "world": self.world.size, **rngs}
 
     def save(self) -> None:
-        """Every worker calls it; worker 0 writes."""
+        """Every worker calls it; worker 0 writes (RunSession.save)."""
         st = self.state()
-        if not self.session.lead:
-            return
-        self.session.rd.guard()
-        self.ckpt.save(st)
+        self.session.save(lambda: self.ckpt.save(st))
 
-    def resume(self) -> bool:
+    def resume(self, steps: list[int]) -> bool:
         """Every worker loads and applies worker 0's checkpoint (model, optimizer, pool and prompt RNG are the same
         on every worker) and its own rollout RNG, as one step that falls back to the previous checkpoint when
-        anything in it fails (Checkpoints.resume: a fresh start only while metrics.jsonl records no training);
-        worker 0 alone mends metrics.jsonl."""
+        anything in it fails (Checkpoints.resume: a fresh start only while metrics.jsonl records no training)."""
         s = self.session
-        steps = metric_steps(s.rd.metrics_path)
         self._touched = False
-        st = self.ckpt.resume(lambda st: self._apply(st, steps), fresh_ok=not any(x > 0 for x in steps))
+        st = self.ckpt.resume(lambda st: self._apply(st, steps), fresh_ok=fresh_ok(steps))
         touched = self.world.any(self._touched)  # (a collective: every worker is past its attempt, and rebuilds)
         self.ckpt.set_aside()
         if st is None:
@@ -112,11 +107,7 @@ class BuiltinTrainer:
                 s.release()
                 del self.learner  # (a model's memory is freed before the next one is built)
                 self._build()
-            if s.lead:
-                s.rd.keep_metrics_until(-1)  # a crash before the first checkpoint left nothing to keep
             return False
-        if s.lead:
-            s.mend_metrics()
         log.info("resumed from step %d", s.step)
         return True
 
@@ -145,14 +136,12 @@ class BuiltinTrainer:
 
     # ---- the loop ----
 
-    def train(self, resumed: bool) -> tuple[RunState, str | None]:
+    def train(self, begin: Callable[[], None]) -> tuple[bool, str | None]:
         s, tr = self.session, self.session.cfg.train
-        s.compute.start()
         self.feeder = feeder = make_feeder(self.learner, s.step)
-        status, reason, stopping = RunState.DONE, None, False
+        reason, stopping = None, False
         try:
-            if not resumed:
-                s.log_eval()
+            begin()
             while s.step < tr.max_steps and not (stopping := s.stop_requested()):
                 b = feeder.next(s.step)
                 dry = self.world.any(b is None)  # the workers share one pool: when it runs dry, it does for all
@@ -162,8 +151,8 @@ class BuiltinTrainer:
                     break
                 self._step(b)
             stopping = stopping or s.stop_requested()  # a stop that came while the pool ran dry
-            if stopping and s.step < tr.max_steps:
-                status, reason = RunState.PREEMPTED, f"stopped by a signal at step {s.step}"
+            stopped = stopping and s.step < tr.max_steps
+            if stopped:
                 self.save()
             elif reason:
                 if s.step % tr.eval_every:
@@ -171,7 +160,7 @@ class BuiltinTrainer:
                 self.save()
         finally:
             feeder.close()
-        return status, reason
+        return stopped, reason
 
     def _step(self, b: Batch) -> None:
         """One optimizer step on batch `b`, counted, evaluated and checkpointed when due."""

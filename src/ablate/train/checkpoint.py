@@ -24,6 +24,7 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -120,33 +121,48 @@ class Checkpoints:
                     "resuming from %s (step %s): %s", path.name, state.get("step"), faults(self.rejected, self.faults)
                 )
             return state
-        if not self.rejected:
-            return None
-        if mismatch and len(set(self.faults)) == 1:
-            raise UserError(self.faults[0])  # every checkpoint is fine for the run's own config: say how to use them
-        if not fresh_ok or mismatch:
-            recorded = "" if fresh_ok else ", and metrics.jsonl records training past step 0"
-            raise UserError(
-                f"{self.dir}: no usable checkpoint ({faults(self.rejected, self.faults)}){recorded}; "
-                f"delete {self.dir} to start the run over (its metrics.jsonl lines after step 0 will be "
-                "rewritten)"
-            )
-        log.warning(
-            "no usable checkpoint (%s) and no training recorded yet: starting afresh",
-            faults(self.rejected, self.faults),
-        )
+        if self.rejected:
+            start_afresh(self.dir, self.rejected, self.faults, fresh_ok=fresh_ok, mismatch=mismatch)
         return None
 
     def set_aside(self) -> None:
-        """Rename the checkpoints the last `resume` rejected to `<name>.bad` (replacing older ones): never loaded
-        again, and not rotated into prev.pt by the next save. Rank 0 only, after every rank has made its attempt
-        (a rank still reading a checkpoint would otherwise find it gone, and take another path)."""
-        if not self.lead:
-            return
-        for name in self.rejected:
-            path = self.dir / name
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(path, path.with_name(path.name + ".bad"))
+        """Set the checkpoints the last `resume` rejected aside as `<name>.bad` (`set_aside`): not rotated into
+        prev.pt by the next save. Rank 0 only, after every rank has made its attempt."""
+        if self.lead:
+            set_aside([self.dir / name for name in self.rejected], lambda path: path.with_name(path.name + ".bad"))
+
+
+def fresh_ok(steps: list[int]) -> bool:
+    """Whether a run with no usable checkpoint may start afresh: only while metrics.jsonl (its `steps`) records
+    no training, no line past step 0 (nothing recorded is lost or contradicted by starting over)."""
+    return not any(step > 0 for step in steps)
+
+
+def start_afresh(folder: Path, names: list[str], whys: list[str], *, fresh_ok: bool, mismatch: bool = False) -> None:
+    """No checkpoint in `folder` was usable (`names`, each failed for its `whys`): the run starts afresh, said in
+    train.log, when `fresh_ok`; otherwise a UserError names each one's fault. `mismatch`: a fault is the config's
+    (another train.sharding): the checkpoints are kept, and one shared fault is said as is (it says the fix)."""
+    if mismatch and len(set(whys)) == 1:
+        raise UserError(whys[0])  # every checkpoint is fine for the run's own config: say how to use them
+    if not fresh_ok or mismatch:
+        recorded = "" if fresh_ok else ", and metrics.jsonl records training past step 0"
+        raise UserError(
+            f"{folder}: no usable checkpoint ({faults(names, whys)}){recorded}; delete {folder} to start the run "
+            "over (its metrics.jsonl lines after step 0 will be rewritten)"
+        )
+    log.warning("no usable checkpoint (%s) and no training recorded yet: starting afresh", faults(names, whys))
+
+
+def set_aside(paths: list[Path], aside: Callable[[Path], Path]) -> None:
+    """Rename failed checkpoints `paths` to `aside(path)` (replacing an older one there): kept to look at, never
+    loaded again, and out of the trainer's checkpoint rotation. Worker 0 only, once every worker is past its
+    attempt (a worker still reading a checkpoint would otherwise find it gone, and take another path)."""
+    for path in paths:
+        dest = aside(path)
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, dest)
 
 
 def first_line(e: BaseException, limit: int = 120) -> str:

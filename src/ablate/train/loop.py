@@ -1,7 +1,7 @@
 """One RL run: a typed config in, a run directory out. `run()` is what `ablate train` and every launched job execute.
 
 The run is a `RunSession` (session.py: preflight, the writer's hold on the directory, run.json, metrics.jsonl,
-the summary) driven by the recipe's trainer (ablate.trainers.TRAINERS: builtin.py, trl_backend.py). Stop requests
+the summary) driven by the recipe's trainer (`TRAINERS`: builtin.py, trl_backend.py). Stop requests
 (stopping.py) end the run `preempted` at the next step boundary; it never talks to a scheduler: the launcher's job
 side decides what a stop means (submitit requeues the job). The states a run ends in, and what run.json records of
 a failure: docs/run-directory.md.
@@ -20,23 +20,36 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ablate import failure_reports
 from ablate.config import RunConfig
 from ablate.errors import UserError
+from ablate.registry import Registry
 from ablate.rundir import DirectoryGone, RunDir
 from ablate.runinfo import cause_of, no_space
 from ablate.states import RunState
 from ablate.topology import failure, workers
 from ablate.topology.world import World, backend_for, current, visible_gpus
-from ablate.train.session import RunSession, Trainer, attach_log, detach_log, preflight, writing
+from ablate.train.session import RunSession, TrainerClass, attach_log, detach_log, preflight, writing
 from ablate.train.step import Diverged
 from ablate.train.stopping import stop_on_signals
 
 log = logging.getLogger("ablate.train")
+
+TRAINERS: Registry[TrainerClass] = Registry("trainer")
+"""`trainer.name` -> the trainer's class (a session.TrainerClass). Lazy entries: choosing a trainer imports its code
+(torch, and TRL for `trl`) only then; the support matrix of each is ablate.trainers.SUPPORT."""
+TRAINERS.add_lazy("ablate", "ablate.train.builtin:BuiltinTrainer")
+TRAINERS.add_lazy("trl", "ablate.train.trl_backend:TRLTrainer")
+
+if TYPE_CHECKING:  # the lazy entries are not type-checked: mypy checks here that each class is a TrainerClass
+    from ablate.train.builtin import BuiltinTrainer
+    from ablate.train.trl_backend import TRLTrainer
+
+    _CLASSES: tuple[TrainerClass, ...] = (BuiltinTrainer, TRLTrainer)
 
 
 def run(
@@ -82,21 +95,15 @@ def run_worker(
     return run(validate(config), run_dir, threads=threads, stop=stop)
 
 
-def _trainer(session: RunSession) -> Trainer:
-    """The recipe's trainer over `session` (ablate.trainers.TRAINERS)."""
-    from ablate.trainers import TRAINERS
-
-    return TRAINERS.get(session.cfg.trainer.name)(session)
-
-
 def _lead(
     world: World, config: RunConfig, run_dir: Path | str, threads: int, stop: threading.Event | None
 ) -> dict[str, Any]:
     """Worker 0 (or the one process): the writer of the run directory."""
-    rd = preflight(config, run_dir)
+    trainer = TRAINERS.get(config.trainer.name)
+    rd = preflight(config, run_dir, trainer)
     torch.set_num_threads(int(threads))
     with writing(config, rd), stop_on_signals(stop) as stop_event:
-        return _guarded(RunSession(config, rd, stop_event, world))
+        return _guarded(RunSession(config, rd, stop_event, world), trainer)
 
 
 def _follow(
@@ -114,7 +121,7 @@ def _follow(
     try:
         with stop_on_signals(stop) as stop_event:
             session = RunSession(config, rd, stop_event, world)
-            summary = session.run(_trainer(session))
+            summary = session.run(TRAINERS.get(config.trainer.name)(session))
         if summary["status"] == RunState.DIVERGED:  # perhaps found here alone (a sampler's logits): worker 0 reads it
             failure_reports.write(rd, world.rank, Diverged(summary["reason"]), status=RunState.DIVERGED)
         return summary
@@ -138,7 +145,7 @@ def _start_workers(
             f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
             "sweep with -e slurm (or set resources.nodes=1)"
         )
-    rd = preflight(config, run_dir)
+    rd = preflight(config, run_dir, TRAINERS.get(config.trainer.name))
     backend = backend_for(config.train.device)
     gpus = visible_gpus() if backend == "nccl" else []
     if backend == "nccl" and len(gpus) < res.world:
@@ -164,12 +171,12 @@ def _start_workers(
     return failure.spawned_outcome(rd, res.world, sp, stopped=stop_event.is_set())
 
 
-def _guarded(session: RunSession) -> dict[str, Any]:
+def _guarded(session: RunSession, trainer: TrainerClass) -> dict[str, Any]:
     """The run, with whatever stops it recorded in run.json (nothing may stay "running"). In a data-parallel run
     a crash here may be a peer's: when another worker reported first, its error (or divergence) is recorded."""
     rd = session.rd
     try:
-        return session.run(_trainer(session))
+        return session.run(trainer(session))
     except DirectoryGone:
         raise  # another directory is at this path now: write nothing to it
     except KeyboardInterrupt:

@@ -32,14 +32,13 @@ from ablate.train.vllm_engine import (
     Engine,
     EngineOptions,
     engine_dtype,
-    engine_options,
     get_engine,
     head_dtype_name,
     shutdown_engines,
     vllm_import,
 )
 
-__all__ = ["VLLM_VERSION", "VLLMSampler", "engine_options", "shutdown_engines"]
+__all__ = ["VLLM_VERSION", "VLLMSampler", "shutdown_engines"]
 GREEDY_EPS = 1e-5  # vLLM treats temperature below this as greedy (its _SAMPLING_EPS)
 
 

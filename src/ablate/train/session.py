@@ -3,8 +3,8 @@
 The session owns what every trainer shares: the refusals before anything is written (`preflight`), the writer's
 hold on the directory (`writing`: the lock, config.yaml, train.log), run.json's start and end, the evaluation
 record and the per-step bookkeeping (metrics.jsonl, Health, Compute), the mending of metrics.jsonl on resume, and
-the divergence handling and summary at the end. A trainer (the `Trainer` protocol; one class per `trainer.name`
-in ablate.trainers.TRAINERS) brings the learner, its checkpoints and its steps. The run's lifecycle is in
+the divergence handling and summary at the end. A trainer (the `Trainer` protocol; one `TrainerClass` per
+`trainer.name` in loop.TRAINERS) brings the learner, its checkpoints and its steps. The run's lifecycle is in
 docs/run-directory.md; the trainers, in docs/trainers.md.
 """
 
@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from ablate.rundir import METRICS, RunDir
 from ablate.states import RunState
 from ablate.topology.world import World
 from ablate.train.build import warmup_record
+from ablate.train.checkpoint import metric_steps
 from ablate.train.compute import Compute, device_count
 from ablate.train.evaluate import Accumulator, Evaluator, Health
 from ablate.train.step import Diverged, Learner, resolve_device
@@ -39,30 +40,44 @@ class Trainer(Protocol):
     """What a trainer offers its session. `label` and `scheme` name it in train.log's headline, `facts` are what
     run.json records of it, `max_lag` how stale its batches got."""
 
-    label: str
-    scheme: str
-    facts: dict[str, Any]
-    max_lag: int
+    @property
+    def label(self) -> str: ...
 
-    def resume(self) -> bool:
-        """Load the newest usable checkpoint into the trainer and its session (metrics.jsonl mended); False: a
-        fresh start."""
+    @property
+    def scheme(self) -> str: ...
 
-    def train(self, resumed: bool) -> tuple[RunState, str | None]:
-        """Train until train.max_steps, a stop request or the end of the prompt pool: (status, reason)."""
+    @property
+    def facts(self) -> dict[str, Any]: ...
 
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint of the run holds (the session's part included)."""
+    @property
+    def max_lag(self) -> int: ...
+
+    def resume(self, steps: list[int]) -> bool:
+        """Load the newest usable checkpoint into the trainer and its session, given the steps metrics.jsonl
+        records (checkpoint.check_state; with none usable: checkpoint.start_afresh). False: a fresh start."""
+        ...
+
+    def train(self, begin: Callable[[], None]) -> tuple[bool, str | None]:
+        """Call `begin()` once ready to step (the session starts the clock and takes the first evaluation), then
+        train until train.max_steps, a stop request or the end of the prompt pool: (whether a stop request ended
+        it before train.max_steps, the reason it ended otherwise, None at train.max_steps)."""
+        ...
 
 
-def preflight(config: RunConfig, run_dir: Path | str) -> RunDir:
-    """What can be refused before anything is written: a missing GPU, what the recipe's trainer lacks, a run
+class TrainerClass(Protocol):
+    """A trainer's class: built over a session, with what it refuses before anything is written (`preflight`)."""
+
+    def __call__(self, session: RunSession) -> Trainer: ...
+
+    def preflight(self, cfg: RunConfig) -> None: ...
+
+
+def preflight(config: RunConfig, run_dir: Path | str, trainer: TrainerClass) -> RunDir:
+    """What can be refused before anything is written: a missing GPU, what the recipe's `trainer` lacks, a run
     directory that is a file (or under one), or one that holds another run. Raises UserError."""
-    from ablate.trainers import TRAINERS
-
     rd = RunDir(run_dir)
     resolve_device(config.train.device)
-    TRAINERS.get(config.trainer.name).preflight(config)
+    trainer.preflight(config)
     _check_directory(rd.path)
     check_config(config, rd)
     return rd
@@ -191,12 +206,33 @@ class RunSession:
         self.health.load_state_dict(st["health"])
         self.step, self.last_eval = st["step"], st.get("eval")
 
-    def mend_metrics(self) -> None:
-        """Worker 0, on resume at self.step: cut metrics.jsonl back to the checkpoint's lines (later ones belong to
-        work that is redone) and write the checkpoint's own evaluation again if a crash tore its line."""
+    def _resume(self, trainer: Trainer) -> bool:
+        """The trainer resumes (or starts afresh); worker 0 mends metrics.jsonl to match: cut back to the
+        checkpoint's lines (later ones belong to work that is redone), with the checkpoint's own evaluation written
+        again if a crash tore its line; on a fresh start, none kept (a crash before the first checkpoint)."""
+        resumed = trainer.resume(metric_steps(self.rd.metrics_path))
+        if not self.lead:
+            return resumed
+        if not resumed:
+            self.rd.keep_metrics_until(-1)
+            return resumed
         kept = self.rd.keep_metrics_until(self.step)
         if self.last_eval is not None and not any(r.get("step") == self.last_eval["step"] for r in kept):
             self.rd.append_metrics(self.last_eval)
+        return resumed
+
+    def _begin(self, resumed: bool) -> None:
+        """Training begins: the clock starts, and a fresh run is evaluated at step 0."""
+        self.compute.start()
+        if not resumed:
+            self.log_eval()
+
+    def save(self, write: Callable[[], None]) -> None:
+        """Worker 0 writes a checkpoint with `write`, once the run directory is still this run's (RunDir.guard);
+        the other workers write nothing."""
+        if self.lead:
+            self.rd.guard()
+            write()
 
     def stop_requested(self) -> bool:
         """Whether the run stops at this step boundary: a stop request on any worker stops every worker here."""
@@ -283,10 +319,13 @@ class RunSession:
     def run(self, trainer: Trainer) -> dict[str, Any]:
         """Resume, train and end the run with `trainer`. Returns the summary: status (done | preempted |
         diverged), step, val_pass_rate, r0, reason, gpu_hours, samples, warnings, max_lag."""
-        resumed = trainer.resume()
+        resumed = self._resume(trainer)
         self._record_start(resumed, trainer)
+        status = RunState.DONE
         try:
-            status, reason = trainer.train(resumed)
+            stopped, reason = trainer.train(lambda: self._begin(resumed))
+            if stopped:
+                status, reason = RunState.PREEMPTED, f"stopped by a signal at step {self.step}"
         except (Diverged, FloatingPointError) as e:
             status, reason = RunState.DIVERGED, str(e) if isinstance(e, Diverged) else f"{e} at step {self.step}"
             log.error("diverged: %s", reason)

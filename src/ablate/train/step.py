@@ -125,7 +125,7 @@ class Learner:
         """A sampler of the recipe's backend over `policy` (default: the trained policy's weights)."""
         opts = {}
         if self.cfg.rollout.name == "vllm":
-            from ablate.train.rollout_vllm import engine_options
+            from ablate.train.vllm_engine import engine_options
 
             opts = engine_options(self.cfg.rollout)
         return make_sampler(self.cfg.rollout.name, policy or self.sampled, **opts)

@@ -34,9 +34,12 @@ class Stop(threading.Event):
         super().__init__()
         self.signum: int | None = None
 
-    def exit_code(self) -> int | None:
-        """128 + the signal's number (the shell's convention for a process a signal ended), or None."""
-        return None if self.signum is None else 128 + self.signum
+    def exit_code(self) -> int:
+        """128 + the signal's number (the shell's convention for a process a signal ended: 130 for Ctrl-C, 143 for
+        SIGTERM); for a request a signal made (`signum` set)."""
+        if self.signum is None:
+            raise ValueError("no signal made this stop request: it has no exit code")
+        return 128 + self.signum
 
 
 @contextlib.contextmanager

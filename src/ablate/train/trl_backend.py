@@ -1,6 +1,6 @@
 """`trainer=trl`: the recipe run by Hugging Face TRL's `GRPOTrainer`, writing the same run directory as ablate's own.
 
-    TRLTrainer(session).train(resumed)     # one run's training under TRL, driven by RunSession.run
+    TRLTrainer(session).train(begin)     # one run's training under TRL, driven by RunSession.run
 
 What is ablate's and what is TRL's:
 - TRL generates, computes advantages and the loss, and steps the optimizer (`GRPOTrainer.train`). The recipe maps
@@ -14,7 +14,7 @@ What is ablate's and what is TRL's:
   (`ablate_state.json`: compute, accumulators, health, the last evaluation). A resume picks the newest checkpoint
   that has both and passes `check_checkpoint` (every file TRL will load is there, loads, and fits the model;
   ablate's state fits the run: checkpoint.check_state), else the next older one (a failed one is set aside as
-  `bad-checkpoint-N`, out of TRL's rotation), cuts metrics.jsonl back to its step, and calls
+  `bad-checkpoint-N`, out of TRL's rotation; the session cuts metrics.jsonl back to its step), and calls
   `train(resume_from_checkpoint=...)`. With none usable, the run starts afresh only while metrics.jsonl records
   no training (as the built-in trainer's checkpoint.Checkpoints.resume), else fails in one line.
 - A stop request (SIGTERM, SIGUSR2, ...) makes the callback ask TRL to save and stop at the step's end: the run
@@ -23,14 +23,12 @@ What is ablate's and what is TRL's:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +37,9 @@ from transformers import TrainerCallback
 
 from ablate import store
 from ablate.config import RunConfig
-from ablate.errors import UserError
-from ablate.states import RunState
 from ablate.topology.world import World
 from ablate.train import length
-from ablate.train.checkpoint import BadCheckpoint, check_state, faults, first_line, metric_steps
+from ablate.train.checkpoint import BadCheckpoint, check_state, first_line, fresh_ok, set_aside, start_afresh
 from ablate.train.session import RunSession
 from ablate.train.step import Diverged, Learner
 from ablate.train.trl_config import (
@@ -226,9 +222,9 @@ class TRLTrainer:
         """ablate's part of a TRL checkpoint (TRL saves the model, optimizer and RNG itself)."""
         return self.session.state()
 
-    def resume(self) -> bool:
+    def resume(self, steps: list[int]) -> bool:
         """Resume from the newest complete checkpoint that passes `check_checkpoint`, else the next older one (see
-        the module docstring): the session's state loaded, metrics.jsonl mended. False: a fresh start."""
+        the module docstring): the session's state loaded. False: a fresh start."""
         s = self.session
         every = checkpoints(s.rd.ckpt_dir)
         found = [(step, path) for step, path, complete in every if complete]
@@ -237,7 +233,6 @@ class TRLTrainer:
             for step, path, complete in every:
                 if step > newest and not complete:
                     shutil.rmtree(path, ignore_errors=True)
-        steps = metric_steps(s.rd.metrics_path)
         tr, rejected = self.cfg.train, []
         for step, path in reversed(found):
             try:
@@ -254,41 +249,22 @@ class TRLTrainer:
             self.world.barrier()  # every worker is past its attempt before worker 0 renames what failed
             self._set_aside(rejected)
             log.info("resuming from %s (step %d)", path.name, step)
-            if s.lead:
-                s.mend_metrics()
             self.resume_from = path
             return True
-        if rejected:
-            self._start_over(rejected, steps)
-        if s.lead:
-            s.rd.keep_metrics_until(-1)
+        if rejected:  # none usable: start afresh while metrics.jsonl records no training, else fail in one line
+            start_afresh(
+                s.rd.ckpt_dir, [p.name for p, _ in rejected], [why for _, why in rejected], fresh_ok=fresh_ok(steps)
+            )
+            self.world.barrier()
+            self._set_aside(rejected)
+            s.reset_counters()
         return False
 
-    def _start_over(self, rejected: list[tuple[Path, str]], steps: list[int]) -> None:
-        """No checkpoint was usable: start afresh while metrics.jsonl records no training, else fail in one line."""
-        ckpt_dir = self.session.rd.ckpt_dir
-        what = faults([p.name for p, _ in rejected], [why for _, why in rejected])
-        if any(s > 0 for s in steps):
-            raise UserError(
-                f"{ckpt_dir}: no usable checkpoint ({what}), and metrics.jsonl records training past "
-                f"step 0; delete {ckpt_dir} to start the run over (its metrics.jsonl lines after step 0 "
-                "will be rewritten)"
-            )
-        self.world.barrier()
-        self._set_aside(rejected)
-        log.warning("no usable checkpoint (%s) and no training recorded yet: starting afresh", what)
-        self.session.reset_counters()
-
     def _set_aside(self, rejected: list[tuple[Path, str]]) -> None:
-        """Worker 0 renames failed checkpoints to `bad-checkpoint-N`: kept to look at, never resumed from, and out
-        of TRL's checkpoint rotation (which would otherwise take them for the newest and save over them)."""
-        if not self.session.lead:
-            return
-        for path, _ in rejected:
-            aside = path.with_name("bad-" + path.name)
-            shutil.rmtree(aside, ignore_errors=True)
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(path, aside)
+        """Worker 0 renames failed checkpoints to `bad-checkpoint-N` (checkpoint.set_aside): out of TRL's checkpoint
+        rotation too (which would otherwise take them for the newest and save over them)."""
+        if self.session.lead:
+            set_aside([path for path, _ in rejected], lambda path: path.with_name("bad-" + path.name))
 
     # ---- the run ----
 
@@ -319,17 +295,13 @@ class TRLTrainer:
         trainer.remove_callback(PrinterCallback)  # train.log has ablate's evaluations; TRL's per-step dicts stay out
         return trainer
 
-    def train(self, resumed: bool) -> tuple[RunState, str | None]:
+    def train(self, begin: Callable[[], None]) -> tuple[bool, str | None]:
         s, max_steps = self.session, self.cfg.train.max_steps
         trainer = self._grpo_trainer()
-        s.compute.start()
-        if not resumed:
-            s.log_eval()
+        begin()
         if s.step < max_steps and not s.stop_requested():  # every worker, or none
             trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
-        if s.step < max_steps:
-            return RunState.PREEMPTED, f"stopped by a signal at step {s.step}"
-        return RunState.DONE, None
+        return s.step < max_steps, None
 
 
 class _Callback(TrainerCallback):
@@ -370,8 +342,5 @@ class _Callback(TrainerCallback):
 
     def on_save(self, args, state, control, **kw):
         t = self.trainer
-        if not t.session.lead:
-            return
-        t.session.rd.guard()
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        store.write_json(path / STATE, t.state())
+        t.session.save(lambda: store.write_json(path / STATE, t.state()))
