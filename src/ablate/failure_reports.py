@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.rundir import RunDir
+from ablate.rundir import DirectoryGone, RunDir
 from ablate.runinfo import error_record
 from ablate.states import RunState
 
@@ -36,8 +36,9 @@ class FailureReport:
 
 
 def kind_of(exc: BaseException) -> Kind:
-    """What kind of failure `exc` is, for the reader of the report."""
-    if isinstance(exc, UserError):
+    """What kind of failure `exc` is, for the reader of the report. A link refused or a directory gone is not bad
+    input to the run (the recipe is fine; its directory is not), so those report as a crash, as before kinds."""
+    if isinstance(exc, UserError) and not isinstance(exc, (store.LinkRefused, DirectoryGone)):
         return "user_error"
     torch = sys.modules.get("torch")  # a process that never imported torch cannot have run out of device memory
     if torch is not None and isinstance(exc, torch.OutOfMemoryError):

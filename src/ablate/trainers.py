@@ -5,7 +5,7 @@ the same), and `trl_refusals` turns its "no" rows into one line per option of a 
 the option and the trainer that supports it. Kept free of heavy imports: validation runs on every config.
 
 How the supported options map onto TRL's `GRPOConfig` is in train/trl_config.py (`grpo_config`); a test checks it
-field by field. `TRAINERS` names the class behind each `trainer.name`.
+field by field. The class behind each `trainer.name` is in `ablate.train.loop.TRAINERS`.
 """
 
 from __future__ import annotations

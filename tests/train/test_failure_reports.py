@@ -12,8 +12,9 @@ import torch
 from ablate import failure_reports
 from ablate.config import ConfigErrors
 from ablate.errors import UserError
-from ablate.rundir import RunDir
+from ablate.rundir import DirectoryGone, RunDir
 from ablate.states import RunState
+from ablate.store import LinkRefused
 from ablate.topology import failure
 from ablate.topology.workers import Spawned
 
@@ -33,6 +34,8 @@ NotAMemoryError.__name__ = "OutOfMemoryError"
         (torch.OutOfMemoryError("CUDA out of memory"), "out_of_memory"),
         (NotAMemoryError("boom"), "crash"),
         (ValueError("UserError in its message"), "crash"),
+        (LinkRefused("logs/rank-1.log is a symbolic link"), "crash"),  # the directory is wrong, not the input
+        (DirectoryGone("runs/x: not this run's any more"), "crash"),
     ],
 )
 def test_a_report_says_its_kind_and_keeps_the_error_record(tmp_path, exc, kind):

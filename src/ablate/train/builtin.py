@@ -14,7 +14,6 @@ metrics.jsonl is cut back to the checkpoint's step by the session (RunSession.ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,7 +22,7 @@ from ablate.config import RunConfig
 from ablate.topology.world import worker_seed
 from ablate.train.checkpoint import BadCheckpoint, Checkpoints, check_state, fresh_ok
 from ablate.train.feeders import Feeder, make_feeder
-from ablate.train.session import RunSession
+from ablate.train.session import RunSession, Start
 from ablate.train.step import Batch, Learner
 
 log = logging.getLogger("ablate.train")
@@ -136,12 +135,13 @@ class BuiltinTrainer:
 
     # ---- the loop ----
 
-    def train(self, begin: Callable[[], None]) -> tuple[bool, str | None]:
+    def train(self, start: Start) -> tuple[bool, str | None]:
         s, tr = self.session, self.session.cfg.train
+        start.clock()  # the feeder's set-up (a sampler, a pipeline's copy of the policy) is the run's time
         self.feeder = feeder = make_feeder(self.learner, s.step)
         reason, stopping = None, False
         try:
-            begin()
+            start.evaluate()
             while s.step < tr.max_steps and not (stopping := s.stop_requested()):
                 b = feeder.next(s.step)
                 dry = self.world.any(b is None)  # the workers share one pool: when it runs dry, it does for all

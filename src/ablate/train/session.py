@@ -57,11 +57,28 @@ class Trainer(Protocol):
         records (checkpoint.check_state; with none usable: checkpoint.start_afresh). False: a fresh start."""
         ...
 
-    def train(self, begin: Callable[[], None]) -> tuple[bool, str | None]:
-        """Call `begin()` once ready to step (the session starts the clock and takes the first evaluation), then
-        train until train.max_steps, a stop request or the end of the prompt pool: (whether a stop request ended
-        it before train.max_steps, the reason it ended otherwise, None at train.max_steps)."""
+    def train(self, start: Start) -> tuple[bool, str | None]:
+        """Call `start.clock()` where the run's time starts counting and `start.evaluate()` once ready to step,
+        then train until train.max_steps, a stop request or the end of the prompt pool: (whether a stop request
+        ended it before train.max_steps, the reason it ended otherwise, None at train.max_steps)."""
         ...
+
+
+class Start:
+    """What the session does as a trainer starts training; the trainer says when (its own set-up may come before
+    the clock starts, or between the clock and the first evaluation)."""
+
+    def __init__(self, session: RunSession, resumed: bool):
+        self._session, self._resumed = session, resumed
+
+    def clock(self) -> None:
+        """The run's clock (wall_s, gpu_hours) starts, or resumes, here."""
+        self._session.compute.start()
+
+    def evaluate(self) -> None:
+        """A fresh run is evaluated at step 0 (a resumed one has that line already)."""
+        if not self._resumed:
+            self._session.log_eval()
 
 
 class TrainerClass(Protocol):
@@ -221,12 +238,6 @@ class RunSession:
             self.rd.append_metrics(self.last_eval)
         return resumed
 
-    def _begin(self, resumed: bool) -> None:
-        """Training begins: the clock starts, and a fresh run is evaluated at step 0."""
-        self.compute.start()
-        if not resumed:
-            self.log_eval()
-
     def save(self, write: Callable[[], None]) -> None:
         """Worker 0 writes a checkpoint with `write`, once the run directory is still this run's (RunDir.guard);
         the other workers write nothing."""
@@ -323,7 +334,7 @@ class RunSession:
         self._record_start(resumed, trainer)
         status = RunState.DONE
         try:
-            stopped, reason = trainer.train(lambda: self._begin(resumed))
+            stopped, reason = trainer.train(Start(self, resumed))
             if stopped:
                 status, reason = RunState.PREEMPTED, f"stopped by a signal at step {self.step}"
         except (Diverged, FloatingPointError) as e:

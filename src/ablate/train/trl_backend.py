@@ -28,7 +28,7 @@ import logging
 import math
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from ablate.config import RunConfig
 from ablate.topology.world import World
 from ablate.train import length
 from ablate.train.checkpoint import BadCheckpoint, check_state, first_line, fresh_ok, set_aside, start_afresh
-from ablate.train.session import RunSession
+from ablate.train.session import RunSession, Start
 from ablate.train.step import Diverged, Learner
 from ablate.train.trl_config import (
     TRL_METRICS,
@@ -295,10 +295,11 @@ class TRLTrainer:
         trainer.remove_callback(PrinterCallback)  # train.log has ablate's evaluations; TRL's per-step dicts stay out
         return trainer
 
-    def train(self, begin: Callable[[], None]) -> tuple[bool, str | None]:
+    def train(self, start: Start) -> tuple[bool, str | None]:
         s, max_steps = self.session, self.cfg.train.max_steps
-        trainer = self._grpo_trainer()
-        begin()
+        trainer = self._grpo_trainer()  # building TRL's trainer is set-up, not the run's time
+        start.clock()
+        start.evaluate()
         if s.step < max_steps and not s.stop_requested():  # every worker, or none
             trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         return s.step < max_steps, None
