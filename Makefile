@@ -4,9 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune bench-prune-sim bench-plan clean
+.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune bench-prune-sim bench-plan bench-report clean
 
 include mk/vllm.mk
+include mk/browser.mk
 
 setup: $(STAMP)
 
@@ -16,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,trl]'
+	$(BIN)/pip install --quiet -e '.[dev,trl,track]'
 	@touch $(STAMP)
 
 # Lint, format and types (config and the reasons for the rule set in pyproject.toml): zero findings, or the
@@ -32,7 +33,7 @@ lint: setup
 # The main suite runs in two pytest-xdist workers, one torch thread each (tests/conftest.py says why the tests may
 # run side by side); the vLLM tests stay in one process (two workers measured slower: each starts its own engines).
 PYTEST_WORKERS ?= 2
-test: setup lint vllm-setup
+test: setup lint vllm-setup browser-setup
 	bash slurm/up
 	ABLATE_SLURM=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --ignore=tests/vllm_backend; rc=$$?; \
 		bash slurm/down; exit $$rc
@@ -82,6 +83,11 @@ bench-prune-sim: setup
 # (about 4 minutes on 2 cores, nearly all of it the exact engine).
 bench-plan: setup
 	$(BIN)/python bench/plan.py
+
+# The report page: its size and its load time in Chromium until every figure is drawn, against a page holding
+# plotly.js alone (bench/out/report.json; about 30 s).
+bench-report: setup browser-setup
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) sweeps/*/ demo-out .pytest_cache

@@ -88,7 +88,7 @@ def test_the_resolver_tells_a_moved_name_from_a_present_one():
     assert resolves("ablate.states.RunState.LOST")
     assert resolves("ablate.train.session.RunSession")
     assert not resolves("ablate.prune.start_hook_gone")
-    assert not resolves("ablate.report")
+    assert not resolves("ablate.reporting_gone")
     assert resolves("ablate.fit") and not resolves("ablate.fit.nothing")
 
 

@@ -85,7 +85,7 @@ def test_preempted_run_checkpoints_requeues_and_finishes_gap_free(tmp_path):
     assert_complete(rdir, 8)  # complete and gap-free across the requeue
     assert len(executions(rdir)) == 2
     kinds = [e["event"] for e in Ledger(tmp_path / "toy").events()]
-    assert kinds == ["submitting", "submitted", "started", "preempted", "requeued", "started", "finished"]
+    assert kinds == ["launch", "submitting", "submitted", "started", "preempted", "requeued", "started", "finished"]
     pre = next(e for e in Ledger(tmp_path / "toy").events() if e["event"] == "preempted")
     assert pre["requeue"] is True and pre["reason"] == "preemption" and pre["job_id"] == job_id
 

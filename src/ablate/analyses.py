@@ -40,7 +40,7 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Reading:
-    """How a command reads its inputs: the flags --x, --y, --run, --group, --format, --samples-per-step and
+    """How a command reads its inputs: the flags --x, --y, --run, --group, --from, --samples-per-step and
     --gpu-hours-per-step (ablate.cli.options; what each means: ablate.curves)."""
 
     x: str

@@ -3,7 +3,8 @@
 `validate(data)` takes a resolved config (what Hydra composes from a recipe, or a run directory's config.yaml) and
 returns a `RunConfig`, the typed run that every later layer reads by attribute; it collects *every* problem, one line
 each, into `ConfigErrors` (field checks: ablate.validation; rules across keys: ablate.combinations). The sections
-that are not design choices (model, task, rollout, optim, train, trainer, launcher, resources, setup): ablate.sections.
+that are not design choices (model, task, rollout, optim, train, trainer, launcher, resources, setup, track):
+ablate.sections.
 
 Defaults live here and only here (recipes state what differs). A section's `name` is at once its recipe option file
 (`recipes/<group>/<name>.yaml`), the schema value and the trainer's registry key; an option's parameters default to
@@ -19,10 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from ablate.combinations import check_combinations
 from ablate.errors import UserError
 from ablate.sections import (
     SEED_MAX,
+    TRACKERS,
     LauncherConfig,
     ModelConfig,
     OptimConfig,
@@ -30,10 +34,11 @@ from ablate.sections import (
     RolloutConfig,
     SetupConfig,
     TaskConfig,
+    TrackConfig,
     TrainConfig,
     TrainerConfig,
 )
-from ablate.validation import check_config, type_hints
+from ablate.validation import check_config, closest, type_hints
 from ablate.validation import schema_field as _f  # short: every field of the schema is declared with it
 
 # ---- one section per design choice (ScaleRL, arXiv 2510.13786 §3) ----
@@ -155,6 +160,7 @@ class RunConfig:
     launcher: LauncherConfig = _f(factory=LauncherConfig, hash=False)
     resources: ResourcesConfig = _f(factory=ResourcesConfig, hash=False)
     setup: SetupConfig = _f(factory=SetupConfig, hash=False)
+    track: TrackConfig = _f(factory=TrackConfig, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain containers (dicts, lists, scalars): what config.yaml holds and ids hash."""
@@ -223,15 +229,20 @@ def all_keys() -> list[str]:
     return [key for key, _ in _walk()]
 
 
+RETIRED_UNHASHED = ("train.tensorboard",)
+"""Resource-only keys the schema no longer has, which run directories made before still hold in config.yaml: left
+out of ids too, so those runs keep theirs (`upgrade` reads them into their new place)."""
+
+
 @functools.cache  # the schema is fixed; get_type_hints is slow and ids are hashed per run
 def unhashed_keys() -> tuple[str, ...]:
     """Dotted keys marked `hash=False`: launcher and resource-only fields, left out of run and arm ids (a section's
-    key stands for everything below it)."""
+    key stands for everything below it), and the retired ones (RETIRED_UNHASHED)."""
     out: list[str] = []
     for key, f in _walk():
         if f.metadata.get("hash", True) is False and not any(key.startswith(k + ".") for k in out):
             out.append(key)
-    return tuple(out)
+    return (*out, *RETIRED_UNHASHED)
 
 
 @functools.cache
@@ -249,7 +260,33 @@ def validate(data: Any) -> RunConfig:
     impossible combinations), one line each, each naming the key(s) and the fix."""
     if isinstance(data, RunConfig):
         return data
-    cfg, errors = check_config(RunConfig, data, check_combinations)
+    cfg, errors = check_config(RunConfig, upgrade(data), _check_rules)
     if errors:
         raise ConfigErrors(errors)
     return cfg
+
+
+def _check_rules(checked: dict[str, Any]) -> list[str]:
+    """The rules across keys (ablate.combinations), and the trackers' names (a list's items have no `choices`)."""
+    bad = [t for t in checked.get("track", {}).get("to", ()) if t not in TRACKERS]
+    unknown = [
+        f"track.to: {t!r} is not a tracker{closest(str(t), TRACKERS)}; trackers: {', '.join(TRACKERS)}" for t in bad
+    ]
+    return [*check_combinations(checked), *unknown]
+
+
+def upgrade(data: Any) -> Any:
+    """A config as the schema reads it now: `train.tensorboard: true` (config.yaml of a run made before trackers,
+    or a queued run's config) is `tensorboard` in `track.to`; `false` is dropped. Anything else is left for
+    validation to judge."""
+    if OmegaConf.is_config(data):
+        data = OmegaConf.to_container(data, resolve=True)
+    train = data.get("train") if isinstance(data, dict) else None
+    if not isinstance(train, dict) or not isinstance(train.get("tensorboard"), bool):
+        return data
+    data = {**data, "train": {k: v for k, v in train.items() if k != "tensorboard"}}
+    if train["tensorboard"]:
+        track = data.get("track") if isinstance(data.get("track"), dict) else {}
+        to = list(track.get("to") or [])
+        data["track"] = {**track, "to": [*to, *([] if "tensorboard" in to else ["tensorboard"])]}
+    return data

@@ -24,12 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from ablate import logs
+from ablate import log_readers, logs
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.run_curves import curve_from_run_dir
 from ablate.rundir import COMPUTE_AXES, RunDir
 from ablate.tables import VAL_N, as_name, fmt_lines, number, read_rows
+
+MLFLOW = "mlflow"
+"""The input format of an MLflow experiment (`mlflow:EXPERIMENT`, or an mlflow.db file: docs/run-directory.md)."""
 
 
 def load_curves(
@@ -244,18 +247,19 @@ def load_inputs(
 
     A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
     (else each run is its own arm); so does each run of a foreign log (`ablate.logs`: TensorBoard, W&B, TRL,
-    verl), read when `fmt` names its format or, with `auto`, when it is detected. `per_step` ({"samples": S,
-    "gpu_hours": H}) makes compute from a foreign log's steps; sweeps, run directories and tables log their own.
+    verl; an MLflow run: the arm its `ablate.arm` tag names), read when `fmt` names its format or, with `auto`, when
+    it is detected. `per_step` ({"samples": S, "gpu_hours": H}) makes compute from a foreign log's steps; sweeps,
+    run directories and tables log their own.
     With several inputs, arm names are prefixed by their input's name (`input_names`: distinct inputs get distinct
     names) so that they stay apart. Returns the curves and the runs that can't be fitted (see `curves_from_sweep`).
     """
     if not paths:
         raise UserError(
             "give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
-            "(TensorBoard, W&B, TRL, verl)"
+            "(TensorBoard, W&B, TRL, verl, MLflow)"
         )
-    if fmt != "auto" and fmt not in logs.FORMATS:
-        raise UserError(f"--format {fmt}: unknown; valid: auto, {', '.join(logs.FORMATS)}")
+    if fmt != "auto" and fmt not in (*logs.FORMATS, MLFLOW):
+        raise UserError(f"--from {fmt}: unknown; valid: auto, {', '.join((*logs.FORMATS, MLFLOW))}")
     per_step = {k: v for k, v in (per_step or {}).items() if v is not None}
     for axis, v in per_step.items():
         if not (math.isfinite(v) and v > 0):
@@ -266,16 +270,16 @@ def load_inputs(
     names = input_names(paths)
     for p, name in zip(paths, names):
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
-        kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else logs.detect(p)
+        kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else MLFLOW if _is_mlflow(p) else logs.detect(p)
         if ours and kind != ours:
-            raise UserError(f"{p}: a {ours} directory, read as such: drop --format {fmt}")
-        if per_step and kind not in logs.FOREIGN:
+            raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}")
+        if per_step and kind not in (*logs.FOREIGN, MLFLOW):
             flag = logs.PER_STEP[next(iter(per_step))]
             raise UserError(
                 f"{flag}: {p} is a {'CSV/JSONL table' if kind == 'table' else kind + ' directory'}, "
                 "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x"
             )
-        if kind in logs.FOREIGN and (group is not None or run != "run"):
+        if kind in (*logs.FOREIGN, MLFLOW) and (group is not None or run != "run"):
             raise UserError(
                 f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
                 "its arms; --run and --group name columns of CSV/JSONL tables: drop it"
@@ -291,6 +295,8 @@ def load_inputs(
             cs, sk = [c], []
         elif kind == "table":
             cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
+        elif kind == MLFLOW:
+            cs, sk = _mlflow_curves(p, x=x, y=y, per_step=per_step), []
         else:
             cs, sk = logs.load(p, kind, x=x, y=y, per_step=per_step), []
         if len(paths) > 1:
@@ -299,6 +305,27 @@ def load_inputs(
         curves += cs
         skipped += sk
     return curves, skipped
+
+
+def _is_mlflow(p: Path) -> bool:
+    """`mlflow:EXPERIMENT` (at $MLFLOW_TRACKING_URI), or an SQLite file (MLflow's local store, e.g. a sweep's
+    mlflow.db)."""
+    if str(p).startswith("mlflow:"):
+        return True
+    try:
+        with open(p, "rb") as f:
+            return p.is_file() and f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _mlflow_curves(p: Path, *, x: str, y: str, per_step: dict[str, float]) -> list[Curve]:
+    """An MLflow experiment's runs as curves, grouped into arms by their `ablate.arm` tag (so rank ranks arms)."""
+    runs = log_readers.read_mlflow(p)
+    curves = logs.to_curves(runs, p, x=x, y=y, per_step=per_step, fmt=MLFLOW)
+    for c in curves:
+        c.group = runs.arms.get(c.run, c.run)
+    return curves
 
 
 def _bare_sweep(p: Path) -> Path:

@@ -11,6 +11,8 @@
    not identified; the tool says so, and says whether it is behind at the compute both arms reached.
 3. `ablate extrapolate sweeps/demo`: the winner fitted on the first half of its runs, projected past their end,
    and checked on the held-out second half.
+4. `ablate report sweeps/demo --out demo-out/report.html`: all of it as one self-contained page (docs/report.md),
+   to open in a browser or send; its path is printed last.
 
 Compute axis: `samples` (completions generated), which `--x auto` picks for CPU runs: on a shared CPU `gpu_hours`
 (wall-clock device-hours) also measures the machine's load, while samples are the same on any machine.
@@ -45,7 +47,7 @@ def main() -> None:
     from ablate.sweep import load_sweep
 
     OUT.mkdir(exist_ok=True)
-    for old in ("rank.png", "rank-efficiency.png", "extrapolate.png"):
+    for old in ("rank.png", "rank-efficiency.png", "extrapolate.png", "report.html"):
         (OUT / old).unlink(missing_ok=True)
     ablate("sweep", SWEEP, "--follow")
     sweep = load_sweep(SWEEP)
@@ -70,8 +72,10 @@ def main() -> None:
         "--plot",
         str(OUT / "extrapolate.png"),
     )
+    ablate("report", f"sweeps/{sweep.name}", "--out", str(OUT / "report.html"))
     written = [f.name for f in (OUT / "rank.png", OUT / "rank-efficiency.png", OUT / "extrapolate.png") if f.exists()]
     print(f"\nfigures in {OUT}/: {', '.join(written)}")
+    print(f"report: {OUT / 'report.html'} (open it in a browser; it needs no network)")
 
 
 def paper_curves_demo(out: Path = OUT) -> None:

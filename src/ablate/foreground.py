@@ -31,8 +31,9 @@ def prepare_run_dir(config: Any, out: Path | None, *, group_read: bool) -> Path:
     return run_dir
 
 
-def resume_command(recipe: Path, overrides: list[str], run_dir: Path, *, threads: int, tensorboard: bool) -> str:
-    """The `ablate train` command that resumes this run from its last checkpoint, as one shell line."""
+def resume_command(recipe: Path, overrides: list[str], run_dir: Path, *, threads: int, trackers: list[str]) -> str:
+    """The `ablate train` command that resumes this run from its last checkpoint, as one shell line (with the
+    trackers it mirrors to: `--track NAME` each)."""
     return shlex.join(
         [
             "ablate",
@@ -42,6 +43,6 @@ def resume_command(recipe: Path, overrides: list[str], run_dir: Path, *, threads
             "--out",
             str(run_dir),
             *(["--threads", str(threads)] if threads != 1 else []),
-            *(["--tensorboard"] if tensorboard else []),
+            *[arg for name in dict.fromkeys(trackers) for arg in ("--track", name)],
         ]
     )

@@ -349,10 +349,39 @@ def read_verl(p: Path) -> Runs:
     return runs
 
 
+class ArmedRuns(dict[str, dict[float, dict[str, float]]]):
+    """Runs whose log names their arms: `arms` maps a run to its arm (MLflow's `ablate.arm` tag)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arms: dict[str, str] = {}
+
+
+def read_mlflow(p: Path) -> ArmedRuns:
+    """`mlflow:EXPERIMENT` or an MLflow SQLite file: each run named by its run name (prefixed by its experiment when
+    the store holds several), in the arm its `ablate.arm` tag names (`label@arm id` when two configs share a label)."""
+    from ablate.track.mlflow import read_back
+
+    logged = read_back(p)
+    several = len({r.experiment for r in logged}) > 1
+    names = [f"{r.experiment}/{r.name}" if several else r.name for r in logged]
+    ids: dict[str | None, set[str | None]] = {}
+    for r in logged:
+        ids.setdefault(r.arm, set()).add(r.arm_id)
+    runs = ArmedRuns()
+    for r, name in zip(logged, names):
+        key = name if names.count(name) == 1 else f"{name} ({r.run_id[:8]})"
+        runs[key] = r.steps
+        arm = key if r.arm is None else r.arm if len(ids[r.arm]) == 1 else f"{r.arm}@{(r.arm_id or '')[:8]}"
+        runs.arms[key] = f"{r.experiment}/{arm}" if several and r.arm is not None else arm
+    return runs
+
+
 READERS = {
     "tensorboard": read_tensorboard,
     "wandb": read_wandb,
     "wandb-csv": read_wandb_csv,
     "trl": read_trl,
     "verl": read_verl,
+    "mlflow": read_mlflow,
 }

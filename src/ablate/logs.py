@@ -113,20 +113,20 @@ def detect(path: Path | str) -> str:
         return "verl"
     raise UserError(
         f"{p}: can't tell what this file is: not a CSV/JSONL table, a TensorBoard event file, a W&B run "
-        "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --format"
+        "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --from"
     )
 
 
 def _wrong(p: Path, fmt: str, why: str) -> UserError:
-    """A forced --format that does not fit the input: say what it looks like instead."""
+    """A forced --from that does not fit the input: say what it looks like instead."""
     try:
         found = detect(p)
     except UserError:
         found = None
     hint = (
-        f"it looks like {found}: pass --format {found}, or --format auto"
+        f"it looks like {found}: pass --from {found}, or --from auto"
         if found and found != fmt
-        else "check the path, or pass --format auto"
+        else "check the path, or pass --from auto"
     )
     return UserError(f"{p}: not a {WHAT[fmt]} ({why}); {hint}")
 
@@ -217,7 +217,7 @@ def load(
     if fmt == "auto":
         fmt = detect(p)
     if fmt not in READERS:
-        raise UserError(f"--format {fmt}: not a log format; valid: {', '.join(FOREIGN)}")
+        raise UserError(f"--from {fmt}: not a log format; valid: {', '.join(FOREIGN)}")
     if not p.exists():
         raise UserError(f"{p}: no such file")
     try:

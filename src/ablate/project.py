@@ -1,12 +1,14 @@
 """A project of the user's own: `ablate init DIR` copies the packaged recipes and an example SLURM profile into DIR.
 
 The copy is the user's to edit: recipe paths resolve in the user's folder first (ablate.resources.find_recipe), and
-the profile is chosen by path (`--profile ./slurm/example.yaml`), never by name (docs/security.md).
+the profile is chosen by path (`--profile ./slurm/example.yaml`), never by name (docs/security.md). The git commit
+a project's recipes are at is what `ablate sweep` records with each launch (docs/run-directory.md, "ledger.jsonl").
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from ablate import store
@@ -56,3 +58,32 @@ def init_project(folder: Path | str) -> list[Path]:
         with os.fdopen(fd, "wb") as out:
             out.write(src.read_bytes())
     return [dst for _, dst in pairs]
+
+
+def git_commit(where: Path) -> str | None:
+    """The commit checked out where `where` (a file or a folder) is, with `+ uncommitted changes` when the checkout's
+    tracked files differ from it or the file `where` names is not committed; None outside a git checkout (or when
+    git is missing or hangs)."""
+    folder = where if where.is_dir() else where.parent
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        # read-only: no index refresh written back (--no-optional-locks), no fsmonitor hook started; git itself
+        # refuses a checkout another user owns (safe.directory)
+        return subprocess.run(
+            ["git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-C", str(folder), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        if not dirty and where.is_file():
+            dirty = git("ls-files", "--error-unmatch", "--", where.name).returncode != 0
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + (" + uncommitted changes" if dirty else "")

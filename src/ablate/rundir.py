@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ablate import locks, store
 from ablate.errors import UserError
@@ -50,6 +50,18 @@ METRICS: dict[str, str] = {
 REQUIRED_METRICS = ("step", "gpu_hours", "flops", "samples", "val_pass_rate")
 COMPUTE_AXES = ("gpu_hours", "flops", "samples", "step")
 TRUNCATION_WARN = 0.10  # ScaleRL §3: truncation above 10% of completions signals instability
+
+
+class MetricsMirror(Protocol):
+    """What follows metrics.jsonl as it is written: the trackers of a run (ablate.track.fanout.FanOut)."""
+
+    def rewind(self, step: int) -> None:
+        """metrics.jsonl was cut back to the lines with step <= `step` (-1: emptied), as a run resumes."""
+        ...
+
+    def append(self, record: dict[str, Any]) -> None:
+        """A line was appended to metrics.jsonl."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -82,8 +94,8 @@ class RunDir:
         self.path = Path(path)
         self.top = Path(top) if top is not None else self.path
         """No component of a file's path below `top` may be a link: the sweep directory (`of`), else the run's."""
-        self.tensorboard = False  # mirror metrics lines to tb/ (train.tensorboard; see append_metrics)
-        self._tb: Any = None
+        self.mirror: MetricsMirror | None = None
+        """Told of every change to metrics.jsonl this object makes (set by the run's writer: train.session)."""
 
     @classmethod
     def of(cls, root: Path | str, sweep: str, run_id: str) -> RunDir:
@@ -97,7 +109,6 @@ class RunDir:
     metrics_path = property(lambda self: self.path / "metrics.jsonl")
     ckpt_dir = property(lambda self: self.path / "ckpt")
     logs_dir = property(lambda self: self.path / "logs")
-    tb_dir = property(lambda self: self.path / "tb")
     train_log = property(lambda self: self.path / "logs" / "train.log")
     stop_path = property(lambda self: self.path / "stop.json")
 
@@ -312,32 +323,12 @@ class RunDir:
         return None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        """One metrics line; with `tensorboard` set, its numbers also go to TensorBoard event files in tb/ (tag =
-        the field, step = `step`). The writer opens when a resume cuts metrics.jsonl back (`keep_metrics_until`) or
-        at the first line, purging the events earlier attempts wrote from there on (the work a resumed run redoes),
-        so TensorBoard shows each step once, as metrics.jsonl does."""
+        """One metrics line, then the same line to the `mirror` (the run's trackers) when there is one."""
         self.guard()
         self.make()
         store.append_jsonl(self.at(self.metrics_path), record)
-        if self.tensorboard:
-            if self._tb is None:
-                self._open_tensorboard(purge_from=record["step"])
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self._tb.add_scalar(k, v, global_step=record["step"])
-            self._tb.flush()
-
-    def _open_tensorboard(self, purge_from: int) -> None:
-        """The event writer; what earlier attempts wrote at steps >= purge_from is dropped by TensorBoard's reader."""
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.close_tensorboard()
-        self._tb = SummaryWriter(str(self.make(self.tb_dir)), purge_step=max(0, purge_from))
-
-    def close_tensorboard(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        if self.mirror is not None:
+            self.mirror.append(record)
 
     def keep_metrics_until(self, step: int) -> list[dict[str, Any]]:
         """Rewrite metrics.jsonl (atomically) keeping the records with step <= `step`: lines written after a
@@ -349,8 +340,8 @@ class RunDir:
             if isinstance(r.get("step"), int) and r["step"] <= step
         ]
         store.write_jsonl(self.at(self.metrics_path), kept)
-        if self.tensorboard:  # the mirror follows at once, even if this attempt ends before its first line
-            self._open_tensorboard(purge_from=step + 1)
+        if self.mirror is not None:  # the trackers learn where this attempt resumes, even if it writes no line
+            self.mirror.rewind(step)
         return kept
 
     # ---- the writer lock ----
@@ -372,7 +363,7 @@ class RunDir:
                 raise UserError(
                     f"{self.path} is being written by {holder}; wait for that run to end, or give another directory"
                 )
-            for folder in (self.ckpt_dir, self.logs_dir, self.tb_dir):  # the trainer's folders: no link either
+            for folder in (self.ckpt_dir, self.logs_dir):  # the trainer's folders: no link either
                 self.at(folder)
             with contextlib.suppress(OSError):
                 store.atomic_write_text(self.path / ".writer", f"pid {os.getpid()} on {socket.gethostname()}\n")

@@ -1,5 +1,6 @@
 """The run config's sections that are not ScaleRL design choices: the model, the task, the rollout backend, the
-optimizer, the RL loop and its warm-up, the trainer, the launcher, the resources and the scale (`setup`). Each field
+optimizer, the RL loop and its warm-up, the trainer, the launcher, the resources, the scale (`setup`) and the
+trackers (`track`). Each field
 documents itself; the design choices and `RunConfig` are in ablate.config.
 """
 
@@ -140,12 +141,6 @@ class TrainConfig:
         choices=("ddp", "fsdp"),
         hash=False,
     )
-    tensorboard: bool = _f(
-        False,
-        "also write every metrics line to TensorBoard event files in the run's tb/ "
-        "(`ablate train|sweep --tensorboard`)",
-        hash=False,
-    )
     warmup: WarmupConfig = _f(doc="supervised warm-up", factory=WarmupConfig)
 
 
@@ -196,6 +191,31 @@ class LauncherConfig:
         "local: seconds before the time limit that the checkpoint signal (USR2) "
         "arrives (null = a tenth of the limit, at most 30 s); SLURM takes the profile's",
         ge=1,
+    )
+
+
+TRACKERS = ("wandb", "mlflow", "tensorboard")
+"""The trackers a run can mirror to: `track.to`'s values, the names `--track` takes (ablate.track)."""
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """The trackers a run's metrics are mirrored to (`ablate train|sweep --track NAME`; docs/trackers.md).
+    Excluded from run ids: the same run watched elsewhere is the same run."""
+
+    to: tuple[str, ...] = _f(
+        (), "trackers to mirror every metrics line to: wandb, mlflow, tensorboard (a list)", hash=False
+    )
+    project: str | None = _f(None, "W&B project (null = $WANDB_PROJECT, else ablate)", hash=False)
+    entity: str | None = _f(None, "W&B entity (null = $WANDB_ENTITY, else your default entity)", hash=False)
+    wandb_mode: str | None = _f(
+        None, "W&B mode: online | offline (null = $WANDB_MODE, else online)", choices=("online", "offline"), hash=False
+    )
+    mlflow_uri: str | None = _f(
+        None,
+        "MLflow tracking URI (null = $MLFLOW_TRACKING_URI, else sqlite:///<sweep>/mlflow.db, or the run "
+        "directory's mlflow.db outside a sweep)",
+        hash=False,
     )
 
 

@@ -4,6 +4,7 @@
 
 import itertools
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -369,3 +370,41 @@ def test_rank_says_at_which_target_a_prune_monitor_settled_the_stopped_arms(loss
         assert settled_elsewhere(replace(ranking, target=256000.0), inputs) is None  # ranked where they were settled
     finally:
         shutil.rmtree(sweep / "prune")
+
+
+def markdown_rows(text):
+    """The rows of the one GitHub pipe table in `text` (header first), each cell unescaped; asserts the table's shape:
+    one block of `|` lines, a delimiter row under the header, every row as wide as the header."""
+    lines = text.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("|")]
+    assert at and at == list(range(at[0], at[-1] + 1)), "one table, its lines together"
+    rows = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", lines[i])[1:-1]] for i in at]
+    assert all(re.fullmatch(r" ?-{3,}:? ?", c) for c in rows[1]), rows[1]
+    assert all(len(r) == len(rows[0]) for r in rows), rows
+    return [rows[0], *rows[2:]]
+
+
+def test_rank_format_md_is_the_verdict_table_as_markdown(loss_sweeps):
+    """`rank --format md`: the header lines as text, then a pipe table with the terminal table's columns, one row
+    per arm with the verdict `rank --json` gives, then the notes; a pipe or a tag in a label stays in its cell."""
+    from ablate.fit.arms import VERDICT_TEXT
+    from ablate.render.markdown import rank_markdown
+
+    args = ["rank", str(loss_sweeps["three"]), "--n-boot", "200", "--to", "512000"]
+    res = runner.invoke(app, [*args, "--format", "md"])
+    assert res.exit_code == 0 and res.stderr == "", res.output
+    verdicts = {a["arm"]: a["verdict"] for a in json.loads(runner.invoke(app, [*args, "--json"]).stdout)["arms"]}
+    header, *rows = markdown_rows(res.stdout)
+    assert header == ["arm", "R0", "A", "B", "C_mid", "R@512k", "verdict", "why"]
+    assert {r[0]: r[6].split(" · ")[0].split(" (")[0] for r in rows} == {
+        arm: VERDICT_TEXT[v] for arm, v in verdicts.items()
+    }
+    before, after = res.stdout.split("\n| arm |")[0], res.stdout.split("|\n\n")[-1]
+    assert "baseline: loss=cispo" in before and "smallest effect that matters: ±0.02 on A" in before
+    assert "[" not in before.replace("\\[0, end\\]", "") and "inconclusive: neither a change" in after
+    ranking = ranked([loss_sweeps["three"]])
+    ranking.arms[0].arm = "lr=1|2 <b>x</b> ![i](http://e.x/p.png) *e* `c`"
+    header, *rows = markdown_rows(rank_markdown(ranking, [loss_sweeps["three"]], None))
+    # shown as written: no HTML tag, no external image, no emphasis or code span, and the pipe stays in its cell
+    assert rows[0][0] == "lr=1|2 &lt;b&gt;x&lt;/b&gt; !\\[i\\](http://e.x/p.png) \\*e\\* \\`c\\`"
+    assert len(rows) == len(ranking.arms)

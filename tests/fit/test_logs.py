@@ -234,15 +234,35 @@ def test_trl_reads_the_highest_checkpoint_or_the_file(files):
 
 
 def test_format_can_be_forced_and_a_wrong_one_is_one_line(files, tb):
-    assert ok_json("fit", files["verl-log"], "--format", "verl", "--x", "step", "--y", TAG)["fits"][0]["run"] == "train"
-    assert len(ok_json("fit", tb, "--format", "tensorboard", "--x", "step", "--y", TAG)["fits"]) == 2
-    err = one_line_error("fit", files["wide"], "--format", "tensorboard", "--x", "step", "--y", TAG)
-    assert "not a TensorBoard log" in err and "--format wandb-csv" in err
-    err = one_line_error("fit", tb, "--format", "trl", "--x", "step", "--y", TAG)
-    assert "no trainer_state.json" in err and "--format tensorboard" in err
-    assert "--format verl" in one_line_error("fit", files["verl-jsonl"], "--format", "wandb", "--x", "step")
-    assert "no column 'gpu_hours'" in one_line_error("fit", files["long"], "--format", "table")
-    assert "--format magic: unknown; valid: auto, table, tensorboard" in one_line_error("fit", tb, "--format", "magic")
+    assert ok_json("fit", files["verl-log"], "--from", "verl", "--x", "step", "--y", TAG)["fits"][0]["run"] == "train"
+    assert len(ok_json("fit", tb, "--from", "tensorboard", "--x", "step", "--y", TAG)["fits"]) == 2
+    err = one_line_error("fit", files["wide"], "--from", "tensorboard", "--x", "step", "--y", TAG)
+    assert "not a TensorBoard log" in err and "--from wandb-csv" in err
+    err = one_line_error("fit", tb, "--from", "trl", "--x", "step", "--y", TAG)
+    assert "no trainer_state.json" in err and "--from tensorboard" in err
+    assert "--from verl" in one_line_error("fit", files["verl-jsonl"], "--from", "wandb", "--x", "step")
+    assert "no column 'gpu_hours'" in one_line_error("fit", files["long"], "--from", "table")
+    assert "--from magic: unknown; valid: auto, table, tensorboard" in one_line_error("fit", tb, "--from", "magic")
+
+
+def test_format_naming_an_input_format_still_reads_it_and_says_it_is_now_from(files, tb, wandb_offline):
+    """--format named the input format before it named the output: an input format's name there is read as
+    --from, with a one-line note on stderr; an unknown name or two input formats are one error line."""
+    for args in (
+        ["rank", wandb_offline, "--format", "wandb", "--x", "step", "--y", TAG, "--baseline", "dapo-run"],
+        ["fit", files["verl-log"], "--format", "verl", "--x", "step", "--y", TAG],
+    ):
+        res = cli(*args, "--json", "--n-boot", "50", "--to", "400")
+        assert res.exit_code == 0, (res.output, res.exception)
+        note = f"note: --format {args[3]} names the input format, now --from {args[3]}"
+        assert res.stderr.startswith(note) and res.stderr.count("\n") == 1, res.stderr
+        assert len(json.loads(res.stdout)["arms" if args[0] == "rank" else "fits"]) == (2 if args[0] == "rank" else 1)
+    err = one_line_error("rank", tb, "--format", "csv", "--x", "step", "--y", TAG)
+    assert "--format csv: unknown; choose table, json, md (the input format is --from)" in err
+    err = one_line_error("fit", tb, "--format", "verl", "--from", "tensorboard", "--x", "step", "--y", TAG)
+    assert "give the input format once, with --from" in err
+    assert "--format md: unknown; choose table, json" in one_line_error("fit", tb, "--format", "md")
+    assert "give one output format" in one_line_error("rank", tb, "--format", "md", "--json")
 
 
 def test_steps_made_into_compute(tb, files):

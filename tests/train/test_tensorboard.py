@@ -1,5 +1,7 @@
-"""`--tensorboard`: a run's metrics lines mirrored to TensorBoard event files in <run>/tb/, read back with
-TensorBoard's own loader; after a crash and a resume, TensorBoard shows each step once, as metrics.jsonl does."""
+"""`--tensorboard` (the alias of `--track tensorboard`, ablate.track.tensorboard): a run's metrics lines mirrored to
+TensorBoard event files in <run>/tb/, read back with TensorBoard's own loader; after a crash and a resume,
+TensorBoard shows each step once, as metrics.jsonl does. `--track tensorboard` itself, beside a failing tracker:
+tests/train/test_trackers.py."""
 
 from __future__ import annotations
 

@@ -11,13 +11,15 @@ from ablate.cli.options import (
     CI_OPT,
     FIT_FROM_OPT,
     FIT_UNTIL_OPT,
-    FORMAT_OPT,
+    FROM_OPT,
     GPU_HOURS_PER_STEP_OPT,
     GROUP_OPT,
     JSON_OPT,
     N_BOOT_OPT,
+    OUTPUT_FORMAT_OPT,
     PLOT_OPT,
     R0_OPT,
+    RANK_FORMAT_OPT,
     RUN_OPT,
     SAMPLES_PER_STEP_OPT,
     SEED_OPT,
@@ -26,6 +28,7 @@ from ablate.cli.options import (
     WINDOW_OPT,
     X_OPT,
     Y_OPT,
+    output_and_input,
 )
 
 FIT_FILE = typer.Argument(
@@ -51,7 +54,7 @@ def fit(
     y: str = Y_OPT,
     run: str = RUN_OPT,
     group: str | None = GROUP_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: str = FROM_OPT,
     samples_per_step: float | None = SAMPLES_PER_STEP_OPT,
     gpu_hours_per_step: float | None = GPU_HOURS_PER_STEP_OPT,
     method: str = FIT_METHOD,
@@ -66,6 +69,7 @@ def fit(
     target_r: float | None = TARGET_R_OPT,
     compare: bool = FIT_COMPARE,
     window: bool = WINDOW_OPT,
+    output: str | None = OUTPUT_FORMAT_OPT,
     as_json: bool = JSON_OPT,
     plot: Path | None = PLOT_OPT,
     seed: int = SEED_OPT,
@@ -80,6 +84,7 @@ def fit(
     from ablate.render import figures, terminal
     from ablate.render.fit import print_fit
 
+    output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
     opts = analyses.fit_options(
         method=method,
         fit_from=fit_from,
@@ -99,7 +104,7 @@ def fit(
     report = analyses.fit_inputs(inputs, opts, to=to, by_group=group is not None, window=window, compare=compare)
     if plot is not None:
         figures.plot_fits(report.results, plot, xlabel=f"compute ({inputs.x})")
-    if as_json:
+    if output == "json":
         typer.echo(terminal.dump_json(report.to_json()))
         return
     print_fit(terminal.console(), report, inputs, window=window, plot=plot)
@@ -160,7 +165,7 @@ def rank(
     y: str = Y_OPT,
     run: str = RUN_OPT,
     group: str | None = GROUP_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: str = FROM_OPT,
     samples_per_step: float | None = SAMPLES_PER_STEP_OPT,
     gpu_hours_per_step: float | None = GPU_HOURS_PER_STEP_OPT,
     baseline: str | None = RANK_BASELINE,
@@ -175,6 +180,7 @@ def rank(
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
     window: bool = WINDOW_OPT,
+    output: str | None = RANK_FORMAT_OPT,
     as_json: bool = JSON_OPT,
     plot: Path | None = RANK_PLOT,
     seed: int = SEED_OPT,
@@ -197,8 +203,10 @@ def rank(
     from ablate import analyses, store
     from ablate.defaults import given_to
     from ablate.render import figures, terminal
+    from ablate.render.markdown import rank_markdown
     from ablate.render.rank import print_rank
 
+    output, fmt = output_and_input(output, fmt, as_json, ("table", "json", "md"))
     opts = analyses.fit_options(
         fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=given_to(to), seed=seed, r0=r0
     )
@@ -220,13 +228,15 @@ def rank(
     if save_noise is not None:
         analyses.save_noise(ranking, save_noise, read)
     eff = None if figure_paths is None else figures.plot_rank(ranking, *figure_paths)
-    if as_json:
+    settled = analyses.settled_elsewhere(ranking, read)
+    if output == "json":
         typer.echo(terminal.dump_json(ranking.to_json()))
         return
+    if output == "md":
+        typer.echo(rank_markdown(ranking, inputs, settled, window=window, explain=explain))
+        return
     console = terminal.console()
-    print_rank(
-        console, ranking, inputs, window=window, explain=explain, settled=analyses.settled_elsewhere(ranking, read)
-    )
+    print_rank(console, ranking, inputs, window=window, explain=explain, settled=settled)
     if figure_paths is not None:
         console.print(figures.figures_line(figure_paths[0], eff))
 
@@ -245,7 +255,7 @@ def extrapolate(
     y: str = Y_OPT,
     run: str = RUN_OPT,
     group: str | None = GROUP_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: str = FROM_OPT,
     samples_per_step: float | None = SAMPLES_PER_STEP_OPT,
     gpu_hours_per_step: float | None = GPU_HOURS_PER_STEP_OPT,
     fit_from: float | None = FIT_FROM_OPT,
@@ -256,6 +266,7 @@ def extrapolate(
     n_boot: int = N_BOOT_OPT,
     ci: float = CI_OPT,
     window: bool = WINDOW_OPT,
+    output: str | None = OUTPUT_FORMAT_OPT,
     as_json: bool = JSON_OPT,
     plot: Path | None = PLOT_OPT,
     seed: int = SEED_OPT,
@@ -273,6 +284,7 @@ def extrapolate(
     from ablate.render import figures, terminal
     from ablate.render.fit import print_extrapolation
 
+    output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
     opts = analyses.fit_options(
         fit_from=fit_from,
         fit_until=fit_until,
@@ -296,7 +308,7 @@ def extrapolate(
             xlabel=f"compute ({read.x})",
             title=f"{ex.subject}: fitted to {ex.fit.window[1]:g}, {ex.reach_word} to {ex.fit.target:g}",
         )
-    if as_json:
+    if output == "json":
         typer.echo(terminal.dump_json(report.projection.to_json()))
         return
     print_extrapolation(terminal.console(), report, read, window=window, plot=plot)

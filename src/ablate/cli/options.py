@@ -131,12 +131,25 @@ SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
 R0_OPT = typer.Option(
     None, "--r0", help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted)."
 )
-FORMAT_OPT = typer.Option(
+FROM_OPT = typer.Option(
     "auto",
-    "--format",
+    "--from",
     help="Input format: auto (told by content), table (CSV/JSONL), tensorboard, wandb (offline run folder), wandb-csv "
-    "(W&B CSV export), trl (trainer_state.json) or verl (JSONL or console log); sweep and run directories are "
-    "read as such.",
+    "(W&B CSV export), trl (trainer_state.json), verl (JSONL or console log) or mlflow (mlflow:EXPERIMENT, or an "
+    "mlflow.db file); sweep and run directories are read as such.",
+)
+OUTPUT_FORMAT_OPT = typer.Option(
+    None,
+    "--format",
+    help="Output: table (the default) or json (= --json). The input format is --from.",
+    show_default=False,
+)
+RANK_FORMAT_OPT = typer.Option(
+    None,
+    "--format",
+    help="Output: table (the default), json (= --json) or md (the table as Markdown, for a pull request). The "
+    "input format is --from.",
+    show_default=False,
 )
 SAMPLES_PER_STEP_OPT = typer.Option(
     None, "--samples-per-step", help="Other tools' logs only: add the column samples = step x this (then --x samples)."
@@ -152,3 +165,25 @@ WINDOW_OPT = typer.Option(
     help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier "
     "cutoff's A interval does not overlap the full fit's.",
 )
+
+
+def output_and_input(output: str | None, source: str, as_json: bool, outputs: tuple[str, ...]) -> tuple[str, str]:
+    """(output format, input format) from --format, --from and --json. --format named the input format before it
+    named the output: an input format's name there (other than `table`, now the output) is still read as --from,
+    with a note on stderr."""
+    from ablate.logs import FORMATS
+
+    choices = ", ".join(outputs)
+    if output is not None and output not in outputs:
+        if output not in ("auto", *FORMATS):
+            raise UserError(f"--format {output}: unknown; choose {choices} (the input format is --from)")
+        if source != "auto" and source != output:
+            raise UserError(f"--format {output} and --from {source}: give the input format once, with --from")
+        typer.echo(
+            f"note: --format {output} names the input format, now --from {output} (--format: {choices})", err=True
+        )
+        source = output
+        output = None
+    if as_json and output not in (None, "json"):
+        raise UserError(f"--json and --format {output}: give one output format")
+    return ("json" if as_json else output or "table"), source

@@ -13,17 +13,19 @@ import typer
 from ablate.cli.errors import checked
 from ablate.cli.options import (
     BOOT_WHY,
-    FORMAT_OPT,
+    FROM_OPT,
     GROUP_OPT,
     JSON_OPT,
     MAX_CALIBRATE_CELLS,
     MAX_FUTURES,
     MAX_N_BOOT,
     MAX_TRIALS,
+    OUTPUT_FORMAT_OPT,
     RUN_OPT,
     X_OPT,
     at_most,
     limited,
+    output_and_input,
     writable,
 )
 from ablate.errors import UserError
@@ -282,7 +284,7 @@ def plan(
     x: str = X_OPT,
     run: str = RUN_OPT,
     group: str | None = GROUP_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: str = FROM_OPT,
     baseline: str | None = PLAN_BASELINE,
     to: float | None = PLAN_TO,
     noise: Path | None = PLAN_NOISE,
@@ -293,6 +295,7 @@ def plan(
     min_effect: float = PLAN_MIN_EFFECT,
     min_effect_compute: float = PLAN_MIN_EFFECT_COMPUTE,
     exact: bool = PLAN_EXACT,
+    output: str | None = OUTPUT_FORMAT_OPT,
     as_json: bool = JSON_OPT,
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).", callback=in_range("--seed", lambda v: v >= 0)),
 ) -> None:
@@ -311,7 +314,8 @@ def plan(
     from ablate.render import terminal
     from ablate.render.plan import plan_notices, print_plan
 
-    progress, axis_line = plan_notices(quiet=as_json)
+    output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
+    progress, axis_line = plan_notices(quiet=output == "json")
     common = dict(
         questions=question,
         delta_a=delta_a,
@@ -341,7 +345,7 @@ def plan(
     )
     if save_calibration is not None:
         store.write_json(save_calibration, result.model.to_json())
-    if as_json:
+    if output == "json":
         typer.echo(terminal.dump_json(result.to_json()))
         return
     print_plan(result, terminal.console(), saved=save_calibration)

@@ -83,11 +83,37 @@ SWEEP_RETRY_FAILED = typer.Option(
 SWEEP_FORCE = typer.Option(
     False, "--force", help="Re-run every run not queued or running, from scratch (old run dirs are archived)."
 )
+
+
+def tracker_names(values: list[str] | None) -> list[str] | None:
+    """--track: trackers ablate knows (ablate.track.base.TRACKERS)."""
+    from ablate.track.base import TRACKERS
+
+    for value in values or []:
+        if value not in TRACKERS:
+            raise UserError(f"--track {value}: not a tracker; choose from {', '.join(TRACKERS)}")
+    return values
+
+
+def track_overrides(track: list[str] | None, tensorboard: bool) -> list[str]:
+    """The override that `--track NAME ... [--tensorboard]` stands for: `track.to=[NAME,...]` (none without them)."""
+    names = list(dict.fromkeys([*(track or []), *(["tensorboard"] if tensorboard else [])]))
+    return [f"track.to=[{','.join(names)}]"] if names else []
+
+
+TRACK_HELP = (
+    "Also mirror every metrics line to this tracker: wandb, mlflow or tensorboard (repeat for several; sets "
+    "track.to, in place of the trackers a recipe lists; not part of run ids; the recipe's track.* options and the "
+    "WANDB_*/MLFLOW_* variables configure them; docs/trackers.md)."
+)
+SWEEP_TRACK = typer.Option(
+    None, "--track", help=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
+)
 SWEEP_TENSORBOARD = typer.Option(
     False,
     "--tensorboard",
-    help="Runs also write their metrics to TensorBoard event files in their tb/ (train.tensorboard=true; not part "
-    "of run ids). View a sweep with: tensorboard --logdir sweeps/NAME/runs",
+    help="Same as --track tensorboard: event files in each run's tb/. View a sweep with: tensorboard --logdir "
+    "sweeps/NAME/runs",
 )
 SWEEP_PRUNE = typer.Option(
     False,
@@ -135,6 +161,7 @@ def sweep(
     follow: bool = typer.Option(False, "--follow", help="Wait with a progress bar until the submitted runs end."),
     root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps (results in <root>/<sweep>/)."),
     job: str = typer.Option("ablate.train:run", "--job", help="The run function, module:function or file.py:function."),
+    track: list[str] | None = SWEEP_TRACK,
     tensorboard: bool = SWEEP_TENSORBOARD,
     prune: bool = SWEEP_PRUNE,
     prune_x: str = SWEEP_PRUNE_X,
@@ -159,7 +186,7 @@ def sweep(
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
-    expanded = load_sweep(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
+    expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     if dry_run:
         console().print(runs_table(expanded))
         return
@@ -182,6 +209,7 @@ def sweep(
         after_submit=monitor_hook(settings),
         resume_pruned=resume_pruned,
         group_read=group_read,
+        command=typed_command(recipe, overrides),
     )
     if follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
@@ -191,6 +219,18 @@ def sweep(
     elif not follow:
         elsewhere = f" --root {root}" if root != Path("sweeps") else ""
         typer.echo(f"follow with: ablate status {expanded.name}{elsewhere}")
+
+
+def typed_command(recipe: Path, overrides: list[str] | None) -> str:
+    """`ablate sweep ...` as the user typed it, for the ledger's launch event: this process's arguments when it is
+    `ablate` (or `python -m ablate`); called from Python (typer's CliRunner), the sweep file and its overrides."""
+    import shlex
+    import sys
+
+    entry = Path(sys.argv[0])
+    if entry.name == "ablate" or (entry.name == "__main__.py" and entry.parent.name == "ablate"):
+        return shlex.join(["ablate", *sys.argv[1:]])
+    return shlex.join(["ablate", "sweep", str(recipe), *(overrides or [])])
 
 
 def monitor_hook(settings: Any) -> Callable[[Path], None] | None:
@@ -246,10 +286,11 @@ TRAIN_THREADS = typer.Option(
     help="torch threads for this run (several runs can share a machine).",
     callback=checked(torch_threads),
 )
+TRAIN_TRACK = typer.Option(
+    None, "--track", help=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
+)
 TRAIN_TENSORBOARD = typer.Option(
-    False,
-    "--tensorboard",
-    help="Also write the metrics to TensorBoard event files in the run's tb/ (train.tensorboard=true).",
+    False, "--tensorboard", help="Same as --track tensorboard: TensorBoard event files in the run's tb/."
 )
 TRAIN_GROUP_READ = typer.Option(
     False,
@@ -264,6 +305,7 @@ def train(
     overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
     out: Path | None = typer.Option(None, "--out", help="Run directory (default: sweeps/train/runs/<run_id>)."),
     threads: int = TRAIN_THREADS,
+    track: list[str] | None = TRAIN_TRACK,
     tensorboard: bool = TRAIN_TENSORBOARD,
     group_read: bool = TRAIN_GROUP_READ,
 ) -> None:
@@ -280,10 +322,11 @@ def train(
     from ablate.train import run as run_train
     from ablate.train.stopping import Stop, stop_on_signals
 
-    config = compose_run(recipe, [*(overrides or []), *(["train.tensorboard=true"] if tensorboard else [])])
+    config = compose_run(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     run_dir = prepare_run_dir(config, out, group_read=group_read)
     typer.echo(f"run directory: {run_dir}")
-    again = resume_command(recipe, list(overrides or []), run_dir, threads=threads, tensorboard=tensorboard)
+    trackers = [*(track or []), *(["tensorboard"] if tensorboard else [])]
+    again = resume_command(recipe, list(overrides or []), run_dir, threads=threads, trackers=trackers)
     try:  # a signal stops the run at a step boundary; its number is the exit status
         with stop_on_signals() as stop, store.sweep_umask(store.group_readable(run_dir)):
             summary = run_train(config, run_dir, threads=threads, stop=stop)

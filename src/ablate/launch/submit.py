@@ -21,6 +21,7 @@ and the run directories `--force` replaced are kept, and the failure causes: doc
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 
 import submitit
 
+import ablate
 from ablate import failure_reports, ownership, store
 from ablate.errors import UserError
 from ablate.launch.job import RunJob, crashpoint
@@ -37,7 +39,8 @@ from ablate.launch.liveness import current_states, record_deaths
 from ablate.launch.local import spawn_runner
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.launch.submission import Submission, make_submission
-from ablate.ledger import Ledger, me
+from ablate.ledger import Ledger, hostname, me
+from ablate.project import git_commit
 from ablate.rundir import RunDir
 from ablate.rundir import sweep_dir as sweep_path
 from ablate.spec import RunSpec
@@ -96,6 +99,7 @@ def submit_sweep(
     after_submit: Callable[[Path], None] | None = None,
     resume_pruned: bool = False,
     group_read: bool = False,
+    command: str | None = None,
 ) -> Submission:
     """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that are due
     (launch.submission); return the Submission. Safe to call again at any time. `echo` prints its summary line
@@ -105,7 +109,8 @@ def submit_sweep(
     seed, then the next. `after_submit` is called with the sweep directory once the runs are submitted
     (ablate.prune.monitor.start_hook starts the monitor). The sweep directory is made owner-only (0700), or
     readable by its group with `group_read` (0750; asking for it opens an existing sweep to the group too); a
-    sweep directory others could change is refused before anything is written (`_check_sweep_dir`)."""
+    sweep directory others could change is refused before anything is written (`_check_sweep_dir`). Each batch
+    submitted is recorded with its `command` line, the recipes' commit and where it ran (`launch_event`)."""
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
         raise UserError(f"sweep {sweep.name!r} has no runs")
@@ -148,6 +153,7 @@ def submit_sweep(
                 job=job,
                 force=force,
                 monitored=monitored,
+                launch=launch_event(submission.batch, sweep, command),
             )
     if after_submit is not None:
         after_submit(sdir)
@@ -199,9 +205,11 @@ def _submit(
     job: str,
     force: bool,
     monitored: bool,
+    launch: dict[str, Any],
 ) -> list[Any]:
     """Under the ledger lock: write the runs' intent (`submitting`), hand them to the executor, record its answer
-    (or, when it refuses, that they failed to submit). Returns the debug executor's jobs, to run after the lock."""
+    (or, when it refuses, that they failed to submit); the batch's `launch` event goes with the intent. Returns
+    the debug executor's jobs, to run after the lock."""
     kind, batch, sdir, lcfg = submission.executor, submission.batch or "", ledger.dir, specs[0].config.launcher
     if monitored:
         # the monitor decides on what runs: the baseline first, then every arm's first seed, then the next
@@ -209,6 +217,7 @@ def _submit(
         specs.sort(key=lambda r: (seed_rank[r.config.seed], not r.baseline))
     _prepare_dirs(root, sdir, specs, submission, kind, force)
     ledger.append(
+        launch,
         *(
             {
                 "event": "submitting",
@@ -221,7 +230,7 @@ def _submit(
                 "prune": monitored and submission.previous.get(s.run_id) not in STOPPED,
             }
             for s in specs
-        )
+        ),
     )
     crashpoint("after_submitting")
     jobs = [RunJob(s, str(sdir), batch, job, lcfg.threads, lcfg.max_requeues, lcfg.timeout_min) for s in specs]
@@ -246,6 +255,26 @@ def _submit(
         )
         raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
     return []
+
+
+def launch_event(batch: str, sweep: Any, command: str | None) -> dict[str, Any]:
+    """The ledger's `launch` event of a batch: the command line as typed (None when called as a library), the
+    working directory, the commit of the folder holding the sweep file (ablate.project.git_commit; None when that
+    file is not on disk or not in a git checkout), ablate's version and the host. Fold ignores it (no run_id)."""
+    path = Path(sweep.path)
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:  # the working directory was removed
+        cwd = None
+    return {
+        "event": "launch",
+        "batch": batch,
+        "command": command,
+        "cwd": cwd,
+        "commit": git_commit(path.resolve()) if path.is_file() else None,
+        "ablate": ablate.__version__,
+        "host": hostname(),
+    }
 
 
 def _first_line(e: BaseException) -> str:

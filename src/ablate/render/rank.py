@@ -89,11 +89,12 @@ def verdict_cell(a: ArmResult) -> Text:
     return Text(text, style=VERDICT_STYLE.get(a.verdict or "", "white"))
 
 
-def rank_table(ranking: Ranking) -> Table:
+def rank_table(ranking: Ranking, *, fold: bool = True) -> Table:
     """One row per arm, best first (the order is the rank): R0, A, B, C_mid and R at the target (each over its
     interval), the verdict and the effect behind it with its interval. What applies to every row is said once
     around the table (the title: seeds an arm when they are the same; rank_header, rank_notes), the full reasoning
-    per arm by `--explain` (explain_lines): a row takes at most two lines at 120 columns."""
+    per arm by `--explain` (explain_lines): a row takes at most two lines at 120 columns. `fold`: a long arm name
+    of several inputs on two lines at its colon (a terminal's width; Markdown keeps it whole)."""
     seeds = {a.seeds for a in ranking.arms}
     n = seeds.pop() if len(seeds) == 1 else None
     each = " (n: seeds of the arm)" if n is None else f" ({n} seed{'s' if n > 1 else ''} an arm)"
@@ -120,7 +121,7 @@ def rank_table(ranking: Ranking) -> Table:
     for a in ranking.arms:
         f = a.fit
         source, colon, label = a.arm.partition(":")  # several inputs: `a/sweeps/loss:loss=grpo`, folded at the colon
-        arm = Text(f"{safe(source)}:\n{safe(label)}") if colon and len(a.arm) > widest else cell(a.arm)
+        arm = Text(f"{safe(source)}:\n{safe(label)}") if fold and colon and len(a.arm) > widest else cell(a.arm)
         if a.partial:
             arm.append("  partial", style="yellow")
         if a.truncation_warning:
@@ -217,6 +218,33 @@ def far_target_note(ranking: Ranking) -> Note | None:
     return far[0] if far else None
 
 
+def rank_lead(ranking: Ranking) -> list[str]:
+    """The lines above the table (markup): the fit window, the axis and the baseline, then rank_header."""
+    base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
+    return [f"fit window {ranking.opts.window_text()} of '{esc(ranking.x)}'; baseline: {base}", *rank_header(ranking)]
+
+
+def rank_tail(ranking: Ranking, inputs: Sequence[Path], settled: tuple[Path, float] | None) -> list[str]:
+    """The lines under the table (markup): rank_notes, the far-target note, the arms not fitted and, for a sweep
+    whose monitor settled its pruned arms at another --to (`settled`: the sweep and that target), how to read
+    those."""
+    lines = rank_notes(ranking, inputs)
+    far = far_target_note(ranking)
+    if far:
+        lines.append(f"  [yellow]note[/]: {esc(far)}")
+    for s in ranking.not_fitted:
+        lines.append(f"  [red]not fitted[/] {esc(s['label'])}: {esc(s['reason'])}")
+    if settled is not None:
+        p, t = settled
+        x = esc(ranking.x)
+        lines.append(
+            f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
+            f"--to {t:g} (--x {x}), not at {ranking.target:g}; to read those: `ablate rank {esc(str(p))} "
+            f"--x {x} --to {t:g}`"
+        )
+    return lines
+
+
 def print_rank(
     console: Console,
     ranking: Ranking,
@@ -228,28 +256,13 @@ def print_rank(
 ) -> None:
     """The whole `ablate rank` report. `settled`: a sweep whose monitor settled its pruned arms at another --to
     (ablate.prune.rules.recorded_target), and that target."""
-    base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
-    console.print(f"fit window {ranking.opts.window_text()} of '{esc(ranking.x)}'; baseline: {base}")
-    for line in rank_header(ranking):
+    for line in rank_lead(ranking):
         console.print(line)
     console.print(rank_table(ranking))
     if window:
         console.print(sensitivity_table([a.fit for a in ranking.arms]))
-    for line in rank_notes(ranking, inputs):
+    for line in rank_tail(ranking, inputs, settled):
         console.print(line)
-    far = far_target_note(ranking)
-    if far:
-        console.print(f"  [yellow]note[/]: {esc(far)}")
-    for s in ranking.not_fitted:
-        console.print(f"  [red]not fitted[/] {esc(s['label'])}: {esc(s['reason'])}")
-    if settled is not None:
-        p, t = settled
-        x = esc(ranking.x)
-        console.print(
-            f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
-            f"--to {t:g} (--x {x}), not at {ranking.target:g}; to read those: `ablate rank {esc(str(p))} "
-            f"--x {x} --to {t:g}`"
-        )
     if explain:
         for line in explain_lines(ranking):
             console.print(line)

@@ -24,7 +24,7 @@ from ablate import store
 from ablate.config import RunConfig
 from ablate.errors import UserError
 from ablate.identity import arm_id, canonical, run_id
-from ablate.rundir import METRICS, RunDir
+from ablate.rundir import METRICS, DirectoryGone, RunDir
 from ablate.states import RunState
 from ablate.topology.world import World
 from ablate.train.build import warmup_record
@@ -158,17 +158,28 @@ def detach_log(handler: logging.Handler) -> None:
 @contextlib.contextmanager
 def writing(config: RunConfig, rd: RunDir) -> Iterator[None]:
     """The writer's hold on the run directory for the run's length: the lock (another process writing it is
-    refused), config.yaml, train.log and the TensorBoard mirror."""
+    refused), config.yaml, train.log and the trackers (`track.to`), which follow metrics.jsonl as RunDir's mirror
+    and are told the run's end state as the hold ends (ablate.track.fanout; only the writer, worker 0, tracks)."""
+    from ablate.track.fanout import end_state, open_fanout
+
     with rd.writer():
         check_config(config, rd)  # again, now that no one else can write it
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
         handler = attach_log(rd.train_log)
-        rd.tensorboard = config.train.tensorboard
+        rd.mirror = fanout = open_fanout(config, rd)
+        gone = False
         try:
             yield
+        except DirectoryGone:
+            gone = True  # run.json is another run's now: not read for the trackers
+            raise
         finally:
-            rd.close_tensorboard()
-            detach_log(handler)
+            rd.mirror = None
+            try:
+                if fanout is not None:
+                    fanout.close(RunState.FAILED if gone else end_state(rd))
+            finally:  # a Ctrl-C during the trackers' wait still lets go of train.log
+                detach_log(handler)
 
 
 class RunSession:

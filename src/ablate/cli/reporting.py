@@ -1,0 +1,118 @@
+"""`ablate report`: a sweep as one self-contained HTML page (ablate.report; what it shows: docs/report.md)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ablate.cli.options import N_BOOT_OPT
+from ablate.errors import UserError
+from ablate.text import safe
+
+if TYPE_CHECKING:
+    from ablate.plan import PlanResult
+
+REPORT_SWEEP = typer.Argument(..., help="The sweep's directory (sweeps/NAME), or its name under ./sweeps.")
+REPORT_OUT = typer.Option(
+    None, "--out", help="The HTML file to write (default: report.html in the sweep's directory).", show_default=False
+)
+REPORT_PLAN = typer.Option(
+    True,
+    "--plan/--no-plan",
+    help="When an arm is undecided, run `ablate plan SWEEP` (its defaults; tens of seconds) to say what would "
+    "decide it; --no-plan: the ranking's own seed estimate only.",
+)
+
+
+def report(
+    sweep: Path = REPORT_SWEEP, out: Path | None = REPORT_OUT, n_boot: int = N_BOOT_OPT, plan: bool = REPORT_PLAN
+) -> None:
+    """Write one self-contained HTML page of a sweep: what was swept, every run's status, the ranking with what each
+    verdict means, the interactive fits, the efficiency view, the extrapolation with its held-out check, what would
+    decide the undecided arms, and where it all came from. It needs no network to view: send the file.
+
+    The analyses are `ablate rank SWEEP`'s, `ablate extrapolate`'s and `ablate plan SWEEP`'s with their defaults.
+    Steps go to stderr, the page's path to stdout.
+    Example: ablate report sweeps/loss --out loss.html
+    """
+    from ablate.report import build_report, sweep_folder
+
+    if n_boot == 0:
+        raise UserError("--n-boot 0: the ranking's verdicts rest on intervals; give --n-boot of 200 or more")
+    folder = sweep_folder(sweep)
+    target = folder / "report.html" if out is None else out
+    check_out(target)
+    command = shlex.join(
+        [
+            "ablate",
+            "report",
+            str(sweep),
+            *(["--out", str(out)] if out is not None else []),
+            *([] if plan else ["--no-plan"]),
+        ]
+    )
+
+    def progress(step: str) -> None:
+        typer.echo(f"report: {step}", err=True)
+
+    planner = default_plan(progress) if plan else None
+    written = build_report(folder, target, n_boot=n_boot, command=command, progress=progress, plan=planner)
+    typer.echo(str(written))
+
+
+def check_out(target: Path) -> None:
+    """Where the page goes, refused before any work: a directory, a link, or a place that can't be written."""
+    from ablate.paths import check_writable_output
+
+    if target.is_dir():
+        raise UserError(
+            f"--out {safe(target)}: is a directory; give a file name, e.g. --out {safe(target / 'report.html')}"
+        )
+    if target.is_symlink():
+        raise UserError(
+            f"--out {safe(target)}: is a symbolic link; the page is never written through one: remove it or "
+            "choose another path"
+        )
+    check_writable_output(target, "--out")
+
+
+def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult]:
+    """`ablate plan SWEEP` with the defaults of its options (ablate.cli.planning), its steps said by `progress`."""
+    from ablate import analyses, store
+    from ablate.cli import planning
+    from ablate.fit.spread import MinEffect
+
+    def run(sweep: Path) -> PlanResult:
+        common = dict(
+            questions=planning.questions(planning.PLAN_QUESTION.default),
+            delta_a=planning.PLAN_DELTA_A.default,
+            ratio=planning.PLAN_RATIO.default,
+            goal=planning.PLAN_POWER.default,
+            trials=planning.PLAN_TRIALS.default,
+            seed=0,
+            jobs=store.cpu_count(),
+            noise=None,
+            engine="fast",
+            progress=None,
+            min_effect=MinEffect(a=planning.PLAN_MIN_EFFECT.default, ratio=planning.PLAN_MIN_EFFECT_COMPUTE.default),
+        )
+        return analyses.plan_any(
+            sweep,
+            [],
+            None,
+            x="auto",
+            baseline=None,
+            to=None,
+            futures=planning.PLAN_FUTURES.default,
+            fmt="auto",
+            run="run",
+            group=None,
+            common=common,
+            axis_line=None,
+        )
+
+    return run

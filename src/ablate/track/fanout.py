@@ -1,0 +1,185 @@
+"""The fan-out: a run's metrics lines handed to every tracker it mirrors to, each on its own thread fed by a queue,
+so that the training loop never waits on a tracker. A tracker that raises is dropped after one warning; closing
+waits a bounded time. What each tracker receives and how failures read: docs/trackers.md."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ablate.errors import UserError
+from ablate.identity import arm_id, run_id
+from ablate.registry import Registry
+from ablate.rundir import RunDir
+from ablate.states import RunState
+from ablate.track.base import ENVIRONMENT, TrackContext, Tracker, warn
+
+CLASSES: Registry[Callable[[], Tracker]] = Registry("tracker")
+"""`--track NAME` -> the tracker's class. Lazy: a tracker's library (wandb, mlflow, tensorboard) loads only when a
+run mirrors to it."""
+CLASSES.add_lazy("wandb", "ablate.track.wandb:WandbTracker")
+CLASSES.add_lazy("mlflow", "ablate.track.mlflow:MlflowTracker")
+CLASSES.add_lazy("tensorboard", "ablate.track.tensorboard:TensorBoardTracker")
+
+DOING = {"start": "start", "log": "log a metrics line", "finish": "finish"}
+"""What a tracker was doing when it failed, by the call that raised (for the warning)."""
+
+CLOSE_WAIT_S = 10.0
+"""How long the end of a run waits for its trackers to send what they were given, all of them together. Short,
+because the process may have little time left: a data-parallel run's worker 0 is killed EXIT_GRACE_S (60 s) after
+its peers exit (ablate.topology.workers), and a preempted sweep job gets launcher.signal_delay_s (at most 30 s
+locally) before its time limit. What a tracker did not send is in metrics.jsonl (and sent by a later attempt)."""
+
+
+def _failure(name: str, doing: str, e: BaseException) -> str:
+    """The one line a failing tracker gets: which tracker, what it was doing, the cause (with the tracker's own fix
+    when its message gives one), and what happens now."""
+    cause = " ".join(str(e).split())
+    if type(e) is not RuntimeError or not cause:  # a tracker's own RuntimeError is its one-line cause and fix
+        cause = f"{type(e).__name__}: {cause}" if cause else type(e).__name__
+    if isinstance(e, ImportError):
+        cause += "; install the trackers' libraries: pip install 'ablate[track]'"
+    return (
+        f"tracker {name} failed to {doing} ({cause[:600]}); the run goes on without it and metrics.jsonl keeps "
+        "every line (docs/trackers.md)"
+    )
+
+
+class _Worker:
+    """One tracker, its queue and its thread. The thread calls the tracker in the order the calls came, until
+    `finish`; after a failure it still empties the queue, calling nothing."""
+
+    def __init__(self, name: str, tracker: Tracker) -> None:
+        self.name, self.tracker = name, tracker
+        self.failed = False
+        self._queue: queue.SimpleQueue[tuple[str, tuple[Any, ...]]] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=f"ablate-track-{name}", daemon=True)
+        self.thread.start()
+
+    def put(self, op: str, *args: Any) -> None:
+        self._queue.put((op, args))
+
+    def _loop(self) -> None:
+        while True:
+            op, args = self._queue.get()
+            if op == "stop":
+                return
+            if not self.failed:
+                try:
+                    getattr(self.tracker, op)(*args)
+                except (Exception, SystemExit) as e:  # any failure of a tracker drops it, never the run
+                    self.failed = True
+                    warn(_failure(self.name, DOING[op], e))
+            if op == "finish":
+                return
+
+
+class FanOut:
+    """The trackers of one attempt of a run: RunDir's metrics mirror (`rewind`, `append`), closed with the run's
+    state at its end (`close`). The trackers start at the first `rewind` (the attempt's resume point: metrics.jsonl
+    cut back to its checkpoint, or emptied for a fresh start) or at the first line."""
+
+    def __init__(self, ctx: TrackContext, trackers: Sequence[Tracker], *, wait_s: float = CLOSE_WAIT_S) -> None:
+        self.ctx, self.wait_s = ctx, wait_s
+        self._started = False
+        self._workers = [_Worker(t.name, t) for t in trackers]
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self._workers]
+
+    def _start(self, resumed_from: int | None) -> None:
+        self._started = True
+        for w in self._workers:
+            w.put("start", self.ctx, resumed_from)
+
+    def rewind(self, step: int) -> None:
+        """metrics.jsonl now ends at `step` (-1: empty, a fresh start): the trackers start, told where this attempt
+        resumed. A later rewind in the same attempt changes nothing (an attempt resumes once)."""
+        if not self._started:
+            self._start(step if step >= 0 else None)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """One metrics line, queued for every tracker (a copy: the caller may change its dict)."""
+        if not self._started:
+            self._start(None)
+        for w in self._workers:
+            w.put("log", dict(record))
+
+    def close(self, state: str) -> None:
+        """Tell every tracker the run's state and wait at most `wait_s` for all of them to send what they hold; a
+        tracker still sending then is left behind with a warning."""
+        for w in self._workers:
+            w.put("finish", state) if self._started else w.put("stop")
+        deadline = time.monotonic() + self.wait_s
+        for w in self._workers:
+            w.thread.join(max(0.0, deadline - time.monotonic()))
+        late = [w.name for w in self._workers if w.thread.is_alive()]
+        if late:
+            warn(
+                f"tracker {', '.join(late)} still sending after {self.wait_s:.0f} s at the end of the run; left "
+                "behind (what it did not send is in metrics.jsonl; docs/trackers.md)"
+            )
+
+
+def context(config: Any, rd: RunDir) -> TrackContext:
+    """What a tracker is told about the run in `rd` (its ids, names and sweep read from run.json, which the launcher
+    wrote; a run outside a sweep is named after its directory)."""
+    info = rd.info()
+    path = rd.path.absolute()
+    in_sweep = info.sweep is not None and path.parent.name == "runs" and path.parent.parent.name == info.sweep
+    return TrackContext(
+        run_dir=path,
+        sweep_dir=path.parent.parent if in_sweep else None,
+        sweep=info.sweep or path.name,
+        arm_id=arm_id(config),
+        arm_label=info.arm if info.label else arm_id(config),
+        run_id=run_id(config),
+        label=info.label or path.name,
+        config=config.to_dict(),
+        options=config.track,
+    )
+
+
+def end_state(rd: RunDir) -> str:
+    """The state the run ended in, as its trackers are told: run.json's (the run records its end there before the
+    session lets go of the directory), the stop request's when the prune monitor stopped it (the job records that
+    state once the run has returned), `failed` when run.json still says running."""
+    try:
+        status = rd.info().status
+        request = rd.stop_request() if status == RunState.PREEMPTED else None
+    except UserError:  # a link planted at run.json or stop.json: refused, as every read of them is
+        return RunState.FAILED
+    if request is not None:
+        return request.state
+    return status if status != RunState.RUNNING else RunState.FAILED
+
+
+def build(names: Sequence[str]) -> list[Tracker]:
+    """The trackers named (each once, in the order given); one that cannot be built is warned about and left out."""
+    trackers = []
+    for name in dict.fromkeys(names):
+        try:
+            trackers.append(CLASSES.get(name)())
+        except Exception as e:  # an unknown name, a class that fails to build
+            warn(_failure(name, "load", e))
+    return trackers
+
+
+def set_environment(names: Sequence[str]) -> None:
+    """The ENVIRONMENT of the trackers named, each variable unless already set. Call on the main thread only."""
+    for name in names:
+        for var, value in ENVIRONMENT.get(name, {}).items():
+            os.environ.setdefault(var, value)
+
+
+def open_fanout(config: Any, rd: RunDir) -> FanOut | None:
+    """The fan-out of the recipe's `track.to` for the run in `rd`, or None when it mirrors to no tracker. Called on
+    the main thread: the trackers' environment is set here, before their threads start."""
+    set_environment(config.track.to)
+    trackers = build(config.track.to)
+    return FanOut(context(config, rd), trackers) if trackers else None

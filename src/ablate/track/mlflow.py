@@ -1,0 +1,354 @@
+"""The MLflow tracker: one MLflow run per ablate run, in the experiment named after the sweep, continued across
+resumes with each step logged once (docs/trackers.md, "MLflow")."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from ablate import locks, store
+from ablate.errors import UserError
+from ablate.rundir import RunDir
+from ablate.states import RunState
+from ablate.track.base import ENVIRONMENT, TrackContext
+
+STATE_FILE = Path("track") / "mlflow.json"
+"""Under the run directory: the tracking URI and the MLflow run id this run mirrors to, so that a resumed attempt
+continues the same MLflow run."""
+
+ARTIFACTS = "mlflow-artifacts"
+"""Next to a SQLite store: the artifact root of the experiments ablate creates there (nothing is logged to it; MLflow
+would otherwise name ./mlruns in the working directory), and the directory locked while the store is created."""
+
+TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.sweep")
+STATE_TAG = "ablate.state"
+ARM_TAG = "ablate.arm"
+ARM_ID_TAG = "ablate.arm_id"
+ENDS: dict[str, str] = {
+    RunState.DONE: "FINISHED",
+    RunState.FAILED: "FAILED",
+    RunState.UNSTABLE: "FAILED",
+    RunState.DIVERGED: "FAILED",
+}
+"""MLflow's end status for a run state; any other end (preempted, pruned, stopped) is KILLED."""
+
+PARAMS_PER_BATCH = 100
+PARAM_VALUE_MAX = 6000  # MLflow's limit on a param value (mlflow.utils.validation.MAX_PARAM_VAL_LENGTH)
+PARAM_KEY_MAX = 250
+
+
+def tracking_uri(ctx: TrackContext) -> str:
+    """Where the run is mirrored: the recipe's `track.mlflow_uri`, else $MLFLOW_TRACKING_URI, else a SQLite database
+    in the sweep directory (a run outside a sweep: its own directory)."""
+    given = getattr(ctx.options, "mlflow_uri", None) or os.environ.get("MLFLOW_TRACKING_URI")
+    if given:
+        return str(given)
+    return "sqlite:///" + str((ctx.sweep_dir or ctx.run_dir).resolve() / "mlflow.db")
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` tracking URI, None for any other store."""
+    if not uri.startswith("sqlite:"):
+        return None
+    path = unquote(urlparse(uri).path)
+    return Path(path) if path else None
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """A nested recipe as MLflow params: dotted keys, values as text cut to MLflow's length limit."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name[:PARAM_KEY_MAX]] = str(value)[:PARAM_VALUE_MAX]
+    return out
+
+
+def metric_values(record: dict[str, Any]) -> dict[str, float]:
+    """The numbers of a metrics line MLflow takes as metrics: every int or float but the step (a bool is a flag; an
+    integer past the floats is left out). NaN and infinities stay: MLflow stores them, and a diverged run shows."""
+    out: dict[str, float] = {}
+    for k, v in record.items():
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            with contextlib.suppress(OverflowError):
+                out[k] = float(v)
+    return out
+
+
+class MlflowTracker:
+    """Mirrors a run to MLflow through its own `MlflowClient` (never the global `mlflow.start_run` state: the
+    fan-out calls it from a background thread)."""
+
+    name = "mlflow"
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._run_id = ""
+        self._uri = ""
+        self._skip_through: float = -float("inf")
+        """The highest step the server holds (when this attempt reopened the run, then each line logged): a line up
+        to it is not logged (a checkpoint's line the session appends again after a resume, say, already sent from
+        metrics.jsonl)."""
+
+    def start(self, ctx: TrackContext, resumed_from: int | None) -> None:
+        """Open the MLflow run this run directory mirrors to (a new one the first time, or when the tracking URI
+        changed); on a reopened run, the steps the server already holds are not logged again."""
+        self._uri = tracking_uri(ctx)
+        with _worded(self._uri):
+            self._open(ctx, self._uri)
+            if resumed_from is not None:
+                self._send_kept(ctx, resumed_from)
+
+    def _open(self, ctx: TrackContext, uri: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database..."
+        db = sqlite_path(uri)
+        if db is None:
+            self._client = MlflowClient(tracking_uri=uri)
+        else:
+            missing = [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
+            if missing:
+                raise RuntimeError(
+                    f"{uri}: an MLflow SQLite store needs {' and '.join(missing)}: pip install mlflow, or set "
+                    "MLFLOW_TRACKING_URI to a tracking server"
+                )
+            with locks.dir_lock(_artifacts(ctx, db)):  # the client creates the database (MLflow's migrations)
+                self._client = MlflowClient(tracking_uri=uri)
+        saved = _saved(ctx.run_dir, uri)
+        if saved and self._reopen(saved):
+            self._run_id = saved
+            self._skip_through = self._last_step()
+            return
+        self._run_id = self._create(ctx, db)
+        state = store.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
+        store.make_dirs(state.parent)
+        store.write_json(state, {"tracking_uri": uri, "run_id": self._run_id})
+
+    def _send_kept(self, ctx: TrackContext, resumed_from: int) -> None:
+        """The lines this attempt kept from earlier ones that the server lacks (the tracker added on a resume, or
+        dropped in an earlier attempt), sent before this attempt's own: the server then holds every step."""
+        for _, record in RunDir(ctx.run_dir).metric_lines():
+            step = record.get("step")
+            if isinstance(step, int) and step <= resumed_from:
+                self.log(record)
+
+    def _reopen(self, run_id: str) -> bool:
+        """Mark a run this run directory mirrored to before as running again; False when the server no longer
+        has it (deleted, or another database at the same URI)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self._client.get_run(run_id)
+        except MlflowException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return False
+            raise
+        if run.info.lifecycle_stage != "active":
+            return False
+        self._client.update_run(run_id, status="RUNNING")
+        return True
+
+    def _last_step(self) -> float:
+        """The highest step of any metric the server holds for the run (each metrics line is one batch)."""
+        run = self._client.get_run(self._run_id)
+        steps = [m.step for key in run.data.metrics for m in self._client.get_metric_history(self._run_id, key)]
+        return max(steps, default=-float("inf"))
+
+    def _create(self, ctx: TrackContext, db: Path | None) -> str:
+        from mlflow.entities import Param
+
+        experiment = self._experiment(ctx.sweep or ctx.run_dir.name, db)
+        tags = dict(zip(TAGS, (ctx.arm_id, ctx.arm_label, ctx.run_id, ctx.sweep or "")))
+        run = self._client.create_run(experiment, run_name=ctx.label, tags=tags)
+        params = [Param(k, v) for k, v in flatten(ctx.config).items()]
+        for i in range(0, len(params), PARAMS_PER_BATCH):
+            self._client.log_batch(run.info.run_id, params=params[i : i + PARAMS_PER_BATCH])
+        return str(run.info.run_id)
+
+    def _experiment(self, name: str, db: Path | None) -> str:
+        """The id of the experiment named `name`, created if missing (by this run or, racing it, another)."""
+        from mlflow.exceptions import MlflowException
+
+        for _ in range(2):
+            found = self._client.get_experiment_by_name(name)
+            if found is not None:
+                if found.lifecycle_stage != "active":
+                    raise RuntimeError(
+                        f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore "
+                        f"--experiment-id {found.experiment_id}) or remove it for good (mlflow gc)"
+                    )
+                return str(found.experiment_id)
+            where = None if db is None else (db.parent / ARTIFACTS / name).resolve().as_uri()
+            try:
+                return str(self._client.create_experiment(name, artifact_location=where))
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+        raise RuntimeError(f"MLflow experiment {name!r} could not be created nor found")
+
+    def log(self, record: dict[str, Any]) -> None:
+        """One metrics line as one batch at its step; a step the server already holds is skipped."""
+        from mlflow.entities import Metric
+
+        step = record.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step <= self._skip_through:
+            return
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, step) for k, v in metric_values(record).items()]
+        if metrics:
+            with _worded(self._uri):
+                self._client.log_batch(self._run_id, metrics=metrics)
+        self._skip_through = step
+
+    def finish(self, state: str) -> None:
+        """Tag the run with its ablate state and end it as FINISHED, FAILED or KILLED."""
+        with _worded(self._uri):
+            self._client.set_tag(self._run_id, STATE_TAG, str(state))
+            self._client.set_terminated(self._run_id, status=ENDS.get(state, "KILLED"))
+
+
+def _artifacts(ctx: TrackContext, db: Path) -> Path:
+    """The `mlflow-artifacts` directory next to a SQLite store, made if missing. In the default store (the sweep's,
+    or the run directory's) no component of it or of the database may be a link: every file stays in the sweep."""
+    top = (ctx.sweep_dir or ctx.run_dir).resolve()
+    folder = db.parent / ARTIFACTS
+    if db.parent == top:
+        store.check_no_links(db, top)
+        store.check_no_links(folder, top)
+    return store.make_dirs(folder)
+
+
+def _saved(run_dir: Path, uri: str) -> str | None:
+    """The MLflow run id an earlier attempt mirrored this run to at the same tracking URI."""
+    path = run_dir / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        saved = store.read_json(path)
+    except ValueError:  # torn or edited: a new MLflow run rather than no tracking
+        return None
+    if isinstance(saved, dict) and saved.get("tracking_uri") == uri and isinstance(saved.get("run_id"), str):
+        return str(saved["run_id"])
+    return None
+
+
+@contextlib.contextmanager
+def _worded(uri: str) -> Iterator[None]:
+    """MLflow's errors as one line for the fan-out's warning: the store, the cause in a few words, the fix."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as e:
+        raise RuntimeError(_said(uri, e)) from None
+
+
+def _said(uri: str, e: Exception, setting: str = "MLFLOW_TRACKING_URI or track.mlflow_uri") -> str:
+    """MLflow's error in a few words, after the store: the socket's error and the fix when the server could not be
+    reached (MLflow's message then runs over several lines of urllib3's), else its message's first line."""
+    text = str(e)
+    socket = re.search(r"\[Errno -?\d+\][^'\")]*", text)
+    if socket:
+        fix = f"start the server or fix the URI ({setting})"
+        return f"{uri}: {socket.group(0).strip()}; {fix}"
+    return f"{uri}: {text.splitlines()[0][:300] if text else type(e).__name__}"
+
+
+# ---- reading runs back (ablate fit|rank mlflow:EXPERIMENT, or an mlflow.db file: ablate.log_readers) ----
+
+
+@dataclass
+class Logged:
+    """One MLflow run as read back: its experiment, run name and id, the arm its tags name, and its metrics."""
+
+    experiment: str
+    name: str
+    run_id: str
+    arm: str | None = None
+    arm_id: str | None = None
+    steps: dict[float, dict[str, float]] = field(default_factory=dict)
+
+
+def read_back(source: Path) -> list[Logged]:
+    """The active runs of `mlflow:EXPERIMENT` (at $MLFLOW_TRACKING_URI), or of every experiment of a SQLite store
+    (read as a database: read-only, and whichever MLflow version wrote it)."""
+    text = str(source)
+    if not text.startswith("mlflow:"):
+        return _read_sqlite(source, None)
+    name, uri = text.removeprefix("mlflow:"), os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        raise UserError(
+            f"{text}: MLFLOW_TRACKING_URI is not set; set it to the tracking server (http://HOST:PORT), or give the "
+            "mlflow.db file"
+        )
+    db = sqlite_path(uri)
+    return _read_sqlite(db, name) if db is not None else _read_server(uri, name)
+
+
+def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
+    where = f"mlflow:{experiment}" if experiment else str(db)
+    if not db.is_file():
+        raise UserError(f"{where}: no such file {db}")
+    query = (
+        "SELECT r.run_uuid, r.name, e.name FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
+        "WHERE r.lifecycle_stage = 'active' AND (? IS NULL OR e.name = ?)"
+    )
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
+            found = con.execute(query, (experiment, experiment)).fetchall()
+            tags = con.execute("SELECT run_uuid, key, value FROM tags WHERE key IN (?, ?)", (ARM_TAG, ARM_ID_TAG))
+            arms = {(run, key): value for run, key, value in tags}
+            if experiment and not found:
+                names = [n for (n,) in con.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
+                raise UserError(f"{where}: no runs in experiment {experiment!r}; its experiments: {', '.join(names)}")
+            runs = {r: Logged(e, n or r, r, arms.get((r, ARM_TAG)), arms.get((r, ARM_ID_TAG))) for r, n, e in found}
+            for run, key, step, value, is_nan in con.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics"):
+                if run in runs:
+                    runs[run].steps.setdefault(float(step), {})[key] = float("nan") if is_nan else float(value)
+    except sqlite3.DatabaseError as e:  # not a database, or not MLflow's
+        raise UserError(f"{where}: not an MLflow SQLite store ({e}); give the mlflow.db a tracked run wrote") from None
+    return list(runs.values())
+
+
+def _read_server(uri: str, experiment: str) -> list[Logged]:
+    try:
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise UserError(f"mlflow:{experiment}: reading MLflow needs its client: pip install mlflow-skinny") from None
+    for var, value in ENVIRONMENT["mlflow"].items():  # bounded retries, no telemetry (ablate.track.base)
+        os.environ.setdefault(var, value)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            raise UserError(f"mlflow:{experiment}: no such experiment at {uri}; check the name (the sweep's)")
+        out, token = [], None
+        while True:
+            page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
+            for r in page:
+                tags = r.data.tags
+                got = Logged(exp.name, r.info.run_name or r.info.run_id, r.info.run_id, tags.get(ARM_TAG))
+                got.arm_id = tags.get(ARM_ID_TAG)
+                for key in r.data.metrics:
+                    for m in client.get_metric_history(r.info.run_id, key):
+                        got.steps.setdefault(float(m.step), {})[key] = float(m.value)
+                out.append(got)
+            token = page.token
+            if not token:
+                return out
+    except MlflowException as e:
+        raise UserError(f"mlflow:{experiment}: can't read {_said(uri, e, 'MLFLOW_TRACKING_URI')}") from None
