@@ -264,6 +264,8 @@ class _FakeWandb:
     def init(self, **kw: Any) -> Any:
         self.calls.append(("init", kw["id"], kw["resume"], kw["settings"]["finish_timeout"]))
         n, calls = self.held.get(kw["id"], 0), self.calls
+        if n and kw["resume"] == "never":  # as W&B does: that id exists, and resume="never" may not continue it
+            raise RuntimeError(f"run {kw['id']} already exists")
         sync_dir = f"{kw['dir']}/wandb/offline-run-{kw['id']}"
 
         class Run:
@@ -298,13 +300,17 @@ def test_wandb_never_continues_another_directorys_run_and_resends_what_the_serve
     assert re.fullmatch(r"rid-[0-9a-f]{4}", new_id)
     t.log({"step": 0, "x": 1.0})
     assert fake.calls == [
-        ("init", "rid", "allow", FINISH_TIMEOUT_S),
-        ("finish", "rid", None),  # that run left as it was: nothing logged to it
+        ("init", "rid", "never", FINISH_TIMEOUT_S),  # refused: that run is left as it was, never opened
         ("init", new_id, "never", FINISH_TIMEOUT_S),
         ("log", new_id, 0),
     ]
     [warned] = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
-    assert "W&B run rid in project p already holds 7 steps of another run directory" in warned and new_id in warned
+    assert "W&B refused run id rid in project p (a W&B run of that id exists" in warned and new_id in warned
+    # a fresh directory whose id W&B does not hold opens it as it is (resume="never")
+    fake.held, fake.calls = {}, []
+    WandbTracker().start(_wandb_ctx(tmp_path / "fresh", "online"), None)
+    assert fake.calls == [("init", "rid", "never", FINISH_TIMEOUT_S)]
+    assert store.read_json(tmp_path / "fresh" / "track" / "wandb.json") == {"id": "rid"}
     # a later attempt resumed at step 4 reopens the id recorded; the server lost steps after 0 (held: 1 step):
     # the kept lines it lacks are sent, then this attempt's (the checkpoint's line appended again: not twice)
     store.append_jsonl(run_dir / "metrics.jsonl", *({"step": s, "x": 1.0} for s in (0, 2, 4)))

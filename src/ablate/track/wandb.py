@@ -78,19 +78,12 @@ class WandbTracker:
         store.make_dirs(store.check_no_links(ctx.run_dir / "wandb", ctx.run_dir))
         state = store.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
         saved = saved_id(ctx.run_dir)
-        wandb_id = saved or ctx.run_id
-        self._run = self._init(wandb, ctx, how, wandb_id, "allow")
+        if saved is not None or how != "online":  # this directory's own W&B run (offline: ids meet only at sync)
+            wandb_id = saved or ctx.run_id
+            self._run = self._init(wandb, ctx, how, wandb_id, "allow")
+        else:
+            wandb_id = self._open_new(wandb, ctx)
         self._last = int(self._run.starting_step) - 1 if self._run.resumed and not offline else -1
-        if saved is None and self._last >= 0:  # a fresh directory: that W&B run's steps are another directory's
-            self._run.finish()
-            new_id = f"{ctx.run_id}-{secrets.token_hex(2)}"
-            warn(
-                f"W&B run {wandb_id} in project {project(ctx.options)} already holds {self._last + 1} steps of "
-                f"another run directory (a --force re-run, or the same config in another sweep); this run logs to "
-                f"a new W&B run {new_id}"
-            )
-            wandb_id, self._last = new_id, -1
-            self._run = self._init(wandb, ctx, how, wandb_id, "never")
         store.make_dirs(state.parent)
         store.write_json(state, {"id": wandb_id})
         if resumed_from is not None:
@@ -101,6 +94,25 @@ class WandbTracker:
         if offline:
             folder = self._run.settings.sync_dir
             ctx.note(f"W&B run {wandb_id} is logged offline; upload it with: wandb sync {folder}")
+
+    def _open_new(self, wandb: Any, ctx: TrackContext) -> str:
+        """A fresh directory online: its W&B run is opened with resume="never", so a W&B run of the same id (a
+        --force re-run's archived directory, the same config in another sweep of the project) is never continued
+        or changed; if W&B refuses the id, the run logs to `<run_id>-<4 hex>` instead, with one warning."""
+        try:
+            self._run = self._init(wandb, ctx, "online", ctx.run_id, "never")
+            return ctx.run_id
+        except RuntimeError as first:
+            new_id = f"{ctx.run_id}-{secrets.token_hex(2)}"
+            try:
+                self._run = self._init(wandb, ctx, "online", new_id, "never")
+            except RuntimeError:
+                raise first from None  # not the id: the server, the network or the credentials
+        warn(
+            f"W&B refused run id {ctx.run_id} in project {project(ctx.options)} (a W&B run of that id exists: a "
+            f"--force re-run, or the same config in another sweep); this run logs to a new W&B run {new_id}"
+        )
+        return new_id
 
     @staticmethod
     def _init(wandb: Any, ctx: TrackContext, how: str, wandb_id: str, resume: str) -> Any:
