@@ -328,6 +328,8 @@ def test_bad_input_is_one_line_naming_it(tmp_path):
     (tmp_path / "empty").mkdir()
     line = error_line(runner.invoke(app, ["report", str(tmp_path / "empty")]))
     assert "empty" in line and "not a sweep directory" in line and "sweeps/NAME" in line
+    line = error_line(runner.invoke(app, ["report", str(tmp_path / "gone")]))
+    assert "gone: no such directory (nor sweeps/" in line and "sweeps/NAME" in line
     sweep = write_sweep(tmp_path, "s", {"loss=cispo": seeds(0.61, 2500, 0, n=1)}, baseline="loss=cispo")
     line = error_line(runner.invoke(app, ["report", str(sweep), "--out", str(tmp_path)]))
     assert "--out" in line and "is a directory" in line and "report.html" in line

@@ -231,6 +231,8 @@ def test_reading_errors_name_the_input_and_the_fix(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["fit", str(other)])
     assert res.exit_code == 2 and "not an MLflow SQLite store (no such table: runs)" in res.output, res.output
     assert [r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")] == ["t"]  # untouched
+    res = CliRunner().invoke(app, ["fit", str(tmp_path), "--from", "mlflow"])  # a folder, not "no such file"
+    assert res.exit_code == 2 and "a folder, not an MLflow store; give its mlflow.db file" in res.output, res.output
 
 
 START_ONE = """
@@ -346,6 +348,8 @@ def test_train_without_a_uri_keeps_its_store_in_the_run_directory(tmp_path):
     assert list(cwd.iterdir()) == []  # no ./mlruns, no ./mlflow.db
     assert {"mlflow.db", "mlflow-artifacts"} <= {p.name for p in out.iterdir()}
     assert "warning" not in done.stderr
+    uri = f"sqlite:///{out / 'mlflow.db'}"  # where the store is, said once, as W&B offline says its sync command
+    assert f"view it with: mlflow ui --backend-store-uri {uri}" in done.stderr, done.stderr[-3000:]
     res = CliRunner().invoke(app, ["fit", str(out / "mlflow.db"), "--x", "samples", "--n-boot", "0", "--json"])
     assert res.exit_code == 0, res.output
     [fit] = json.loads(res.output)["fits"]

@@ -121,7 +121,8 @@ TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute ne
 N_BOOT_OPT = typer.Option(
     1000,
     "--n-boot",
-    help="Bootstrap resamples for the fits' intervals (0: none; at most 10,000).",
+    help="Bootstrap resamples for the fits' intervals (at most 10,000; 0: none, which rank and report refuse, "
+    "their verdicts resting on intervals).",
     callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY),
 )
 CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")

@@ -70,9 +70,13 @@ def print_trainers(console: Console) -> None:
 
 def run_end(summary: dict[str, Any]) -> str:
     """`ablate train`'s last line: how the run ended, where, and its last pass rate."""
+
+    def rate(v: Any) -> str:  # a pass rate to 4 decimals (a float32 read back prints 17 digits otherwise)
+        return f"{v:.4f}" if isinstance(v, float) else str(v)
+
     return (
-        f"{summary['status']}: step {summary['step']}, R0 {summary['r0']}, val_pass_rate {summary['val_pass_rate']}"
-        + (f" ({summary['reason']})" if summary.get("reason") else "")
+        f"{summary['status']}: step {summary['step']}, R0 {rate(summary['r0'])}, "
+        f"val_pass_rate {rate(summary['val_pass_rate'])}" + (f" ({summary['reason']})" if summary.get("reason") else "")
     )
 
 

@@ -101,6 +101,10 @@ def sweep_folder(given: Path) -> Path:
             return candidate
     if given.is_file():
         raise UserError(f"{given}: a file, not a sweep directory; give a sweep's directory, e.g. sweeps/NAME")
+    if not given.exists():
+        raise UserError(
+            f"{given}: no such directory (nor sweeps/{given}); give the folder `ablate sweep` wrote, e.g. sweeps/NAME"
+        )
     raise UserError(
         f"{given}: not a sweep directory (no runs/ folder in it); give the folder `ablate sweep` wrote, "
         "e.g. sweeps/NAME"

@@ -110,6 +110,10 @@ class MlflowTracker:
             self._open(ctx, self._uri)
             if resumed_from is not None:
                 self._send_kept(ctx, resumed_from)
+        if sqlite_path(self._uri) is not None:  # a server names its run's address itself; a file store does not
+            ctx.note(
+                f"MLflow run {self._run_id} is in {self._uri}; view it with: mlflow ui --backend-store-uri {self._uri}"
+            )
 
     def _open(self, ctx: TrackContext, uri: str) -> None:
         from mlflow.tracking import MlflowClient
@@ -300,6 +304,8 @@ def read_back(source: Path) -> list[Logged]:
 
 def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
     where = f"mlflow:{experiment}" if experiment else str(db)
+    if db.is_dir():
+        raise UserError(f"{where}: a folder, not an MLflow store; give its mlflow.db file, or mlflow:EXPERIMENT")
     if not db.is_file():
         raise UserError(f"{where}: no such file {db}")
     query = (
