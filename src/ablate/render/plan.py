@@ -62,47 +62,61 @@ def question_text(d: dict[str, Any]) -> str:
     return f"efficiency {1.0 / e['c_mid']:.3g}x"
 
 
-def designs_table(result: PlanResult) -> Table:
-    """Every rung of every question: compute per run, steps, seeds per arm, power and GPU-hours; cheapest starred."""
-    m = result.model
+def designs_title(result: PlanResult) -> str:
+    """The designs table's title: the sweep, the power asked for and how power was simulated (without markup)."""
     goal = result.designs[0]["goal"] if result.designs else 0.8
     how = (
-        "simulated through `ablate rank`"
+        "simulated through ablate rank"
         if result.designs and result.designs[0].get("engine") == "exact"
-        else "simulated sweeps given verdicts by `ablate rank`'s rules"
+        else "simulated sweeps given verdicts by ablate rank's rules"
     )
-    t = Table(
-        title=f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})",
-        header_style="bold",
-    )
-    for col in (
+    return f"what a sweep of {result.model.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})"
+
+
+def designs_columns(x: str) -> list[str]:
+    """The designs table's columns (the compute column names the axis `x`)."""
+    return [
         "question",
-        f"compute per run ({esc(m.x)})",
+        f"compute per run ({x})",
         "steps",
         "seeds per arm",
         "power",
         "GPU-h per arm",
         "GPU-h sweep",
         "note",
-    ):
+    ]
+
+
+def designs_table(result: PlanResult) -> Table:
+    """Every rung of every question: compute per run, steps, seeds per arm, power and GPU-hours; cheapest starred."""
+    t = Table(title=esc(designs_title(result)), header_style="bold")
+    for col in designs_columns(esc(result.model.x)):
         t.add_column(col, justify="left" if col in ("question", "note") else "right")
     qtext = {d["question"]: question_text(d) for d in result.designs}
+    for r in design_rows(result):
+        t.add_row(
+            Text(qtext[r["question"]]),
+            *design_cells(r),
+            Text("★ cheapest" if r["best"] else r["why"], style="bold green" if r["best"] else "dim"),
+        )
+    return t
+
+
+def design_cells(r: dict[str, Any]) -> list[str]:
+    """One design row's numbers as the plan's table shows them (compute, steps, seeds, power, GPU-hours per arm and
+    per sweep), the same words in the terminal and in the report's page."""
 
     def fmt(v: float | None) -> str:
         return "" if v is None else f"{v:.3g}"
 
-    for r in design_rows(result):
-        t.add_row(
-            Text(qtext[r["question"]]),
-            f"{r['compute']:.4g}",
-            "" if r["steps"] is None else str(r["steps"]),
-            "—" if r["seeds"] is None else str(r["seeds"]),
-            "" if r["power"] is None else f"{r['power']:.2f} ±{r['se']:.2f}",
-            fmt(r["gpu_hours_arm"]),
-            fmt(r["gpu_hours_sweep"]),
-            Text("★ cheapest" if r["best"] else r["why"], style="bold green" if r["best"] else "dim"),
-        )
-    return t
+    return [
+        f"{r['compute']:.4g}",
+        "" if r["steps"] is None else str(r["steps"]),
+        "—" if r["seeds"] is None else str(r["seeds"]),
+        "" if r["power"] is None else f"{r['power']:.2f} ±{r['se']:.2f}",
+        fmt(r["gpu_hours_arm"]),
+        fmt(r["gpu_hours_sweep"]),
+    ]
 
 
 def running_arms_table(result: PlanResult) -> Table:

@@ -170,15 +170,17 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
 def rank(inputs: Inputs, opts: Any, n_boot: int) -> Ranking:
     """`ablate rank SWEEP` with its defaults (--n-boot aside): the same verdicts as the command prints."""
     from ablate import analyses
+    from ablate.fit.spread import MinEffect
 
+    paper = MinEffect()  # rank's defaults: the paper's smallest effects
     settings = analyses.check_rank_settings(
         baseline=None,
         margin=None,
         shared_a="pair",
         noise=None,
         save_noise=None,
-        min_effect=0.02,
-        min_effect_compute=1.15,
+        min_effect=paper.a,
+        min_effect_compute=paper.ratio,
         n_boot=n_boot,
         window=False,
     )

@@ -140,32 +140,19 @@ def data_x(data: ReportData) -> str:
 def plan_context(data: ReportData) -> dict[str, Any] | None:
     """`ablate plan`'s answer as render.plan.print_plan shows it, as text lines and table rows (same columns and
     words); None without one."""
-    from ablate.render.plan import design_rows, gpu_hours, question_text
+    from ablate.render.plan import design_cells, design_rows, designs_columns, designs_title, gpu_hours, question_text
 
     result = data.plan
     if result is None:
         return None
     m = result.model
     goal = result.designs[0]["goal"] if result.designs else 0.8
-    exact = bool(result.designs) and result.designs[0].get("engine") == "exact"
-    how = "simulated through `ablate rank`" if exact else "simulated sweeps given verdicts by `ablate rank`'s rules"
     steps = f" ({round(m.budget * m.steps_per_x)} steps)" if m.steps_per_x else ""
     qtext = {d["question"]: question_text(d) for d in result.designs}
 
-    def g(v: float | None) -> str:
-        return "" if v is None else f"{v:.3g}"
-
     designs = [
         {
-            "cells": [
-                qtext[r["question"]],
-                f"{r['compute']:.4g}",
-                "" if r["steps"] is None else str(r["steps"]),
-                "—" if r["seeds"] is None else str(r["seeds"]),
-                "" if r["power"] is None else f"{r['power']:.2f} ±{r['se']:.2f}",
-                g(r["gpu_hours_arm"]),
-                g(r["gpu_hours_sweep"]),
-            ],
+            "cells": [qtext[r["question"]], *design_cells(r)],
             "note": "★ cheapest" if r["best"] else r["why"],
             "best": r["best"],
         }
@@ -195,17 +182,8 @@ def plan_context(data: ReportData) -> dict[str, Any] | None:
     return {
         "lead": [f"task model ({m.x}): {m.describe()}", f"{m.source}; budget {m.budget:.4g} {m.x} per run{steps}"],
         "notes": [f"note: {n}" for n in m.notes],
-        "title": f"what a sweep of {m.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})",
-        "columns": [
-            "question",
-            f"compute per run ({m.x})",
-            "steps",
-            "seeds per arm",
-            "power",
-            "GPU-h per arm",
-            "GPU-h sweep",
-            "note",
-        ],
+        "title": designs_title(result),
+        "columns": designs_columns(m.x),
         "designs": designs,
         "answers": answers,
         "running": running_arms(data),
