@@ -49,6 +49,10 @@ def _healthy(port: int) -> bool:
         conn.close()
 
 
+ON_SERVER = pytest.mark.xdist_group("mlflow-server")
+"""The tests that use the server run in one xdist worker (`make test` runs `--dist loadgroup`), so it starts once."""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A real tracking server (the .venv's `mlflow server`, one worker, a SQLite backend): its URI."""
@@ -63,7 +67,7 @@ def server(tmp_path_factory):
             assert proc.poll() is None, (root / "server.log").read_text()[-3000:]
             yield f"http://127.0.0.1:{port}"
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGKILL)  # its store is thrown away: no need for a graceful stop
             proc.wait(timeout=60)
 
 
@@ -99,6 +103,7 @@ def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, flo
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+@ON_SERVER
 def test_a_resumed_attempt_continues_the_run_with_each_step_once(server, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
     run_dir = tmp_path / "run"
@@ -144,6 +149,7 @@ def test_a_resumed_attempt_continues_the_run_with_each_step_once(server, tmp_pat
     assert fit["run"] == "loss=grpo,seed=0" and fit["group"] == "loss=grpo"
 
 
+@ON_SERVER
 def test_a_tracker_added_on_a_resume_first_sends_the_lines_kept(server, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
     run_dir = tmp_path / "run"
@@ -159,6 +165,7 @@ def test_a_tracker_added_on_a_resume_first_sends_the_lines_kept(server, tmp_path
     assert hist == [(0, 0.0), (2, 0.002), (4, 0.004), (6, 1.006), (8, 1.008)]
 
 
+@ON_SERVER
 def test_each_end_state_ends_the_run_as_mlflow_says_it(server, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
     client = MlflowClient(tracking_uri=server)
@@ -282,6 +289,7 @@ def _steps(out: Path) -> list[int]:
     return [r["step"] for r in store.read_jsonl(path)] if path.exists() else []
 
 
+@ON_SERVER
 @pytest.mark.slow
 def test_train_killed_and_resumed_holds_each_step_once_on_the_server(server, tmp_path):
     out = tmp_path / "e2e-run"
