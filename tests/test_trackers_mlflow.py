@@ -22,8 +22,7 @@ from ablate import store
 from ablate.cli import app
 from ablate.resources import RECIPES_DIR
 from ablate.track import mlflow as tracker_mod
-from ablate.track.base import ENVIRONMENT, TrackContext
-from ablate.track.fanout import set_environment
+from ablate.track.base import ENVIRONMENT, TrackContext, set_environment
 from ablate.track.mlflow import MlflowTracker
 from jobs import SMALL_TRAIN, until
 

@@ -17,7 +17,7 @@ import numpy as np
 from ablate.errors import UserError
 
 if TYPE_CHECKING:
-    from ablate.fit.arms import Ranking
+    from ablate.fit.arms import ArmResult, Ranking
     from ablate.fit.result import FitResult
 
 
@@ -202,18 +202,22 @@ def plot_fits(
     return _save(fig, path)
 
 
-def _log_f(x: np.ndarray, y: np.ndarray, r0: float, a: float) -> tuple[np.ndarray, np.ndarray]:
-    """The points as (C, F(R)) with F(R) = (R - R0) / (A - R), where it is defined (R0 < R < A)."""
-    ok = (y > r0) & (y < a)
-    return x[ok], (y[ok] - r0) / (a - y[ok])
+def efficiency_pairs(ranking: Ranking) -> tuple[ArmResult, list[ArmResult]] | None:
+    """The baseline and the arms compared with it on efficiency (under a shared A), or None when there are none."""
+    base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
+    pairs = [a for a in ranking.arms if a.shared is not None]
+    return None if base is None or not pairs else (base, pairs)
 
 
-def _window_points(fit) -> tuple[np.ndarray, np.ndarray]:
-    """The points a fit was fitted on ([n] each), thinned for drawing."""
+def efficiency_points(fit: FitResult, a_shared: float, max_points: int = MAX_DRAWN_POINTS) -> tuple[np.ndarray, ...]:
+    """The points a fit was fitted on as (C, F(R)), F(R) = (R - R0) / (A - R) under the shared ceiling, where it is
+    defined (R0 < R < A), thinned to about `max_points`; and every x of the fit's runs (for the line's span)."""
     x = np.concatenate([c.x for c in fit.curves])
     y = np.concatenate([c.y for c in fit.curves])
-    k = _thin((x > 0) & (x >= fit.window[0]) & (x <= fit.window[1]))
-    return x[k], y[k]
+    ok = (x > 0) & (x >= fit.window[0]) & (x <= fit.window[1]) & (y > fit.R0) & (y < a_shared)
+    k = np.nonzero(ok)[0]
+    k = k[:: max(1, k.size // max_points)]
+    return x[k], (y[k] - fit.R0) / (a_shared - y[k]), x
 
 
 def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
@@ -228,10 +232,10 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
     """
     from ablate.render.rank import verdict_cell
 
-    pairs = [a for a in ranking.arms if a.shared is not None]
-    base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
-    if not pairs or base is None:
+    compared = efficiency_pairs(ranking)
+    if compared is None:
         return None
+    base, pairs = compared
     plt = _plt()
     ncols = min(3, len(pairs))
     nrows = math.ceil(len(pairs) / ncols)
@@ -247,8 +251,8 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
             ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", target),
             ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, ratio * target),
         ):
-            x, y = _window_points(fit)
-            px, pf = _log_f(x, y, fit.R0, a_s)
+            px, pf, x = efficiency_points(fit, a_s)
+            x = x[(x >= fit.window[0]) & (x <= fit.window[1]) & (x > 0)]
             ax.scatter(px, pf, s=7, color=color, alpha=0.45)
             hi = max(float(x.max()), target, reach if math.isfinite(reach) else 0.0)
             xs = np.geomspace(float(x.min()), hi, 100)

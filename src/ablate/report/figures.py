@@ -182,13 +182,6 @@ def fits_figure(ranking: Ranking) -> go.Figure:
     return fig
 
 
-def efficiency_pairs(ranking: Ranking) -> tuple[ArmResult, list[ArmResult]] | None:
-    """The baseline and the arms compared with it on efficiency (under a shared A), or None when there are none."""
-    base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
-    pairs = [a for a in ranking.arms if a.shared is not None]
-    return None if base is None or not pairs else (base, pairs)
-
-
 def efficiency_figure(ranking: Ranking, base: ArmResult, pairs: list[ArmResult]) -> go.Figure:
     """The paper's efficiency view of each comparison behind a verdict: log F(R) = log((R - R0) / (A - R)) against
     log compute under the pair's shared A, each arm a line of slope B through C_mid (render.figures.plot_efficiency);
@@ -234,11 +227,10 @@ def efficiency_traces(
     """One side of a comparison: its window's points as (C, F(R)) under the shared A, and its line (C / C_mid)^B."""
     import plotly.graph_objects as go
 
-    fit, a_s = who.fit, shared["A_shared"]
-    x = np.concatenate([c.x for c in fit.curves])
-    y = np.concatenate([c.y for c in fit.curves])
-    ok = (x > 0) & (x >= fit.window[0]) & (x <= fit.window[1]) & (y > fit.R0) & (y < a_s)
-    px, pf = thinned(x[ok], (y[ok] - fit.R0) / (a_s - y[ok]))
+    from ablate.render.figures import efficiency_points
+
+    fx, ff, x = efficiency_points(who.fit, shared["A_shared"], MAX_POINTS)
+    px, pf = [float(v) for v in fx], [float(v) for v in ff]
     hi = max(float(x.max()), 1e-12)
     xs = np.geomspace(max(float(x[x > 0].min()), 1e-12), hi, 100)
     return [

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from ablate import store
+from ablate.render.figures import efficiency_pairs
 from ablate.report import figures
 from ablate.report.data import ReportData, run_warnings, seed_order
 from ablate.runinfo import RunInfo
@@ -115,7 +116,7 @@ def figure_context(data: ReportData) -> tuple[dict[str, Any], dict[str, str]]:
         missing["plot-fits"] = missing["plot-efficiency"] = f"no ranking: {data.ranking_missing}"
     else:
         figs["plot-fits"] = figures.fits_figure(r)
-        pairs = figures.efficiency_pairs(r)
+        pairs = efficiency_pairs(r)
         if len(r.arms) < 2:
             missing["plot-efficiency"] = "one arm only: there is nothing to compare it with"
         elif pairs is None:

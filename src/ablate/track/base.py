@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +26,20 @@ thread before the trackers' threads start: setenv is not safe while another thre
 WANDB_SILENT: nothing of W&B's in the terminal. MLflow's REST client retries a call 7 times with backoff factor 2
 and waits 120 s for an answer (minutes against a server that is down), takes these limits only from the
 environment, and sends usage telemetry unless told not to (docs/trackers.md)."""
+
+
+def set_environment(names: Sequence[str]) -> None:
+    """The ENVIRONMENT of the trackers named, each variable unless already set. Call on the main thread only
+    (setenv is not safe against another thread's getenv): the fan-out before its threads start, a reader before it
+    reads."""
+    for name in names:
+        for var, value in ENVIRONMENT.get(name, {}).items():
+            os.environ.setdefault(var, value)
+
+
+def numbers(record: dict[str, Any]) -> dict[str, float]:
+    """The fields of a metrics line a tracker plots: every int or float but the step (a bool is a flag)."""
+    return {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def say(line: str) -> None:

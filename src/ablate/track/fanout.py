@@ -4,7 +4,6 @@ waits a bounded time. What each tracker receives and how failures read: docs/tra
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -16,7 +15,7 @@ from ablate.identity import arm_id, run_id
 from ablate.registry import Registry
 from ablate.rundir import RunDir
 from ablate.states import RunState
-from ablate.track.base import ENVIRONMENT, TrackContext, Tracker, warn
+from ablate.track.base import TrackContext, Tracker, set_environment, warn
 
 CLASSES: Registry[Callable[[], Tracker]] = Registry("tracker")
 """`--track NAME` -> the tracker's class. Lazy: a tracker's library (wandb, mlflow, tensorboard) loads only when a
@@ -168,13 +167,6 @@ def build(names: Sequence[str]) -> list[Tracker]:
         except Exception as e:  # an unknown name, a class that fails to build
             warn(_failure(name, "load", e))
     return trackers
-
-
-def set_environment(names: Sequence[str]) -> None:
-    """The ENVIRONMENT of the trackers named, each variable unless already set. Call on the main thread only."""
-    for name in names:
-        for var, value in ENVIRONMENT.get(name, {}).items():
-            os.environ.setdefault(var, value)
 
 
 def open_fanout(config: Any, rd: RunDir) -> FanOut | None:

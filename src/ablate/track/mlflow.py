@@ -20,7 +20,7 @@ from ablate import locks, store
 from ablate.errors import UserError
 from ablate.rundir import RunDir
 from ablate.states import RunState
-from ablate.track.base import ENVIRONMENT, TrackContext
+from ablate.track.base import TrackContext, numbers, set_environment
 
 STATE_FILE = Path("track") / "mlflow.json"
 """Under the run directory: the tracking URI and the MLflow run id this run mirrors to, so that a resumed attempt
@@ -77,13 +77,12 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def metric_values(record: dict[str, Any]) -> dict[str, float]:
-    """The numbers of a metrics line MLflow takes as metrics: every int or float but the step (a bool is a flag; an
-    integer past the floats is left out). NaN and infinities stay: MLflow stores them, and a diverged run shows."""
+    """A metrics line's numbers (base.numbers) as the floats MLflow stores: an integer past the floats is left out.
+    NaN and infinities stay: MLflow stores them, and a diverged run shows."""
     out: dict[str, float] = {}
-    for k, v in record.items():
-        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-            with contextlib.suppress(OverflowError):
-                out[k] = float(v)
+    for k, v in numbers(record).items():
+        with contextlib.suppress(OverflowError):
+            out[k] = float(v)
     return out
 
 
@@ -335,8 +334,7 @@ def _read_server(uri: str, experiment: str) -> list[Logged]:
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise UserError(f"mlflow:{experiment}: reading MLflow needs its client: pip install mlflow-skinny") from None
-    for var, value in ENVIRONMENT["mlflow"].items():  # bounded retries, no telemetry (ablate.track.base)
-        os.environ.setdefault(var, value)
+    set_environment(["mlflow"])  # bounded retries, no telemetry (ablate.track.base)
     try:
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment)

@@ -6,12 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate import store
-from ablate.track.base import TrackContext
-
-
-def numbers(record: dict[str, Any]) -> dict[str, float]:
-    """The fields of a metrics line a tracker plots: every int or float but the step (a bool is a flag)."""
-    return {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+from ablate.track.base import TrackContext, numbers
 
 
 class TensorBoardTracker:

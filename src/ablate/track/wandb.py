@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate import store
-from ablate.track.base import TrackContext, warn
-from ablate.track.tensorboard import numbers
+from ablate.track.base import TrackContext, numbers, warn
 
 INIT_TIMEOUT_S = 30.0
 """How long `wandb.init` may try to reach the server (W&B's own default: 90 s) unless $WANDB_INIT_TIMEOUT says: a
