@@ -224,7 +224,7 @@ def test_each_launch_is_recorded_and_the_page_lists_them(tmp_path, monkeypatch):
 
     res = runner.invoke(app, ["report", str(sdir), "--no-plan", "--n-boot", N_BOOT])
     assert res.exit_code == 0, res.output
-    prov = (sdir / "report.html").read_text(encoding="utf-8").split('id="provenance"', 1)[1]
+    prov = (proj / "report-mine.html").read_text(encoding="utf-8").split('id="provenance"', 1)[1]  # in the cwd
     recipes_commit = prov.split("recipes' commit</dt>", 1)[1].split("</dd>", 1)[0]
     assert f"{head} + uncommitted changes" in recipes_commit
     table = prov.split('id="launches"', 1)[1].split("</table>", 1)[0]
@@ -295,11 +295,12 @@ def test_the_extrapolation_has_its_held_out_check(three_arms):
     assert "Held-out check: on the" in page
 
 
-def test_one_arm_still_renders_with_the_comparison_missing(tmp_path):
+def test_one_arm_still_renders_with_the_comparison_missing(tmp_path, monkeypatch):
     sweep = write_sweep(tmp_path, "one", {"loss=cispo": seeds(0.61, 2500, 0, n=2)}, baseline="loss=cispo")
+    monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, ["report", str(sweep), "--n-boot", N_BOOT])
     assert res.exit_code == 0, res.output
-    out = sweep / "report.html"  # the default --out
+    out = Path("report-one.html")  # the default --out: in the current folder
     assert res.stdout.strip() == str(out)
     d = dom(out.read_text(encoding="utf-8"))
     assert "plot-efficiency" not in d.ids and "plot-fits" in d.ids
@@ -307,12 +308,13 @@ def test_one_arm_still_renders_with_the_comparison_missing(tmp_path):
     assert d.rows == ["loss=cispo"] and d.verdicts == ["baseline"]
 
 
-def test_too_few_points_leave_notes_not_a_failure(tmp_path):
+def test_too_few_points_leave_notes_not_a_failure(tmp_path, monkeypatch):
     short = [synthetic_curve(a=0.61, b=1.9, c_mid=2500, n_points=2, seed=s) for s in range(2)]
     sweep = write_sweep(tmp_path, "short", {"loss=cispo": short, "loss=grpo": short}, baseline="loss=cispo")
+    monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, ["report", str(sweep), "--n-boot", N_BOOT])
     assert res.exit_code == 0, res.output
-    d = dom((sweep / "report.html").read_text(encoding="utf-8"))
+    d = dom((tmp_path / "report-short.html").read_text(encoding="utf-8"))
     assert d.missing and {"plot-fits", "plot-extrapolation"} - set(d.ids)
     assert "status" in d.ids and "provenance" in d.ids
 
@@ -352,14 +354,15 @@ def test_the_page_is_never_written_through_a_link(tmp_path):
     assert elsewhere.read_text() == "keep"
 
 
-def test_undecided_arms_say_what_would_decide_them(tmp_path):
+def test_undecided_arms_say_what_would_decide_them(tmp_path, monkeypatch):
     """An arm whose window has not passed C_mid is not identified: the page says more compute would decide it, and
     shows `ablate plan`'s answer."""
     arms = {"loss=cispo": seeds(0.61, 2500, 0, n=2), "loss=slow": seeds(0.61, 60000, 10, n=2)}
     sweep = write_sweep(tmp_path, "slow", arms, baseline="loss=cispo")
+    monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, ["report", str(sweep), "--n-boot", N_BOOT])
     assert res.exit_code == 0, res.output
-    page = (sweep / "report.html").read_text(encoding="utf-8")
+    page = (tmp_path / "report-slow.html").read_text(encoding="utf-8")
     assert dom(page).verdicts == ["baseline", "not_identified"]
     decide = page.split('id="decide"', 1)[1].split("</section>", 1)[0]
     assert "loss=slow" in decide and "more compute per run" in decide

@@ -354,7 +354,11 @@ def test_train_without_a_uri_keeps_its_store_in_the_run_directory(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(cwd.iterdir()) == []  # no ./mlruns, no ./mlflow.db
     assert {"mlflow.db", "mlflow-artifacts"} <= {p.name for p in out.iterdir()}
-    assert "warning" not in done.stderr
+    warned = [ln for ln in done.stderr.splitlines() if ln.startswith("warning:")]
+    assert all("tracker mlflow still sending" in ln for ln in warned), done.stderr[-3000:]  # a busy machine's only
+    if (out / "track" / "unsent.json").exists():  # the tracker fell behind at the end (a busy machine): send the rest
+        assert warned and CliRunner().invoke(app, ["sync", str(out)]).exit_code == 0
+    assert not (out / "track" / "unsent.json").exists()
     uri = f"sqlite:///{out / 'mlflow.db'}"  # where the store is, said once, as W&B offline says its sync command
     assert f"view it with: mlflow ui --backend-store-uri {uri}" in done.stderr, done.stderr[-3000:]
     res = CliRunner().invoke(app, ["fit", str(out / "mlflow.db"), "--x", "samples", "--n-boot", "0", "--json"])

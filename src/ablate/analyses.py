@@ -246,6 +246,21 @@ def extrapolate_inputs(
     return ExtrapolationReport(ex, opts, target_text, by_rank)
 
 
+def check_calibration_axis(calibration: Path) -> None:
+    """A calibration plans a sweep file, whose runs log the compute axes of a run directory (COMPUTE_AXES): its
+    axis must be one of them (any other name, read from the file, is refused in one line)."""
+    from ablate.fit.taskmodel import TaskModel
+    from ablate.rundir import COMPUTE_AXES
+    from ablate.text import safe
+
+    x = TaskModel.load(calibration).x
+    if x not in COMPUTE_AXES:
+        raise UserError(
+            f"--calibration {calibration}: x is {safe(repr(x)[:60])}, not a compute axis a sweep's runs log "
+            f"({', '.join(COMPUTE_AXES)}); write it again with `ablate plan SWEEP_DIR --save-calibration FILE`"
+        )
+
+
 def plan_any(
     source: Path,
     overrides: list[str],
@@ -265,13 +280,18 @@ def plan_any(
     (ablate.plan.plan_from_file); a sweep directory or curves from what they measured (plan_measured), on the
     axis `--x auto` picks (said through `axis_line` first, when it is not the paper's)."""
     from ablate import plan
+    from ablate.resources import find_recipe
 
+    if not source.exists() and source.suffix in (".yaml", ".yml"):
+        source, _ = find_recipe(source)  # a packaged sweep file, found as `ablate show` and `ablate sweep` find it
     if not source.exists():
         raise UserError(
             f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
             "or a sweep file with --calibration"
         )
     if source.is_file() and source.suffix in (".yaml", ".yml"):
+        if calibration is not None:
+            check_calibration_axis(calibration)
         return plan.plan_from_file(source, overrides, calibration, to=to, **common)
     if overrides:
         raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")

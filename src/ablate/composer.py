@@ -26,10 +26,12 @@ from typing import Any, ClassVar, cast
 from omegaconf import OmegaConf
 
 from ablate import config as schema
+from ablate import destinations as choice
 from ablate import ownership, store
 from ablate.config import RunConfig, plain
+from ablate.errors import UserError
 from ablate.overrides import override_key, parse_overrides
-from ablate.safe_yaml import ONLY_KEYS, check_recipe_file, interpolation_problems, no_resolvers, strings
+from ablate.safe_yaml import ONLY_KEYS, check_recipe_file, interpolation_problems, leaves_folder, no_resolvers, strings
 from ablate.validation import closest, type_hints
 
 SCHEMA_CONFIG = "ablate_schema"
@@ -77,6 +79,8 @@ class Composer:
     def __init__(self, recipes_dir: Path) -> None:
         self.dir = recipes_dir
         self.groups = recipe_groups(recipes_dir)
+        self._inside: set[tuple[str, ...]] = set()
+        _refuse_links_out(recipes_dir)  # a linked folder's files would skip the check below, and Hydra reads them
         h = hashlib.sha256(_CACHE_VERSION + json.dumps(defaults_tree(), sort_keys=True).encode())
         for p in sorted(recipes_dir.rglob("*.yaml")):
             data = p.read_bytes()
@@ -85,7 +89,18 @@ class Composer:
         self.fingerprint = h.hexdigest()
 
     def compose(self, name: str, overrides: Sequence[str]) -> dict[str, Any]:
-        """The raw composed config (not yet validated) as plain containers; ComposeError explains a failure."""
+        """The raw composed config (not yet validated) as plain containers; ComposeError explains a failure. The
+        recipe is composed first without the tracker settings among `overrides`, which only the command line may
+        give (ablate.destinations): a recipe that chose a tracker or a destination itself is refused."""
+        self.check_inside(name, overrides)
+        own, track = choice.split(overrides)
+        cfg = self._cached(name, own)
+        problem = choice.recipe_problem(cfg, defaults_tree(), f"recipe {name!r} ({self.dir / name}.yaml)")
+        if problem:
+            raise ComposeError(problem)
+        return self._cached(name, [*own, *track]) if track else cfg
+
+    def _cached(self, name: str, overrides: Sequence[str]) -> dict[str, Any]:
         key = (self.fingerprint, name, tuple(overrides))
         if key in self._memory:
             return copy.deepcopy(self._memory[key])
@@ -129,6 +144,26 @@ class Composer:
         if left:  # text pieced together across keys into `${...}`: a later reader would resolve it
             raise ComposeError(f"{left[0]}: resolves to {left[1]!r}, which holds '${{'; {ONLY_KEYS}")
         return cast(dict[str, Any], cfg)  # a config composed from mappings is a mapping
+
+    def check_inside(self, name: str, overrides: Sequence[str]) -> None:
+        """Refuse, in one line, a recipe name or a config-group override whose option could name a file outside
+        this folder (`loss=../../x`, `+../x=y`): Hydra would read it, unchecked (ablate.safe_yaml.leaves_folder)."""
+        if (name, *overrides) in self._inside:
+            return
+        if leaves_folder(name) or "/" in name:
+            raise UserError(f"recipe {name!r}: not a recipe of {self.dir}; name a recipe file of that folder")
+        for o in parse_overrides(overrides, "override"):
+            group = o.key_or_group.lstrip("+~")
+            value = o.value()
+            values = getattr(value, "list", value if isinstance(value, list) else [value])  # a sweep's, a list's
+            options = [v for v in values if isinstance(v, str)]
+            if leaves_folder(group) or ((self.dir / group).is_dir() and any(leaves_folder(v) for v in options)):
+                known = ", ".join(self.groups.get(group, [])) or "none"
+                raise UserError(
+                    f"{o.input_line}: names a file outside the recipes folder {self.dir}; name an option of "
+                    f"recipes/{group}/ ({known})"
+                )
+        self._inside.add((name, *overrides))
 
     def _explain_missing(self, text: str) -> str:
         m = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
@@ -175,6 +210,25 @@ class Composer:
             fix = f"use it with {head}={'|'.join(having)}" if having else "drop it"
             return f"{key}: not a parameter of {head}={option} (its parameters: {', '.join(own) or 'none'}); {fix}"
         return f"{key}: unknown key{closest(key, schema.all_keys())}"
+
+
+def _refuse_links_out(recipes_dir: Path) -> None:
+    """Refuse, in one line, a link inside the recipes folder to a folder or a YAML file outside it (or a YAML link
+    that cannot be resolved): Hydra would read YAML through it. Links to other files (a venv's python) are not read."""
+    top = recipes_dir.resolve()
+    for folder, dirs, files in os.walk(top):  # does not descend into linked folders: each is checked here
+        for entry in (Path(folder) / n for n in (*dirs, *files)):
+            if not entry.is_symlink() or not (entry.suffix == ".yaml" or entry.is_dir()):
+                continue
+            try:
+                inside = entry.resolve(strict=True).is_relative_to(top)
+            except (OSError, RuntimeError):  # dangling, or a loop
+                inside = False
+            if not inside:
+                raise UserError(
+                    f"{entry}: a link to {os.readlink(entry)}, outside the recipes folder {top} (or broken); "
+                    "copy the file into the folder instead"
+                )
 
 
 def _cache_dir() -> Path:

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from ablate import log_readers, logs
+from ablate import log_readers, logs, reading
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.run_curves import curve_from_run_dir
-from ablate.rundir import COMPUTE_AXES, RunDir
+from ablate.rundir import COMPUTE_AXES, RunDir, sweep_run_dirs
 from ablate.tables import VAL_N, as_name, fmt_lines, number, read_rows
 
 MLFLOW = "mlflow"
@@ -120,13 +120,13 @@ def recorded_devices(paths: list[Path]) -> list[str | None] | None:
     devices: list[str | None] = []
     for p in (_bare_sweep(Path(p)) for p in paths):
         if p.is_dir() and _is_sweep(p):
-            runs = sorted(r for r in (p / "runs").iterdir() if r.is_dir())
+            runs = sweep_run_dirs(p)
         elif p.is_dir() and _is_run_dir(p):
-            runs = [p]
+            runs = [RunDir(p).check_links()]
         else:
             return None
         for r in runs:
-            d = RunDir(r).info().raw.get("device")
+            d = r.info().raw.get("device")
             devices.append(d if isinstance(d, str) else None)
     return devices
 
@@ -147,19 +147,19 @@ def curves_from_sweep(
         raise UserError(
             f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)"
         )
-    run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    run_dirs = sweep_run_dirs(sweep_dir)  # no link followed: a linked runs/, run or run file is refused
     if not run_dirs:
         raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
     missing = []
     labelled: list[tuple[Path, Curve]] = []
-    for p in run_dirs:
-        curve, why = curve_from_run_dir(RunDir(p), x=x, y=y)
+    for rd in run_dirs:
+        curve, why = curve_from_run_dir(rd, x=x, y=y)
         if curve is not None:
             curves.append(curve)
-            if curve.run != p.name:  # a run with a label (one without is named after its directory)
-                labelled.append((p, curve))
+            if curve.run != rd.path.name:  # a run with a label (one without is named after its directory)
+                labelled.append((rd.path, curve))
             continue
         if "_missing" in why:
             missing.append(why.pop("_missing"))
@@ -214,17 +214,17 @@ def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
 
 
 def _is_run_dir(p: Path) -> bool:
-    rd = RunDir(p)
-    return rd.metrics_path.exists() or rd.info_path.exists()
+    rd = RunDir(p)  # a link there counts too, to be refused when the run is read
+    return os.path.lexists(rd.metrics_path) or os.path.lexists(rd.info_path)
 
 
 def _is_sweep(p: Path) -> bool:
     """A sweep directory: runs/ with a ledger or a run directory in it (a TRL output's runs/ holds TensorBoard
     logs instead), or with nothing else to read the folder as."""
     runs = p / "runs"
-    if not runs.is_dir():
+    if not runs.is_dir() and not runs.is_symlink():  # a linked runs/ is a sweep's, refused by sweep_run_dirs
         return False
-    if (p / "ledger.jsonl").exists() or any(_is_run_dir(r) for r in runs.iterdir() if r.is_dir()):
+    if (p / "ledger.jsonl").exists() or any(_is_run_dir(rd.path) for rd in sweep_run_dirs(p)):
         return True
     try:
         logs.detect(p)
@@ -269,6 +269,7 @@ def load_inputs(
     paths = [_bare_sweep(Path(p)) for p in paths]
     names = input_names(paths)
     for p, name in zip(paths, names):
+        reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
         kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else MLFLOW if _is_mlflow(p) else logs.detect(p)
         if ours and kind != ours:
@@ -289,7 +290,7 @@ def load_inputs(
         elif kind == "run":
             if x not in COMPUTE_AXES:
                 raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
-            c, why = curve_from_run_dir(RunDir(p), x=x, y=y)
+            c, why = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
             if c is None:
                 raise UserError(f"{p}: {why['reason']}")
             cs, sk = [c], []
@@ -312,11 +313,9 @@ def _is_mlflow(p: Path) -> bool:
     mlflow.db)."""
     if str(p).startswith("mlflow:"):
         return True
-    try:
-        with open(p, "rb") as f:
-            return p.is_file() and f.read(16) == b"SQLite format 3\x00"
-    except OSError:
+    if not p.is_file():  # a folder, no file, or a device or pipe (opening a pipe would block): detect says which
         return False
+    return reading.read_head(p, 16) == b"SQLite format 3\x00"
 
 
 def _mlflow_curves(p: Path, *, x: str, y: str, per_step: dict[str, float]) -> list[Curve]:

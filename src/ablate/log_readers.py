@@ -18,11 +18,8 @@ import numpy as np
 
 from ablate import store
 from ablate.errors import UserError
+from ablate.reading import MAX_STEP, check_size, open_regular, read_head, read_whole, refuse_special
 from ablate.tables import number, read_csv
-
-MAX_STEP = 2**53
-"""Steps beyond this are refused: past 2^53 floats no longer hold every integer (distinct steps merge), and no
-training run takes that many (a step a microsecond would need 285 years): such a number is not a step count."""
 
 Runs = dict[str, dict[float, dict[str, float]]]
 """run name -> step -> metric -> value (NaN kept: dropped when curves are made)."""
@@ -138,6 +135,9 @@ def read_tensorboard(p: Path) -> Runs:
         folders = [(d, _label(p) if d == p else d.relative_to(p).as_posix()) for d in sorted({f.parent for f in files})]
     runs: Runs = {}
     for folder, name in folders:
+        for f in folder.iterdir() if folder.is_dir() else ():  # tensorboard opens each file named *tfevents*
+            if "tfevents" in f.name:
+                refuse_special(f)
         ea = ea_mod.EventAccumulator(str(folder), size_guidance={ea_mod.SCALARS: 0, ea_mod.TENSORS: 0})
         try:
             ea.Reload()
@@ -166,7 +166,7 @@ def read_tensorboard(p: Path) -> Runs:
 def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
     """The records of a W&B transaction log (LevelDB's log format under a `:W&B` header), stopping at a torn end
     (a run still writing); a bad checksum before the end is a UserError."""
-    data = f.read_bytes()
+    data = read_whole(f, "a W&B run file")
     if data[:4] != b":W&B":
         raise WrongFormat(f, "wandb", "no :W&B header")
     pos, chunks = _WANDB_HEADER, b""
@@ -244,6 +244,7 @@ def read_wandb_csv(p: Path) -> Runs:
 
     if p.is_dir():
         raise WrongFormat(p, "wandb-csv", "a folder")
+    check_size(p, "a W&B CSV export")
     columns, rows = read_csv(p)
     kind = csv_kind(columns)
     if kind is None:
@@ -285,7 +286,7 @@ def read_trl(p: Path) -> Runs:
     if state is None:
         raise WrongFormat(p, "trl", "no trainer_state.json in it or in a checkpoint-*/ folder")
     try:
-        doc = json.loads(state.read_bytes().decode("utf-8-sig"))
+        doc = json.loads(read_whole(state, "a trainer_state.json").decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise UserError(f"{state}: not UTF-8 text; is it a trainer_state.json?") from None
     except ValueError as e:
@@ -313,9 +314,8 @@ def read_verl(p: Path) -> Runs:
         raise WrongFormat(p, "verl", "a folder")
     name = p.stem
     runs: Runs = {name: {}}
-    with open(p, "rb") as f:
-        head = f.read(1 << 12).lstrip()
-    if head.startswith(b"{"):  # the file logger's JSONL
+    check_size(p, "a verl log")
+    if read_head(p, 1 << 12).lstrip().startswith(b"{"):  # the file logger's JSONL
         for ln, rec in store.jsonl_rows(p):
             data, step = rec.get("data"), _step(rec.get("step"))
             if not isinstance(data, dict) or step is None:
@@ -324,12 +324,8 @@ def read_verl(p: Path) -> Runs:
                 if (fv := _value(v)) is not None:
                     _put(runs, name, step, k, fv)
         return runs
-    try:
-        text = p.read_bytes().decode("utf-8-sig", errors="replace")
-    except OSError as e:
-        raise UserError(f"{p}: can't read the file ({e.strerror or e})") from None
     matched = False
-    for line in text.splitlines():
+    for line in _text_lines(p):
         m = CONSOLE_STEP.search(line)
         if not m:
             continue
@@ -347,6 +343,14 @@ def read_verl(p: Path) -> Runs:
     if not matched:
         raise WrongFormat(p, "verl", "no line like `step:N - metric:value`")
     return runs
+
+
+def _text_lines(p: Path) -> Iterator[str]:
+    """The lines of a text file (bad bytes replaced), read a line at a time: as `str.splitlines` cuts them (at a
+    carriage return too), each held only while it is looked at."""
+    with open_regular(p) as f:
+        for i, raw in enumerate(f):
+            yield from raw.decode("utf-8-sig" if i == 0 else "utf-8", errors="replace").splitlines()
 
 
 class ArmedRuns(dict[str, dict[float, dict[str, float]]]):

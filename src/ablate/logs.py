@@ -21,7 +21,6 @@ from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.log_readers import (
     CONSOLE_STEP,
-    MAX_STEP,
     READERS,
     TB_PREFIX,
     Runs,
@@ -31,6 +30,7 @@ from ablate.log_readers import (
     trainer_state_file,
     wandb_files,
 )
+from ablate.reading import MAX_STEP, SCAN_BYTES, check_regular, read_head
 
 FORMATS = ("table", "tensorboard", "wandb", "wandb-csv", "trl", "verl")
 FOREIGN = FORMATS[1:]
@@ -55,12 +55,10 @@ def _shorten(names: list[str], limit: int = 40) -> str:
 
 
 def _console_lines(p: Path) -> bool:
-    """Whether a text file has a verl console line (`step:N - key:value ...`) anywhere."""
-    try:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            return any(CONSOLE_STEP.search(ln) for ln in f)
-    except OSError:
-        return False
+    """Whether a text file has a verl console line (`step:N - key:value ...`) in its first SCAN_BYTES (read at
+    once: a file of one endless line is read no further)."""
+    text = read_head(p, SCAN_BYTES).decode("utf-8", errors="replace")
+    return any(CONSOLE_STEP.search(ln) for ln in text.splitlines())
 
 
 def detect(path: Path | str) -> str:
@@ -80,13 +78,10 @@ def detect(path: Path | str) -> str:
             "log (events.out.tfevents.*), a W&B folder (offline-run-*/run-*.wandb) or a TRL output "
             "(trainer_state.json)"
         )
+    check_regular(p)  # a device or a pipe is refused before it is opened (its reading would never end)
     if p.name.startswith(TB_PREFIX):
         return "tensorboard"
-    try:
-        with open(p, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError as e:
-        raise UserError(f"{p}: can't read the file ({e.strerror or e})") from None
+    head = read_head(p)  # a bounded prefix (reading.DETECT_BYTES)
     if head.startswith(b":W&B"):
         return "wandb"
     text = head.decode("utf-8-sig", errors="replace")

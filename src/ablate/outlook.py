@@ -15,7 +15,7 @@ from typing import Any
 from ablate.fit.arms import Ranking
 from ablate.fit.futures import futures, verdict_key
 from ablate.fit.spread import NoiseFloor
-from ablate.rundir import RunDir
+from ablate.rundir import sweep_run_dirs
 from ablate.states import RunState
 
 SETTLED_BOUND = 0.10
@@ -104,13 +104,10 @@ class ArmOutlook:
 def run_ends(source: Path, curves: list, x: str) -> dict[str, RunEnd]:
     """Each curve's run: its compute now and at its max_steps (read from the run directories of a sweep)."""
     out = {}
-    runs_dir = source / "runs"
     by_label = {}
-    if runs_dir.is_dir():
-        for p in sorted(runs_dir.iterdir()):
-            if (p / "run.json").exists():
-                info = RunDir(p).info()
-                by_label[info.label or p.name] = RunDir(p)
+    for run in sweep_run_dirs(source):  # no link followed: a linked run, or file of one, is refused in one line
+        if run.info_path.exists():
+            by_label[run.info().label or run.path.name] = run
     for c in curves:
         x_now = float(c.x[-1])
         rd = by_label.get(c.run)

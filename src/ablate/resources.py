@@ -7,11 +7,14 @@ packaged one (why: docs/security.md).
 
 from __future__ import annotations
 
+import re
 from importlib.resources import files
 from pathlib import Path
 
 from ablate.errors import UserError
 
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""What `--profile NAME` may be: a plain file name of ablate's profiles, without its .yaml."""
 YOUR_FOLDER = "your folder"
 PACKAGED = "ablate's packaged recipes"
 
@@ -55,5 +58,13 @@ def profile_names() -> list[str]:
 
 
 def profile_path(name: str) -> Path:
-    """The packaged profile NAME (it may not exist: the caller says so with the names it accepts)."""
+    """The packaged profile NAME (it may not exist: the caller says so with the names it accepts). A NAME is a plain
+    name (letters, digits, `_`, `-`, inner dots; no `..`, no separator): anything else is refused in one line, so that
+    a name never reaches outside ablate's profiles; a file of one's own goes by path (`--profile ./slurm/x.yaml`)."""
+    if not PROFILE_NAME.fullmatch(name) or ".." in name:
+        raise UserError(
+            f"--profile {name!r}: not a profile name (letters, digits, _, - and inner dots); name one of ablate's "
+            f"profiles ({', '.join(profile_names()) or 'none'}), or give a file of your own by path: "
+            "--profile ./slurm/mine.yaml"
+        )
     return PROFILES_DIR / f"{name}.yaml"

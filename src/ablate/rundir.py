@@ -86,6 +86,22 @@ def run_path(root: Path | str, sweep: str, run_id: str) -> Path:
     return sweep_dir(root, sweep) / "runs" / check_name(run_id, "run id")
 
 
+def sweep_run_dirs(sweep: Path | str) -> list[RunDir]:
+    """The run directories of a sweep (`<sweep>/runs/<id>/`, by name), walked without following a link, for every
+    reader: a linked `runs`, run directory or run file (`RunDir.check_links`) is refused (LinkRefused, one line
+    naming it) before any run is read. Entries of runs/ that are files are left out; [] without runs/. Each RunDir's
+    `top` is the sweep, so what is read through `at` later is checked below it."""
+    runs = Path(sweep) / "runs"
+    if not os.path.isdir(runs) and not os.path.islink(runs):
+        return []
+    with os.scandir(store.check_no_links(runs, sweep)) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.is_symlink():
+            store.check_no_links(runs / e.name, sweep)
+    return [RunDir(runs / e.name, top=sweep).check_links() for e in entries if e.is_dir(follow_symlinks=False)]
+
+
 class RunDir:
     """One run directory. Paths, the run.json transitions, metrics.jsonl, and the writer lock."""
 
@@ -115,6 +131,15 @@ class RunDir:
     def at(self, path: Path) -> Path:
         """`path` (a file or folder of this run), once no component of it below `top` is a link (LinkRefused)."""
         return store.check_no_links(path, self.top)
+
+    def check_links(self) -> RunDir:
+        """This run directory, once none of its entries (run.json, config.yaml, metrics.jsonl, logs/, ...) is a link:
+        LinkRefused names it. What its folders hold is checked as it is read (wandb/ keeps W&B's own link)."""
+        with os.scandir(self.at(self.path)) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    store.check_no_links(self.path / e.name, self.top)
+        return self
 
     def make(self, folder: Path | None = None) -> Path:
         """Make the run directory (owner-only when it is the top: `ablate train --out`; in a sweep, as the sweep

@@ -187,10 +187,44 @@ def _children(node: Any) -> list[Any]:
     return []
 
 
+def leaves_folder(name: str) -> bool:
+    """Whether a config name or group path, as a defaults entry or a config-group override names it, could name a
+    file outside the recipes folder: a `..` component, an absolute path (past the one leading `/` that means the
+    folder's top in a defaults list), a backslash, or an interpolation (a path put together later)."""
+    body = name[1:] if name.startswith("/") else name
+    return body.startswith("/") or any(c in body for c in ("\\", "${", "\0")) or ".." in body.split("/")
+
+
+def _defaults_problem(path: Path, root: Any) -> str | None:
+    """The first entry of a recipe's defaults list (`- loss: cispo`, `- override /model: hf`, `- ablate_schema`) whose
+    group or option could name a file outside the recipes folder, as a message; None when all stay inside."""
+    import yaml
+
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key, value in root.value:
+        if key.value != "defaults" or not isinstance(value, yaml.SequenceNode):
+            continue
+        for entry in value.value:
+            pairs = entry.value if isinstance(entry, yaml.MappingNode) else [(entry, None)]
+            for k, v in pairs:
+                group = str(k.value).split()[-1].split("@")[0] if isinstance(k, yaml.ScalarNode) else ""
+                options = [v] if isinstance(v, yaml.ScalarNode) else list(getattr(v, "value", None) or [])
+                names = [group] + [str(o.value) for o in options if isinstance(o, yaml.ScalarNode)]
+                bad = next((n for n in names if leaves_folder(n)), None)
+                if bad is not None:
+                    return (
+                        f"{path}:{entry.start_mark.line + 1}: defaults entry {bad!r} names a file outside the recipes "
+                        "folder; name a recipe of this folder or an option of its groups (no '..', no absolute path)"
+                    )
+    return None
+
+
 def check_recipe_file(path: Path, data: bytes) -> None:
-    """A recipe file of the folder Hydra composes from: no alias bomb, no `hydra:` settings, and no string anywhere
-    in it (a defaults list, an option no arm uses) whose interpolations are refused. A file that is not YAML is left
-    to Hydra, which says so if it reads it."""
+    """A recipe file of the folder Hydra composes from: no alias bomb, no `hydra:` settings, no defaults entry that
+    names a file outside the folder (`- loss: ../../x`), and no string anywhere in it (a defaults list, an option no
+    arm uses) whose interpolations are refused. A file that is not YAML is left to Hydra, which says so if it reads
+    it."""
     import yaml
 
     digest = hashlib.sha256(str(path).encode() + b"\0" + data).digest()
@@ -218,6 +252,9 @@ def check_recipe_file(path: Path, data: bytes) -> None:
             if problem:
                 raise UserError(f"{path}:{n.start_mark.line + 1}: {n.value!r} {problem}; {ONLY_KEYS}")
         todo.extend(_children(n))
+    outside = _defaults_problem(path, root)
+    if outside:
+        raise UserError(outside)
     _CHECKED.add(digest)
 
 

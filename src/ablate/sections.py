@@ -201,7 +201,8 @@ TRACKERS = ("wandb", "mlflow", "tensorboard")
 @dataclass(frozen=True)
 class TrackConfig:
     """The trackers a run's metrics are mirrored to (`ablate train|sweep --track NAME`; docs/trackers.md).
-    Excluded from run ids: the same run watched elsewhere is the same run."""
+    Excluded from run ids: the same run watched elsewhere is the same run. Set on the command line only: a recipe or
+    sweep file that sets it is refused (where data goes is the user's choice; ablate.destinations)."""
 
     to: tuple[str, ...] = _f(
         (), "trackers to mirror every metrics line to: wandb, mlflow, tensorboard (a list)", hash=False

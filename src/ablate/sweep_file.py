@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate import destinations as choice
 from ablate.errors import UserError
 from ablate.overrides import check_runs, override_key, parse_overrides, sweep_size
 from ablate.safe_yaml import load_yaml
@@ -153,6 +154,10 @@ def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
         if o.is_sweep_override():
             sweep_size(o)  # an interval or glob, an empty range: one line naming the axis
         axes[override_key(o)] = o
+    file_overrides = [*parsed, *(o for _, ovs in runs for o in parse_overrides(ovs, where)), *axes.values()]
+    problem = choice.file_problem(file_overrides, where)
+    if problem:  # trackers are the command line's choice (ablate.destinations)
+        raise UserError(problem)
     const_cli: list[tuple[str, str]] = []
     for o in parse_overrides(list(overrides), "command line"):
         k = override_key(o)

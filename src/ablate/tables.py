@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ablate import store
+from ablate import reading, store
 from ablate.errors import UserError
 
 VAL_N = "val_n"
@@ -66,6 +66,7 @@ def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".jsonl", ".ndjson"):
         raise UserError(f"{path}: unsupported format '{suffix or '(none)'}'; use a .csv or .jsonl file")
+    reading.check_size(path)  # a device or pipe, or a file too large to be a curve table: one line
     try:
         columns, rows = read_csv(path) if suffix == ".csv" else _read_jsonl(path)
     except OSError as e:

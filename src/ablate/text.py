@@ -32,6 +32,15 @@ def safe(s: object) -> str:
     return "".join(_visible(ch) for ch in s)
 
 
+def html_text(value: object) -> object:
+    """A value an HTML page prints (`ablate report`'s template: Jinja's finalize), its text as `safe` writes it,
+    line breaks kept (whitespace in HTML); HTML the page made itself (an object with `__html__`, such as the
+    figures' JSON) and anything not text pass as they are."""
+    if not isinstance(value, str) or hasattr(value, "__html__"):
+        return value
+    return "\n".join(safe(line) for line in value.split("\n"))
+
+
 def counted(k: int, noun: str) -> str:
     """`1 arm`, `3 arms`: a count and its noun, plural when it is not one."""
     return f"{k} {noun}" + ("" if k == 1 else "s")

@@ -405,6 +405,7 @@ def test_rank_format_md_is_the_verdict_table_as_markdown(loss_sweeps):
     ranking = ranked([loss_sweeps["three"]])
     ranking.arms[0].arm = "lr=1|2 <b>x</b> ![i](http://e.x/p.png) *e* `c`"
     header, *rows = markdown_rows(rank_markdown(ranking, [loss_sweeps["three"]], None))
-    # shown as written: no HTML tag, no external image, no emphasis or code span, and the pipe stays in its cell
-    assert rows[0][0] == "lr=1|2 &lt;b&gt;x&lt;/b&gt; !\\[i\\](http://e.x/p.png) \\*e\\* \\`c\\`"
+    # shown as written: no HTML tag, no external image or live URL (a zero-width space after its scheme), no emphasis
+    # or code span, and the pipe stays in its cell
+    assert rows[0][0] == "lr=1|2 &lt;b&gt;x&lt;/b&gt; !\\[i\\](http\u200b://e.x/p.png) \\*e\\* \\`c\\`"
     assert len(rows) == len(ranking.arms)

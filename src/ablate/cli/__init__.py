@@ -1,13 +1,13 @@
 """The `ablate` command line: one thin command per verb, grouped by what they work on (fitting: fit, rank,
-extrapolate; planning: calibrate, plan; reporting: report; runs: status, sweep, show, train, init). The work lives
-in the library, the printing in ablate.render; a bad input is one `error:` line and exit 2 (errors.user_errors).
-The commands and their options: README.md; the JSON they print: docs/json.md."""
+extrapolate; planning: calibrate, plan; reporting: report; runs: status, sweep, show, train, init; tracking: sync).
+The work lives in the library, the printing in ablate.render; a bad input is one `error:` line and exit 2
+(errors.user_errors). The commands and their options: README.md; the JSON they print: docs/json.md."""
 
 from __future__ import annotations
 
 import typer
 
-from ablate.cli import fitting, planning, reporting, runs
+from ablate.cli import fitting, planning, reporting, runs, tracking
 from ablate.cli.errors import user_errors
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ for verb in (
     runs.show,
     runs.train,
     runs.init,
+    tracking.sync,
 ):
     app.command(verb.__name__)(user_errors(verb))
 

@@ -274,6 +274,19 @@ PLAN_EXACT = typer.Option(
 )
 
 
+def check_saved_axis(x: str, save_calibration: Path | None) -> None:
+    """--save-calibration writes a file that plans a sweep file (analyses.check_calibration_axis): refused, before any
+    work, for an --x that is not a compute axis a sweep's runs log."""
+    from ablate.defaults import AUTO
+    from ablate.rundir import COMPUTE_AXES
+
+    if save_calibration is not None and x not in (AUTO, *COMPUTE_AXES):
+        raise UserError(
+            f"--save-calibration: --x {x} is not a compute axis a sweep's runs log ({', '.join(COMPUTE_AXES)}), "
+            "and a calibration plans a sweep file; choose one of them with --x, or drop --save-calibration"
+        )
+
+
 def plan(
     source: Path = PLAN_SOURCE,
     overrides: list[str] | None = PLAN_OVERRIDES,
@@ -315,6 +328,7 @@ def plan(
     from ablate.render.plan import plan_notices, print_plan
 
     output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
+    check_saved_axis(x, save_calibration)
     progress, axis_line = plan_notices(quiet=output == "json")
     common = dict(
         questions=question,

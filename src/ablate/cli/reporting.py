@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,11 @@ if TYPE_CHECKING:
 
 REPORT_SWEEP = typer.Argument(..., help="The sweep's directory (sweeps/NAME), or its name under ./sweeps.")
 REPORT_OUT = typer.Option(
-    None, "--out", help="The HTML file to write (default: report.html in the sweep's directory).", show_default=False
+    None,
+    "--out",
+    help="The HTML file to write (default: report-NAME.html in the current folder, NAME the sweep directory's "
+    "name; never inside the sweep, which may be another user's). Written owner-only (mode 0600): send it on.",
+    show_default=False,
 )
 REPORT_PLAN = typer.Option(
     True,
@@ -44,7 +49,7 @@ def report(
     if n_boot == 0:
         raise UserError("--n-boot 0: the ranking's verdicts rest on intervals; give --n-boot of 200 or more")
     folder = sweep_folder(sweep)
-    target = folder / "report.html" if out is None else out
+    target = default_out(folder) if out is None else out
     check_out(target)
     command = shlex.join(
         [
@@ -62,6 +67,12 @@ def report(
     planner = default_plan(progress) if plan else None
     written = build_report(folder, target, n_boot=n_boot, command=command, progress=progress, plan=planner)
     typer.echo(str(written))
+
+
+def default_out(folder: Path) -> Path:
+    """`./report-NAME.html`: the current folder, the reader's own, not the sweep, which may be another user's (its
+    folder open to writers other than the reader, or its page readable by all)."""
+    return Path(f"report-{Path(os.path.abspath(folder)).name or 'sweep'}.html")
 
 
 def check_out(target: Path) -> None:

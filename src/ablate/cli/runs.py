@@ -103,8 +103,8 @@ def track_overrides(track: list[str] | None, tensorboard: bool) -> list[str]:
 
 TRACK_HELP = (
     "Also mirror every metrics line to this tracker: wandb, mlflow or tensorboard (repeat for several; sets "
-    "track.to, in place of the trackers a recipe lists; not part of run ids; the recipe's track.* options and the "
-    "WANDB_*/MLFLOW_* variables configure them; docs/trackers.md)."
+    "track.to; not part of run ids). Trackers and where they send data are chosen here, by track.* overrides on the "
+    "command line and by the WANDB_*/MLFLOW_* variables, never by a recipe (docs/trackers.md)."
 )
 SWEEP_TRACK = typer.Option(
     None, "--track", help=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
@@ -211,6 +211,7 @@ def sweep(
         group_read=group_read,
         command=typed_command(recipe, overrides),
     )
+    _send_unsent(root / expanded.name, [*submitted.submit, *submitted.running])
     if follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
             follow_runs(root, expanded.name, submitted.submit + submitted.running)
@@ -219,6 +220,17 @@ def sweep(
     elif not follow:
         elsewhere = f" --root {root}" if root != Path("sweeps") else ""
         typer.echo(f"follow with: ablate status {expanded.name}{elsewhere}")
+
+
+def _send_unsent(sdir: Path, busy: list[str]) -> None:
+    """The ended runs of the sweep whose trackers fell behind at their end are sent what they lack now (runs just
+    submitted or still running are left to their own job, whose trackers start by sending it)."""
+    from ablate.track.sync import pending, sync
+
+    if any(rd.path.name not in busy for rd in pending(sdir)):
+        for s in sync(sdir, skip=set(busy), echo=typer.echo):
+            if s.left:
+                typer.echo(f"warning: {', '.join(s.left)} still behind; send it later with: ablate sync {sdir}")
 
 
 def typed_command(recipe: Path, overrides: list[str] | None) -> str:

@@ -3,10 +3,13 @@
 
 Labels and notes are read from files: they are shown as written, never obeyed (docs/security.md), so `|`, `<`, `>`
 and `&` are escaped and nothing they hold can end a cell or open an HTML tag, and Markdown's own punctuation is
-backslash-escaped, so nothing they hold becomes a link, an image, emphasis or code."""
+backslash-escaped, so nothing they hold becomes a link, an image, emphasis or code. What GitHub links on its own is
+cut with a zero-width space, which reads the same: `@name` (a mention that notifies), `#123` and `GH-123` (a link to
+an issue, and a back-reference in it) and a bare URL or `www.` address (a live link)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +29,15 @@ MARKDOWN = set("\\`*[]~")
 `*`, code, strikethrough (an underscore inside a word, as in C_mid, is left as it is)."""
 
 
+ZWSP = "\u200b"
+AUTOLINKS = re.compile(
+    r"(?<!\w)@|@(?=[\w.+-]+\.\w)|#(?=\d)|(?i:\bgh-)(?=\d)|(?i:\b[a-z][a-z0-9+.-]*)(?=://)|(?i:\bwww)(?=\.)"
+)
+"""What GitHub turns into a mention, an e-mail link, an issue reference or a link, each followed (in md_text) by a
+zero-width space: an `@` that starts a word, or comes before a domain; `#` or `GH-` before a digit; a URL's scheme
+before `://`; `www` before a dot. (`R@512k` and `label@1a2b3c4d` are none of these: left as they are.)"""
+
+
 def plain(markup: object) -> str:
     """The words of a line or cell as the terminal shows them: markup (a str) read, styles (a Text) dropped, and its
     lines joined by spaces (a Markdown table cell is one line)."""
@@ -35,7 +47,8 @@ def plain(markup: object) -> str:
 
 def md_text(s: str) -> str:
     """Text for Markdown: HTML's special characters as entities and Markdown's backslash-escaped, so that a label is
-    shown, not rendered."""
+    shown, not rendered; mentions, issue references and bare URLs cut (AUTOLINKS) so that none goes live."""
+    s = AUTOLINKS.sub(lambda m: m.group(0) + ZWSP, s)
     return "".join(ENTITIES.get(ch, "\\" + ch if ch in MARKDOWN else ch) for ch in s)
 
 

@@ -19,7 +19,7 @@ from ablate import store
 from ablate.errors import UserError
 from ablate.ledger import Ledger
 from ablate.project import git_commit
-from ablate.rundir import RunDir
+from ablate.rundir import RunDir, sweep_run_dirs
 from ablate.runinfo import RunInfo
 from ablate.states import RunState
 from ablate.status import RunStatus, check_ledger, sweep_status
@@ -206,7 +206,7 @@ def run_statuses(sweep: Path) -> list[RunStatus]:
     if (sweep / "ledger.jsonl").exists():
         check_ledger(sweep)
         return sweep_status(sweep.resolve().parent, sweep.resolve().name)
-    rows = [status_from_run_json(RunDir(p)) for p in (sweep / "runs").iterdir() if p.is_dir()]
+    rows = [status_from_run_json(rd) for rd in sweep_run_dirs(sweep)]
     return sorted(rows, key=lambda s: s.label)
 
 
@@ -261,10 +261,7 @@ def swept_arms(sweep: Path, statuses: list[RunStatus]) -> list[SweptArm]:
     """Each arm, in the order its runs were submitted, with its changes against the baseline's config.yaml."""
     by_id = {s.run_id: s for s in statuses}
     runs: dict[str, list[tuple[RunInfo, dict[str, Any], dict[str, Any]]]] = {}
-    for p in sorted((sweep / "runs").iterdir()):
-        if not p.is_dir():
-            continue
-        rd = RunDir(p)
+    for rd in sweep_run_dirs(sweep):  # no link followed: a linked run, or file of one, is refused in one line
         info = rd.info()
         runs.setdefault(info.arm, []).append((info, flat_config(rd), rd.last_metrics() or {}))
     order = list(dict.fromkeys(RunInfo(s.run_id, label=s.label).arm for s in statuses))
@@ -299,7 +296,7 @@ def flat_config(rd: RunDir) -> dict[str, Any]:
     import yaml
 
     try:
-        with store.safe_open(rd.config_path, "r") as f:
+        with store.safe_open(rd.at(rd.config_path), "r") as f:
             data = yaml.safe_load(f)
     except (OSError, yaml.YAMLError):
         return {}

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ablate.text import safe
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
@@ -26,8 +28,9 @@ BASELINE_COLOR = "#000000"
 
 
 def text(s: object) -> str:
-    """A name as Plotly shows it: Plotly reads tags in its strings, so a label is entity-escaped (shown as written)."""
-    return html.escape(str(s), quote=False)
+    """A name as Plotly shows it: Plotly reads tags in its strings, so a label is entity-escaped (shown as written),
+    and its escape and other control characters are shown escaped (`\\x1b`: ablate.text.safe)."""
+    return html.escape(safe(s), quote=False)
 
 
 def colors(labels: list[str], baseline: str | None) -> dict[str, str]:
@@ -74,7 +77,7 @@ def point_traces(r: FitResult, label: str, color: str, x_name: str, heldout_from
                     name=text(f"{c.run} ({what})"),
                     hovertemplate=text(c.run) + f"<br>{what}<br>{x_name}: %{{x:,.4g}}<br>pass rate: %{{y:.3f}}"
                     "<extra></extra>",
-                    legendgroup=label,
+                    legendgroup=safe(label),
                     showlegend=False,
                 )
             )
@@ -88,7 +91,7 @@ def fit_traces(
     dashed beyond), the band and the interval at the target."""
     import plotly.graph_objects as go
 
-    group = dict(legendgroup=label, showlegend=False)
+    group = dict(legendgroup=safe(label), showlegend=False)
     traces: list[go.Scatter] = point_traces(r, label, color, x_name, heldout_from)
     x_lo = max(min(float(c.x[c.x > 0].min()) for c in r.curves if (c.x > 0).any()), 1e-12)
     x_hi = max(r.target, *(float(c.x.max()) for c in r.curves))
@@ -123,7 +126,7 @@ def fit_traces(
                     line=dict(color=color, width=2.4, dash=dash),
                     name=text(shown),
                     hovertemplate=text(label) + f" fit<br>{x_name}: %{{x:,.4g}}<br>R: %{{y:.3f}}<extra></extra>",
-                    legendgroup=label,
+                    legendgroup=safe(label),
                     showlegend=in_legend,
                 )
             )
@@ -239,7 +242,7 @@ def efficiency_traces(
             y=pf,
             mode="markers",
             marker=dict(color=color, size=4, opacity=0.45),
-            legendgroup=who.arm,
+            legendgroup=safe(who.arm),
             showlegend=False,
             name=text(who.arm),
             hovertemplate=text(who.arm) + f"<br>{x_name}: %{{x:,.4g}}<br>F(R): %{{y:.3g}}<extra></extra>",
@@ -249,7 +252,7 @@ def efficiency_traces(
             y=((xs / c_mid) ** b).tolist(),
             mode="lines",
             line=dict(color=color, width=2),
-            legendgroup=who.arm,
+            legendgroup=safe(who.arm),
             showlegend=legend,
             name=text(f"{who.arm}: B={b:.2f}, C_mid={c_mid:,.3g}"),
         ),

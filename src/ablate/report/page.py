@@ -5,6 +5,8 @@ the page shows and its DOM: docs/report.md."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -248,9 +250,13 @@ def render(data: ReportData) -> str:
     from plotly.offline import get_plotlyjs
 
     from ablate.render.status import summary_line
+    from ablate.text import html_text
 
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=html_text,  # escape characters in a label are shown escaped (\x1b), as in the terminal
     )
     figs, missing = figure_context(data)
     ex = data.extrapolation
@@ -269,6 +275,20 @@ def render(data: ReportData) -> str:
 
 
 def write(path: Path, page: str) -> Path:
-    """Replace `path` with the page atomically (a link there is refused: ablate.store)."""
-    store.atomic_write_text(path, page)
+    """Replace `path` with the page atomically and owner-only (0600), wherever it is written: it shows the sweep's
+    configs, paths and hosts, for its reader to send on, not for every user of the machine. A link at `path` is
+    refused (LinkRefused), never written through; on any failure the old file is left as it was."""
+    path = Path(path)
+    store.make_dirs(path.parent)
+    store.check_no_links(path, path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # made 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(page.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path

@@ -4,12 +4,16 @@ waits a bounded time. What each tracker receives and how failures read: docs/tra
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ablate import store
 from ablate.errors import UserError
 from ablate.identity import arm_id, run_id
 from ablate.registry import Registry
@@ -32,6 +36,16 @@ CLOSE_WAIT_S = 10.0
 because the process may have little time left: a data-parallel run's worker 0 is killed EXIT_GRACE_S (60 s) after
 its peers exit (ablate.topology.workers), and a preempted sweep job gets launcher.signal_delay_s (at most 30 s
 locally) before its time limit. What a tracker did not send is in metrics.jsonl (and sent by a later attempt)."""
+
+
+UNSENT = Path("track") / "unsent.json"
+"""In a run directory: the trackers still sending when the run's end stopped waiting for them, and the state the run
+ended in; removed once they have been sent what they lack (`send_unsent`: `ablate sync`, a later `ablate sweep`, or
+the run's next attempt, whose trackers start by sending the lines they lack)."""
+
+SYNC_WAIT_S = 120.0
+"""How long `send_unsent` waits for its trackers: nothing is in a hurry then (no run is ending), but a tracker whose
+server hangs must not hang the command (MLflow gives up on a call after about 30 s: ablate.track.base)."""
 
 
 def _failure(name: str, doing: str, e: BaseException) -> str:
@@ -85,6 +99,10 @@ class FanOut:
     def __init__(self, ctx: TrackContext, trackers: Sequence[Tracker], *, wait_s: float = CLOSE_WAIT_S) -> None:
         self.ctx, self.wait_s = ctx, wait_s
         self._started = False
+        self.late: list[str] = []
+        """The trackers still sending when `close` stopped waiting."""
+        self.behind: list[str] = []
+        """The trackers that were not sent the whole run: still sending at `close`, or failed (recorded in UNSENT)."""
         self._workers = [_Worker(t.name, t) for t in trackers]
 
     @property
@@ -118,11 +136,21 @@ class FanOut:
         for w in self._workers:
             w.thread.join(max(0.0, deadline - time.monotonic()))
         late = [w.name for w in self._workers if w.thread.is_alive()]
+        self.late = late
+        if not self._started:
+            return
+        path = self.ctx.run_dir / UNSENT
+        self.behind = behind = [*late, *(w.name for w in self._workers if w.failed and w.name not in late)]
+        if behind:  # a tracker that failed (it warned then) lacks the rest of the run too
+            _record_unsent(path, behind, state, sent=self.names)
         if late:
+            where = self.ctx.sweep_dir or self.ctx.run_dir
             warn(
-                f"tracker {', '.join(late)} still sending after {self.wait_s:.0f} s at the end of the run; left "
-                "behind (what it did not send is in metrics.jsonl; docs/trackers.md)"
+                f"tracker {', '.join(late)} still sending after {self.wait_s:.0f} s at the end of the run; what it "
+                f"has not sent is kept in metrics.jsonl and recorded in {UNSENT}: send it with: ablate sync {where}"
             )
+        if not behind and path.exists():  # an earlier attempt's tail, sent as this attempt's trackers started
+            _record_unsent(path, [], state, sent=self.names)
 
 
 def context(config: Any, rd: RunDir) -> TrackContext:
@@ -175,3 +203,64 @@ def open_fanout(config: Any, rd: RunDir) -> FanOut | None:
     set_environment(config.track.to)
     trackers = build(config.track.to)
     return FanOut(context(config, rd), trackers) if trackers else None
+
+
+def _record_unsent(path: Path, names: Sequence[str], state: str, *, sent: Sequence[str]) -> None:
+    """Record the trackers whose tail was not sent (`names`), with the run's end state, keeping an earlier attempt's
+    names that were not among this attempt's trackers (`sent`); removed when none is left. A failure to write it
+    only loses the record, never the run (metrics.jsonl has every line)."""
+    with contextlib.suppress(OSError, UserError):
+        old = unsent(path.parent.parent)
+        keep = [n for n in (old.trackers if old else ()) if n not in sent]
+        left = list(dict.fromkeys([*keep, *names]))
+        if not left:
+            path.unlink(missing_ok=True)
+            return
+        store.make_dirs(path.parent)
+        store.write_json(path, {"trackers": left, "state": str(state)})
+
+
+@dataclass(frozen=True)
+class Unsent:
+    """What a run's end left unsent (UNSENT, read field by field): the trackers, and the state to finish them with."""
+
+    trackers: tuple[str, ...]
+    state: str
+
+
+def unsent(run_dir: Path) -> Unsent | None:
+    """The run's UNSENT record, or None when there is none or it is not one (a link is refused, as everywhere)."""
+    try:
+        data = store.read_json(RunDir(run_dir).at(run_dir / UNSENT))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):
+        return None
+    names = data.get("trackers") if isinstance(data, dict) else None
+    state = data.get("state") if isinstance(data, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in CLASSES.names() for n in names):
+        return None
+    if state not in {s.value for s in RunState}:
+        return None
+    return Unsent(tuple(names), str(state))
+
+
+def send_unsent(config: Any, rd: RunDir, *, wait_s: float = SYNC_WAIT_S) -> list[str] | None:
+    """Send the trackers named in the run's UNSENT record what they lack: each starts at the last step metrics.jsonl
+    keeps (so it first sends the kept lines its run lacks, as on a resume) and finishes with the recorded state.
+    Holds the run's writer lock (a UserError if a process is writing the run: its own trackers do this). Returns
+    the trackers still late or failed (the record then stays), None when the run had nothing unsent."""
+    with rd.writer():
+        record = unsent(rd.path)
+        if record is None:
+            return None
+        set_environment(record.trackers)
+        trackers = build(record.trackers)
+        lines = rd.metric_lines()
+        last = max((r["step"] for _, r in lines if isinstance(r.get("step"), int)), default=-1)
+        fan = FanOut(context(config, rd), trackers, wait_s=wait_s)
+        fan.rewind(last)
+        fan.close(record.state)
+        left = [*fan.behind, *(n for n in record.trackers if n not in fan.names)]
+        _record_unsent(rd.at(rd.path / UNSENT), left, record.state, sent=record.trackers)
+        return left

@@ -18,8 +18,10 @@ from urllib.parse import unquote, urlparse
 
 from ablate import locks, store
 from ablate.errors import UserError
+from ablate.reading import metric_row, text_field
 from ablate.rundir import RunDir
 from ablate.states import RunState
+from ablate.text import safe
 from ablate.track.base import TrackContext, numbers, set_environment
 
 STATE_FILE = Path("track") / "mlflow.json"
@@ -315,17 +317,27 @@ def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
         with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
             found = con.execute(query, (experiment, experiment)).fetchall()
             tags = con.execute("SELECT run_uuid, key, value FROM tags WHERE key IN (?, ?)", (ARM_TAG, ARM_ID_TAG))
-            arms = {(run, key): value for run, key, value in tags}
+            arms = {(run, k): text_field(where, f"tag {k} of run {run}", v, BAD_STORE) for run, k, v in tags}
             if experiment and not found:
                 names = [n for (n,) in con.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
+                names = [safe(n) for n in names if isinstance(n, str)]
                 raise UserError(f"{where}: no runs in experiment {experiment!r}; its experiments: {', '.join(names)}")
-            runs = {r: Logged(e, n or r, r, arms.get((r, ARM_TAG)), arms.get((r, ARM_ID_TAG))) for r, n, e in found}
+            runs: dict[str, Logged] = {}
+            for uuid, n, e in found:  # each field checked as MLflow writes it: one line for a store it did not
+                r = text_field(where, "a run id", uuid, BAD_STORE, optional=False)
+                exp = text_field(where, f"the experiment of run {r}", e, BAD_STORE, optional=False)
+                name = text_field(where, f"the name of run {r}", n, BAD_STORE) or r
+                runs[r] = Logged(exp, name, r, arms.get((r, ARM_TAG)), arms.get((r, ARM_ID_TAG)))
             for run, key, step, value, is_nan in con.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics"):
                 if run in runs:
-                    runs[run].steps.setdefault(float(step), {})[key] = float("nan") if is_nan else float(value)
+                    got = metric_row(where, f"run {run}", key, step, value, is_nan, BAD_STORE)
+                    runs[run].steps.setdefault(got[0], {})[got[1]] = got[2]
     except sqlite3.DatabaseError as e:  # not a database, or not MLflow's
         raise UserError(f"{where}: not an MLflow SQLite store ({e}); give the mlflow.db a tracked run wrote") from None
     return list(runs.values())
+
+
+BAD_STORE = "not a store MLflow wrote; give the mlflow.db a tracked run wrote"
 
 
 def _read_server(uri: str, experiment: str) -> list[Logged]:

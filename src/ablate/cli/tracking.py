@@ -1,0 +1,30 @@
+"""`ablate sync`: send trackers what a run's end left unsent (ablate.track.sync)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def sync(path: Path = typer.Argument(..., help="A sweep directory (sweeps/NAME) or a run directory.")) -> None:
+    """Send each tracker the metrics lines it has not received: the end of runs whose tracker could not keep up (a
+    busy node, a slow server) or failed. Each run's tracker run is reopened and sent only what it lacks, then
+    finished with the run's state; `ablate sweep` does this too for the ended runs of a sweep it re-runs.
+
+    Example: ablate sync sweeps/loss
+    """
+    from ablate.text import safe
+    from ablate.track.sync import sync as send
+
+    synced = send(path, echo=lambda line: typer.echo(line, err=True))
+    behind = [s for s in synced if s.left]
+    for s in synced:
+        if s.skipped:
+            typer.echo(f"{safe(s.run.name)}: left for later ({safe(s.skipped)})", err=True)
+        elif s.left:
+            typer.echo(f"{safe(s.run.name)}: {', '.join(s.left)} still behind; run this again later", err=True)
+    sent = len(synced) - len(behind) - sum(1 for s in synced if s.skipped)
+    typer.echo(f"{sent} run(s) sent in full, {len(behind)} still behind" if synced else "nothing left unsent")
+    if behind:
+        raise typer.Exit(1)
