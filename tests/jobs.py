@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -206,3 +207,42 @@ def one_error(res, *parts: str, stream: str = "output") -> str:
     for p in parts:
         assert p in lines[0], (p, lines[0])
     return lines[0]
+
+
+def calibration(**change) -> dict:
+    """A valid calibration whose compute rungs all stop short of C_mid: `ablate plan` simulates nothing."""
+    return {
+        "x": "gpu_hours",
+        "r0": 0.3,
+        "a": 0.6,
+        "b": 1.9,
+        "c_mid": 1e6,
+        "val_n": 1000.0,
+        "eval_every": 25.0,
+        "drift_sd": 0.005,
+        "drift_rho": 0.7,
+        "seed_sd_a": 0.01,
+        "seed_sd_logc": 0.1,
+        "seed_dof": 6,
+        "fit_sd_a": 0.0,
+        "fit_sd_logc": 0.0,
+        "budget": 1000.0,
+        "arms": 4,
+        "gpu_hours_per_x": 1.0,
+        "steps_per_x": None,
+        "source": "pilot",
+        "notes": [],
+        **change,
+    }
+
+
+def git(folder: Path, *args: str) -> str:
+    """`git ARGS` in `folder` as a test author, its stdout."""
+    done = subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()

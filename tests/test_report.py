@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,7 +24,7 @@ from ablate.resources import RECIPES_DIR
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
 
-from jobs import TOY_JOB
+from jobs import TOY_JOB, git
 
 runner = CliRunner()
 N_BOOT = "200"
@@ -168,17 +167,6 @@ def test_without_a_recorded_commit_the_sweep_folders_checkout_is_named_as_such(t
     old = Launch("2026-01-01 00:00:00 UTC", "ablate sweep s.yaml", str(tmp_path), None, "h", "0.1.0")
     prov = provenance(tmp_path / "sweeps" / "s", [old])
     assert prov["commit"] == f"{head} (the sweep folder's checkout today: no launch recorded one)"
-
-
-def git(folder: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def launches(sweep: Path) -> list[dict]:

@@ -22,7 +22,7 @@ from ablate.fit.synthetic import synthetic_curve
 from ablate.render.markdown import md_text
 from ablate.resources import RECIPES_DIR, profile_path
 from ablate.track.mlflow import read_back
-from jobs import one_error
+from jobs import calibration, one_error
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
@@ -237,33 +237,6 @@ def test_the_report_page_shows_escape_characters_escaped(tmp_path):
 
 
 # ---- 5. a calibration's axis is a compute axis ----
-
-
-def calibration(**change) -> dict:
-    """A valid calibration whose compute rungs all stop short of C_mid: `ablate plan` simulates nothing."""
-    return {
-        "x": "gpu_hours",
-        "r0": 0.3,
-        "a": 0.6,
-        "b": 1.9,
-        "c_mid": 1e6,
-        "val_n": 1000.0,
-        "eval_every": 25.0,
-        "drift_sd": 0.005,
-        "drift_rho": 0.7,
-        "seed_sd_a": 0.01,
-        "seed_sd_logc": 0.1,
-        "seed_dof": 6,
-        "fit_sd_a": 0.0,
-        "fit_sd_logc": 0.0,
-        "budget": 1000.0,
-        "arms": 4,
-        "gpu_hours_per_x": 1.0,
-        "steps_per_x": None,
-        "source": "pilot",
-        "notes": [],
-        **change,
-    }
 
 
 PLAN = ["--question", "ceiling", "--trials", "20"]

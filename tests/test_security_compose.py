@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,23 +21,13 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.project import git_commit
 from ablate.resources import RECIPES_DIR
+from jobs import git
 
 runner = CliRunner()
 MARKER = "0.271828"  # the value only the outside file holds
 
 
 # ---- provenance: no program the checkout configures ----
-
-
-def git(folder: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def hostile_checkout(tmp_path: Path) -> tuple[Path, str, Path]:

@@ -20,7 +20,7 @@ from ablate.fit.synthetic import synthetic_curve
 from ablate.ledger import Ledger, proc_start
 from ablate.resources import RECIPES_DIR
 from ablate.text import safe
-from jobs import one_error
+from jobs import calibration, one_error
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,36 +182,9 @@ def test_figure_labels_carry_no_control_characters():
     assert _tex(f"{EVIL}: $x$") == SHOWN + r": \$x\$"
 
 
-def _calibration(**change) -> dict:
-    """A valid calibration whose compute rungs all stop short of C_mid: `ablate plan` simulates nothing."""
-    return {
-        "x": "gpu_hours",
-        "r0": 0.3,
-        "a": 0.6,
-        "b": 1.9,
-        "c_mid": 1e6,
-        "val_n": 1000.0,
-        "eval_every": 25.0,
-        "drift_sd": 0.005,
-        "drift_rho": 0.7,
-        "seed_sd_a": 0.01,
-        "seed_sd_logc": 0.1,
-        "seed_dof": 6,
-        "fit_sd_a": 0.0,
-        "fit_sd_logc": 0.0,
-        "budget": 1000.0,
-        "arms": 4,
-        "gpu_hours_per_x": 1.0,
-        "steps_per_x": None,
-        "source": "pilot",
-        "notes": [],
-        **change,
-    }
-
-
 def test_plan_shows_a_calibrations_source_and_notes_as_text(tmp_path):
     cal = tmp_path / "cal.json"
-    cal.write_text(json.dumps(_calibration(source=f"from {EVIL}", notes=[f"note {EVIL}"])))
+    cal.write_text(json.dumps(calibration(source=f"from {EVIL}", notes=[f"note {EVIL}"])))
     res = runner.invoke(
         app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--question", "ceiling", "--trials", "20"]
     )
@@ -300,7 +273,7 @@ def test_noise_file_that_is_a_folder_binary_or_huge_is_one_line(tmp_path):
 )
 def test_calibration_file_values_are_range_checked(tmp_path, change, part):
     cal = tmp_path / "cal.json"
-    cal.write_text(json.dumps(_calibration(**change)))
+    cal.write_text(json.dumps(calibration(**change)))
     one_error(
         runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--trials", "20"]),
         f"--calibration {cal}",

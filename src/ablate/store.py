@@ -204,17 +204,17 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+def atomic_write_bytes(path: Path | str, data: bytes, mode: int | None = None) -> None:
     """Replace `path` with `data` so that readers never see a half-written file; on any failure (a full disk, a
     signal) the temp file is removed and the old file is left as it was. A link at `path` is refused (LinkRefused):
-    replacing it would be harmless, but someone planted it."""
+    replacing it would be harmless, but someone planted it. The file gets `mode`, else its folder's `file_mode`."""
     path = Path(path)
     make_dirs(path.parent)
     if os.path.islink(path):
         raise _link_error(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, file_mode(path.parent))  # mkstemp creates 0600; a group-readable sweep's files are 0640
+        os.fchmod(fd, file_mode(path.parent) if mode is None else mode)  # a group-readable sweep's files are 0640
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -5,8 +5,6 @@ the page shows and its DOM: docs/report.md."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -279,16 +277,5 @@ def write(path: Path, page: str) -> Path:
     configs, paths and hosts, for its reader to send on, not for every user of the machine. A link at `path` is
     refused (LinkRefused), never written through; on any failure the old file is left as it was."""
     path = Path(path)
-    store.make_dirs(path.parent)
-    store.check_no_links(path, path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # made 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(page.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    store.atomic_write_bytes(path, page.encode("utf-8"), mode=0o600)
     return path
