@@ -230,3 +230,17 @@ def test_the_real_mlflow_tracker_made_slow_gets_every_step_once_after_sync(tmp_p
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "val_pass_rate"))
     assert steps == list(range(10)) and run.info.status == "FINISHED"  # every step once, then finished
     assert unsent(rd.path) is None
+
+
+def test_sync_sends_nothing_for_a_folder_others_could_have_changed(tmp_path, monkeypatch):
+    """A run's config names where its trackers send, with your credentials: `ablate sync` refuses a sweep that others
+    can write (they could have planted that config), before any tracker is built."""
+    sweep = tmp_path / "sweep"
+    config, rd = _run_dir(sweep / "runs")
+    (rd.path / "track").mkdir()
+    (rd.path / UNSENT).write_text('{"trackers": ["mlflow"], "state": "done"}')
+    built: list[Any] = []
+    monkeypatch.setattr(fanout, "build", lambda names: built.append(names) or [])
+    sweep.chmod(0o777)
+    one_error(runner.invoke(app, ["sync", str(sweep)]), str(sweep), "can be written by", "of your own")
+    assert built == [] and unsent(rd.path) is not None

@@ -56,13 +56,13 @@ def _foreign(path: Path | str, st: os.stat_result) -> str | None:
     return None
 
 
-def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
+def check_owned_dir(path: Path | str, *, chain: bool = True, choose: str = "--root / --out") -> None:
     """Refuse (UserError), before anything is written, to launch into directory `path` when someone else could
     change what is in it, and so plant a file ablate later loads (a job's pickle, a runner's queue) or link one
     of its files elsewhere: `path` (when it exists) must belong to this user and not be writable by group (unless
     the group is the user's private one) or others. With `chain`, the folder it is in (or will be made in) must
     not let others replace it: not writable by group or others unless sticky (as /tmp is), and no folder above it
-    writable by all users unless sticky."""
+    writable by all users unless sticky. `choose` names how the user picks another directory."""
     path = Path(path)
     where = path
     while not os.path.lexists(where) and where != where.parent:
@@ -74,7 +74,7 @@ def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
         why = _foreign(path, st)
         if why:
             fix = f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "use a directory of your own"
-            raise UserError(f"{why}, so others could plant files ablate loads: {fix} (--root / --out)")
+            raise UserError(f"{why}, so others could plant files ablate loads: {fix} ({choose})")
         where = path.parent
     if not chain:
         return
@@ -85,7 +85,7 @@ def check_owned_dir(path: Path | str, *, chain: bool = True) -> None:
             raise UserError(
                 f"{p} can be written by {_writers(open_bits)} and has no sticky bit, so "
                 f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
-                "directory of your own (--root / --out)"
+                f"directory of your own ({choose})"
             )
 
 

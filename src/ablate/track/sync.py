@@ -62,9 +62,11 @@ def sync(path: Path, *, skip: Collection[str] = (), echo: Callable[[str], None] 
     """Send the trackers of every run under `path` that recorded some left behind what they lack (`skip`: run
     directory names not to touch, e.g. those just submitted again). The folder must be the user's own: a run's
     config names where its trackers send data, with the user's credentials."""
-    ownership.check_owned_dir(path, chain=False)
+    runs = pending(path)
+    if runs:  # its configs name where data goes: only a folder no one else could have changed
+        ownership.check_owned_dir(path, chain=False, choose="sync a sweep or run of your own")
     done = []
-    for rd in pending(path):
+    for rd in runs:
         if rd.path.name in skip:
             continue
         record = unsent(rd.path)
