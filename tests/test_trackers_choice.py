@@ -236,7 +236,7 @@ def test_sync_sends_nothing_for_a_folder_others_could_have_changed(tmp_path, mon
     """A run's config names where its trackers send, with your credentials: `ablate sync` refuses a sweep that others
     can write (they could have planted that config), before any tracker is built."""
     sweep = tmp_path / "sweep"
-    config, rd = _run_dir(sweep / "runs")
+    _, rd = _run_dir(sweep / "runs")
     (rd.path / "track").mkdir()
     (rd.path / UNSENT).write_text('{"trackers": ["mlflow"], "state": "done"}')
     built: list[Any] = []
