@@ -18,7 +18,7 @@ from scipy.stats import t as student_t
 
 from ablate.errors import UserError
 from ablate.fit.arms import ArmResult
-from ablate.fit.decide import seeds_to_decide
+from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
 from ablate.fit.spread import PAPER_A_MARGIN, PAPER_COMPUTE_MARGIN, MinEffect, NoiseFloor
@@ -175,13 +175,14 @@ def _conclude(
     me: MinEffect,
     opts: FitOptions,
     floor: NoiseFloor,
-    n_compared: int,
+    among: tuple[int, Family],
     x: str,
 ) -> None:
     """An arm's verdict from which of its tests (`found`: ceiling, efficiency, equivalence) survived the
     false-discovery control, with `practical`, the short effect and the long detail. A ceiling change shown
     negligible does not hide an efficiency change that may matter: the arm is then read on its efficiency, and the
-    detail says the ceiling moved by less than matters."""
+    detail says the ceiling moved by less than matters. `among`: the number of arms compared, and the ranking's
+    other tests (an inconclusive arm's seeds to decide it are simulated among them)."""
     ceiling, efficiency, equivalent = found
     d_a, shared = a.comparison()
     ci = t.delta_A_ci
@@ -212,7 +213,7 @@ def _conclude(
     else:
         a.verdict, a.practical = "inconclusive", "unclear"
         a.effect = short_effect(a, "both")
-        a.decide = seeds_to_decide(a, floor, me, n_compared, x)
+        a.decide = seeds_to_decide(a, floor, me, among[0], x, family=among[1])
         parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
     if a.practical is not None and a.verdict.startswith(("ceiling", "efficiency")):
         size = {
@@ -287,10 +288,14 @@ def decide_verdicts(
             pvals += [t.p_ceiling, t.p_efficiency, t.p_equivalent]
     tested = [] if end_spread is None else _end_tests(unidentified, base, at_end, end_spread)
     pvals += [p for _, _, p in tested]
-    found = discoveries(pvals, [floor is not None and k < 3 * len(compared) and k % 3 == 2 for k in range(len(pvals))])
+    is_eq = [floor is not None and k < 3 * len(compared) and k % 3 == 2 for k in range(len(pvals))]
+    found = discoveries(pvals, is_eq)
     if floor is not None:
         for i, (a, t) in enumerate(zip(compared, tests)):
-            _conclude(a, t, (found[3 * i], found[3 * i + 1], found[3 * i + 2]), me, opts, floor, len(compared), x)
+            others = [k for k in range(len(pvals)) if k // 3 != i or k >= 3 * len(compared)]
+            family = Family(tuple(pvals[k] for k in others), tuple(is_eq[k] for k in others))
+            found_i = (found[3 * i], found[3 * i + 1], found[3 * i + 2])
+            _conclude(a, t, found_i, me, opts, floor, (len(compared), family), x)
     first = 3 * len(compared) if floor is not None else 0
     if end_spread is not None:
         for k, (a, d_r, p) in enumerate(tested):
