@@ -21,7 +21,7 @@ from ablate.errors import UserError
 from ablate.fit.synthetic import synthetic_curve
 from ablate.render.markdown import md_text
 from ablate.resources import RECIPES_DIR, profile_path
-from ablate.track.mlflow import read_back
+from ablate.track.mlflow_read import read_back
 from jobs import calibration, one_error
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))

@@ -202,3 +202,13 @@ def test_the_page_replaces_an_open_file_owner_only_and_never_through_a_link(tmp_
         "page.html",
         "victim",
     ]
+
+
+@pytest.mark.parametrize("kind", ["run", "run.json"])
+def test_status_refuses_a_planted_link_the_ledger_does_not_name(tmp_path, kind):
+    """`status` reads the runs its ledger names; a link planted under another name is refused all the same, as
+    every reader of the sweep refuses it."""
+    sweep, link = plant(kind, tmp_path)
+    with_ledger(sweep)
+    res = runner.invoke(app, ["status", sweep.name, "--root", str(sweep.parent)])
+    refused(res, link)

@@ -244,3 +244,46 @@ def test_sync_sends_nothing_for_a_folder_others_could_have_changed(tmp_path, mon
     sweep.chmod(0o777)
     one_error(runner.invoke(app, ["sync", str(sweep)]), str(sweep), "can be written by", "of your own")
     assert built == [] and unsent(rd.path) is not None
+
+
+def test_the_hint_for_a_tracker_name_is_a_flag_that_works(tmp_path):
+    recipes = _recipes(tmp_path)
+    (recipes / "mine.yaml").write_text("base: base\nseeds: [0]\noverrides: ['track.to=[mlflow]']\n")
+    line = one_error(runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"]))
+    assert "(--track NAME)" in line and "track.to=VALUE" not in line, line
+    (recipes / "mine.yaml").write_text("base: base\nseeds: [0]\noverrides: ['track.project=p']\n")
+    line = one_error(runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"]))
+    assert "--track NAME track.project=VALUE" in line, line
+
+
+def test_a_new_sqlite_store_is_built_whole_and_a_half_built_one_is_one_line(tmp_path, _mlflow_here):
+    """MLflow's migrations run on a temporary file moved into place (a process killed mid-way leaves no half-built
+    store, only a temporary file the next build removes); a store MLflow cannot open is one line with the fix."""
+    import sqlite3
+
+    from ablate.track.mlflow import MlflowTracker
+
+    config, rd = _run_dir(tmp_path, steps=3)
+    stale = rd.path / ".mlflow.db.999999.tmp"  # a build that was killed
+    stale.write_bytes(b"half")
+    tracker = MlflowTracker()
+    tracker.start(context(config, rd), None)
+    tracker.finish("done")
+    assert (rd.path / "mlflow.db").is_file() and not stale.exists()
+    assert not list(rd.path.glob(".mlflow.db.*.tmp"))
+    # a store left half-built in place (by an older build, or damaged): the tracker's start says how to recover
+    other = tmp_path / "other"
+    other.mkdir()
+    config2, rd2 = _run_dir(other, steps=3)
+    with sqlite3.connect(rd2.path / "mlflow.db") as con:
+        con.execute("CREATE TABLE experiments (x INTEGER)")  # a table MLflow's migrations then fail to create
+    with pytest.raises(RuntimeError, match=r"mlflow\.db: not an MLflow store MLflow can open .*move it aside"):
+        MlflowTracker().start(context(config2, rd2), None)
+
+
+def test_the_wait_at_a_runs_end_is_ten_seconds_unless_the_environment_sets_another(monkeypatch):
+    monkeypatch.delenv(fanout.WAIT_ENV, raising=False)
+    assert fanout.close_wait() == fanout.CLOSE_WAIT_S == 10.0
+    for value, want in (("120", 120.0), ("0", 0.0), ("-1", 10.0), ("nan", 10.0), ("1e9", 10.0), ("soon", 10.0)):
+        monkeypatch.setenv(fanout.WAIT_ENV, value)
+        assert fanout.close_wait() == want, value

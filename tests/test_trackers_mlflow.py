@@ -23,6 +23,7 @@ from ablate.cli import app
 from ablate.resources import RECIPES_DIR
 from ablate.track import mlflow as tracker_mod
 from ablate.track.base import ENVIRONMENT, TrackContext, set_environment
+from ablate.track.fanout import WAIT_ENV
 from ablate.track.mlflow import MlflowTracker
 from jobs import SMALL_TRAIN, until
 
@@ -68,6 +69,13 @@ def server(tmp_path_factory):
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # its store is thrown away: no need for a graceful stop
             proc.wait(timeout=60)
+
+
+@pytest.fixture(autouse=True)
+def _wait_for_trackers(monkeypatch):
+    """A run's end waits for its trackers until they are done (it returns as soon as they are), so what the server
+    holds is the same on a busy machine as on an idle one; the bounded wait is tested on the fan-out itself."""
+    monkeypatch.setenv(WAIT_ENV, "3600")
 
 
 @pytest.fixture(autouse=True)

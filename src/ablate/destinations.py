@@ -17,8 +17,14 @@ LEGACY_KEY = "train.tensorboard"
 
 FIX = (
     "a recipe or sweep file cannot choose trackers or where they send data: drop it, and choose on the command line "
-    "(--track NAME, {key}=VALUE) or in the environment (WANDB_*, MLFLOW_TRACKING_URI)"
+    "of `ablate train` or `ablate sweep` ({how}) or in the environment (WANDB_*, MLFLOW_TRACKING_URI)"
 )
+
+
+def _fix(key: str) -> str:
+    """FIX, with the command-line form of `key` (a setting of a tracker goes with --track naming it)."""
+    how = "--track NAME" if key in (SECTION, SECTION + ".to", LEGACY_KEY) else f"--track NAME {key}=VALUE"
+    return FIX.format(how=how)
 
 
 def is_track_key(key: str) -> bool:
@@ -44,10 +50,10 @@ def recipe_problem(composed: dict[str, Any], defaults: dict[str, Any], where: st
         have = track if isinstance(track, dict) else {}
         key = next((k for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)), None)
         name = f"{SECTION}.{key}" if key else SECTION
-        return f"{where}: sets {name}; {FIX.format(key=name)}"
+        return f"{where}: sets {name}; {_fix(name)}"
     train = composed.get("train")
     if isinstance(train, dict) and "tensorboard" in train:
-        return f"{where}: sets {LEGACY_KEY}; {FIX.format(key='track.to')}"
+        return f"{where}: sets {LEGACY_KEY}; {_fix(LEGACY_KEY)}"
     return None
 
 
@@ -57,5 +63,5 @@ def file_problem(overrides: Sequence[Any], where: str) -> str | None:
     for o in overrides:
         key = override_key(o)
         if is_track_key(key):
-            return f"{where}: {o.input_line!r} sets {key}; {FIX.format(key=key)}"
+            return f"{where}: {o.input_line!r} sets {key}; {_fix(key)}"
     return None

@@ -364,7 +364,7 @@ class ArmedRuns(dict[str, dict[float, dict[str, float]]]):
 def read_mlflow(p: Path) -> ArmedRuns:
     """`mlflow:EXPERIMENT` or an MLflow SQLite file: each run named by its run name (prefixed by its experiment when
     the store holds several), in the arm its `ablate.arm` tag names (`label@arm id` when two configs share a label)."""
-    from ablate.track.mlflow import read_back
+    from ablate.track.mlflow_read import read_back
 
     logged = read_back(p)
     several = len({r.experiment for r in logged}) > 1

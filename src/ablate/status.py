@@ -14,7 +14,7 @@ from typing import Any
 from ablate import store
 from ablate.launch.liveness import current_states
 from ablate.ledger import Ledger
-from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir
+from ablate.rundir import TRUNCATION_WARN, RunDir, sweep_dir, sweep_run_dirs
 from ablate.states import STOPPED, TERMINAL, RunState
 from ablate.text import safe
 
@@ -73,6 +73,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
     if not (sdir / "ledger.jsonl").exists():
         raise_missing(root, name)
     check_ledger(sdir)
+    sweep_run_dirs(sdir)  # a link planted among the runs is refused, as every reader of a sweep refuses it
     recs, verdicts = current_states(Ledger(sdir))
     out = []
     for rid, r in recs.items():

@@ -29,7 +29,7 @@ from ablate.resources import RECIPES_DIR
 from ablate.rundir import RunDir
 from ablate.track import fanout
 from ablate.track.base import TrackContext
-from ablate.track.fanout import CLOSE_WAIT_S, FanOut
+from ablate.track.fanout import CLOSE_WAIT_S, WAIT_ENV, FanOut
 from ablate.train.session import check_config, writing
 from jobs import SMALL_TRAIN, small_config, until
 
@@ -37,10 +37,12 @@ RECIPE = str(RECIPES_DIR / "base.yaml")
 
 
 def _env(tmp_path: Path, mode: str) -> dict[str, str]:
-    """The environment of a run under test: W&B's per-user files under tmp_path, no W&B credentials, `mode`."""
+    """The environment of a run under test: W&B's per-user files under tmp_path, no W&B credentials, `mode`. The run's
+    end waits for its trackers until they are done (WAIT_ENV; it returns as soon as they are), so what a tracker
+    wrote is the same on a busy machine as on an idle one: the bounded wait itself is tested on the fan-out."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     home = tmp_path / "home"
-    return {**env, "HOME": str(home), "WANDB_MODE": mode, "NETRC": str(home / ".netrc")}
+    return {**env, "HOME": str(home), "WANDB_MODE": mode, "NETRC": str(home / ".netrc"), WAIT_ENV: "3600"}
 
 
 def _train(out: Path, *extra: str) -> list[str]:

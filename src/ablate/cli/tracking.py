@@ -10,7 +10,8 @@ import typer
 def sync(path: Path = typer.Argument(..., help="A sweep directory (sweeps/NAME) or a run directory.")) -> None:
     """Send each tracker the metrics lines it has not received: the end of runs whose tracker could not keep up (a
     busy node, a slow server) or failed. Each run's tracker run is reopened and sent only what it lacks, then
-    finished with the run's state; `ablate sweep` does this too for the ended runs of a sweep it re-runs.
+    finished with the run's state; `ablate sweep` does this too for the ended runs of a sweep it re-runs. The
+    folder must be your own (its configs name where data goes). Exit status 1 when a tracker is still behind.
 
     Example: ablate sync sweeps/loss
     """
@@ -23,7 +24,11 @@ def sync(path: Path = typer.Argument(..., help="A sweep directory (sweeps/NAME) 
         if s.skipped:
             typer.echo(f"{safe(s.run.name)}: left for later ({safe(s.skipped)})", err=True)
         elif s.left:
-            typer.echo(f"{safe(s.run.name)}: {', '.join(s.left)} still behind; run this again later", err=True)
+            typer.echo(
+                f"{safe(s.run.name)}: {', '.join(s.left)} still behind (the warning above says why); run this again "
+                "once that is fixed",
+                err=True,
+            )
     sent = len(synced) - len(behind) - sum(1 for s in synced if s.skipped)
     typer.echo(f"{sent} run(s) sent in full, {len(behind)} still behind" if synced else "nothing left unsent")
     if behind:

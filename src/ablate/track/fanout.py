@@ -5,6 +5,7 @@ waits a bounded time. What each tracker receives and how failures read: docs/tra
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -35,7 +36,20 @@ CLOSE_WAIT_S = 10.0
 """How long the end of a run waits for its trackers to send what they were given, all of them together. Short,
 because the process may have little time left: a data-parallel run's worker 0 is killed EXIT_GRACE_S (60 s) after
 its peers exit (ablate.topology.workers), and a preempted sweep job gets launcher.signal_delay_s (at most 30 s
-locally) before its time limit. What a tracker did not send is in metrics.jsonl (and sent by a later attempt)."""
+locally) before its time limit. What a tracker did not send is in metrics.jsonl and recorded (UNSENT) for
+`ablate sync`. WAIT_ENV sets another wait where runs have time at their end."""
+
+WAIT_ENV = "ABLATE_TRACK_WAIT_S"
+"""The environment variable that sets the wait at a run's end, in seconds (0 to 3600)."""
+
+
+def close_wait() -> float:
+    """The wait at a run's end: WAIT_ENV when it holds a number of seconds in [0, 3600], else CLOSE_WAIT_S."""
+    try:
+        wait = float(os.environ.get(WAIT_ENV, CLOSE_WAIT_S))
+    except ValueError:
+        return CLOSE_WAIT_S
+    return wait if 0.0 <= wait <= 3600.0 else CLOSE_WAIT_S
 
 
 UNSENT = Path("track") / "unsent.json"
@@ -96,8 +110,8 @@ class FanOut:
     state at its end (`close`). The trackers start at the first `rewind` (the attempt's resume point: metrics.jsonl
     cut back to its checkpoint, or emptied for a fresh start) or at the first line."""
 
-    def __init__(self, ctx: TrackContext, trackers: Sequence[Tracker], *, wait_s: float = CLOSE_WAIT_S) -> None:
-        self.ctx, self.wait_s = ctx, wait_s
+    def __init__(self, ctx: TrackContext, trackers: Sequence[Tracker], *, wait_s: float | None = None) -> None:
+        self.ctx, self.wait_s = ctx, close_wait() if wait_s is None else wait_s
         self._started = False
         self.late: list[str] = []
         """The trackers still sending when `close` stopped waiting."""

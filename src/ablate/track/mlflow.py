@@ -8,21 +8,16 @@ import importlib.util
 import logging
 import os
 import re
-import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ablate import locks, store
-from ablate.errors import UserError
-from ablate.reading import metric_row, text_field
 from ablate.rundir import RunDir
 from ablate.states import RunState
-from ablate.text import safe
-from ablate.track.base import TrackContext, numbers, set_environment
+from ablate.track.base import TrackContext, numbers
 
 STATE_FILE = Path("track") / "mlflow.json"
 """Under the run directory: the tracking URI and the MLflow run id this run mirrors to, so that a resumed attempt
@@ -131,7 +126,9 @@ class MlflowTracker:
                     "MLFLOW_TRACKING_URI to a tracking server"
                 )
             with locks.dir_lock(_artifacts(ctx, db)):  # the client creates the database (MLflow's migrations)
-                self._client = MlflowClient(tracking_uri=uri)
+                if not os.path.lexists(db):
+                    _build_store(db)
+                self._client = _client_of(db, uri)
         saved = _saved(ctx.run_dir, uri)
         if saved and self._reopen(saved):
             self._run_id = saved
@@ -225,6 +222,40 @@ class MlflowTracker:
             self._client.set_terminated(self._run_id, status=ENDS.get(state, "KILLED"))
 
 
+def _build_store(db: Path) -> None:
+    """A new SQLite store, built whole before it takes its name: MLflow's migrations (seconds on a busy node) run on
+    a temporary file that is then moved into place, so a process that ends mid-way (a run's end waits only so long
+    for its trackers) leaves no half-built store, only a temporary file the next build removes. Called under the
+    store's lock."""
+    from mlflow.tracking import MlflowClient
+
+    for old in db.parent.glob(f".{db.name}.*.tmp"):  # left by a build that was killed
+        old.unlink(missing_ok=True)
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    MlflowClient(tracking_uri=f"sqlite:///{tmp}")
+    os.replace(tmp, db)
+
+
+def _client_of(db: Path, uri: str) -> Any:
+    """The client of an existing SQLite store; one that MLflow cannot open (left half-built by a version of ablate
+    that built it in place, or damaged) is one line saying how to start a new one."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # its tables as MLflow made them
+        return client
+    except Exception as e:
+        from sqlalchemy.exc import OperationalError
+
+        if not isinstance(e, OperationalError) and not isinstance(e.__cause__, OperationalError):
+            raise  # MLflow wraps sqlalchemy's errors: not a store whose tables MLflow made
+        raise RuntimeError(
+            f"{db}: not an MLflow store MLflow can open (half-built or damaged: {str(e).splitlines()[0][:200]}); "
+            f"move it aside (mv {db} {db}.broken) and send the runs again with: ablate sync {db.parent}"
+        ) from None
+
+
 def _artifacts(ctx: TrackContext, db: Path) -> Path:
     """The `mlflow-artifacts` directory next to a SQLite store, made if missing. In the default store (the sweep's,
     or the run directory's) no component of it or of the database may be a link: every file stays in the sweep."""
@@ -258,10 +289,10 @@ def _worded(uri: str) -> Iterator[None]:
     try:
         yield
     except MlflowException as e:
-        raise RuntimeError(_said(uri, e)) from None
+        raise RuntimeError(said(uri, e)) from None
 
 
-def _said(uri: str, e: Exception, setting: str = "MLFLOW_TRACKING_URI or track.mlflow_uri") -> str:
+def said(uri: str, e: Exception, setting: str = "MLFLOW_TRACKING_URI or track.mlflow_uri") -> str:
     """MLflow's error in a few words, after the store: the socket's error and the fix when the server could not be
     reached (MLflow's message then runs over several lines of urllib3's), else its message's first line."""
     text = str(e)
@@ -270,101 +301,3 @@ def _said(uri: str, e: Exception, setting: str = "MLFLOW_TRACKING_URI or track.m
         fix = f"start the server or fix the URI ({setting})"
         return f"{uri}: {socket.group(0).strip()}; {fix}"
     return f"{uri}: {text.splitlines()[0][:300] if text else type(e).__name__}"
-
-
-# ---- reading runs back (ablate fit|rank mlflow:EXPERIMENT, or an mlflow.db file: ablate.log_readers) ----
-
-
-@dataclass
-class Logged:
-    """One MLflow run as read back: its experiment, run name and id, the arm its tags name, and its metrics."""
-
-    experiment: str
-    name: str
-    run_id: str
-    arm: str | None = None
-    arm_id: str | None = None
-    steps: dict[float, dict[str, float]] = field(default_factory=dict)
-
-
-def read_back(source: Path) -> list[Logged]:
-    """The active runs of `mlflow:EXPERIMENT` (at $MLFLOW_TRACKING_URI), or of every experiment of a SQLite store
-    (read as a database: read-only, and whichever MLflow version wrote it)."""
-    text = str(source)
-    if not text.startswith("mlflow:"):
-        return _read_sqlite(source, None)
-    name, uri = text.removeprefix("mlflow:"), os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        raise UserError(
-            f"{text}: MLFLOW_TRACKING_URI is not set; set it to the tracking server (http://HOST:PORT), or give the "
-            "mlflow.db file"
-        )
-    db = sqlite_path(uri)
-    return _read_sqlite(db, name) if db is not None else _read_server(uri, name)
-
-
-def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
-    where = f"mlflow:{experiment}" if experiment else str(db)
-    if db.is_dir():
-        raise UserError(f"{where}: a folder, not an MLflow store; give its mlflow.db file, or mlflow:EXPERIMENT")
-    if not db.is_file():
-        raise UserError(f"{where}: no such file {db}")
-    query = (
-        "SELECT r.run_uuid, r.name, e.name FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
-        "WHERE r.lifecycle_stage = 'active' AND (? IS NULL OR e.name = ?)"
-    )
-    try:
-        with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
-            found = con.execute(query, (experiment, experiment)).fetchall()
-            tags = con.execute("SELECT run_uuid, key, value FROM tags WHERE key IN (?, ?)", (ARM_TAG, ARM_ID_TAG))
-            arms = {(run, k): text_field(where, f"tag {k} of run {run}", v, BAD_STORE) for run, k, v in tags}
-            if experiment and not found:
-                names = [n for (n,) in con.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
-                names = [safe(n) for n in names if isinstance(n, str)]
-                raise UserError(f"{where}: no runs in experiment {experiment!r}; its experiments: {', '.join(names)}")
-            runs: dict[str, Logged] = {}
-            for uuid, n, e in found:  # each field checked as MLflow writes it: one line for a store it did not
-                r = text_field(where, "a run id", uuid, BAD_STORE, optional=False)
-                exp = text_field(where, f"the experiment of run {r}", e, BAD_STORE, optional=False)
-                name = text_field(where, f"the name of run {r}", n, BAD_STORE) or r
-                runs[r] = Logged(exp, name, r, arms.get((r, ARM_TAG)), arms.get((r, ARM_ID_TAG)))
-            for run, key, step, value, is_nan in con.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics"):
-                if run in runs:
-                    got = metric_row(where, f"run {run}", key, step, value, is_nan, BAD_STORE)
-                    runs[run].steps.setdefault(got[0], {})[got[1]] = got[2]
-    except sqlite3.DatabaseError as e:  # not a database, or not MLflow's
-        raise UserError(f"{where}: not an MLflow SQLite store ({e}); give the mlflow.db a tracked run wrote") from None
-    return list(runs.values())
-
-
-BAD_STORE = "not a store MLflow wrote; give the mlflow.db a tracked run wrote"
-
-
-def _read_server(uri: str, experiment: str) -> list[Logged]:
-    try:
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-    except ImportError:
-        raise UserError(f"mlflow:{experiment}: reading MLflow needs its client: pip install mlflow-skinny") from None
-    set_environment(["mlflow"])  # bounded retries, no telemetry (ablate.track.base)
-    try:
-        client = MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            raise UserError(f"mlflow:{experiment}: no such experiment at {uri}; check the name (the sweep's)")
-        out, token = [], None
-        while True:
-            page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
-            for r in page:
-                tags = r.data.tags
-                got = Logged(exp.name, r.info.run_name or r.info.run_id, r.info.run_id, tags.get(ARM_TAG))
-                got.arm_id = tags.get(ARM_ID_TAG)
-                for key in r.data.metrics:
-                    for m in client.get_metric_history(r.info.run_id, key):
-                        got.steps.setdefault(float(m.step), {})[key] = float(m.value)
-                out.append(got)
-            token = page.token
-            if not token:
-                return out
-    except MlflowException as e:
-        raise UserError(f"mlflow:{experiment}: can't read {_said(uri, e, 'MLFLOW_TRACKING_URI')}") from None

@@ -6,6 +6,7 @@ resumed attempt does (docs/trackers.md)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ def run_config(rd: RunDir) -> RunConfig:
 def pending(path: Path) -> list[RunDir]:
     """The runs under `path` (a sweep directory or a run directory) that record trackers left behind. A link among
     a sweep's runs is refused, as every reader of a sweep does."""
+    if not path.is_dir():
+        raise UserError(f"{path}: no such directory; give a sweep directory (sweeps/NAME) or a run directory")
     if not (path / "runs").is_dir() and not os.path.islink(path / "runs"):
         if not any(os.path.lexists(path / name) for name in ("run.json", "metrics.jsonl")):
             raise UserError(f"{path}: neither a sweep directory (runs/) nor a run directory (run.json); give one")
@@ -62,21 +65,28 @@ def sync(path: Path, *, skip: Collection[str] = (), echo: Callable[[str], None] 
     """Send the trackers of every run under `path` that recorded some left behind what they lack (`skip`: run
     directory names not to touch, e.g. those just submitted again). The folder must be the user's own: a run's
     config names where its trackers send data, with the user's credentials."""
-    runs = pending(path)
-    if runs:  # its configs name where data goes: only a folder no one else could have changed
-        ownership.check_owned_dir(path, chain=False, choose="sync a sweep or run of your own")
+    runs = [rd for rd in pending(path) if rd.path.name not in skip]
+    mine = "sync a sweep or run of your own"
+    if runs:  # its configs name where data goes: only folders no one else could have changed, as for a launch
+        ownership.check_owned_dir(path, choose=mine)
     done = []
-    for rd in runs:
-        if rd.path.name in skip:
-            continue
-        record = unsent(rd.path)
-        if echo and record:
-            echo(f"sending {', '.join(record.trackers)} the rest of run {safe(rd.path.name)}")
-        try:
-            left = send_unsent(run_config(rd), rd)
-        except UserError as e:  # another process writes the run (its own trackers will do this), or no config
-            done.append(Synced(rd.path, (), skipped=str(e)))
-            continue
-        if left is not None:
-            done.append(Synced(rd.path, tuple(left)))
+    quiet = logging.NullHandler()  # the trackers' warnings go to stderr once (a run's logger has train.log)
+    logging.getLogger("ablate.train").addHandler(quiet)
+    try:
+        for rd in runs:
+            for folder in (rd.path, rd.path / "track"):
+                ownership.check_owned_dir(folder, chain=False, choose=mine)
+            record = unsent(rd.path)
+            if echo and record:
+                echo(f"sending {', '.join(record.trackers)} the rest of run {safe(rd.path.name)}")
+            try:
+                with store.sweep_umask(store.group_readable(path)):  # what the trackers make is as private as the run
+                    left = send_unsent(run_config(rd), rd)
+            except UserError as e:  # another process writes the run (its own trackers will do this), or no config
+                done.append(Synced(rd.path, (), skipped=str(e)))
+                continue
+            if left is not None:
+                done.append(Synced(rd.path, tuple(left)))
+    finally:
+        logging.getLogger("ablate.train").removeHandler(quiet)
     return done
