@@ -81,7 +81,8 @@ class Composer:
         self.groups = recipe_groups(recipes_dir)
         self._inside: set[tuple[str, ...]] = set()
         _refuse_links_out(recipes_dir)  # a linked folder's files would skip the check below, and Hydra reads them
-        h = hashlib.sha256(_CACHE_VERSION + json.dumps(defaults_tree(), sort_keys=True).encode())
+        self.defaults = defaults_tree()
+        h = hashlib.sha256(_CACHE_VERSION + json.dumps(self.defaults, sort_keys=True).encode())
         for p in sorted(recipes_dir.rglob("*.yaml")):
             data = p.read_bytes()
             check_recipe_file(p, data)  # before Hydra reads any of them
@@ -95,7 +96,7 @@ class Composer:
         self.check_inside(name, overrides)
         own, track = choice.split(overrides)
         cfg = self._cached(name, own)
-        problem = choice.recipe_problem(cfg, defaults_tree(), f"recipe {name!r} ({self.dir / name}.yaml)")
+        problem = choice.recipe_problem(cfg, self.defaults, f"recipe {name!r} ({self.dir / name}.yaml)")
         if problem:
             raise ComposeError(problem)
         return self._cached(name, [*own, *track]) if track else cfg

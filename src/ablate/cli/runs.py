@@ -226,13 +226,12 @@ def _send_unsent(sdir: Path, busy: list[str]) -> None:
     """The ended runs of the sweep whose trackers fell behind at their end are sent what they lack now (runs just
     submitted or still running are left to their own job, whose trackers start by sending it)."""
     from ablate.text import safe
-    from ablate.track.sync import pending, sync
+    from ablate.track.sync import sync
 
     try:
-        if any(rd.path.name not in busy for rd in pending(sdir)):
-            for s in sync(sdir, skip=set(busy), echo=typer.echo):
-                if s.left:
-                    typer.echo(f"warning: {', '.join(s.left)} still behind; send it later with: ablate sync {sdir}")
+        for s in sync(sdir, skip=set(busy), echo=typer.echo):
+            if s.left:
+                typer.echo(f"warning: {', '.join(s.left)} still behind; send it later with: ablate sync {sdir}")
     except UserError as e:  # the runs are submitted: what keeps their trackers waiting is a warning, not a failure
         typer.echo(f"warning: trackers left behind not sent ({safe(str(e))})", err=True)
 

@@ -275,6 +275,4 @@ def send_unsent(config: Any, rd: RunDir, *, wait_s: float = SYNC_WAIT_S) -> list
         fan = FanOut(context(config, rd), trackers, wait_s=wait_s)
         fan.rewind(last)
         fan.close(record.state)
-        left = [*fan.behind, *(n for n in record.trackers if n not in fan.names)]
-        _record_unsent(rd.at(rd.path / UNSENT), left, record.state, sent=record.trackers)
-        return left
+        return [*fan.behind, *(n for n in record.trackers if n not in fan.names)]  # close kept both in the record
