@@ -254,6 +254,28 @@ def test_a_writer_whose_directory_is_replaced_or_removed_writes_nothing_more(tmp
         assert not d.exists()
 
 
+def test_a_run_json_write_under_way_when_the_directory_is_replaced_lands_in_the_old_one(tmp_path, monkeypatch):
+    """The replacement comes after the writer's check and before its write (the window a busy machine opens): the
+    write goes through the locked directory, so the new directory at the path gets no run.json at all."""
+    d = tmp_path / "r"
+    rd = RunDir(d)
+    with rd.writer():
+        rd.started(pid=os.getpid())
+        real_guard = rd.guard
+
+        def replaced_after_the_check() -> None:
+            real_guard()
+            d.rename(tmp_path / "moved")
+            d.mkdir()
+            monkeypatch.setattr(rd, "guard", real_guard)
+
+        monkeypatch.setattr(rd, "guard", replaced_after_the_check)
+        rd.progress(step=2)
+    assert list(d.iterdir()) == []
+    moved = store.read_json(tmp_path / "moved" / "run.json")
+    assert moved["status"] == "running" and moved["pid"] == os.getpid()
+
+
 def test_a_run_whose_directory_is_replaced_stops_with_one_line(tmp_path):
     """End to end: `ablate train` on a run far too long to finish; once it has written evaluations its directory is
     moved away and a new one made at its path. The run stops with one line and exit 2, and never says in the new

@@ -201,9 +201,8 @@ class RunDir:
         writer: `ablate train` on it resumes it from its last checkpoint) moves run.json out of it; not a job killed
         after writing it, a launcher or runner that then finds the job gone, a job that crashes on its way out, nor a
         late signal. `ablate sweep --force` re-runs it in a fresh directory, archiving this one first. Every
-        transition comes through here, so no caller can unfinish a run, whatever it believes about the run's
-        process. The writers that could race here cannot: a launcher records a death only once the job's
-        process is gone, and one process at a time trains into a directory (`writer`)."""
+        transition comes through here, so no caller can unfinish a run. The writers that could race here cannot: a
+        launcher records a death only once the job is gone, and one process trains into a directory (`writer`)."""
         self.guard()
         status = fields.get("status")
         if status is not None and status not in RUN_JSON:
@@ -212,8 +211,10 @@ class RunDir:
             now = self.info().status
             if now in FINISHED and status != now:
                 return False
-        self.make()
-        store.update_json(self.at(self.info_path), **fields)
+        if self._lock is not None and self._lock.fd is not None:  # through the locked directory, not its path
+            store.update_json_in(self._lock.fd, self.info_path.name, **fields)
+            return True
+        store.update_json(self.at(self.make() / "run.json"), **fields)
         return True
 
     def submitted(

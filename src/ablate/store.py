@@ -267,6 +267,37 @@ def update_json(path: Path | str, **fields: Any) -> dict[str, Any]:
     return data
 
 
+def update_json_in(dir_fd: int, name: str, **fields: Any) -> None:
+    """`update_json` of the file `name` in the directory open as `dir_fd` (a writer's locked run directory): every
+    step goes through the descriptor, so a write under way when the directory is renamed or replaced lands in the
+    directory that was locked, never in one made at its old path. A link at `name` is refused."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _link_error(name) from None
+        data = {}
+    except ValueError:
+        data = {}
+    data = {**data, **fields} if isinstance(data, dict) else dict(fields)
+    text = json.dumps(data, indent=2, sort_keys=True, default=_json_default, allow_nan=False) + "\n"
+    tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+    mode = os.fstat(dir_fd).st_mode & 0o644 | 0o600
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
 def append_jsonl(path: Path | str, *records: dict[str, Any]) -> None:
     """Append records, one line each, with a single write() call, then fsync (a batch costs one flush).
 
