@@ -78,6 +78,15 @@ def test_a_halved_c_mid_is_an_efficiency_change_never_a_ceiling_change(shape, no
     assert at_most(r["ceiling_calls"], 0.05), r["verdicts"]
 
 
+@pytest.mark.parametrize("noise,f", [("eval", 0.8), ("eval", 0.95), ("ar0.5", 0.8), ("ar0.5", 0.95)])
+def test_a_twofold_c_mid_is_found_at_3_seeds_on_the_embedded_shape(noise, f):
+    """Efficiency is compared at three quarters of the gain, where the curves climb: a halved C_mid is found in
+    at least 90% of sweeps shaped like the embedded task, with no options (read on the plateau at the default
+    --to, it was found in about half of them)."""
+    r = cell("embedded", noise, 3, f, "cmid/2")
+    assert at_least(r["power"], 0.9) and at_most(r["ceiling_calls"], 0.05), r["verdicts"]
+
+
 def test_the_boundary_effects_sit_exactly_at_the_default_smallest_effect():
     me = MinEffect()
     assert {e: EFFECTS[e] for e in BOUNDARY} == {

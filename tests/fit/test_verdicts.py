@@ -107,10 +107,10 @@ def test_a_stored_seed_spread_is_saved_and_read_back(tmp_path):
     out = json.loads(
         ok(["rank", path, "--group", "group", "--baseline", "b", "--n-boot", "200", "--json", "--noise", noise]).stdout
     )
-    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {
+    assert {a["arm"]: a["verdict"] for a in out["arms"]} == {  # the stored spread decides one seed each
         "b": "baseline",
         "up": "ceiling_up",
-        "same": "inconclusive",
+        "same": "equivalent",
     }
     assert out["noise_floor"]["source"].startswith("stored measurement")
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--noise", str(tmp_path / "nope.json")])
@@ -436,3 +436,23 @@ def test_seeds_to_decide_are_simulated_through_the_rankings_own_false_discovery_
     # power rises with seeds, and is the same draw for the same inputs (a fixed generator): no hidden randomness
     ladder = [decide_power(0.025, 0.0, floor, me, n, 4, np.random.default_rng(1), three_changes) for n in (3, 8, 24)]
     assert ladder == sorted(ladder) and ladder[-1] > 0.95
+
+
+def test_the_efficiency_verdict_of_converged_identical_arms_does_not_move_with_to():
+    """Two identical tight arms whose windows reach 95% of the gain: equivalent with no options, and the same verdict,
+    compute ratio and interval wherever --to is put (at C_mid, at the default twice the window, far out). Efficiency
+    is compared at three quarters of the gain; --to only moves the predicted pass rates."""
+    shape, f = SHAPES["scalerl-8b"], 0.95
+    rng = np.random.default_rng(5)
+    curves = simulate_arm(shape, NOISES["eval"], {}, 3, f, rng, "base")[0]
+    curves += simulate_arm(shape, NOISES["eval"], {}, 3, f, rng, "arm")[0]
+    end = window_end(shape, f)
+    seen = []
+    for to in (shape.c_mid, 2 * end, 20 * end):
+        ranking = rank(curves, FitOptions(n_boot=200, target=to, fit_until=end * 1.000001), baseline="base")
+        arm = next(a for a in ranking.arms if a.arm == "arm")
+        seen.append((arm.verdict, arm.shared["compute_ratio_tested"], *arm.shared["compute_ratio_ci"]))
+        assert arm.fit.target == to  # --to moves what is predicted, not the efficiency verdict
+    assert seen[0][0] == "equivalent" and 0.97 < seen[0][1] < 1.03, seen
+    assert [s[0] for s in seen] == ["equivalent"] * 3
+    assert [s[1:] for s in seen[1:]] == [pytest.approx(seen[0][1:], rel=1e-9)] * 2

@@ -72,9 +72,9 @@ class ArmResult:
     stopped: list[str] = field(default_factory=list)
     """`pruned` / `unstable` when `ablate sweep --prune` stopped some of its runs: ranked on what they have."""
     log_compute_seeds: list[float] | None = field(default=None, repr=False)
-    """Each seed's log compute to the baseline's pass rate at the target, under the shared A."""
+    """Each seed's log compute to three quarters of its gain (sigmoid.GAIN_SHARE) under the shared A."""
     base_log_compute_seeds: list[float] | None = field(default=None, repr=False)
-    """The baseline's seeds' log compute to that same pass rate under this pair's shared A (each pair has its own)."""
+    """The baseline's seeds' log compute to that share under this pair's shared A (each pair has its own)."""
 
     @property
     def seed_A(self) -> list[float]:

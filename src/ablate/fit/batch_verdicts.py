@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from scipy.stats import t as student_t
 
@@ -53,7 +51,7 @@ def decide_codes(
     pooled_a: np.ndarray,
     compared: np.ndarray,
     ident: np.ndarray,
-    target: float,
+    ref: np.ndarray,
     noise: NoiseFloor | None,
     me: MinEffect,
     extra_arms: int,
@@ -61,9 +59,10 @@ def decide_codes(
 ) -> np.ndarray:
     """The tests and the false-discovery control of `verdicts.decide_verdicts`, for every trial at once: [T] the
     index in CODES of arm 0's verdict. seed_a [T, K, S] each seed's identified A (NaN: not identified); logc
-    [T, K, S] each seed's log compute to the baseline's pass rate under the shared A, read where has_logc [T, K];
-    lr_fallback [T, K] the pooled fits' log compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident
-    [T, K]: which arms are compared with the baseline (arm 1), which are identified."""
+    [T, K, S] each seed's log C_mid under the pair's shared A, read where has_logc [T, K]; lr_fallback [T, K] the
+    pooled fits' log compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident [T, K]: which arms are
+    compared with the baseline (arm 1), which are identified; ref [T, K] the baseline's pooled log C_mid under each
+    pair's shared A (what a side without seeds is read at)."""
     T, K, _ = seed_a.shape
     fin_a = np.isfinite(seed_a)
     n_a = fin_a.sum(2)
@@ -90,8 +89,8 @@ def decide_codes(
     # per compared arm k (against the baseline, column 1)
     d_a = np.where((n_a > 0) & (n_a[:, 1:2] > 0), mean_a - mean_a[:, 1:2], pooled_a - pooled_a[:, 1:2])
     se_a = sd_a[:, None] * np.sqrt(1.0 / np.maximum(n_a, 1) + 1.0 / np.maximum(n_a[:, 1:2], 1))
-    own_c = np.where(n_c > 0, mean_c, lr_fallback + math.log(target))
-    base_c = np.where(n_c[:, 1:2] > 0, mean_c[:, 1:2], math.log(target))
+    own_c = np.where(n_c > 0, mean_c, lr_fallback + ref)
+    base_c = np.where(n_c[:, 1:2] > 0, mean_c[:, 1:2], ref)
     lr = np.where(np.isfinite(lr_fallback), own_c - base_c, np.nan)
     se_c = sd_c[:, None] * np.sqrt(1.0 / np.maximum(n_c, 1) + 1.0 / np.maximum(n_c[:, 1:2], 1))
     dofk = dof[:, None]

@@ -96,7 +96,7 @@ def seeds_to_decide(
     if seeds is None and not np.isfinite(lr):
         text = (
             f"more than {ladder[-1]} seeds an arm at {at} would be needed: with no compute ratio measured (the arm "
-            "never reaches the baseline's pass rate under the shared A), equivalence cannot be shown, and the "
+            "has no C_mid under the shared A), equivalence cannot be shown, and the "
             "ceiling difference is too small for the seed spread"
         )
     elif seeds is None:

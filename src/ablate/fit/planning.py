@@ -70,14 +70,12 @@ def _fast_cells(m: TaskModel, compute: float, question: str, kw: dict[str, Any])
     effect = effect_of(question, kw["delta_a"], kw["ratio"])
     seed = kw["seed"] * 1009 + QUESTIONS.index(question)
     rung = power.rung_for(m, compute, effect, kw["trials"], sim_arms, seed)
-    target = kw["to"] if kw["to"] is not None else 2.0 * compute
 
     def cell(seeds: int) -> dict[str, Any]:
         return power.cell_power(
             rung,
             seeds,
             WANTED[question],
-            target=target,
             noise=kw["noise"],
             me=kw["min_effect"] or MinEffect(),
             extra_arms=m.arms - sim_arms,

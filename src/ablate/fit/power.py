@@ -44,7 +44,15 @@ from scipy.special import expit, ndtr
 from ablate.fit.batch_verdicts import CODES, decide_codes
 from ablate.fit.identify import CI_CLOSED_TOL, MIN_RISE
 from ablate.fit.noise import RHO_MAX
-from ablate.fit.sigmoid import AT_BOUND_TOL, B_BOUNDS, PointFit, fit_batch, log_c_mid_bounds, sigmoid
+from ablate.fit.sigmoid import (
+    AT_BOUND_TOL,
+    B_BOUNDS,
+    PointFit,
+    fit_batch,
+    log_c_mid_bounds,
+    log_compute_to_share,
+    sigmoid,
+)
 from ablate.fit.spread import MinEffect, NoiseFloor
 from ablate.fit.taskmodel import MAX_POINTS, TaskModel, seed_spread
 from ablate.fit.uncertainty import DEBIAS_ROUNDS
@@ -237,14 +245,6 @@ def _spread_quantile(
     return (lo + hi) / 2
 
 
-def _reach_log(r, r0, a, b, c_mid) -> np.ndarray:
-    """log compute at which the curve reaches pass rate r (NaN where r is not strictly between R0 and A)."""
-    lo, hi = np.minimum(r0, a), np.maximum(r0, a)
-    ok = (lo < r) & (r < hi)
-    ratio = np.where(ok, (a - r0) / np.where(ok, r - r0, 1.0) - 1.0, 1.0)
-    return np.where(ok & (ratio > 0), np.log(c_mid) - np.log(np.where(ratio > 0, ratio, 1.0)) / b, np.nan)
-
-
 def shared_a(
     rung: Rung, k: int, ybar_k: np.ndarray, ybar_b: np.ndarray, fit_k: np.ndarray, fit_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -280,14 +280,7 @@ def shared_a(
 
 
 def verdict_codes(
-    rung: Rung,
-    seeds: int,
-    *,
-    target: float,
-    noise: NoiseFloor | None,
-    me: MinEffect,
-    extra_arms: int,
-    rng: np.random.Generator,
+    rung: Rung, seeds: int, *, noise: NoiseFloor | None, me: MinEffect, extra_arms: int, rng: np.random.Generator
 ) -> np.ndarray:
     """The effect arm's (arm 0's) verdict in each trial with `seeds` seeds per arm; arm 1 is the baseline."""
     rung.grow(seeds)
@@ -303,21 +296,21 @@ def verdict_codes(
     logc = np.full((T, K, seeds), np.nan)
     lr_fallback = np.full((T, K), np.nan)
     base_logc = np.full((T, K, seeds), np.nan)
+    ref = np.full((T, K), np.nan)  # the baseline's pooled log compute to the gain share under each pair's shared A
     for k in [k for k in range(K) if k != 1]:
         a_s, fk, fb = shared_a(rung, k, ybar[:, k], ybar[:, 1], pooled[:, k], pooled[:, 1])
-        r_t = sigmoid(target, fb[:, 0], a_s, fb[:, 2], fb[:, 3])
-        own = _reach_log(r_t, fk[:, 0], a_s, fk[:, 2], fk[:, 3])  # the pooled arm's: its compute ratio
-        lr_fallback[:, k] = own - math.log(target)
+        ref[:, k] = log_compute_to_share(fb[:, 2], fb[:, 3])
+        lr_fallback[:, k] = log_compute_to_share(fk[:, 2], fk[:, 3]) - ref[:, k]  # the pooled fits' compute ratio
         for who, dst in ((k, logc[:, k]), (1, base_logc[:, k])):
             start = Truth(float(np.median(a_s)), rung.arms[who].b, rung.arms[who].c_mid)
             f = rung._fit(who, y[:, who].reshape(T * seeds, -1), fix_a=np.repeat(a_s, seeds), start=start)
-            dst[:] = _reach_log(np.repeat(r_t, seeds), f[:, 0], f[:, 1], f[:, 2], f[:, 3]).reshape(T, seeds)
+            dst[:] = log_compute_to_share(f[:, 2], f[:, 3]).reshape(T, seeds)
     # the baseline's seeds' log compute: from its first comparison (arms in order)
     first = np.argmax(compared, axis=1)
     logc[:, 1] = base_logc[np.arange(T), first]
     has_logc = compared | (compared.any(1, keepdims=True) & (np.arange(K) == 1))
     return decide_codes(
-        seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, target, noise, me, extra_arms, rng
+        seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, ref, noise, me, extra_arms, rng
     )
 
 
@@ -334,7 +327,6 @@ def cell_power(
     seeds: int,
     wanted: str,
     *,
-    target: float,
     noise: NoiseFloor | None,
     me: MinEffect,
     extra_arms: int,
@@ -343,7 +335,7 @@ def cell_power(
 ) -> dict[str, Any]:
     """`exact.power_cell`'s answer from every trial of the rung at once (no early stop: all trials count)."""
     rng = np.random.default_rng([seed, seeds, 29])
-    codes = verdict_codes(rung, seeds, target=target, noise=noise, me=me, extra_arms=extra_arms, rng=rng)
+    codes = verdict_codes(rung, seeds, noise=noise, me=me, extra_arms=extra_arms, rng=rng)
     n = codes.size
     p = float(np.mean(codes == CODES.index(wanted)))
     return {

@@ -1,7 +1,12 @@
 """The efficiency comparison `rank` makes between an arm and its baseline: both refitted with one shared A (fitted
-to the pair, or one A for every arm), the compute the arm needs to reach the pass rate the baseline reaches at the
-target, and each seed's log compute to that pass rate (the spread the efficiency test is judged against).
-docs/verdicts.md says how the test reads them."""
+to the pair, or one A for every arm), and the compute each needs to reach three quarters of its gain under that
+ceiling (GAIN_SHARE), as a ratio; and each seed's log compute to that share under the shared A (the spread the
+efficiency test is judged against).
+
+Three quarters of the gain is where a curve still climbs: there a small difference in level is a small difference
+in compute, so the ratio is well conditioned, and it does not move with `--to`. On the plateau the same difference
+in level becomes a large difference in compute. Half the gain (C_mid) would be better conditioned still, but blind
+to a change of B alone. docs/verdicts.md says how the test reads them."""
 
 from __future__ import annotations
 
@@ -15,14 +20,22 @@ from ablate.fit.analysis import fit_curves, window_points
 from ablate.fit.arms import ArmResult
 from ablate.fit.curve import Curve
 from ablate.fit.result import FitOptions, FitResult
-from ablate.fit.sigmoid import B_BOUNDS, PointFit, compute_to_reach, fit_batch, log_c_mid_bounds, sigmoid
+from ablate.fit.sigmoid import (
+    B_BOUNDS,
+    GAIN_SHARE,
+    PointFit,
+    fit_batch,
+    log_c_mid_bounds,
+    log_compute_to_share,
+    sigmoid,
+)
 
 
 @dataclass
 class Efficiency:
     """One shared-A comparison: `shared`, what `ArmResult.shared` holds (A_shared, B and C_mid of both arms under it,
-    the baseline's pass rate at the target, the compute ratio); and each seed's log compute to that pass rate under
-    the shared A, of the arm and of the baseline (empty for a single run)."""
+    the gain share and the compute ratio to it); and each seed's log compute to that share of its gain under the
+    shared A, of the arm and of the baseline (empty for a single run)."""
 
     shared: dict[str, Any]
     seeds_arm: list[float]
@@ -65,12 +78,11 @@ def _fit_at_a(x: np.ndarray, y: np.ndarray, r0: float, a: float, b: float, c_mid
     return float(b_fit), float(c_fit)
 
 
-def _seed_log_compute(c: Curve, a_shared: float, b: float, c_mid: float, r_t: float, opts: FitOptions) -> float:
-    """log compute for one seed to reach r_t, refitted with A held at the shared value."""
+def _seed_log_compute(c: Curve, a_fixed: float, b: float, c_mid: float, opts: FitOptions) -> float:
+    """One seed's log compute to GAIN_SHARE of its gain, refitted with A held at `a_fixed`."""
     x, y, _, _, _ = window_points([c], opts, c.run)
     r0 = c.r0 if c.r0 is not None else float(y[0])
-    reach = compute_to_reach(r_t, r0, a_shared, *_fit_at_a(x, y, r0, a_shared, b, c_mid))
-    return float(np.log(reach)) if reach else float("nan")
+    return float(log_compute_to_share(*_fit_at_a(x, y, r0, a_fixed, b, c_mid)))
 
 
 def refit_at_a(res: FitResult, a_fixed: float, opts: FitOptions) -> tuple[float, float]:
@@ -80,10 +92,10 @@ def refit_at_a(res: FitResult, a_fixed: float, opts: FitOptions) -> tuple[float,
 
 
 def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all: float | None = None) -> Efficiency:
-    """Shared-A refit of arm and baseline: the compute the arm needs to reach the pass rate the baseline reaches
-    at the target, as a ratio to the target; and each seed's log compute to that pass rate under the shared A (the
-    spread the efficiency test is judged against). The shared A is fitted to the pair (default) or, with `a_all`,
-    the one A every arm of the ranking is refitted at (`--shared-a all`, the paper's own comparison)."""
+    """Shared-A refit of arm and baseline: the ratio of the compute each needs to reach GAIN_SHARE of its gain
+    under the shared A; and each seed's log compute to that share under the shared A (the spread the efficiency
+    test is judged against). The shared A is fitted to the pair (default) or, with `a_all`, the one A every arm of the
+    ranking is refitted at (`--shared-a all`, the paper's own comparison)."""
     if a_all is None:
         parts = []
         for res in (arm, base):
@@ -93,14 +105,8 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
     else:
         a_s = a_all
         (b_a, c_a), (b_b, c_b) = refit_at_a(arm, a_s, opts), refit_at_a(base, a_s, opts)
-    target = opts.target
-    r_t = float(sigmoid(target, base.R0, a_s, b_b, c_b))
-    c_arm = compute_to_reach(r_t, arm.R0, a_s, b_a, c_a)
-    # no compute to reach it: the arm starts at or above the pass rate (0), or never reaches it under the shared A
-    no_reach = 0.0 if r_t <= arm.R0 else float("inf")
-    ratio = c_arm / target if c_arm else no_reach
     seeds = [
-        [_seed_log_compute(c, a_s, b, cm, r_t, opts) for c in res.curves] if res.n_runs > 1 else []
+        [_seed_log_compute(c, a_s, b, cm, opts) for c in res.curves] if res.n_runs > 1 else []
         for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))
     ]
     shared = {
@@ -109,18 +115,19 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
         "C_mid": c_a,
         "B_baseline": b_b,
         "C_mid_baseline": c_b,
-        "target_pass_rate": r_t,
-        "compute_ratio": ratio,
+        "gain_share": GAIN_SHARE,
+        "compute_to_share": float(np.exp(log_compute_to_share(b_a, c_a))),
+        "compute_to_share_baseline": float(np.exp(log_compute_to_share(b_b, c_b))),
+        "compute_ratio": float(np.exp(log_compute_to_share(b_a, c_a) - log_compute_to_share(b_b, c_b))),
         "compute_ratio_ci": None,
     }
     return Efficiency(shared=shared, seeds_arm=seeds[0], seeds_base=seeds[1])
 
 
 def own_log_compute_seeds(a: ArmResult, opts: FitOptions) -> None:
-    """Each seed's log compute to the arm's own pass rate at the target, A held at the arm's: the arm's seed spread
-    of compute when it has no comparison to measure it in."""
+    """Each seed's log compute to GAIN_SHARE of its gain with A held at the arm's own: the arm's seed spread of
+    compute when it has no comparison to measure it in."""
     f = a.fit
     if f.n_runs < 2 or not f.identifiable:
         return
-    r_t = float(sigmoid(opts.target, f.R0, f.A, f.B, f.C_mid))
-    a.log_compute_seeds = [_seed_log_compute(c, f.A, f.B, f.C_mid, r_t, opts) for c in f.curves]
+    a.log_compute_seeds = [_seed_log_compute(c, f.A, f.B, f.C_mid, opts) for c in f.curves]

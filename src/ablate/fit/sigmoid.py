@@ -14,7 +14,9 @@ bootstrap in `uncertainty.py` uses it so that 1,000 refits cost about as much as
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -33,6 +35,15 @@ def sigmoid(c, r0, a, b, c_mid):
         z = b * (np.log(np.where(c > 0, c, np.nan)) - np.log(c_mid))
     s = np.where(c > 0, expit(np.nan_to_num(z, nan=-np.inf)), 0.0)
     return r0 + (a - r0) * s
+
+
+GAIN_SHARE = 0.75
+"""The share of its gain (A - R0, under the shared A) at which an arm's compute is compared with its baseline's."""
+
+
+def log_compute_to_share(b: Any, c_mid: Any) -> Any:
+    """log of the compute at which a curve with efficiency (B, C_mid) reaches GAIN_SHARE of its gain."""
+    return np.log(c_mid) + math.log(GAIN_SHARE / (1.0 - GAIN_SHARE)) / b
 
 
 def compute_to_reach(r, r0, a, b, c_mid):

@@ -21,6 +21,7 @@ from ablate.fit.arms import ArmResult
 from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
+from ablate.fit.sigmoid import log_compute_to_share
 from ablate.fit.spread import PAPER_A_MARGIN, PAPER_COMPUTE_MARGIN, MinEffect, NoiseFloor
 from ablate.fit.stats import discoveries, tost
 
@@ -67,18 +68,20 @@ def parse_margin(margin: str | float | None) -> float | None:
     return m
 
 
-def _log_ratio(a: ArmResult, base_seeds: list[float] | None, ratio: float, target: float) -> float:
-    """log compute ratio, arm to baseline, to the baseline's pass rate at the target: the difference of the seeds'
-    mean log compute where an arm has seeds, the shared fit's own ratio for a single run."""
+def _log_ratio(a: ArmResult, base_seeds: list[float] | None, shared: dict[str, Any]) -> float:
+    """log compute ratio, arm to baseline, to GAIN_SHARE of the gain under the shared A: the difference of the
+    seeds' mean log compute where an arm has seeds, the shared fit's own for a single run."""
 
     def mean_log(values, fallback):
         v = np.asarray(values or [], dtype=float)
         v = v[np.isfinite(v)]
         return float(v.mean()) if v.size else fallback
 
-    if not (np.isfinite(ratio) and ratio > 0):
+    own = float(log_compute_to_share(shared["B"], shared["C_mid"]))
+    base = float(log_compute_to_share(shared["B_baseline"], shared["C_mid_baseline"]))
+    if not (np.isfinite(own) and np.isfinite(base)):
         return float("nan")
-    return mean_log(a.log_compute_seeds, math.log(ratio * target)) - mean_log(base_seeds, math.log(target))
+    return mean_log(a.log_compute_seeds, own) - mean_log(base_seeds, base)
 
 
 def _n_finite(values: list[float] | None) -> int:
@@ -118,12 +121,12 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
         a.effect = f"ΔA {d_a:+.3f}"
     elif np.isfinite(ratio) and ratio > 0 and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
         a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
-        a.detail = efficiency_text(a, opts) + f", beyond ±15% {label}"
+        a.detail = efficiency_text(a) + f", beyond ±15% {label}"
         a.effect = f"compute {ratio:.2f}x"
     else:
         a.verdict, a.practical = "inconclusive", "unclear"
         a.detail = (
-            f"ΔA {d_a:+.3f} within ±{a_margin:g}; " + efficiency_text(a, opts) + f" {label}: a "
+            f"ΔA {d_a:+.3f} within ±{a_margin:g}; " + efficiency_text(a) + f" {label}: a "
             "threshold rule is not a test, so it cannot show the arms equal"
         )
         a.effect = f"ΔA {d_a:+.3f}; {ratio:.2f}x"
@@ -156,7 +159,7 @@ def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions
         p_efficiency=float("nan"),
         p_equivalent=float("nan"),
     )
-    lr = _log_ratio(a, base_lc, shared["compute_ratio"], opts.target)
+    lr = _log_ratio(a, base_lc, shared)
     if np.isfinite(lr):
         t.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof))
         shared["compute_ratio_tested"] = math.exp(lr)
@@ -191,7 +194,7 @@ def _conclude(
     compute_size = None if rci is None else practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio)
     parts = [
         f"ΔA {d_a:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] (p={t.p_ceiling:.2g})",
-        efficiency_text(a, opts) + (f" (p={t.p_efficiency:.2g})" if np.isfinite(t.p_efficiency) else ""),
+        efficiency_text(a) + (f" (p={t.p_efficiency:.2g})" if np.isfinite(t.p_efficiency) else ""),
     ]
     eq = f"equivalence within ±{me.a:g} on A and {me.text_compute} compute: " + (
         f"p={t.p_equivalent:.2g}" if np.isfinite(t.p_equivalent) else "not testable (no compute ratio)"
@@ -280,7 +283,7 @@ def decide_verdicts(
         for a in compared:
             a.verdict, a.practical = "inconclusive", "unclear"
             a.effect = short_effect(a, "both")
-            a.detail = "no seed spread to test against (needs seeds); " + efficiency_text(a, opts)
+            a.detail = "no seed spread to test against (needs seeds); " + efficiency_text(a)
     else:
         for a in compared:
             t = _test_arm(a, (bases or {}).get(a.arm, base), floor, opts, me)

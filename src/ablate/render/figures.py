@@ -245,16 +245,16 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
         sh = arm.shared
         if sh is None:  # never: `pairs` are the arms compared on efficiency
             continue
-        a_s, r_t, target = sh["A_shared"], sh["target_pass_rate"], ranking.target
-        ratio = sh["compute_ratio"]
+        a_s, ratio = sh["A_shared"], sh["compute_ratio"]
+        share = sh["gain_share"]
         for who, fit, b, c_mid, color, reach in (
-            ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", target),
-            ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, ratio * target),
+            ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", sh["compute_to_share_baseline"]),
+            ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, sh["compute_to_share"]),
         ):
             px, pf, x = efficiency_points(fit, a_s)
             x = x[(x >= fit.window[0]) & (x <= fit.window[1]) & (x > 0)]
             ax.scatter(px, pf, s=7, color=color, alpha=0.45)
-            hi = max(float(x.max()), target, reach if math.isfinite(reach) else 0.0)
+            hi = max(float(x.max()), reach if math.isfinite(reach) else 0.0)
             xs = np.geomspace(float(x.min()), hi, 100)
             name = base.arm if who == "baseline" else arm.arm
             ax.plot(
@@ -264,8 +264,8 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
                 lw=2.0 if who == "baseline" else 1.5,
                 label=as_figure_text(f"{name}: B={b:.2f}, C_mid={c_mid:,.3g}"),
             )
-            if math.isfinite(reach) and fit.R0 < r_t < a_s:
-                ax.plot([reach], [(r_t - fit.R0) / (a_s - r_t)], marker="o", ms=7, mfc="none", mec=color)
+            if math.isfinite(reach):  # the share of the gain compared: F(R) = share / (1 - share)
+                ax.plot([reach], [share / (1 - share)], marker="o", ms=7, mfc="none", mec=color)
         ci = sh["compute_ratio_ci"]
         ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
         ax.set_title(
@@ -282,10 +282,7 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
     for ax in axes[:, 0]:
         ax.set_ylabel("F(R) = (R - R0) / (A - R)")
     how = "a shared ceiling per pair" if ranking.shared_a is None else "one ceiling for every arm"
-    fig.suptitle(
-        f"efficiency against the baseline under {how} (slope = B; circles: reaching the baseline's R at {target:g})",
-        fontsize=10,
-    )
+    fig.suptitle(f"efficiency against the baseline under {how} (slope = B; circles: 3/4 of the gain)", fontsize=10)
     others = [f"{a.arm} ({verdict_cell(a).plain})" for a in ranking.arms if a.shared is None and a is not base]
     if others:
         shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")

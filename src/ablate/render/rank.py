@@ -188,7 +188,7 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
         lines.append(
             "  [yellow]ΔA[/]: the difference of the arms' seed means of A (what the seed spread describes), "
             "so it can differ from the A column, where each arm's seeds are fitted together; compute: the "
-            "arm's compute to the baseline's pass rate at the target, as a ratio to the baseline's"
+            "arm's compute to three quarters of its gain under the shared A, as a ratio to the baseline's"
         )
     decided = [a.decide for a in ranking.arms if a.verdict == "inconclusive" and a.decide]
     if decided:

@@ -27,10 +27,10 @@ MEANING = {
     "baseline": "the arm every other arm is compared with",
     "ceiling_up": "A (the ceiling) is higher than the baseline's: the test of ΔA against 0 is a discovery",
     "ceiling_down": "A (the ceiling) is lower than the baseline's: the test of ΔA against 0 is a discovery",
-    "efficiency_up": "no ceiling change found, but the arm reaches the baseline's pass rate at the target with less "
-    "compute",
-    "efficiency_down": "no ceiling change found, but the arm needs more compute to reach the baseline's pass rate at "
-    "the target",
+    "efficiency_up": "no ceiling change found, but the arm reaches three quarters of its gain with less compute (under "
+    "a shared A)",
+    "efficiency_down": "no ceiling change found, but the arm needs more compute to reach three quarters of its gain "
+    "(under a shared A)",
     "equivalent": "shown not to matter at this scale: |ΔA| and the compute ratio both inside the smallest effect "
     "that matters (two one-sided tests)",
     "inconclusive": "neither a change nor equivalence is shown; more seeds would decide it (the count is given)",
