@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-prune bench-prune-sim bench-plan bench-report clean
+.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-looks bench-prune bench-prune-sim bench-plan bench-report clean
 
 include mk/vllm.mk
 include mk/browser.mk
@@ -68,6 +68,11 @@ bench-aa: setup
 bench-calibrate: setup
 	$(BIN)/ablate calibrate --shapes scalerl-8b,scalerl-scout,embedded --trials 40 --out bench/out/calibration.json \
 		--effects null,a+0.03,a+0.05,cmid/2,b*1.5,a+0.02,a-0.02,cmid*1.15,a+0.02@end
+
+# What ranking after every wave of seeds does to the 5% one ranking controls: false calls on identical arms, one look
+# against a look after each wave of 3 seeds (plan's fast engine; about 2 minutes on 2 cores).
+bench-looks: setup
+	$(BIN)/python bench/looks.py --json bench/out/looks.json
 
 # Does --prune save compute without changing verdicts? The loss sweep with 3 seeds in full and with --prune, and the
 # rule replayed on the full one (bench/out/prune; about 70 minutes on 2 cores); the settled rule on simulated sweeps

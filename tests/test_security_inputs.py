@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from ablate import store
 from ablate.cli import app
 from ablate.curves import write_csv
+from ablate.fit.spread import LOG_COMPUTE
 from ablate.fit.synthetic import synthetic_curve
 from ablate.ledger import Ledger, proc_start
 from ablate.resources import RECIPES_DIR
@@ -197,7 +198,7 @@ def test_plan_shows_a_calibrations_source_and_notes_as_text(tmp_path):
 # ---- 2. numbers read from files are range-checked; work is bounded ----
 
 
-GOOD_NOISE = {"sd_A": 0.02, "sd_logc": 0.2, "dof": 6, "source": "pilot"}
+GOOD_NOISE = {"sd_A": 0.02, "sd_logc": 0.2, "dof": 6, "source": "pilot", "log_compute": LOG_COMPUTE}
 
 
 @pytest.mark.parametrize(
@@ -213,6 +214,7 @@ GOOD_NOISE = {"sd_A": 0.02, "sd_logc": 0.2, "dof": 6, "source": "pilot"}
         ({"dof": 10**30}, "out of range: an integer in [1, 1e+09]"),
         ({"dof": None}, "no dof"),
         ({"source": ["x"]}, "source is"),
+        ({"log_compute": None}, "written by an older ablate"),  # a spread of another statistic
     ],
 )
 def test_noise_file_values_are_range_checked(tmp_path, change, part):

@@ -187,6 +187,15 @@ class Ledger:
             rec.apply(ev)
         return recs
 
+    def first_batches(self) -> dict[str, str]:
+        """Run id -> the batch that first submitted it (the wave of `ablate sweep` that added the run)."""
+        out: dict[str, str] = {}
+        for ev in self.events():
+            rid, batch = ev.get("run_id"), _str(ev, "batch")
+            if ev.get("event") == "submitting" and is_name(rid) and batch is not None:
+                out.setdefault(rid, batch)
+        return out
+
     def append(self, *records: dict[str, Any]) -> None:
         """Append events in one write() + one fsync (a batch of 100 costs one disk flush, not 100)."""
         if not records:

@@ -252,3 +252,31 @@ def test_a_single_seed_difference_is_not_a_ceiling_change_by_default(tmp_path):
     arm = next(a for a in rank(curves, FitOptions(n_boot=300)).arms if a.arm == "loss=maybe")
     assert abs(arm.delta_A) > PAPER_A_MARGIN
     assert arm.verdict in ("inconclusive", "not_identified"), (arm.verdict, arm.detail)
+
+
+def test_rank_says_when_the_arms_grew_in_several_launches(tmp_path):
+    """The ledger shows the arms' third seeds added by a second `ablate sweep`: ranking after each launch is a
+    sequential procedure that one ranking's 5% does not cover, and rank says so (in the table's notes and the JSON).
+    A sweep launched at once gets no such note."""
+    from ablate import store
+
+    sweep = write_sweep(tmp_path, "s", arms_with(3, **{"loss=same": {}}), baseline="loss=cispo")
+    runs = sorted(p.name for p in (sweep / "runs").iterdir())
+    labels = {r: store.read_json(sweep / "runs" / r / "run.json")["label"] for r in runs}
+
+    def ledger(batch_of):
+        store.write_jsonl(
+            sweep / "ledger.jsonl",
+            [{"event": "submitting", "run_id": r, "batch": batch_of(labels[r]), "label": labels[r]} for r in runs]
+            + [{"event": "submitting", "run_id": r, "batch": "resubmitted", "label": labels[r]} for r in runs],
+        )
+
+    ledger(lambda label: "b1")
+    out = json.loads(runner.invoke(app, ["rank", str(sweep), "--json", "--n-boot", "100"]).stdout)
+    assert not any("launches" in n for n in out["notes"])
+    ledger(lambda label: "b2" if label.endswith("seed=2") else "b1")
+    res = runner.invoke(app, ["rank", str(sweep), "--json", "--n-boot", "100"])
+    notes = [n for n in json.loads(res.stdout)["notes"] if "launches" in n]
+    assert len(notes) == 1 and "grew in 2 launches" in notes[0] and "ablate plan" in notes[0], notes
+    res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "100"])
+    assert res.exit_code == 0 and "grew in 2 launches" in " ".join(res.output.split())

@@ -231,7 +231,7 @@ def test_an_arm_with_a_seed_that_has_only_just_started_is_fitted():
 
 def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_path):
     """--shared-a all: one A for every arm (the mean of the identified arms' A), each arm refitted at it, and the
-    arms compared by B and by compute to the baseline's pass rate; the default stays one shared A per pair."""
+    arms compared by B and by compute to 3/4 of the gain; the default stays one shared A per pair."""
     curves = []
     for arm, change in (("base", {}), ("steeper", {"b": 1.4 * P["b"]}), ("slower", {"c_mid": 2 * P["c_mid"]})):
         for s in range(3):

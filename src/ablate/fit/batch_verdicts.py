@@ -59,10 +59,10 @@ def decide_codes(
 ) -> np.ndarray:
     """The tests and the false-discovery control of `verdicts.decide_verdicts`, for every trial at once: [T] the
     index in CODES of arm 0's verdict. seed_a [T, K, S] each seed's identified A (NaN: not identified); logc
-    [T, K, S] each seed's log C_mid under the pair's shared A, read where has_logc [T, K]; lr_fallback [T, K] the
-    pooled fits' log compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident [T, K]: which arms are
-    compared with the baseline (arm 1), which are identified; ref [T, K] the baseline's pooled log C_mid under each
-    pair's shared A (what a side without seeds is read at)."""
+    [T, K, S] each seed's log compute to 3/4 of its gain under the pair's shared A, read where has_logc [T, K];
+    lr_fallback [T, K] the pooled fits' log compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident
+    [T, K]: which arms are compared with the baseline (arm 1), which are identified; ref [T, K] the baseline's
+    pooled log compute to that share under each pair's shared A (what a side without seeds is read at)."""
     T, K, _ = seed_a.shape
     fin_a = np.isfinite(seed_a)
     n_a = fin_a.sum(2)

@@ -7,8 +7,8 @@ Per arm against the baseline (ScaleRL §2's order of questions):
    target, and (when arms have seeds) tested on its pass rate at the end of the window every arm covers, where no
    extrapolation is needed: `r_call` higher / lower.
 2. Ceiling: dA = A_arm - A_baseline against the seed-to-seed spread of A.
-3. Efficiency: the two refitted with one shared A; the compute the arm needs to reach the pass rate the baseline
-   reaches at the target, as a ratio, against the seed-to-seed spread of log compute.
+3. Efficiency: the two refitted with one shared A; the compute each needs to reach three quarters of its gain under
+   it, as a ratio, against the seed-to-seed spread of log compute (fit/shared.py).
 This module fits the arms and makes the comparisons (the shared-A refits: fit/shared.py; the records: fit/arms.py);
 fit/verdicts.py turns them into verdicts (the tests, the seed spread they are judged against, the false-discovery
 control, the paper's threshold rule).

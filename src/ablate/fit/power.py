@@ -50,7 +50,7 @@ from ablate.fit.sigmoid import (
     PointFit,
     fit_batch,
     log_c_mid_bounds,
-    log_compute_to_share,
+    measured_log_compute,
     sigmoid,
 )
 from ablate.fit.spread import MinEffect, NoiseFloor
@@ -299,12 +299,13 @@ def verdict_codes(
     ref = np.full((T, K), np.nan)  # the baseline's pooled log compute to the gain share under each pair's shared A
     for k in [k for k in range(K) if k != 1]:
         a_s, fk, fb = shared_a(rung, k, ybar[:, k], ybar[:, 1], pooled[:, k], pooled[:, 1])
-        ref[:, k] = log_compute_to_share(fb[:, 2], fb[:, 3])
-        lr_fallback[:, k] = log_compute_to_share(fk[:, 2], fk[:, 3]) - ref[:, k]  # the pooled fits' compute ratio
+        xs = rung.x[1:]
+        ref[:, k] = measured_log_compute(fb[:, 2], fb[:, 3], a_s - fb[:, 0], xs)
+        lr_fallback[:, k] = measured_log_compute(fk[:, 2], fk[:, 3], a_s - fk[:, 0], xs) - ref[:, k]  # its ratio
         for who, dst in ((k, logc[:, k]), (1, base_logc[:, k])):
             start = Truth(float(np.median(a_s)), rung.arms[who].b, rung.arms[who].c_mid)
             f = rung._fit(who, y[:, who].reshape(T * seeds, -1), fix_a=np.repeat(a_s, seeds), start=start)
-            dst[:] = log_compute_to_share(f[:, 2], f[:, 3]).reshape(T, seeds)
+            dst[:] = measured_log_compute(f[:, 2], f[:, 3], f[:, 1] - f[:, 0], xs).reshape(T, seeds)
     # the baseline's seeds' log compute: from its first comparison (arms in order)
     first = np.argmax(compared, axis=1)
     logc[:, 1] = base_logc[np.arange(T), first]

@@ -26,7 +26,7 @@ from ablate.fit.sigmoid import (
     PointFit,
     fit_batch,
     log_c_mid_bounds,
-    log_compute_to_share,
+    measured_log_compute,
     sigmoid,
 )
 
@@ -82,7 +82,7 @@ def _seed_log_compute(c: Curve, a_fixed: float, b: float, c_mid: float, opts: Fi
     """One seed's log compute to GAIN_SHARE of its gain, refitted with A held at `a_fixed`."""
     x, y, _, _, _ = window_points([c], opts, c.run)
     r0 = c.r0 if c.r0 is not None else float(y[0])
-    return float(log_compute_to_share(*_fit_at_a(x, y, r0, a_fixed, b, c_mid)))
+    return float(measured_log_compute(*_fit_at_a(x, y, r0, a_fixed, b, c_mid), a_fixed - r0, x))
 
 
 def refit_at_a(res: FitResult, a_fixed: float, opts: FitOptions) -> tuple[float, float]:
@@ -109,6 +109,10 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
         [_seed_log_compute(c, a_s, b, cm, opts) for c in res.curves] if res.n_runs > 1 else []
         for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))
     ]
+    own, ref = (
+        measured_log_compute(b, cm, a_s - res.R0, window_points(res.curves, opts, res.run)[0])
+        for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))
+    )
     shared = {
         "A_shared": a_s,
         "B": b_a,
@@ -116,9 +120,9 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
         "B_baseline": b_b,
         "C_mid_baseline": c_b,
         "gain_share": GAIN_SHARE,
-        "compute_to_share": float(np.exp(log_compute_to_share(b_a, c_a))),
-        "compute_to_share_baseline": float(np.exp(log_compute_to_share(b_b, c_b))),
-        "compute_ratio": float(np.exp(log_compute_to_share(b_a, c_a) - log_compute_to_share(b_b, c_b))),
+        "compute_to_share": float(np.exp(own)),
+        "compute_to_share_baseline": float(np.exp(ref)),
+        "compute_ratio": float(np.exp(own - ref)),
         "compute_ratio_ci": None,
     }
     return Efficiency(shared=shared, seeds_arm=seeds[0], seeds_base=seeds[1])

@@ -46,6 +46,29 @@ def log_compute_to_share(b: Any, c_mid: Any) -> Any:
     return np.log(c_mid) + math.log(GAIN_SHARE / (1.0 - GAIN_SHARE)) / b
 
 
+MIN_SHARED_GAIN = 0.01
+"""A gain A_shared - R0 below this leaves B and C_mid unmeasured: no compute to a share of it is read."""
+
+
+def measured_log_compute(b: Any, c_mid: Any, gain: Any, x: np.ndarray) -> Any:
+    """`log_compute_to_share` where a refit under a shared A measured it, NaN elsewhere: B or ln C_mid on its
+    bound (B_BOUNDS, `log_c_mid_bounds` of points at compute x), or a gain under the shared A below MIN_SHARED_GAIN.
+    Such a refit says nothing about efficiency, and a seed at a bound would swamp the seed spread."""
+    b, c_mid, gain = np.asarray(b, dtype=float), np.asarray(c_mid, dtype=float), np.asarray(gain, dtype=float)
+    m_lo, m_hi = log_c_mid_bounds(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lm = np.log(c_mid)
+        ok = (
+            (b > B_BOUNDS[0] * (1 + 1e-3))
+            & (b < B_BOUNDS[1] * (1 - 1e-3))
+            & (lm > m_lo + 1e-3)
+            & (lm < m_hi - 1e-3)
+            & (gain >= MIN_SHARED_GAIN)
+        )
+        out = np.where(ok, log_compute_to_share(np.where(ok, b, 1.0), np.where(ok, c_mid, 1.0)), np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
 def compute_to_reach(r, r0, a, b, c_mid):
     """Compute C at which R(C) = r, or None when r is not strictly between R0 and A (never reached)."""
     lo, hi = min(r0, a), max(r0, a)

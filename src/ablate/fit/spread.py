@@ -57,7 +57,7 @@ class MinEffect:
 @dataclass
 class NoiseFloor:
     """The seed-to-seed spread comparisons are judged against: sd of one seed's A, and of one seed's log compute
-    to reach a pass rate, around its arm's value; `dof` degrees of freedom behind them."""
+    to three quarters of its gain under a shared A, around its arm's value; `dof` degrees of freedom behind them."""
 
     sd_A: float
     sd_logc: float
@@ -65,7 +65,13 @@ class NoiseFloor:
     source: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"sd_A": self.sd_A, "sd_logc": self.sd_logc, "dof": self.dof, "source": self.source}
+        return {
+            "sd_A": self.sd_A,
+            "sd_logc": self.sd_logc,
+            "dof": self.dof,
+            "source": self.source,
+            "log_compute": LOG_COMPUTE,
+        }
 
     @classmethod
     def load(cls, path: Path | str) -> NoiseFloor:
@@ -80,13 +86,23 @@ class NoiseFloor:
         source = d.get("source", "?")
         if not isinstance(source, str):
             raise UserError(f"{where}: not a noise file (source is {shown(source)}, not text); {fix}")
-        return cls(
+        floor = cls(
             sd_A=number(d, "sd_A", where, 0.0, MAX_SD_A, fix=fix, above=True),
             sd_logc=number(d, "sd_logc", where, 0.0, MAX_SD_LOGC, fix=fix, above=True),
             dof=number(d, "dof", where, 1, MAX_DOF, fix=fix, integer=True),
             source=f"stored measurement {path} ({source})",
         )
+        if d.get("log_compute") != LOG_COMPUTE:
+            raise UserError(
+                f"{where}: its sd_logc is not the spread of log compute to three quarters of the gain that "
+                "efficiency is tested on now (written by an older ablate); write it again with `ablate rank SWEEP "
+                "--save-noise FILE`"
+            )
+        return floor
 
+
+LOG_COMPUTE = "to 0.75 of the gain under a shared A"
+"""What a noise file's sd_logc is the spread of (`--save-noise` writes it; `--noise` refuses a file without it)."""
 
 # Bounds on what a noise or calibration file may say (fit/planning.py's calibration uses them too).
 MAX_FILE_BYTES = 1 << 20

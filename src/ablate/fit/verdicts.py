@@ -21,7 +21,6 @@ from ablate.fit.arms import ArmResult
 from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
-from ablate.fit.sigmoid import log_compute_to_share
 from ablate.fit.spread import PAPER_A_MARGIN, PAPER_COMPUTE_MARGIN, MinEffect, NoiseFloor
 from ablate.fit.stats import discoveries, tost
 
@@ -77,9 +76,8 @@ def _log_ratio(a: ArmResult, base_seeds: list[float] | None, shared: dict[str, A
         v = v[np.isfinite(v)]
         return float(v.mean()) if v.size else fallback
 
-    own = float(log_compute_to_share(shared["B"], shared["C_mid"]))
-    base = float(log_compute_to_share(shared["B_baseline"], shared["C_mid_baseline"]))
-    if not (np.isfinite(own) and np.isfinite(base)):
+    own, base = math.log(shared["compute_to_share"]), math.log(shared["compute_to_share_baseline"])
+    if not (np.isfinite(own) and np.isfinite(base)):  # a pooled refit on a bound: no ratio to test
         return float("nan")
     return mean_log(a.log_compute_seeds, own) - mean_log(base_seeds, base)
 

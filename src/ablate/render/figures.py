@@ -225,8 +225,8 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
 
     Each panel draws the pairwise fit `rank` made (`ArmResult.shared`: the arm and the baseline refitted with one
     shared A) as the paper's efficiency view, log F(R) = log((R - R0) / (A - R)) against log C, where each run is
-    a line of slope B through C_mid; the marks are where each reaches the pass rate the baseline reaches at the
-    target, so their horizontal distance is the compute ratio. The title is the verdict, as the table words it.
+    a line of slope B through C_mid; the marks are where each reaches three quarters of its gain (F(R) = 3), so
+    their horizontal distance is the compute ratio. The title is the verdict, as the table words it.
     Arms that are not identified were not compared this way and have no panel. Returns None (nothing written)
     when no arm was compared on efficiency.
     """
