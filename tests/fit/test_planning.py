@@ -235,3 +235,20 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     ):
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and msg in res.output, (args, res.output)
+
+
+def test_plan_on_seeds_that_end_too_early_asks_for_longer_runs_not_seeds(tmp_path):
+    """Two arms of two seeds each whose windows end at 30% of the gain: no seed is identified, and the way forward is
+    longer runs (the seeds are there already); with one seed an arm it is seeds."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.curves import write_csv
+
+    runner = CliRunner()
+    for seeds, says in ((2, "run longer"), (1, "run the sweep with seeds")):
+        curves, _ = _pilot(arms=2, seeds=seeds, f=0.3, seed=7)
+        csv = tmp_path / f"pilot{seeds}.csv"
+        write_csv(curves, csv)
+        res = runner.invoke(app, ["plan", str(csv), "--group", "group", "--baseline", "base", "--trials", "20"])
+        assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output, res.output

@@ -280,3 +280,13 @@ def test_rank_says_when_the_arms_grew_in_several_launches(tmp_path):
     assert len(notes) == 1 and "grew in 2 launches" in notes[0] and "ablate plan" in notes[0], notes
     res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "100"])
     assert res.exit_code == 0 and "grew in 2 launches" in " ".join(res.output.split())
+
+
+def test_a_not_identified_arm_gives_the_rules_it_fails(single_seed_sweep):
+    """The detail names the identification rules this arm's fit fails (its window ends long before C_mid here),
+    not a fixed sentence that may not apply."""
+    curves, _ = curves_from_sweep(single_seed_sweep)
+    slow = next(a for a in rank(curves, FitOptions(n_boot=300)).arms if a.arm == "loss=slow")
+    assert slow.verdict == "not_identified" and slow.fit.why_not_identified, slow.detail
+    assert slow.detail == f"A not measured (this arm: {'; '.join(slow.fit.why_not_identified)})"
+    assert any("of the gain" in r for r in slow.fit.why_not_identified)

@@ -278,6 +278,7 @@ def fit_curves(
         notes=notes,
         curves=curves,
         f_ci=f_ci,
+        why_not_identified=reasons,
         noise=noises,
         seeds=seeds,
     )

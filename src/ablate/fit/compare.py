@@ -177,9 +177,9 @@ def _identified_pairs(arms: list[ArmResult], base: ArmResult, bases: dict[str, A
             continue
         a.delta_A = a.fit.A - b.fit.A
         if not (a.fit.identifiable and b.fit.identifiable):
-            who = "this arm" if not a.fit.identifiable else "the baseline"  # the footer says how it is ranked
-            a.verdict = "not_identified"
-            a.detail = f"A not measured ({who} has not passed C_mid)"
+            who, fit = ("this arm", a.fit) if not a.fit.identifiable else ("the baseline", b.fit)
+            a.verdict = "not_identified"  # the footer says how it is ranked; the detail, which rule failed
+            a.detail = f"A not measured ({who}: {'; '.join(fit.why_not_identified) or 'the fit did not converge'})"
             a.effect = f"A not measured ({who})"
         else:
             compared.append(a)
@@ -290,7 +290,8 @@ def _judge(
     base = next(a for a in arms if a.arm == baseline)
     base.verdict, base.detail, base.effect = "baseline", "the reference arm", "reference"
     if not base.fit.identifiable:
-        base.detail += "; A not measured (it has not passed C_mid): no ceiling or efficiency verdicts"
+        why = "; ".join(base.fit.why_not_identified) or "the fit did not converge"
+        base.detail += f"; A not measured ({why}): no ceiling or efficiency verdicts"
     bases = _stopped_windows(arms, base, opts)
     compared = _identified_pairs(arms, base, bases)
     a_all, out.shared_mode = _one_a(shared_a, arms, base, compared)

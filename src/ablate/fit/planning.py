@@ -310,6 +310,11 @@ def from_ranking(
         raise UserError(
             "no baseline arm to plan against: the seed spread is measured in comparisons with it; give --baseline ARM"
         )
+    if floor is None and any(a.seeds >= 2 for a in ranking.arms):
+        raise UserError(
+            "no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified fitted alone "
+            "(their runs end too early): run longer (a larger train.max_steps) or give --noise FILE"
+        )
     if floor is None:
         raise UserError(
             "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "

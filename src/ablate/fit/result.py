@@ -107,6 +107,8 @@ class FitResult:
     curves: list[Curve] = field(default_factory=list, repr=False)
     f_ci: tuple[float, float] | None = None
     """Interval of the gain fraction the window reached (identifiability reads its lower end)."""
+    why_not_identified: list[str] = field(default_factory=list)
+    """The rules of identification (docs/verdicts.md) this fit fails, in words; empty when A is identified."""
     noise: list[NoiseEstimate] | None = field(default=None, repr=False)
     """Each run's measured noise (None for the paper's method or --n-boot 0)."""
     seeds: SeedFits | None = field(default=None, repr=False)

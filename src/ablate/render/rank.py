@@ -49,7 +49,7 @@ def rule_text(ranking: Ranking) -> str:
         "tests of change, equivalence among all)"
     )
     if ranking.floor is None:
-        return f"{tests}; seed spread: none measured (see the note below)" + at_end
+        return f"{tests}; seed spread of A and of log compute: none measured (see the note below)" + at_end
     f = ranking.floor
     return (
         f"{tests}; seed spread: sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}, {f.dof} "
@@ -180,7 +180,8 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
             else ""
         )
         lines.append(
-            "  [yellow]not identified[/]: the window has not passed C_mid, so A is not measured and there is "
+            "  [yellow]not identified[/]: A is not measured (the window may not have passed C_mid, or the fit "
+            "cannot pin A down: --explain says which), so there is "
             "no ceiling or efficiency verdict; those arms are ranked on their predicted pass rate at "
             f"{ranking.target:g}{where}."
         )

@@ -34,8 +34,9 @@ MEANING = {
     "equivalent": "shown not to matter at this scale: |ΔA| and the compute ratio both inside the smallest effect "
     "that matters (two one-sided tests)",
     "inconclusive": "neither a change nor equivalence is shown; more seeds would decide it (the count is given)",
-    "not_identified": "the window has not passed C_mid, so A is not measured: no ceiling or efficiency verdict; the "
-    "arm is ranked on its predicted pass rate at the target, and tested on its pass rate where every arm has data",
+    "not_identified": "A is not measured (the window may not have passed C_mid, or the fit cannot pin A down; the "
+    "arm's reasoning says which): no ceiling or efficiency verdict; the arm is ranked on its predicted pass rate at "
+    "the target, and tested on its pass rate where every arm has data",
 }
 """Each verdict in a line (docs/verdicts.md says it in full)."""
 
@@ -89,8 +90,9 @@ def ranking_context(data: ReportData) -> dict[str, Any]:
             undecided.append(
                 {
                     "arm": a.arm,
-                    "what": "more compute per run: its window has not passed C_mid, so its ceiling A is not measured "
-                    "(ablate plan simulates how much)",
+                    "what": "more compute per run: its ceiling A is not measured ("
+                    + ("; ".join(a.fit.why_not_identified or ["see its reasoning"]))
+                    + "; ablate plan simulates how much)",
                 }
             )
     present = list(dict.fromkeys(a.verdict for a in r.arms if a.verdict))
