@@ -105,5 +105,8 @@ def seeds_to_decide(
             "spread hides differences of this size; run longer, or decide whether a smaller effect matters"
         )
     else:
-        text = f"~{seeds} seeds an arm at {at} would decide it ({power:.0%} power)"
+        text = (
+            f"~{seeds} seeds an arm at {at} ({a.seeds} run so far, counted in) would decide it ({power:.0%} power); "
+            "seeds added after this look make a second look, which one ranking's 5% does not cover"
+        )
     return {"seeds": seeds, "compute": compute, "power": power, "text": text}
