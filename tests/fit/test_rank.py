@@ -254,7 +254,7 @@ def test_a_single_seed_difference_is_not_a_ceiling_change_by_default(tmp_path):
     assert arm.verdict in ("inconclusive", "not_identified"), (arm.verdict, arm.detail)
 
 
-def test_rank_says_when_the_arms_grew_in_several_launches(tmp_path):
+def test_rank_says_when_the_arms_grew_in_several_launches(tmp_path, monkeypatch):
     """The ledger shows the arms' third seeds added by a second `ablate sweep`: ranking after each launch is a
     sequential procedure that one ranking's 5% does not cover, and rank says so (in the table's notes and the JSON).
     A sweep launched at once gets no such note."""
@@ -280,6 +280,16 @@ def test_rank_says_when_the_arms_grew_in_several_launches(tmp_path):
     assert len(notes) == 1 and "grew in 2 launches" in notes[0] and "ablate plan" in notes[0], notes
     res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "100"])
     assert res.exit_code == 0 and "grew in 2 launches" in " ".join(res.output.split())
+    monkeypatch.chdir(tmp_path)  # a bare sweep name reads sweeps/NAME, its ledger too
+    (tmp_path / "sweeps").mkdir()
+    sweep.rename(tmp_path / "sweeps" / "s")
+    res = runner.invoke(app, ["rank", "s", "--json", "--n-boot", "100"])
+    assert res.exit_code == 0 and any("grew in 2 launches" in n for n in json.loads(res.stdout)["notes"])
+    ledger_file = tmp_path / "sweeps" / "s" / "ledger.jsonl"  # a planted link: not read, the ranking still made
+    ledger_file.rename(tmp_path / "elsewhere.jsonl")
+    ledger_file.symlink_to(tmp_path / "elsewhere.jsonl")
+    res = runner.invoke(app, ["rank", "s", "--json", "--n-boot", "100"])
+    assert res.exit_code == 0 and not any("launches" in n for n in json.loads(res.stdout)["notes"]), res.output
 
 
 def test_a_not_identified_arm_gives_the_rules_it_fails(single_seed_sweep):

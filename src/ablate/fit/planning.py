@@ -310,10 +310,17 @@ def from_ranking(
         raise UserError(
             "no baseline arm to plan against: the seed spread is measured in comparisons with it; give --baseline ARM"
         )
-    if floor is None and any(a.seeds >= 2 for a in ranking.arms):
+    seeded = [a for a in ranking.arms if a.seeds >= 2]
+    if floor is None and seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
+        why = "; ".join(dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
         raise UserError(
-            "no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified fitted alone "
-            "(their runs end too early): run longer (a larger train.max_steps) or give --noise FILE"
+            f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
+            "run longer (a larger train.max_steps) or give --noise FILE"
+        )
+    if floor is None and seeded:
+        raise UserError(
+            "no seed spread to plan with: the seeds measured none (identical seeds, or no compute ratio could be "
+            "read from them); give --noise FILE"
         )
     if floor is None:
         raise UserError(

@@ -19,7 +19,7 @@ from ablate.runinfo import RunInfo
 from ablate.status import RunStatus
 
 if TYPE_CHECKING:
-    from ablate.fit.arms import Ranking
+    from ablate.fit.arms import ArmResult, Ranking
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -75,6 +75,17 @@ def verdict_rows(ranking: Ranking) -> list[dict[str, Any]]:
     return rows
 
 
+def _not_identified_advice(a: ArmResult, ranking: Ranking) -> str:
+    """What would decide a not-identified arm: the rules its fit (or, when only the baseline fails, the baseline's)
+    fails, and more compute per run when the window may end before C_mid."""
+    base = next((b for b in ranking.arms if b.verdict == "baseline"), None)
+    fit, whose = (a.fit, "its") if not a.fit.identifiable or base is None else (base.fit, "the baseline's")
+    text = f"{whose} ceiling A is not measured ({'; '.join(fit.why_not_identified) or 'see the reasoning'})"
+    if fit.gain_fraction < 0.5 or (fit.f_ci is not None and fit.f_ci[0] < 0.5):  # the window may end before C_mid
+        return f"more compute per run: {text}; ablate plan simulates how much"
+    return text
+
+
 def ranking_context(data: ReportData) -> dict[str, Any]:
     """The ranking section: header lines, rows, notes and what would decide each undecided arm."""
     from ablate.render.rank import rank_lead, rank_tail
@@ -87,14 +98,7 @@ def ranking_context(data: ReportData) -> dict[str, Any]:
         if a.verdict == "inconclusive" and a.decide:
             undecided.append({"arm": a.arm, "what": a.decide.get("text") or f"~{a.decide.get('seeds')} seeds an arm"})
         elif a.verdict == "not_identified":
-            undecided.append(
-                {
-                    "arm": a.arm,
-                    "what": "more compute per run: its ceiling A is not measured ("
-                    + ("; ".join(a.fit.why_not_identified or ["see its reasoning"]))
-                    + "; ablate plan simulates how much)",
-                }
-            )
+            undecided.append({"arm": a.arm, "what": _not_identified_advice(a, r)})
     present = list(dict.fromkeys(a.verdict for a in r.arms if a.verdict))
     return {
         "header": [plain(line) for line in rank_lead(r)],
