@@ -183,12 +183,12 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
 def grown_in_waves(inputs: Inputs) -> int:
     """The most launches (`ablate sweep` batches) that added runs to one arm, over the sweeps among the inputs, from
     their ledgers (1 for a sweep launched at once, or for inputs that are not sweeps)."""
-    from ablate.curves import _bare_sweep
+    from ablate.curves import bare_sweep
     from ablate.ledger import Ledger
 
     arm_of = {c.meta["run_id"]: c.group for c in inputs.curves if isinstance(c.meta.get("run_id"), str)}
     waves = 1
-    for path in map(_bare_sweep, inputs.paths):  # `ablate rank loss` reads sweeps/loss
+    for path in map(bare_sweep, inputs.paths):  # `ablate rank loss` reads sweeps/loss
         if not (path / "ledger.jsonl").is_file():
             continue
         try:

@@ -118,7 +118,7 @@ def recorded_devices(paths: list[Path]) -> list[str | None] | None:
     e.g. "cpu" or "cuda:0", when it starts; None for a run that has not started). None when an input is not a
     sweep or run directory (a table or another tool's log records no device)."""
     devices: list[str | None] = []
-    for p in (_bare_sweep(Path(p)) for p in paths):
+    for p in (bare_sweep(Path(p)) for p in paths):
         if p.is_dir() and _is_sweep(p):
             runs = sweep_run_dirs(p)
         elif p.is_dir() and _is_run_dir(p):
@@ -266,7 +266,7 @@ def load_inputs(
             raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0")
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
-    paths = [_bare_sweep(Path(p)) for p in paths]
+    paths = [bare_sweep(Path(p)) for p in paths]
     names = input_names(paths)
     for p, name in zip(paths, names):
         reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says
@@ -327,7 +327,8 @@ def _mlflow_curves(p: Path, *, x: str, y: str, per_step: dict[str, float]) -> li
     return curves
 
 
-def _bare_sweep(p: Path) -> Path:
+def bare_sweep(p: Path) -> Path:
+    """`sweeps/NAME` for a bare NAME that is no file or folder here but a sweep there (as `ablate status NAME`)."""
     if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
         return Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
     return p

@@ -210,8 +210,7 @@ def fit_curves(
     name = name or curves[0].run
     notes: list[Note] = []
     r0 = _held_r0(curves, opts, name, notes)
-    pts = window_points(curves, opts, name)
-    x, _, _, n_eval, window = pts
+    x, _, _, n_eval, window = pts = window_points(curves, opts, name)
     n_params = 3 if r0 is not None else 4
     if x.size < n_params + 1:
         raise UserError(

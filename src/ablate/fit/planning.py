@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -278,6 +278,30 @@ def _fit_error(m: TaskModel, seeds: int, compute: float, sims: int, seed: int) -
     return (float(np.mean(va)) if va else 0.0, float(np.mean(vc)) if vc else 0.0)
 
 
+def _no_spread(ranking: Ranking) -> NoReturn:
+    """Why a ranking measured no seed spread to plan with, as the one-line error that says what to do."""
+    if ranking.baseline is None:
+        raise UserError(
+            "no baseline arm to plan against: the seed spread is measured in comparisons with it; give --baseline ARM"
+        )
+    seeded = [a for a in ranking.arms if a.seeds >= 2]
+    if seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
+        why = "; ".join(dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
+        raise UserError(
+            f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
+            "run longer (a larger train.max_steps) or give --noise FILE"
+        )
+    if seeded:
+        raise UserError(
+            "no seed spread to plan with: the seeds measured none (identical seeds, or no compute ratio could be "
+            "read from them); give --noise FILE"
+        )
+    raise UserError(
+        "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
+        "(seed=0,1,2) or give --noise FILE"
+    )
+
+
 def from_ranking(
     ranking: Ranking,
     *,
@@ -306,27 +330,8 @@ def from_ranking(
             "run longer to measure it"
         )
     floor = ranking.floor
-    if floor is None and ranking.baseline is None:
-        raise UserError(
-            "no baseline arm to plan against: the seed spread is measured in comparisons with it; give --baseline ARM"
-        )
-    seeded = [a for a in ranking.arms if a.seeds >= 2]
-    if floor is None and seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
-        why = "; ".join(dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
-        raise UserError(
-            f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
-            "run longer (a larger train.max_steps) or give --noise FILE"
-        )
-    if floor is None and seeded:
-        raise UserError(
-            "no seed spread to plan with: the seeds measured none (identical seeds, or no compute ratio could be "
-            "read from them); give --noise FILE"
-        )
     if floor is None:
-        raise UserError(
-            "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
-            "(seed=0,1,2) or give --noise FILE"
-        )
+        _no_spread(ranking)
     est = [e for a in ranking.arms for e in (a.fit.noise or [])]
     if est:
         drift_sd = math.sqrt(float(np.median([e.drift_var for e in est])))
