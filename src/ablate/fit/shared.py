@@ -96,11 +96,9 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
     under the shared A; and each seed's log compute to that share under the shared A (the spread the efficiency
     test is judged against). The shared A is fitted to the pair (default) or, with `a_all`, the one A every arm of the
     ranking is refitted at (`--shared-a all`, the paper's own comparison)."""
+    pts = [window_points(res.curves, opts, res.run) for res in (arm, base)]
     if a_all is None:
-        parts = []
-        for res in (arm, base):
-            x, y, _, _, _ = window_points(res.curves, opts, res.run)
-            parts.append((x, y, res.R0))
+        parts = [(p[0], p[1], res.R0) for p, res in zip(pts, (arm, base))]
         a_s, ((b_a, c_a), (b_b, c_b)) = fit_shared_a(parts, [arm.fit, base.fit])
     else:
         a_s = a_all
@@ -110,8 +108,8 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
         for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))
     ]
     own, ref = (
-        measured_log_compute(b, cm, a_s - res.R0, window_points(res.curves, opts, res.run)[0])
-        for res, b, cm in ((arm, b_a, c_a), (base, b_b, c_b))
+        measured_log_compute(b, cm, a_s - res.R0, p[0])
+        for res, p, b, cm in ((arm, pts[0], b_a, c_a), (base, pts[1], b_b, c_b))
     )
     shared = {
         "A_shared": a_s,
