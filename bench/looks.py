@@ -64,7 +64,8 @@ def procedure(m: TaskModel, max_seeds: int, trials: int, seed: int) -> dict[str,
     last = None
     looks = list(range(WAVE, max_seeds + 1, WAVE))
     for k, seeds in enumerate(looks):
-        codes = power.verdict_codes(rung, seeds, noise=None, me=me, extra_arms=0, rng=np.random.default_rng([seed, k]))
+        rng = np.random.default_rng([seed, k])
+        codes, _ = power.verdict_codes(rung, seeds, noise=None, me=me, extra_arms=0, rng=rng)
         called |= np.isin(codes, CHANGES)
         last = codes
     assert last is not None

@@ -79,6 +79,47 @@ def toy_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
 TOY_JOB = f"{Path(__file__).resolve()}:toy_run"
 
 
+def curve_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
+    """A run whose pass rate is a known sigmoid with evaluation noise: its truth per loss in `<sweep>/curves.json`
+    ({loss: {"a", "b", "c_mid"}}, R0 0.1, 64 evaluation prompts, a seed spread of A of 0.003), one evaluation per
+    step, 100 samples a step. Written at once (no checkpoint needed: a rerun writes the same lines)."""
+    import numpy as np
+
+    from ablate.fit.sigmoid import sigmoid
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = config.to_dict()
+    store.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg, sort_keys=True))
+    with open(run_dir / "executions.log", "a") as f:
+        f.write(json.dumps({"pid": os.getpid()}) + "\n")
+    truth = store.read_json(run_dir.parent.parent / "curves.json")[cfg["loss"]["name"]]
+    rng = np.random.default_rng([config.seed, sum(map(ord, cfg["loss"]["name"]))])
+    a = truth["a"] + 0.003 * rng.standard_normal()
+    steps = config.train.max_steps
+    lines = []
+    for step in range(steps + 1):
+        p = float(sigmoid(np.array([max(step, 1e-9) * 100.0]), 0.1, a, truth["b"], truth["c_mid"])[0])
+        y = rng.binomial(64, min(max(p, 0.0), 1.0)) / 64
+        lines.append(
+            {
+                "step": step,
+                "samples": step * 100,
+                "gpu_hours": step * 1e-4,
+                "flops": step * 1e9,
+                "val_pass_rate": y,
+                "truncation_rate": 0.0,
+            }
+        )
+    RunDir(run_dir).keep_metrics_until(-1)  # a rerun writes every line again
+    for line in lines:
+        store.append_jsonl(run_dir / "metrics.jsonl", line)
+    return {"status": "done", "steps": steps}
+
+
+CURVE_JOB = f"{Path(__file__).resolve()}:curve_run"
+
+
 def toy_sweep(
     root,
     name: str = "toy",

@@ -108,7 +108,7 @@ def test_null_arms_are_not_called_in_planned_sweeps():
         rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base"), budget=c, seeds=3
     )
     rung = power.rung_for(model, c, {}, 400, 3, seed=3)
-    codes = power.verdict_codes(rung, 4, noise=None, me=MinEffect(), extra_arms=0, rng=np.random.default_rng(3))
+    codes, _ = power.verdict_codes(rung, 4, noise=None, me=MinEffect(), extra_arms=0, rng=np.random.default_rng(3))
     calls = np.isin(codes, [CODES.index(v) for v in CHANGED])
     assert calls.mean() <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / codes.size), np.bincount(codes)
     assert (codes != CODES.index("not_identified")).mean() > 0.9  # the arms were compared: a real test

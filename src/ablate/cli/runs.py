@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from ablate.cli.deciding import SWEEP_BUDGET, SWEEP_DECIDE, SWEEP_MAX_SEEDS, SWEEP_WAVE, check_decide_flags, run_decide
 from ablate.cli.errors import checked
 from ablate.cli.options import executor_name, positive_seconds, torch_threads
 from ablate.errors import UserError
@@ -168,11 +169,16 @@ def sweep(
     prune_to: float | None = SWEEP_PRUNE_TO,
     resume_pruned: bool = SWEEP_RESUME_PRUNED,
     group_read: bool = SWEEP_GROUP_READ,
+    decide: bool = SWEEP_DECIDE,
+    wave: int = SWEEP_WAVE,
+    max_seeds: int = SWEEP_MAX_SEEDS,
+    budget: float | None = SWEEP_BUDGET,
 ) -> None:
     """Expand a sweep into validated runs and launch them; safe to run again at any time.
 
     Re-running says how many runs are done, running, failed and new, and submits only new and preempted runs.
     With --prune, a monitor stops the runs that can no longer change a verdict (and broken ones) as the sweep goes.
+    With --decide, the sweep grows by waves of seeds until each arm is decided, with error control over the looks.
     Example: ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4 --dry-run
     """
     from ablate.defaults import prune_settings
@@ -186,6 +192,23 @@ def sweep(
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
+    check_decide_flags(decide, overrides or [], wave, max_seeds, budget)
+    if decide:
+        if prune or dry_run:
+            raise UserError("--decide stops settled arms itself and chooses the seeds: leave out --prune / --dry-run")
+        launch_opts = {
+            "max_parallel": max_parallel,
+            "profile": profile,
+            "retry_failed": retry_failed,
+            "force": force,
+            "job": job,
+            "group_read": group_read,
+            "command": typed_command(recipe, overrides),
+        }
+        decide_opts = {"wave": wave, "max_seeds": max_seeds, "budget": budget}
+        every = [*(overrides or []), *track_overrides(track, tensorboard)]
+        run_decide(recipe, every, root=root, executor=executor, decide_opts=decide_opts, launch_opts=launch_opts)
+        return
     expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     if dry_run:
         console().print(runs_table(expanded))

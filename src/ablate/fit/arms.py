@@ -9,7 +9,7 @@ from typing import Any
 
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult, finite_or_none
-from ablate.fit.spread import FDR, MinEffect, NoiseFloor
+from ablate.fit.spread import MinEffect, NoiseFloor
 
 VERDICTS = (
     "baseline",
@@ -152,7 +152,7 @@ class Ranking:
             "margin": margins.pop() if len(margins) == 1 else None,
             "margin_source": self.margin_source,
             "rule": self.rule,
-            "fdr": FDR if self.rule == "test" else None,
+            "fdr": self.opts.level if self.rule == "test" else None,
             "noise_floor": None if self.floor is None else self.floor.to_json(),
             "end_spread": self.end_spread,
             "shared_a": self.shared_a,

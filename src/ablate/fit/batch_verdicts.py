@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import t as student_t
 
-from ablate.fit.spread import MinEffect, NoiseFloor
+from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 from ablate.fit.stats import benjamini_hochberg_rows, tost
 
 FAMILY_CELLS = 4_000_000
@@ -22,7 +22,9 @@ CODES = (
 )
 
 
-def _arm0_discoveries(fam: np.ndarray, end: np.ndarray, extra_arms: int, rng: np.random.Generator) -> np.ndarray:
+def _arm0_discoveries(
+    fam: np.ndarray, end: np.ndarray, extra_arms: int, rng: np.random.Generator, q: float = FDR
+) -> np.ndarray:
     """Which of arm 0's three tests ([T, 3]: ceiling, efficiency, equivalence) are discoveries in its trial's family:
     fam [T, K, 3] the compared arms' tests, end [T, K] the end-of-window tests, and `extra_arms` arms beyond those
     simulated, three uniform p-values each. Changes (and end-of-window calls) are discoveries among the tests of
@@ -37,8 +39,8 @@ def _arm0_discoveries(fam: np.ndarray, end: np.ndarray, extra_arms: int, rng: np
         rows = slice(lo, min(T, lo + step))
         n = rows.stop - lo
         pvals = np.concatenate([fam[rows].reshape(n, -1), end[rows], rng.random((n, 3 * extra_arms))], axis=1)
-        change = benjamini_hochberg_rows(np.where(is_eq, np.nan, pvals))[:, :3]
-        every = benjamini_hochberg_rows(pvals)[:, :3]
+        change = benjamini_hochberg_rows(np.where(is_eq, np.nan, pvals), q)[:, :3]
+        every = benjamini_hochberg_rows(pvals, q)[:, :3]
         found[rows] = np.where(is_eq[:3], every, change)
     return found
 
@@ -56,13 +58,15 @@ def decide_codes(
     me: MinEffect,
     extra_arms: int,
     rng: np.random.Generator,
-) -> np.ndarray:
-    """The tests and the false-discovery control of `verdicts.decide_verdicts`, for every trial at once: [T] the
-    index in CODES of arm 0's verdict. seed_a [T, K, S] each seed's identified A (NaN: not identified); logc
-    [T, K, S] each seed's log compute to 3/4 of its gain under the pair's shared A, read where has_logc [T, K];
-    lr_fallback [T, K] the pooled fits' log compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident
-    [T, K]: which arms are compared with the baseline (arm 1), which are identified; ref [T, K] the baseline's
-    pooled log compute to that share under each pair's shared A (what a side without seeds is read at)."""
+    q: float = FDR,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tests and the false-discovery control of `verdicts.decide_verdicts` (at rate q), for every trial at once:
+    [T] the index in CODES of arm 0's verdict, and [T] whether `sweep --decide` stops it (`sequential.settled`).
+    seed_a [T, K, S] each seed's identified A (NaN: not identified); logc [T, K, S] each seed's log compute to 3/4
+    of its gain under the pair's shared A, read where has_logc [T, K]; lr_fallback [T, K] the pooled fits' log
+    compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident [T, K]: which arms are compared with the
+    baseline (arm 1), which are identified; ref [T, K] the baseline's pooled log compute to that share under each
+    pair's shared A (what a side without seeds is read at)."""
     T, K, _ = seed_a.shape
     fin_a = np.isfinite(seed_a)
     n_a = fin_a.sum(2)
@@ -105,7 +109,7 @@ def decide_codes(
     fam = np.stack([p_ceil, p_eff, p_eq], axis=2)  # [T, K, 3]
     fam = np.where(tested[..., None], fam, np.nan)
     end = np.where(~ident & (np.arange(K) != 0) & (np.arange(K) != 1) & ident[:, 1:2], rng.random((T, K)), np.nan)
-    found = _arm0_discoveries(fam, end, extra_arms, rng)
+    found = _arm0_discoveries(fam, end, extra_arms, rng, q)
     code = np.full(T, CODES.index("not_identified"))
     code[compared[:, 0]] = CODES.index("inconclusive")
     up_a, up_c = d_a[:, 0] > 0, lr[:, 0] < 0
@@ -118,4 +122,8 @@ def decide_codes(
     code[ceil] = np.where(up_a[ceil], CODES.index("ceiling_up"), CODES.index("ceiling_down"))
     code[eff] = np.where(up_c[eff], CODES.index("efficiency_up"), CODES.index("efficiency_down"))
     code[eq] = CODES.index("equivalent")
-    return code
+    material_a = np.abs(d_a[:, 0]) - crit * se_a[:, 0] > me.a
+    material_c = np.abs(lr[:, 0]) - crit * se_c[:, 0] > me.log_ratio
+    # settled: equivalent, a ceiling change of clear size, or an efficiency change of clear size with A unmoved
+    settled = eq | (ceil & (material_a | negligible)) | (eff & (material_c | eff_negligible) & negligible)
+    return code, settled

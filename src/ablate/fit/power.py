@@ -53,7 +53,7 @@ from ablate.fit.sigmoid import (
     measured_log_compute,
     sigmoid,
 )
-from ablate.fit.spread import MinEffect, NoiseFloor
+from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 from ablate.fit.taskmodel import MAX_POINTS, TaskModel, seed_spread
 from ablate.fit.uncertainty import DEBIAS_ROUNDS
 
@@ -280,9 +280,18 @@ def shared_a(
 
 
 def verdict_codes(
-    rung: Rung, seeds: int, *, noise: NoiseFloor | None, me: MinEffect, extra_arms: int, rng: np.random.Generator
-) -> np.ndarray:
-    """The effect arm's (arm 0's) verdict in each trial with `seeds` seeds per arm; arm 1 is the baseline."""
+    rung: Rung,
+    seeds: int,
+    *,
+    noise: NoiseFloor | None,
+    me: MinEffect,
+    extra_arms: int,
+    rng: np.random.Generator,
+    q: float = FDR,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The effect arm's (arm 0's) verdict in each trial with `seeds` seeds per arm (the trial's first ones), and
+    whether its size is settled (`batch_verdicts.decide_codes`); arm 1 is the baseline; the tests held to
+    false-discovery rate q."""
     rung.grow(seeds)
     T, K = rung.trials, len(rung.arms)
     y = rung.y[:, :, :seeds]
@@ -311,7 +320,7 @@ def verdict_codes(
     logc[:, 1] = base_logc[np.arange(T), first]
     has_logc = compared | (compared.any(1, keepdims=True) & (np.arange(K) == 1))
     return decide_codes(
-        seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, ref, noise, me, extra_arms, rng
+        seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, ref, noise, me, extra_arms, rng, q
     )
 
 
@@ -336,7 +345,7 @@ def cell_power(
 ) -> dict[str, Any]:
     """`exact.power_cell`'s answer from every trial of the rung at once (no early stop: all trials count)."""
     rng = np.random.default_rng([seed, seeds, 29])
-    codes = verdict_codes(rung, seeds, noise=noise, me=me, extra_arms=extra_arms, rng=rng)
+    codes, _ = verdict_codes(rung, seeds, noise=noise, me=me, extra_arms=extra_arms, rng=rng)
     n = codes.size
     p = float(np.mean(codes == CODES.index(wanted)))
     return {

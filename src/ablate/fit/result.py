@@ -14,6 +14,7 @@ from ablate.fit.curve import Curve
 from ablate.fit.noise import NoiseEstimate
 from ablate.fit.notes import Note
 from ablate.fit.sigmoid import PointFit, sigmoid
+from ablate.fit.spread import FDR
 
 METHODS = ("default", "paper")
 
@@ -44,6 +45,8 @@ class FitOptions:
     target_r: float | None = None
     """Report the compute needed to reach this pass rate (`--target-r`)."""
     seed: int = 0
+    level: float = FDR
+    """The false-discovery rate the ranking's tests are held to: 5%, or what a look of `sweep --decide` spends."""
 
     def validate(self) -> None:
         """Reject impossible options with one line naming the option and the fix."""
@@ -55,6 +58,8 @@ class FitOptions:
             raise UserError(f"--n-boot {self.n_boot}: must be >= 0")
         if not 0.0 < self.ci < 1.0:
             raise UserError(f"--ci {self.ci}: must be between 0 and 1 (e.g. 0.95)")
+        if not 0.0 < self.level < 1.0:
+            raise UserError(f"level {self.level}: the false-discovery rate must be between 0 and 1 (e.g. 0.05)")
         if not (math.isfinite(self.target) and self.target > 0):  # NaN would predict R0 for every arm
             raise UserError(f"--to {self.target:g}: target compute must be a finite number > 0")
         for flag, v in (("--fit-from", self.fit_from), ("--fit-until", self.fit_until)):

@@ -269,8 +269,8 @@ def decide_verdicts(
 ) -> None:
     """Per compared arm: t-tests of dA and of the log compute ratio against 0, and the equivalence test (TOST)
     against the smallest effect that matters `me`; for the arms whose A is not identified, a test of the pass rate at
-    the end of the shared window. Benjamini-Hochberg at 5%: a change (and the end-of-window call) must be a
-    discovery among the tests of change alone, so that arms shown equivalent never make a change easier to call;
+    the end of the shared window. Benjamini-Hochberg at `opts.level` (5%): a change (and the end-of-window call) must
+    be a discovery among the tests of change alone, so that arms shown equivalent never make a change easier to call;
     equivalence must be a discovery among all the tests of the ranking. `bases`: the baseline each arm is read
     against where it is not `base` (a stopped arm: the baseline fitted on its window); `x`: the compute axis' name,
     for the seeds-to-decide text."""
@@ -290,7 +290,7 @@ def decide_verdicts(
     tested = [] if end_spread is None else _end_tests(unidentified, base, at_end, end_spread)
     pvals += [p for _, _, p in tested]
     is_eq = [floor is not None and k < 3 * len(compared) and k % 3 == 2 for k in range(len(pvals))]
-    found = discoveries(pvals, is_eq)
+    found = discoveries(pvals, is_eq, opts.level)
     if floor is not None:
         for i, (a, t) in enumerate(zip(compared, tests)):
             others = [k for k in range(len(pvals)) if k // 3 != i or k >= 3 * len(compared)]

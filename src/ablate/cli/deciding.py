@@ -1,0 +1,115 @@
+"""`ablate sweep --decide`: the options, and the glue that hands `waves.decide` its launcher, its wait and its look
+(`rank`'s own analysis on the runs of each look)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ablate.errors import UserError
+
+SWEEP_DECIDE = typer.Option(
+    False,
+    "--decide",
+    help="Grow the sweep by waves of seeds until each arm is decided: after every wave, rank the open arms and stop "
+    "those settled (equivalent, or changed by a clear amount); the tests of each look are held to 5% / looks so the "
+    "whole procedure errs at most 5% (docs/verdicts.md, Deciding by waves). Chooses the seeds itself; run the same "
+    "command again to carry on.",
+)
+SWEEP_WAVE = typer.Option(3, "--wave", help="--decide: seeds an open arm gets per wave.", min=2)
+SWEEP_MAX_SEEDS = typer.Option(
+    12, "--max-seeds", help="--decide: the most seeds an arm may get (fixes the looks: one per wave).", min=2
+)
+SWEEP_BUDGET = typer.Option(
+    None,
+    "--budget",
+    help="--decide: the compute the sweep may spend, summed over its runs, in units of its compute axis (samples on "
+    "CPU, gpu_hours on GPUs); no wave starts that would pass it.",
+)
+
+
+def check_decide_flags(decide: bool, overrides: list[str], wave: int, max_seeds: int, budget: float | None) -> None:
+    """One line for flags that mean nothing without --decide, and for seeds chosen by hand with it."""
+    if not decide:
+        if budget is not None or wave != 3 or max_seeds != 12:
+            raise UserError("--wave / --max-seeds / --budget set how --decide grows the sweep; add --decide")
+        return
+    if any(o.split("=", 1)[0].strip().lstrip("+~") == "seed" for o in overrides):
+        raise UserError(f"--decide chooses the seeds itself (0 to {max_seeds - 1}); drop seed=... from the command")
+    if budget is not None and not budget > 0:
+        raise UserError(f"--budget {budget:g}: a compute > 0, in units of the sweep's compute axis")
+
+
+def run_decide(
+    recipe: Path,
+    overrides: list[str],
+    *,
+    root: Path,
+    executor: str | None,
+    decide_opts: dict[str, Any],
+    launch_opts: dict[str, Any],
+) -> None:
+    """Expand the sweep with seeds 0..max-1, then run `waves.decide` on it and print where it ends."""
+    from ablate import analyses, store, waves
+    from ablate.curves import curves_from_sweep
+    from ablate.defaults import launch_axis
+    from ablate.fit.sequential import Looks
+    from ablate.fit.spread import MinEffect
+    from ablate.launch.submit import launch_sweep
+    from ablate.paths import check_writable_output
+    from ablate.render.status import follow_runs
+    from ablate.status import check_ledger
+    from ablate.sweep import load_sweep
+
+    looks = Looks(decide_opts["wave"], decide_opts["max_seeds"])
+    seeds = ",".join(map(str, range(looks.max_seeds)))
+    expanded = load_sweep(recipe, [*overrides, f"seed={seeds}"])
+    if expanded.baseline is None:
+        raise UserError(
+            f"--decide: sweep {expanded.name!r} has no baseline arm to decide against; name one with `baseline:`"
+        )
+    if len(expanded.arms) < 2:
+        raise UserError(f"--decide: sweep {expanded.name!r} has one arm; it needs a baseline and an arm to compare")
+    x, why = launch_axis(expanded.runs, executor)
+    typer.echo(f"note: {why.replace('--prune', '--decide').split(' (--')[0]}")
+    sdir = root / expanded.name
+    check_writable_output(sdir, "--root", folder=True)
+    check_ledger(sdir)
+    settings = waves.DecideSettings(looks, x, decide_opts["budget"], n_boot=1000, min_effect=MinEffect())
+    typer.echo(f"--decide: {looks.describe()}")
+    rank_settings = analyses.check_rank_settings(
+        baseline=expanded.baseline,
+        margin=None,
+        shared_a="pair",
+        noise=None,
+        save_noise=None,
+        min_effect=settings.min_effect.a,
+        min_effect_compute=settings.min_effect.ratio,
+        n_boot=settings.n_boot,
+        window=False,
+    )
+
+    def launch(runs: list[Any]) -> None:
+        launch_sweep(waves.restricted(expanded, runs), root=root, executor=executor, echo=typer.echo, **launch_opts)
+
+    def wait(ids: list[str]) -> list[Any]:
+        statuses = follow_runs(root, expanded.name, ids)
+        if len(statuses) < len(ids) or not all(s.ended for s in statuses):
+            raise typer.Exit(130)  # Ctrl-C: the runs go on; the same command carries on from the record
+        return statuses
+
+    def look(ids: list[str], level: float) -> tuple[Any, dict[str, float]]:
+        curves, skipped = curves_from_sweep(sdir, x=x)
+        keep = set(ids)
+        curves = [c for c in curves if c.meta.get("run_id") in keep]
+        skipped = [s for s in skipped if s.get("run_id") in keep]
+        inputs = analyses.Inputs([], curves, skipped, x, None)
+        opts = analyses.fit_options(n_boot=settings.n_boot, level=level)
+        ranking = analyses.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
+        return ranking, {str(c.meta["run_id"]): float(c.x[-1]) for c in curves if len(c.x)}
+
+    outcome = waves.decide(expanded, sdir, settings, launch=launch, wait=wait, look=look, echo=typer.echo)
+    for line in waves.summary(outcome, settings):
+        typer.echo(line)

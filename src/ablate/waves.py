@@ -1,0 +1,227 @@
+"""`ablate sweep --decide`: the sweep grows by waves of seeds, with a look after each, until every arm is decided.
+
+Each look ranks the arms still open against the baseline with `rank`'s own analysis (`analyses.rank_inputs`) on
+their first seeds, holding its tests to the level the planned looks allow (fit/sequential.py: q / L, so that the
+whole procedure errs at most q). Settled arms (`sequential.settled`) get no more seeds; open arms get the next wave
+while seeds and budget last; the baseline runs as long as any arm is open. Each look is appended to
+`<sweep>/decide.jsonl` (its first line the settings), so running the same command again replays the looks made and
+carries on; an interrupted wave's runs are picked up by the sweep's own resume (new and preempted runs go again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate import store
+from ablate.errors import UserError
+from ablate.fit.sequential import Looks, settled
+from ablate.fit.spread import MinEffect
+
+RECORD = "decide.jsonl"
+FINAL = ("done", "pruned")
+
+
+@dataclass(frozen=True)
+class DecideSettings:
+    """What one `--decide` sweep decides with; recorded as the first line of decide.jsonl, and checked on resume."""
+
+    looks: Looks
+    x: str
+    budget: float | None = None
+    """Compute (in units of x, summed over runs) the sweep may spend; None: only the seeds limit it."""
+    n_boot: int = 1000
+    min_effect: MinEffect = field(default_factory=MinEffect)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wave": self.looks.wave,
+            "max_seeds": self.looks.max_seeds,
+            "fdr": self.looks.q,
+            "level": self.looks.level,
+            "x": self.x,
+            "budget": self.budget,
+            "n_boot": self.n_boot,
+            "min_effect": self.min_effect.to_json(),
+        }
+
+
+@dataclass
+class ArmState:
+    """An arm's standing after the looks made so far."""
+
+    arm: str
+    seeds: int = 0
+    verdict: str = "not looked at"
+    effect: str = ""
+    detail: str = ""
+    settled: bool = False
+
+
+@dataclass
+class Outcome:
+    """Where a `--decide` sweep stands: each arm's state, the looks made, the compute spent, why it stopped."""
+
+    arms: dict[str, ArmState]
+    looks_made: int
+    spent: float
+    stopped: str = ""
+
+
+def _record_path(sdir: Path) -> Path:
+    return sdir / RECORD
+
+
+def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
+    """The looks already made (refusing a record made with other settings), or [] for a new decision."""
+    path = _record_path(sdir)
+    if not path.exists():
+        return []
+    store.check_no_links(path, sdir)
+    lines = store.read_jsonl(path)
+    if not lines or "settings" not in lines[0]:
+        raise UserError(f"{path}: not a --decide record (its first line holds no settings); move it aside")
+    was = lines[0]["settings"]
+    now = settings.to_json()
+    differ = [k for k in ("wave", "max_seeds", "fdr", "x", "n_boot", "min_effect") if was.get(k) != now[k]]
+    if differ:
+        said = ", ".join(f"{k} {was.get(k)} (now {now[k]})" for k in differ)
+        raise UserError(
+            f"{path}: this sweep was decided with {said}; give the same settings to carry on, or move the record "
+            "aside to start the looks again (its runs are kept)"
+        )
+    return [line for line in lines[1:] if "look" in line]
+
+
+def _write_look(sdir: Path, settings: DecideSettings, entry: dict[str, Any]) -> None:
+    path = _record_path(sdir)
+    if not path.exists():
+        store.append_jsonl(path, {"settings": settings.to_json()})
+    store.append_jsonl(path, entry)
+
+
+def seeds_of(runs: list[Any]) -> dict[str, list[Any]]:
+    """The runs of each arm, ordered by seed."""
+    out: dict[str, list[Any]] = {}
+    for r in sorted(runs, key=lambda r: r.config.seed):
+        out.setdefault(r.arm_label, []).append(r)
+    return out
+
+
+def wanted_runs(sweep: Any, open_arms: set[str], seeds: int) -> list[Any]:
+    """The runs a look at `seeds` seeds an arm needs: the first `seeds` of each open arm and of the baseline."""
+    by_arm = seeds_of(sweep.runs)
+    keep = open_arms | {sweep.baseline}
+    return [r for arm in sweep.arms if arm in keep for r in by_arm[arm][:seeds]]
+
+
+def decide(
+    sweep: Any,
+    sdir: Path,
+    settings: DecideSettings,
+    *,
+    launch: Callable[[list[Any]], None],
+    wait: Callable[[list[str]], list[Any]],
+    look: Callable[[list[str], float], tuple[Any, dict[str, float]]],
+    echo: Callable[[str], None],
+) -> Outcome:
+    """Run the looks of a `--decide` sweep (see the module docstring). `launch(runs)` submits the runs not yet done;
+    `wait(run_ids)` returns their statuses once every one has ended; `look(run_ids, level)` ranks those runs: (a
+    Ranking, each run's compute on the sweep's axis); `echo` says what happens. Returns where the sweep stands."""
+    looks = settings.looks
+    arms = {a: ArmState(a) for a in sweep.arms if a != sweep.baseline}
+    made = read_record(sdir, settings)
+    used: dict[str, float] = {}  # compute of every run ranked so far
+    count = 0
+    for k, at in enumerate(looks.seeds):
+        open_arms = {a for a, s in arms.items() if not s.settled}
+        if not open_arms:
+            break
+        runs = wanted_runs(sweep, open_arms, at)
+        ids = [r.run_id for r in runs]
+        if k < len(made):  # made before: replayed, not ranked again
+            _replay(arms, made[k])
+            used.update(made[k]["compute"])
+            count = k + 1
+            continue
+        new = [i for i in ids if i not in used]
+        cost = len(new) * sum(used.values()) / len(used) if used else None
+        if settings.budget is not None and cost is not None and sum(used.values()) + cost > settings.budget:
+            return Outcome(arms, count, sum(used.values()), f"the next wave ({at} seeds an arm) would pass the budget")
+        echo(f"look {k + 1}/{len(looks.seeds)}: {at} seeds an arm, {len(open_arms)} arm(s) open")
+        launch(runs)
+        statuses = wait(ids)
+        failed = [s.run_id for s in statuses if str(s.state) not in FINAL]
+        if failed:
+            raise UserError(
+                f"{len(failed)} run(s) of this wave did not finish ({', '.join(failed[:3])}); see `ablate status`, "
+                "then run the same command again with --retry-failed"
+            )
+        ranking, compute = look(ids, looks.level)
+        used.update(compute)
+        entry = _look_entry(k, at, looks.level, ranking, open_arms, settings.min_effect, compute)
+        _write_look(sdir, settings, entry)
+        _replay(arms, entry)
+        count = k + 1
+        for a in sorted(open_arms):
+            s = arms[a]
+            echo(f"  {a}: {s.verdict}{' (settled)' if s.settled else ''} {s.effect}".rstrip())
+    stopped = "every arm is settled" if all(s.settled for s in arms.values()) else "no seeds left (--max-seeds)"
+    return Outcome(arms, count, sum(used.values()), stopped)
+
+
+def _replay(arms: dict[str, ArmState], entry: dict[str, Any]) -> None:
+    for name, got in entry["arms"].items():
+        if name in arms:
+            arms[name] = ArmState(name, entry["seeds"], got["verdict"], got["effect"], got["detail"], got["settled"])
+
+
+def _look_entry(
+    k: int, at: int, level: float, ranking: Any, open_arms: set[str], me: MinEffect, compute: dict[str, float]
+) -> dict[str, Any]:
+    arms = {}
+    for a in ranking.arms:
+        if a.arm in open_arms:
+            arms[a.arm] = {
+                "verdict": a.verdict or "not_identified",
+                "effect": a.effect or "",
+                "detail": a.detail or "",
+                "settled": bool(a.verdict) and settled(a, me),
+            }
+    for a in open_arms - set(arms):  # an arm that could not be fitted at all
+        arms[a] = {"verdict": "not_fitted", "effect": "", "detail": "", "settled": False}
+    return {"look": k + 1, "seeds": at, "level": level, "compute": compute, "arms": arms}
+
+
+def restricted(sweep: Any, runs: list[Any]) -> Any:
+    """The sweep narrowed to `runs` (what one wave launches)."""
+    return dataclasses.replace(sweep, runs=list(runs))
+
+
+def summary(outcome: Outcome, settings: DecideSettings) -> list[str]:
+    """The closing lines: each arm's verdict and seeds, the compute spent, and what the open arms would need."""
+    lines = [
+        f"--decide: {outcome.stopped}; {outcome.looks_made} look(s), {outcome.spent:,.0f} {settings.x} spent"
+        + (f" of {settings.budget:,.0f}" if settings.budget else ""),
+        f"error control: {settings.looks.describe()}",
+    ]
+    for s in outcome.arms.values():
+        state = "settled" if s.settled else "open"
+        lines.append(f"  {s.arm}: {s.verdict} at {s.seeds} seeds ({state}) {s.effect}".rstrip())
+    return lines
+
+
+def to_json(outcome: Outcome, settings: DecideSettings) -> str:
+    return json.dumps(
+        {
+            "settings": settings.to_json(),
+            "looks_made": outcome.looks_made,
+            "spent": outcome.spent,
+            "stopped": outcome.stopped,
+            "arms": {a: dataclasses.asdict(s) for a, s in outcome.arms.items()},
+        }
+    )

@@ -1,0 +1,108 @@
+"""`ablate sweep --decide` end to end on runs of known truth (tests/jobs.py:curve_run), through the real launcher:
+settled arms stop getting seeds, open arms get the next wave, each look is recorded, and running the command again
+carries on from the record without running anything twice."""
+
+from __future__ import annotations
+
+import pytest
+from tests.jobs import CURVE_JOB
+from typer.testing import CliRunner
+
+from ablate import store
+from ablate.cli import app
+from ablate.resources import RECIPES_DIR
+
+runner = CliRunner()
+LOSS = str(RECIPES_DIR / "loss.yaml")
+TRUTH = {  # cispo is the baseline; dapo lifts the ceiling by 0.10; gspo and grpo are the baseline's twins
+    "cispo": {"a": 0.60, "b": 1.5, "c_mid": 1000.0},
+    "dapo": {"a": 0.70, "b": 1.5, "c_mid": 1000.0},
+    "gspo": {"a": 0.60, "b": 1.5, "c_mid": 1000.0},
+    "grpo": {"a": 0.60, "b": 1.5, "c_mid": 1000.0},
+}
+ARGS = ["sweep", LOSS, "train.max_steps=60", "--decide", "--max-seeds", "6", "--executor", "debug", "--job", CURVE_JOB]
+
+
+@pytest.fixture
+def sweep_here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    store.write_json(tmp_path / "sweeps" / "loss" / "curves.json", TRUTH)
+    return tmp_path / "sweeps" / "loss"
+
+
+def _executions(sdir) -> dict[str, int]:
+    return {p.parent.name: len(store.read_jsonl(p)) for p in sdir.glob("runs/*/executions.log")}
+
+
+def _closing(output: str) -> str:
+    """The closing summary: from its first line ("--decide: <why it stopped>; ...") to the end."""
+    return output[output.rindex("--decide: every" if "--decide: every" in output else "--decide: no") :]
+
+
+def _record(sdir) -> list[dict]:
+    return store.read_jsonl(sdir / "decide.jsonl")
+
+
+def test_decide_stops_the_settled_arm_and_carries_on_from_its_record(sweep_here):
+    sdir = sweep_here
+    res = runner.invoke(app, ARGS)
+    assert res.exit_code == 0, res.output
+    record = _record(sdir)
+    settings, looks = record[0]["settings"], record[1:]
+    assert settings["max_seeds"] == 6 and settings["level"] == pytest.approx(0.025)  # two looks, 5% / 2 each
+    assert looks[0]["seeds"] == 3 and all(look["level"] == 0.025 for look in looks)
+    first = looks[0]["arms"]
+    assert first["loss=dapo"]["verdict"] == "ceiling_up" and first["loss=dapo"]["settled"]
+    for twin in ("loss=gspo", "loss=grpo"):  # the baseline's twins: never a change, at any look
+        assert all(
+            not look["arms"][twin]["verdict"].startswith(("ceiling", "efficiency"))
+            for look in looks
+            if twin in look["arms"]
+        )
+    # the settled arm got no second wave; every run ran once
+    ran = _executions(sdir)
+    assert all(n == 1 for n in ran.values())
+    per_arm: dict[str, int] = {}
+    for rid in ran:
+        label = store.read_json(sdir / "runs" / rid / "run.json")["label"]
+        arm = ",".join(p for p in label.split(",") if not p.startswith("seed="))
+        per_arm[arm] = per_arm.get(arm, 0) + 1
+    assert per_arm["loss=dapo"] == 3
+    open_after_first = [a for a, v in first.items() if not v["settled"]]
+    expect_base = 6 if open_after_first else 3
+    assert per_arm["loss=cispo"] == expect_base
+    assert "loss=dapo: ceiling_up at 3 seeds (settled)" in res.output
+    # run again: the looks are replayed from the record, nothing runs again, the same standing is printed
+    again = runner.invoke(app, ARGS)
+    assert again.exit_code == 0, again.output
+    assert _executions(sdir) == ran and _record(sdir) == record
+    assert _closing(again.output) == _closing(res.output)
+
+
+def test_a_record_made_with_other_settings_is_refused_in_one_line(sweep_here):
+    store.append_jsonl(sweep_here / "decide.jsonl", {"settings": {"wave": 3, "max_seeds": 12, "fdr": 0.05}})
+    res = runner.invoke(app, ARGS)
+    assert res.exit_code == 2
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "max_seeds 12 (now 6)" in line and "decide.jsonl" in line
+    assert not (sweep_here / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["seed=0,1"], "--decide chooses the seeds itself"),
+        (["--prune"], "leave out --prune"),
+        (["--budget", "-1"], "--budget -1"),
+    ],
+)
+def test_decide_refuses_what_it_cannot_honour(sweep_here, extra, says):
+    res = runner.invoke(app, [*ARGS, *extra])
+    assert res.exit_code == 2 and says in res.output, res.output
+    assert not (sweep_here / "runs").exists()
+
+
+def test_budget_and_wave_flags_need_decide(sweep_here):
+    res = runner.invoke(app, ["sweep", LOSS, "--budget", "1000", "--dry-run"])
+    assert res.exit_code == 2 and "add --decide" in res.output
