@@ -30,16 +30,25 @@ SWEEP_BUDGET = typer.Option(
 )
 
 
-def check_decide_flags(decide: bool, overrides: list[str], wave: int, max_seeds: int, budget: float | None) -> None:
-    """One line for flags that mean nothing without --decide, and for seeds chosen by hand with it."""
+def check_decide_flags(
+    decide: bool, overrides: list[str], looks: tuple[int, int, float | None], refused: dict[str, bool]
+) -> bool:
+    """Whether the sweep is to be decided by waves; one line for flags that mean nothing without --decide, and for
+    what --decide cannot honour (seeds chosen by hand, `refused` flags given). `looks`: --wave, --max-seeds,
+    --budget."""
+    wave, max_seeds, budget = looks
     if not decide:
         if budget is not None or wave != 3 or max_seeds != 12:
             raise UserError("--wave / --max-seeds / --budget set how --decide grows the sweep; add --decide")
-        return
+        return False
+    given = [flag for flag, on in refused.items() if on]
+    if given:
+        raise UserError(f"--decide stops settled arms itself and chooses the seeds: leave out {' / '.join(given)}")
     if any(o.split("=", 1)[0].strip().lstrip("+~") == "seed" for o in overrides):
         raise UserError(f"--decide chooses the seeds itself (0 to {max_seeds - 1}); drop seed=... from the command")
     if budget is not None and not budget > 0:
         raise UserError(f"--budget {budget:g}: a compute > 0, in units of the sweep's compute axis")
+    return True
 
 
 def run_decide(
@@ -48,10 +57,11 @@ def run_decide(
     *,
     root: Path,
     executor: str | None,
-    decide_opts: dict[str, Any],
-    launch_opts: dict[str, Any],
+    looks: tuple[int, int, float | None],
+    launch: dict[str, Any],
 ) -> None:
-    """Expand the sweep with seeds 0..max-1, then run `waves.decide` on it and print where it ends."""
+    """Expand the sweep with seeds 0..max-1, then run `waves.decide` on it and print where it ends. `looks`: --wave,
+    --max-seeds and --budget."""
     from ablate import analyses, store, waves
     from ablate.curves import curves_from_sweep
     from ablate.defaults import launch_axis
@@ -63,8 +73,9 @@ def run_decide(
     from ablate.status import check_ledger
     from ablate.sweep import load_sweep
 
-    looks = Looks(decide_opts["wave"], decide_opts["max_seeds"])
-    seeds = ",".join(map(str, range(looks.max_seeds)))
+    wave, max_seeds, budget = looks
+    planned = Looks(wave, max_seeds)
+    seeds = ",".join(map(str, range(max_seeds)))
     expanded = load_sweep(recipe, [*overrides, f"seed={seeds}"])
     if expanded.baseline is None:
         raise UserError(
@@ -77,8 +88,8 @@ def run_decide(
     sdir = root / expanded.name
     check_writable_output(sdir, "--root", folder=True)
     check_ledger(sdir)
-    settings = waves.DecideSettings(looks, x, decide_opts["budget"], n_boot=1000, min_effect=MinEffect())
-    typer.echo(f"--decide: {looks.describe()}")
+    settings = waves.DecideSettings(planned, x, budget, n_boot=1000, min_effect=MinEffect())
+    typer.echo(f"--decide: {planned.describe()}")
     rank_settings = analyses.check_rank_settings(
         baseline=expanded.baseline,
         margin=None,
@@ -91,8 +102,8 @@ def run_decide(
         window=False,
     )
 
-    def launch(runs: list[Any]) -> None:
-        launch_sweep(waves.restricted(expanded, runs), root=root, executor=executor, echo=typer.echo, **launch_opts)
+    def submit(runs: list[Any]) -> None:
+        launch_sweep(waves.restricted(expanded, runs), root=root, executor=executor, echo=typer.echo, **launch)
 
     def wait(ids: list[str]) -> list[Any]:
         statuses = follow_runs(root, expanded.name, ids)
@@ -110,6 +121,6 @@ def run_decide(
         ranking = analyses.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
         return ranking, {str(c.meta["run_id"]): float(c.x[-1]) for c in curves if len(c.x)}
 
-    outcome = waves.decide(expanded, sdir, settings, launch=launch, wait=wait, look=look, echo=typer.echo)
+    outcome = waves.decide(expanded, sdir, settings, launch=submit, wait=wait, look=look, echo=typer.echo)
     for line in waves.summary(outcome, settings):
         typer.echo(line)

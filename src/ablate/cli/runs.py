@@ -192,23 +192,11 @@ def sweep(
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
-    check_decide_flags(decide, overrides or [], wave, max_seeds, budget)
-    if decide:
-        if prune or dry_run:
-            raise UserError("--decide stops settled arms itself and chooses the seeds: leave out --prune / --dry-run")
-        launch_opts = {
-            "max_parallel": max_parallel,
-            "profile": profile,
-            "retry_failed": retry_failed,
-            "force": force,
-            "job": job,
-            "group_read": group_read,
-            "command": typed_command(recipe, overrides),
-        }
-        decide_opts = {"wave": wave, "max_seeds": max_seeds, "budget": budget}
-        every = [*(overrides or []), *track_overrides(track, tensorboard)]
-        run_decide(recipe, every, root=root, executor=executor, decide_opts=decide_opts, launch_opts=launch_opts)
-        return
+    launch = {"max_parallel": max_parallel, "profile": profile, "retry_failed": retry_failed, "force": force}
+    launch |= {"job": job, "group_read": group_read, "command": typed_command(recipe, overrides)}
+    every = [*(overrides or []), *track_overrides(track, tensorboard)]
+    if check_decide_flags(decide, every, (wave, max_seeds, budget), refused={"--prune": prune, "--dry-run": dry_run}):
+        return run_decide(recipe, every, root=root, executor=executor, looks=(wave, max_seeds, budget), launch=launch)
     expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     if dry_run:
         console().print(runs_table(expanded))
@@ -222,17 +210,11 @@ def sweep(
         expanded,
         root=root,
         executor=executor,
-        max_parallel=max_parallel,
-        profile=profile,
-        retry_failed=retry_failed,
-        force=force,
-        job=job,
         echo=typer.echo,
         monitored=settings is not None,
         after_submit=monitor_hook(settings),
         resume_pruned=resume_pruned,
-        group_read=group_read,
-        command=typed_command(recipe, overrides),
+        **launch,
     )
     _send_unsent(root / expanded.name, [*submitted.submit, *submitted.running])
     if follow and (submitted.submit or submitted.running):

@@ -124,6 +124,10 @@ def decide_codes(
     code[eq] = CODES.index("equivalent")
     material_a = np.abs(d_a[:, 0]) - crit * se_a[:, 0] > me.a
     material_c = np.abs(lr[:, 0]) - crit * se_c[:, 0] > me.log_ratio
-    # settled: equivalent, a ceiling change of clear size, or an efficiency change of clear size with A unmoved
-    settled = eq | (ceil & (material_a | negligible)) | (eff & (material_c | eff_negligible) & negligible)
-    return code, settled
+    return code, _settled(ceil, eff, eq, (material_a, negligible), (material_c, eff_negligible))
+
+
+def _settled(ceil, eff, eq, a_size, c_size) -> np.ndarray:
+    """`sequential.settled` for every trial: equivalent, a ceiling change of clear size (a_size: material, negligible),
+    or an efficiency change of clear size (c_size) with A shown unmoved."""
+    return eq | (ceil & (a_size[0] | a_size[1])) | (eff & (c_size[0] | c_size[1]) & a_size[1])
