@@ -22,38 +22,12 @@ import numpy as np
 
 from ablate.fit import power
 from ablate.fit.batch_verdicts import CODES
-from ablate.fit.calibrate import NOISES, SHAPES, window_end
+from ablate.fit.calibrate import shape_model
 from ablate.fit.spread import MinEffect
 from ablate.fit.taskmodel import TaskModel
 
 WAVE = 3
-POINTS = 40
 CHANGES = [CODES.index(c) for c in ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")]
-
-
-def task_model(shape_name: str, noise_name: str, f: float = 0.9) -> TaskModel:
-    """The calibration's shape and noise model as a plan's task model, runs ending at a gain fraction f."""
-    shape, noise = SHAPES[shape_name], NOISES[noise_name]
-    end = window_end(shape, f)
-    return TaskModel(
-        x="compute",
-        r0=shape.r0,
-        a=shape.a,
-        b=shape.b,
-        c_mid=shape.c_mid,
-        val_n=float(shape.prompts * shape.k),
-        eval_every=end / POINTS,
-        drift_sd=noise.drift_sd,
-        drift_rho=noise.drift_phi,
-        seed_sd_a=noise.seed_sd_a,
-        seed_sd_logc=noise.seed_sd_logc,
-        seed_dof=1000,
-        fit_sd_a=0.0,
-        fit_sd_logc=0.0,
-        budget=end,
-        arms=2,
-        source=f"{shape_name}, {noise_name}",
-    )
 
 
 def procedure(m: TaskModel, max_seeds: int, trials: int, seed: int) -> dict[str, float]:
@@ -81,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'shape':<12} {'noise':<7} {'seeds':>5} {'looks':>5} {'one look':>9} {'every wave':>11}  ratio")
     for shape in ("embedded", "scalerl-8b"):
         for noise in ("ar0.5", "seeds"):
-            m = task_model(shape, noise)
+            m = shape_model(shape, noise)
             for max_seeds in (6, 12, 30):
                 r = procedure(m, max_seeds, args.trials, seed=max_seeds)
                 rows.append({"shape": shape, "noise": noise, "max_seeds": max_seeds, **r, "trials": args.trials})

@@ -44,6 +44,7 @@ from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import sigmoid
 from ablate.fit.spread import MinEffect, NoiseFloor
 from ablate.fit.synthetic import synthetic_curve
+from ablate.fit.taskmodel import TaskModel
 from ablate.fit.verdicts import measured_floor
 
 
@@ -134,6 +135,20 @@ CALLS = (
 def window_end(shape: Shape, f: float) -> float:
     """The compute at which the curve has made a fraction f of its gain."""
     return shape.c_mid * (f / (1.0 - f)) ** (1.0 / shape.b)
+
+
+def shape_model(shape_name: str, noise_name: str, f: float = 0.9, points: int = 40) -> TaskModel:
+    """A calibration shape and noise model as `ablate plan`'s task model: two arms, runs ending at a gain fraction
+    f with `points` evaluations, the seed spread the noise model gives (what bench/looks.py and bench/decide.py
+    simulate)."""
+    shape, noise = SHAPES[shape_name], NOISES[noise_name]
+    end = window_end(shape, f)
+    return TaskModel(
+        x="compute", r0=shape.r0, a=shape.a, b=shape.b, c_mid=shape.c_mid, val_n=float(shape.prompts * shape.k),
+        eval_every=end / points, drift_sd=noise.drift_sd, drift_rho=noise.drift_phi, seed_sd_a=noise.seed_sd_a,
+        seed_sd_logc=noise.seed_sd_logc, seed_dof=1000, fit_sd_a=0.0, fit_sd_logc=0.0, budget=end, arms=2,
+        source=f"{shape_name}, {noise_name}",
+    )  # fmt: skip
 
 
 def _truth(shape: Shape, effect: dict[str, float], c_max: float) -> tuple[float, float, float]:
