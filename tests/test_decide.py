@@ -41,7 +41,7 @@ def _closing(output: str) -> str:
 
 
 def _record(sdir) -> list[dict]:
-    return store.read_jsonl(sdir / "decide.jsonl")
+    return store.read_jsonl(sdir / "decide" / "looks.jsonl")
 
 
 def test_decide_stops_the_settled_arm_and_carries_on_from_its_record(sweep_here):
@@ -81,11 +81,11 @@ def test_decide_stops_the_settled_arm_and_carries_on_from_its_record(sweep_here)
 
 
 def test_a_record_made_with_other_settings_is_refused_in_one_line(sweep_here):
-    store.append_jsonl(sweep_here / "decide.jsonl", {"settings": {"wave": 3, "max_seeds": 12, "fdr": 0.05}})
+    store.append_jsonl(sweep_here / "decide" / "looks.jsonl", {"settings": {"wave": 3, "max_seeds": 12, "fdr": 0.05}})
     res = runner.invoke(app, ARGS)
     assert res.exit_code == 2
     line = res.output.strip().splitlines()[-1]
-    assert line.startswith("error: ") and "max_seeds 12 (now 6)" in line and "decide.jsonl" in line
+    assert line.startswith("error: ") and "max_seeds 12 (now 6)" in line and "looks.jsonl" in line
     assert not (sweep_here / "runs").exists()
 
 
@@ -106,3 +106,24 @@ def test_decide_refuses_what_it_cannot_honour(sweep_here, extra, says):
 def test_budget_and_wave_flags_need_decide(sweep_here):
     res = runner.invoke(app, ["sweep", LOSS, "--budget", "1000", "--dry-run"])
     assert res.exit_code == 2 and "add --decide" in res.output
+
+
+def test_one_process_decides_a_sweep_at_a_time(sweep_here):
+    from ablate.locks import dir_lock
+
+    with dir_lock(sweep_here / "decide") as lock:
+        assert lock.locked
+        res = runner.invoke(app, ARGS)
+    assert res.exit_code == 2 and "another `ablate sweep --decide` is deciding this sweep" in res.output
+    assert not (sweep_here / "runs").exists()
+
+
+def test_a_linked_record_is_refused_not_read(sweep_here, tmp_path):
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    store.append_jsonl(elsewhere, {"settings": {"wave": 3, "max_seeds": 6}})
+    (sweep_here / "decide").mkdir()
+    (sweep_here / "decide" / "looks.jsonl").symlink_to(elsewhere)
+    res = runner.invoke(app, ARGS)
+    assert res.exit_code == 2 and "looks.jsonl" in res.output.strip().splitlines()[-1]
+    assert not (sweep_here / "runs").exists()
+    assert len(store.read_jsonl(elsewhere)) == 1  # nothing appended through the link

@@ -172,7 +172,7 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
         from ablate.curves import bare_sweep
         from ablate.fit.notes import Note
 
-        decided = any((bare_sweep(p) / "decide.jsonl").is_file() for p in inputs.paths)
+        decided = any((bare_sweep(p) / "decide" / "looks.jsonl").is_file() for p in inputs.paths)
         ranking.notes.append(Note("other", DECIDED_TEXT if decided else waves_text(waves)))
     ranking.target_source = target_source  # how --to was chosen, and why x is what it is (defaults.py)
     ranking.axis_note = "; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None
@@ -206,7 +206,7 @@ def grown_in_waves(inputs: Inputs) -> int:
 
 
 DECIDED_TEXT = (
-    "this sweep was grown by `ablate sweep --decide`: its decisions are the looks in decide.jsonl, each held to "
+    "this sweep was grown by `ablate sweep --decide`: its decisions are the looks in decide/looks.jsonl, each held to "
     "5% / looks so that the whole procedure errs at most 5%; this ranking, at 5% on every seed run, is one more look "
     "outside that guarantee (docs/verdicts.md, Deciding by waves)"
 )

@@ -4,8 +4,9 @@ Each look ranks the arms still open against the baseline with `rank`'s own analy
 their first seeds, holding its tests to the level the planned looks allow (fit/sequential.py: q / L, so that the
 whole procedure errs at most q). Settled arms (`sequential.settled`) get no more seeds; open arms get the next wave
 while seeds and budget last; the baseline runs as long as any arm is open. Each look is appended to
-`<sweep>/decide.jsonl` (its first line the settings), so running the same command again replays the looks made and
-carries on; an interrupted wave's runs are picked up by the sweep's own resume (new and preempted runs go again).
+`<sweep>/decide/looks.jsonl` (its first line the settings), so running the same command again replays the looks
+made and carries on; an interrupted wave's runs are picked up by the sweep's own resume (new and preempted runs go
+again). One process decides a sweep at a time: it holds the lock of `<sweep>/decide/` while it runs.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from ablate.errors import UserError
 from ablate.fit.sequential import Looks, settled
 from ablate.fit.spread import MinEffect
 
-RECORD = "decide.jsonl"
+RECORD = "decide"
+"""The folder of a --decide sweep's record (looks.jsonl) and lock, under the sweep directory."""
 FINAL = ("done", "pruned")
 
 
 @dataclass(frozen=True)
 class DecideSettings:
-    """What one `--decide` sweep decides with; recorded as the first line of decide.jsonl, and checked on resume."""
+    """What one `--decide` sweep decides with; recorded as the first line of decide/looks.jsonl, and checked on resume."""
 
     looks: Looks
     x: str
@@ -73,7 +75,7 @@ class Outcome:
 
 
 def _record_path(sdir: Path) -> Path:
-    return sdir / RECORD
+    return sdir / RECORD / "looks.jsonl"
 
 
 def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
@@ -81,7 +83,7 @@ def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
     path = _record_path(sdir)
     if not path.exists():
         return []
-    store.check_no_links(path, sdir)
+    store.check_no_links(path, sdir)  # the record and the folders to it: a link is refused, never read through
     lines = store.read_jsonl(path)
     if not lines or "settings" not in lines[0]:
         raise UserError(f"{path}: not a --decide record (its first line holds no settings); move it aside")
@@ -132,6 +134,25 @@ def decide(
     """Run the looks of a `--decide` sweep (see the module docstring). `launch(runs)` submits the runs not yet done;
     `wait(run_ids)` returns their statuses once every one has ended; `look(run_ids, level)` ranks those runs: (a
     Ranking, each run's compute on the sweep's axis); `echo` says what happens. Returns where the sweep stands."""
+    from ablate.locks import dir_lock
+
+    store.check_no_links(sdir / RECORD, sdir)
+    with dir_lock(sdir / RECORD, blocking=False) as lock:
+        if not lock.locked:
+            raise UserError(f"{sdir / RECORD}: another `ablate sweep --decide` is deciding this sweep; wait for it")
+        return _decide(sweep, sdir, settings, launch=launch, wait=wait, look=look, echo=echo)
+
+
+def _decide(
+    sweep: Any,
+    sdir: Path,
+    settings: DecideSettings,
+    *,
+    launch: Callable[[list[Any]], None],
+    wait: Callable[[list[str]], list[Any]],
+    look: Callable[[list[str], float], tuple[Any, dict[str, float]]],
+    echo: Callable[[str], None],
+) -> Outcome:
     looks = settings.looks
     arms = {a: ArmState(a) for a in sweep.arms if a != sweep.baseline}
     made = read_record(sdir, settings)

@@ -286,7 +286,7 @@ def _first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-SWEEP_FILES = ("ledger.jsonl", "runs", "jobs", "launch", "archive", "prune")
+SWEEP_FILES = ("ledger.jsonl", "runs", "jobs", "launch", "archive", "prune", "decide")
 """What ablate keeps directly in a sweep directory."""
 
 
