@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-looks bench-prune bench-prune-sim bench-plan bench-report clean
+.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-looks bench-decide bench-prune bench-prune-sim bench-plan bench-report clean
 
 include mk/vllm.mk
 include mk/browser.mk
@@ -73,6 +73,10 @@ bench-calibrate: setup
 # against a look after each wave of 3 seeds (plan's fast engine; about 2 minutes on 2 cores).
 bench-looks: setup
 	$(BIN)/python bench/looks.py --json bench/out/looks.json
+
+# Compute to a decision: sweep --decide against the fixed design, ranking by hand after each wave, and AdaStop.
+bench-decide: setup
+	$(BIN)/python bench/decide.py --json bench/out/decide.json
 
 # Does --prune save compute without changing verdicts? The loss sweep with 3 seeds in full and with --prune, and the
 # rule replayed on the full one (bench/out/prune; about 70 minutes on 2 cores); the settled rule on simulated sweeps

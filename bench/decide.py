@@ -5,7 +5,7 @@ Each simulated sweep is two arms (an effect arm and the baseline) on a calibrati
 once). On the same runs, four procedures:
 
 - decide:  `sweep --decide --wave 3 --max-seeds 12`: looks at 3, 6, 9, 12 seeds, each held to 5% / 4, stopping an
-           arm at its first settled verdict (fit/sequential.py);
+           arm at its first settled verdict, or once 12 seeds could not settle it (fit/sequential.py);
 - by hand: the same looks each held to 5% (adding seeds and ranking again until something is called);
 - fixed:   one ranking at 12 seeds (the fixed design of the same maximum size);
 - AdaStop: the group-sequential permutation test of Mathieu et al. (TMLR 2024; `adastop` 0.1.3), waves of 3 and 4
@@ -82,7 +82,7 @@ def cell(shape: str, noise: str, truth: str, trials: int, ada_trials: int, seed:
         return float((codes == CODES.index(right)).mean())
 
     for name, naive in (("decide", False), ("by_hand", True)):
-        s = simulate(rung, looks, noise=None, me=ME, extra_arms=0, seed=seed, naive=naive)
+        s = simulate(rung, looks, noise=None, me=ME, extra_arms=0, seed=seed, naive=naive, futility=not naive)
         out[name] = {"rate": rate(s.code, s.ever_changed, s.ever_equivalent), "seeds": float(s.seeds.mean())}
     fixed, _ = power.verdict_codes(rung, MAX_SEEDS, noise=None, me=ME, extra_arms=0, rng=np.random.default_rng(seed))
     changes = np.isin(fixed, [CODES.index(c) for c in CHANGES])

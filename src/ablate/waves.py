@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from ablate import store
 from ablate.errors import UserError
-from ablate.fit.sequential import Looks, settled
+from ablate.fit.sequential import Looks, futile_arm, settled
 from ablate.fit.spread import MinEffect
 
 RECORD = "decide"
@@ -30,7 +31,7 @@ FINAL = ("done", "pruned")
 
 @dataclass(frozen=True)
 class DecideSettings:
-    """What one `--decide` sweep decides with; recorded as the first line of decide/looks.jsonl, and checked on resume."""
+    """What one `--decide` sweep decides with: the first line of decide/looks.jsonl, checked on resume."""
 
     looks: Looks
     x: str
@@ -61,7 +62,14 @@ class ArmState:
     verdict: str = "not looked at"
     effect: str = ""
     detail: str = ""
-    settled: bool = False
+    standing: str = "open"
+    """open (gets the next wave), settled (decided) or undecidable (cannot be settled by --max-seeds: stopped)."""
+    needs: str = ""
+    """What `rank` says would decide an undecided arm (seeds per arm), when it says."""
+
+    @property
+    def stopped(self) -> bool:
+        return self.standing != "open"
 
 
 @dataclass
@@ -159,7 +167,7 @@ def _decide(
     used: dict[str, float] = {}  # compute of every run ranked so far
     count = 0
     for k, at in enumerate(looks.seeds):
-        open_arms = {a for a, s in arms.items() if not s.settled}
+        open_arms = {a for a, s in arms.items() if not s.stopped}
         if not open_arms:
             break
         runs = wanted_runs(sweep, open_arms, at)
@@ -184,38 +192,52 @@ def _decide(
             )
         ranking, compute = look(ids, looks.level)
         used.update(compute)
-        entry = _look_entry(k, at, looks.level, ranking, open_arms, settings.min_effect, compute)
+        entry = _look_entry(k, settings, ranking, open_arms, compute)
         _write_look(sdir, settings, entry)
         _replay(arms, entry)
         count = k + 1
         for a in sorted(open_arms):
             s = arms[a]
-            echo(f"  {a}: {s.verdict}{' (settled)' if s.settled else ''} {s.effect}".rstrip())
-    stopped = "every arm is settled" if all(s.settled for s in arms.values()) else "no seeds left (--max-seeds)"
+            echo(f"  {a}: {s.verdict} ({s.standing}) {s.effect}".rstrip())
+    stopped = "no arm is open" if all(s.stopped for s in arms.values()) else "no seeds left (--max-seeds)"
     return Outcome(arms, count, sum(used.values()), stopped)
 
 
 def _replay(arms: dict[str, ArmState], entry: dict[str, Any]) -> None:
     for name, got in entry["arms"].items():
         if name in arms:
-            arms[name] = ArmState(name, entry["seeds"], got["verdict"], got["effect"], got["detail"], got["settled"])
+            arms[name] = ArmState(
+                name, entry["seeds"], got["verdict"], got["effect"], got["detail"], got["standing"], got["needs"]
+            )
 
 
 def _look_entry(
-    k: int, at: int, level: float, ranking: Any, open_arms: set[str], me: MinEffect, compute: dict[str, float]
+    k: int, settings: DecideSettings, ranking: Any, open_arms: set[str], compute: dict[str, float]
 ) -> dict[str, Any]:
+    """A look's line in the record: each open arm's verdict, and whether it stays open."""
+    looks, me = settings.looks, settings.min_effect
+    at = looks.seeds[k]
+    dof = float(ranking.floor.dof) if ranking.floor is not None else float("nan")
     arms = {}
     for a in ranking.arms:
-        if a.arm in open_arms:
-            arms[a.arm] = {
-                "verdict": a.verdict or "not_identified",
-                "effect": a.effect or "",
-                "detail": a.detail or "",
-                "settled": bool(a.verdict) and settled(a, me),
-            }
-    for a in open_arms - set(arms):  # an arm that could not be fitted at all
-        arms[a] = {"verdict": "not_fitted", "effect": "", "detail": "", "settled": False}
-    return {"look": k + 1, "seeds": at, "level": level, "compute": compute, "arms": arms}
+        if a.arm not in open_arms:
+            continue
+        standing = "open"
+        if a.verdict and settled(a, me):
+            standing = "settled"
+        elif a.verdict and math.isfinite(dof) and futile_arm(a, me, looks.max_seeds / at, dof, looks.level):
+            standing = "undecidable"
+        needs = (a.decide or {}).get("text", "") if a.verdict == "inconclusive" else ""
+        arms[a.arm] = {
+            "verdict": a.verdict or "not_identified",
+            "effect": a.effect or "",
+            "detail": a.detail or "",
+            "standing": standing,
+            "needs": needs,
+        }
+    for name in open_arms - set(arms):  # an arm that could not be fitted at all
+        arms[name] = {"verdict": "not_fitted", "effect": "", "detail": "", "standing": "open", "needs": ""}
+    return {"look": k + 1, "seeds": at, "level": looks.level, "compute": compute, "arms": arms}
 
 
 def restricted(sweep: Any, runs: list[Any]) -> Any:
@@ -231,9 +253,17 @@ def summary(outcome: Outcome, settings: DecideSettings) -> list[str]:
         f"error control: {settings.looks.describe()}",
     ]
     for s in outcome.arms.values():
-        state = "settled" if s.settled else "open"
-        lines.append(f"  {s.arm}: {s.verdict} at {s.seeds} seeds ({state}) {s.effect}".rstrip())
+        lines.append(f"  {s.arm}: {s.verdict} at {s.seeds} seeds ({STANDING[s.standing]}) {s.effect}".rstrip())
+        if s.standing != "settled" and s.needs:
+            lines.append(f"    {s.needs}")
     return lines
+
+
+STANDING = {
+    "settled": "settled",
+    "undecidable": "stopped: at the difference measured, --max-seeds could not settle it",
+    "open": "not settled by --max-seeds",
+}
 
 
 def to_json(outcome: Outcome, settings: DecideSettings) -> str:

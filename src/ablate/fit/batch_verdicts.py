@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import ndtri
 from scipy.stats import t as student_t
 
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 from ablate.fit.stats import benjamini_hochberg_rows, tost
 
+FUTILE_POWER = 0.2
+"""`sweep --decide` stops an open arm when its chance to be settled by the most seeds, at the difference measured,
+is below this (`futile`)."""
 FAMILY_CELLS = 4_000_000
 """p-values held at once in the false-discovery control of many trials (32 MB)."""
 CODES = (
@@ -59,9 +63,11 @@ def decide_codes(
     extra_arms: int,
     rng: np.random.Generator,
     q: float = FDR,
+    horizon: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The tests and the false-discovery control of `verdicts.decide_verdicts` (at rate q), for every trial at once:
-    [T] the index in CODES of arm 0's verdict, and [T] whether `sweep --decide` stops it (`sequential.settled`).
+    [T] the index in CODES of arm 0's verdict, and [T] whether `sweep --decide` stops it: settled
+    (`sequential.settled`), or, with `horizon` (the most seeds over the seeds it has), `futile`.
     seed_a [T, K, S] each seed's identified A (NaN: not identified); logc [T, K, S] each seed's log compute to 3/4
     of its gain under the pair's shared A, read where has_logc [T, K]; lr_fallback [T, K] the pooled fits' log
     compute ratio; pooled_a [T, K] the pooled fits' A; compared, ident [T, K]: which arms are compared with the
@@ -124,7 +130,28 @@ def decide_codes(
     code[eq] = CODES.index("equivalent")
     material_a = np.abs(d_a[:, 0]) - crit * se_a[:, 0] > me.a
     material_c = np.abs(lr[:, 0]) - crit * se_c[:, 0] > me.log_ratio
-    return code, _settled(ceil, eff, eq, (material_a, negligible), (material_c, eff_negligible))
+    stops = _settled(ceil, eff, eq, (material_a, negligible), (material_c, eff_negligible))
+    if horizon is not None and horizon > 1:
+        stops |= compared[:, 0] & futile(d_a[:, 0], se_a[:, 0], lr[:, 0], se_c[:, 0], me, horizon, q)
+    return code, stops
+
+
+def futile(d_a, se_a, lr, se_c, me: MinEffect, horizon, level: float = FDR):
+    """Whether an open arm cannot be decided by the most seeds: projected to `horizon` times the seeds it has (its
+    standard errors shrink by the square root, its differences stay as measured), the chance of a change of A shown
+    is below FUTILE_POWER, and so is that of A shown inside the smallest effect that matters together with the
+    compute ratio shown changed or inside its own, each test at `level` (two-sided for a change, one-sided for each
+    side of an equivalence). No spread measured (NaN): not futile. Scalars or arrays."""
+    power = ndtri(1.0 - FUTILE_POWER)
+    two, one = ndtri(1.0 - level / 2) - power, ndtri(1.0 - level) - power
+    gain = np.sqrt(horizon)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        change_a = np.abs(d_a) / se_a * gain >= two
+        inside_a = (me.a - np.abs(d_a)) / se_a * gain >= one
+        change_c = np.abs(lr) / se_c * gain >= two
+        inside_c = (me.log_ratio - np.abs(lr)) / se_c * gain >= one
+        no_spread = ~np.isfinite(se_a) | (se_a <= 0)
+    return ~no_spread & ~change_a & ~(inside_a & (change_c | inside_c))
 
 
 def _settled(ceil, eff, eq, a_size, c_size) -> np.ndarray:

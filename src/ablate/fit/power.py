@@ -288,10 +288,11 @@ def verdict_codes(
     extra_arms: int,
     rng: np.random.Generator,
     q: float = FDR,
+    horizon: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The effect arm's (arm 0's) verdict in each trial with `seeds` seeds per arm (the trial's first ones), and
-    whether its size is settled (`batch_verdicts.decide_codes`); arm 1 is the baseline; the tests held to
-    false-discovery rate q."""
+    whether `sweep --decide` stops it there (`batch_verdicts.decide_codes`, `horizon` its most seeds over `seeds`);
+    arm 1 is the baseline; the tests held to false-discovery rate q."""
     rung.grow(seeds)
     T, K = rung.trials, len(rung.arms)
     y = rung.y[:, :, :seeds]
@@ -319,9 +320,8 @@ def verdict_codes(
     first = np.argmax(compared, axis=1)
     logc[:, 1] = base_logc[np.arange(T), first]
     has_logc = compared | (compared.any(1, keepdims=True) & (np.arange(K) == 1))
-    return decide_codes(
-        seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, ref, noise, me, extra_arms, rng, q
-    )
+    tests = (noise, me, extra_arms, rng, q, horizon)
+    return decide_codes(seed_a, logc, has_logc, lr_fallback, pooled[:, :, 1], compared, ident, ref, *tests)
 
 
 def rung_for(m: TaskModel, compute: float, effect: dict[str, float], trials: int, sim_arms: int, seed: int) -> Rung:

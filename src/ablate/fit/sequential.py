@@ -10,6 +10,9 @@ chances, so false change calls on null arms and `equivalent` claimed for a true 
 effect that matters stay within q for the whole procedure, every look and every wave included. The price is a
 stricter test at each look; bench/decide.py measures what it buys back by stopping arms that are settled early.
 
+An arm that cannot be settled by `max_seeds` at the difference measured (`futile_arm`: projected there, the chance
+that its intervals clear the smallest effect that matters is below 20%) stops too, without a claim: stopping
+without a claim cannot add a false one, so the error control stands, and the seeds go where they decide something.
 An arm is settled (`settled`) when its verdict is `equivalent`; a ceiling change whose size is clear (its 95%
 interval wholly beyond or wholly inside the smallest effect that matters); or an efficiency change whose size is
 clear while A is shown unmoved (ΔA's interval inside the smallest effect): with few seeds, a ceiling change can show
@@ -19,13 +22,15 @@ This module holds the schedule (`Looks`), the rule, and the procedure simulated 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from ablate.errors import UserError
 from ablate.fit.arms import ArmResult
-from ablate.fit.batch_verdicts import CODES
+from ablate.fit.batch_verdicts import CODES, futile
 from ablate.fit.effects import practical
 from ablate.fit.power import Rung, verdict_codes
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
@@ -68,6 +73,20 @@ class Looks:
         )
 
 
+def futile_arm(arm: ArmResult, me: MinEffect, horizon: float, dof: float, level: float) -> bool:
+    """`batch_verdicts.futile` for a ranked arm: its ΔA and compute ratio with their 95% intervals (t with `dof`),
+    its tests at `level`."""
+    if arm.delta_A is None or arm.delta_A_ci is None or horizon <= 1:
+        return False
+    crit = float(student_t.ppf(0.975, max(dof, 1.0)))
+    se_a = (arm.delta_A_ci[1] - arm.delta_A_ci[0]) / (2 * crit)
+    shared = arm.shared or {}
+    ratio, rci = shared.get("compute_ratio_tested"), shared.get("compute_ratio_ci")
+    lr = math.log(ratio) if ratio else float("nan")
+    se_c = (math.log(rci[1]) - math.log(rci[0])) / (2 * crit) if rci else float("nan")
+    return bool(futile(arm.delta_A, se_a, lr, se_c, me, horizon, level))
+
+
 def settled(arm: ArmResult, me: MinEffect) -> bool:
     """Whether `sweep --decide` stops adding seeds to an arm ranked against the baseline (the module docstring)."""
     if arm.verdict == "equivalent":
@@ -95,11 +114,20 @@ class Simulated:
 
 
 def simulate(
-    rung: Rung, looks: Looks, *, noise: NoiseFloor | None, me: MinEffect, extra_arms: int, seed: int, naive=False
+    rung: Rung,
+    looks: Looks,
+    *,
+    noise: NoiseFloor | None,
+    me: MinEffect,
+    extra_arms: int,
+    seed: int,
+    naive: bool = False,
+    futility: bool = True,
 ) -> Simulated:
     """The `--decide` procedure on every trial of a rung (arm 0 against the baseline, arm 1): look at each wave's
     seeds with `rank`'s tests held to `looks.level` (to q at every look with naive=True: the user's way of adding
-    seeds and ranking again), and stop at the first settled verdict."""
+    seeds and ranking again), and stop at the first settled verdict, or (with `futility`) once the arm cannot be
+    settled by the most seeds (`batch_verdicts.futile`)."""
     T = rung.trials
     code = np.full(T, CODES.index("not_identified"))
     used = np.zeros(T, dtype=int)
@@ -109,9 +137,9 @@ def simulate(
     change_codes = [CODES.index(c) for c in CHANGES]
     level = looks.q if naive else looks.level
     for k, s in enumerate(looks.seeds):
-        c, stops = verdict_codes(
-            rung, s, noise=noise, me=me, extra_arms=extra_arms, rng=np.random.default_rng([seed, k]), q=level
-        )
+        rng = np.random.default_rng([seed, k])
+        horizon = looks.max_seeds / s if futility else None
+        c, stops = verdict_codes(rung, s, noise=noise, me=me, extra_arms=extra_arms, rng=rng, q=level, horizon=horizon)
         changed |= open_ & np.isin(c, change_codes)
         equivalent |= open_ & (c == CODES.index("equivalent"))
         code = np.where(open_, c, code)
