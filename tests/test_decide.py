@@ -127,3 +127,13 @@ def test_a_linked_record_is_refused_not_read(sweep_here, tmp_path):
     assert res.exit_code == 2 and "looks.jsonl" in res.output.strip().splitlines()[-1]
     assert not (sweep_here / "runs").exists()
     assert len(store.read_jsonl(elsewhere)) == 1  # nothing appended through the link
+
+
+def test_rank_points_undecided_arms_to_decide_with_a_command_that_pastes(sweep_here):
+    from ablate.render.rank import decide_hint
+
+    (sweep_here / "runs").mkdir()
+    hint = decide_hint([sweep_here], 10)
+    assert hint == "ablate sweep recipes/loss.yaml --decide --max-seeds 12"  # whole waves of 3, at least 10
+    res = runner.invoke(app, ["sweep", "recipes/loss.yaml", "--decide", "--max-seeds", "12", "seed=1"])
+    assert res.exit_code == 2 and "--decide chooses the seeds" in res.output  # the hint's form is what sweep reads

@@ -199,7 +199,20 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
             f"{decided[0]['power']:.0%} power if the measured difference is the true one (--explain: each "
             "arm's reasoning)"
         )
+    open_arms = [a for a in ranking.arms if a.verdict == "inconclusive" or a.practical == "unclear"]
+    if open_arms and ranking.floor is not None:
+        wanted = [d["seeds"] for d in decided if d.get("seeds")]
+        lines.append(
+            "  [yellow]next[/]: to add seeds where they decide something, with the error rate held over every look "
+            f"(docs/verdicts.md, Deciding by waves): {esc(decide_hint(inputs, max(wanted, default=12)))}"
+        )
     return lines
+
+
+def decide_hint(inputs: Sequence[Path], seeds: int) -> str:
+    """`seeds_hint` as a `--decide` command: waves of 3 up to `seeds` an arm (rounded up to whole waves)."""
+    waves = -(-max(seeds, 6) // 3) * 3
+    return seeds_hint(inputs).replace(" seed=0,1,2", f" --decide --max-seeds {waves}")
 
 
 def explain_lines(ranking: Ranking) -> list[str]:
