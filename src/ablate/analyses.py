@@ -265,7 +265,8 @@ def extrapolate_inputs(
     inputs: Inputs, opts: FitOptions, *, arm: str | None, to: float | None, window: bool
 ) -> ExtrapolationReport:
     """Project one arm (--arm, the only one, or the rank winner) to the target, checked on held-out points. The
-    target, its words and the reach are the arm's: its own data, not the longest arm's."""
+    winner is the arm `rank` puts first (on every point, at rank's target), also when --fit-until fits the
+    projection on less; the target, its words and the reach are the arm's: its own data, not the longest arm's."""
     from ablate.fit.analysis import group_arms
     from ablate.fit.extrapolate import extrapolate, winner
     from ablate.fit.result import FitOptions
@@ -277,11 +278,9 @@ def extrapolate_inputs(
     by_rank = arm is None and len(arms) > 1
     if arm is None and len(arms) == 1:
         arm = next(iter(arms))
-    elif arm is None:
-        arm = winner(
-            inputs.curves,
-            FitOptions(fit_from=opts.fit_from, fit_until=fit_until, n_boot=0, target=opts.target, r0=opts.r0),
-        )
+    elif arm is None:  # rank's winner: every point, at rank's target, whatever part of it the projection fits
+        at, _ = choose_target(inputs.curves, x, to, None)
+        arm = winner(inputs.curves, FitOptions(fit_from=opts.fit_from, n_boot=0, target=at, r0=opts.r0))
     elif arm not in arms:
         raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
     target, target_text = choose_target(arms[arm], x, to, fit_until)

@@ -1,0 +1,31 @@
+"""The winner `ablate extrapolate` projects, and the one the report's page projects (fitted on the first half of
+the compute), is the arm `ablate rank` puts first: one analysis behind every verb."""
+
+from __future__ import annotations
+
+from ablate import analyses
+from ablate.fit.synthetic import synthetic_curve
+
+
+def _inputs():
+    # "fast" climbs early to a lower ceiling; "high" climbs late and steeply to a higher one: fitted on the first
+    # half of the compute "fast" comes out ahead, on all of it (and at rank's target) "high" does
+    curves = [
+        synthetic_curve(a=0.60, b=2.0, c_mid=2000, seed=s, run=f"fast,seed={s}", group="fast") for s in range(2)
+    ] + [synthetic_curve(a=0.80, b=3.0, c_mid=12000, seed=10 + s, run=f"high,seed={s}", group="high") for s in range(2)]
+    return analyses.Inputs([], curves, [], "gpu_hours", None)
+
+
+def test_extrapolate_and_the_page_project_ranks_winner_even_when_fitting_half():
+    inputs = _inputs()
+    opts = analyses.fit_options(n_boot=200)
+    settings = analyses.check_rank_settings(
+        baseline="fast", margin=None, shared_a="pair", noise=None, save_noise=None, min_effect=0.02,
+        min_effect_compute=1.15, n_boot=200, window=False,
+    )  # fmt: skip
+    ranking = analyses.rank_inputs(inputs, opts, settings, to=None, jobs=1)
+    assert ranking.arms[0].arm == "high"
+    full = analyses.extrapolate_inputs(inputs, analyses.fit_options(n_boot=200), arm=None, to=None, window=False)
+    half = analyses.fit_options(n_boot=200, fit_until=8000.0)
+    page = analyses.extrapolate_inputs(inputs, half, arm=None, to=ranking.target, window=False)
+    assert full.projection.subject == page.projection.subject == "high"
