@@ -120,6 +120,14 @@ def curve_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
 CURVE_JOB = f"{Path(__file__).resolve()}:curve_run"
 
 
+def failing_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
+    """A run that fails at once (what --follow must not report as success)."""
+    raise ValueError("this run always fails")
+
+
+FAILING_JOB = f"{Path(__file__).resolve()}:failing_run"
+
+
 def toy_sweep(
     root,
     name: str = "toy",

@@ -5,12 +5,12 @@ carries on from the record without running anything twice."""
 from __future__ import annotations
 
 import pytest
-from tests.jobs import CURVE_JOB
 from typer.testing import CliRunner
 
 from ablate import store
 from ablate.cli import app
 from ablate.resources import RECIPES_DIR
+from jobs import CURVE_JOB
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")

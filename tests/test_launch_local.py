@@ -390,6 +390,19 @@ def test_cli_sweep_and_status_on_a_real_recipe(tmp_path):
     assert res.exit_code == 2 and "--executor pbs: unknown; choose one of local, slurm, debug, auto" in res.output
 
 
+def test_follow_exits_1_and_says_where_to_look_when_runs_fail(tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from jobs import FAILING_JOB
+
+    recipe = str(RECIPES_DIR / "loss.yaml")
+    args = ["sweep", recipe, "--root", str(tmp_path), "-e", "debug", "--follow", "--job", FAILING_JOB]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert f"4 of 4 followed run(s) did not finish (4 failed): ablate status loss --root {tmp_path}" in res.output
+
+
 def test_auto_picks_local_without_a_slurm_controller(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol at all
     assert resolve_executor("auto") == "local"

@@ -4,6 +4,7 @@ docs/run-directory.md."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,14 +218,24 @@ def sweep(
         **launch,
     )
     _send_unsent(root / expanded.name, [*submitted.submit, *submitted.running])
+    shown = f"ablate status {expanded.name}" + (f" --root {root}" if root != Path("sweeps") else "")
     if follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
-            follow_runs(root, expanded.name, submitted.submit + submitted.running)
+            ended = follow_runs(root, expanded.name, submitted.submit + submitted.running, status_cmd=shown)
         if interrupted.is_set():
             raise typer.Exit(130)  # Ctrl-C stopped the following, not the runs (follow_runs said so)
+        followed_end(ended, shown)
     elif not follow:
-        elsewhere = f" --root {root}" if root != Path("sweeps") else ""
-        typer.echo(f"follow with: ablate status {expanded.name}{elsewhere}")
+        typer.echo(f"follow with: {shown}")
+
+
+def followed_end(ended: list[Any], shown: str) -> None:
+    """After --follow: exit status 1, and where to look, when a run followed did not finish (done or pruned)."""
+    bad = [s for s in ended if str(s.state) not in ("done", "pruned")]
+    if bad:
+        states = ", ".join(f"{n} {st}" for st, n in Counter(str(s.state) for s in bad).items())
+        typer.echo(f"error: {len(bad)} of {len(ended)} followed run(s) did not finish ({states}): {shown}", err=True)
+        raise typer.Exit(1)
 
 
 def _send_unsent(sdir: Path, busy: list[str]) -> None:

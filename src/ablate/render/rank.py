@@ -45,8 +45,8 @@ def rule_text(ranking: Ranking) -> str:
             f"seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)"
         )
     tests = (
-        "ceiling and efficiency t-tests and equivalence tests (TOST), false-discovery rate 5% (changes among the "
-        "tests of change, equivalence among all)"
+        "ceiling and efficiency t-tests and equivalence tests (TOST), false-discovery rate "
+        f"{ranking.opts.level:.3g} (changes among the tests of change, equivalence among all)"
     )
     if ranking.floor is None:
         return f"{tests}; seed spread of A and of log compute: none measured (see the note below)" + at_end

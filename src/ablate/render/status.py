@@ -180,15 +180,21 @@ def show_status(
 
 
 def follow_runs(
-    root: Path | str, name: str, run_ids: Sequence[str], interval: float = 2.0, timeout: float | None = None
+    root: Path | str,
+    name: str,
+    run_ids: Sequence[str],
+    interval: float = 2.0,
+    timeout: float | None = None,
+    status_cmd: str | None = None,
 ) -> list[RunStatus]:
-    """`ablate sweep --follow`: a progress bar until every run in `run_ids` has ended."""
+    """`ablate sweep --follow`: a progress bar until every run in `run_ids` has ended. `status_cmd`: the command
+    that shows the sweep (with its --root), said when Ctrl-C stops the following."""
     want = set(run_ids)
     t0 = time.monotonic()
     try:
         return follow_bar(root, name, want, interval, timeout, t0)
     except KeyboardInterrupt:
-        print(f"stopped following; the runs go on (ablate status {name})")
+        print(f"stopped following; the runs go on ({status_cmd or f'ablate status {name}'})")
         return []
 
 
