@@ -403,6 +403,27 @@ def test_follow_exits_1_and_says_where_to_look_when_runs_fail(tmp_path):
     assert f"4 of 4 followed run(s) did not finish (4 failed): ablate status loss --root {tmp_path}" in res.output
 
 
+def test_a_changed_relaunch_is_refused_not_mixed_into_the_sweep(tmp_path):
+    """Runs of another config under the same labels (here another train.max_steps) are refused in one line that
+    names what changed, before anything is submitted; the same config launches as before."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    recipe = str(RECIPES_DIR / "loss.yaml")
+    args = ["sweep", recipe, "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
+    assert CliRunner().invoke(app, [*args, "train.max_steps=3"]).exit_code == 0
+    before = (tmp_path / "loss" / "ledger.jsonl").read_text()
+    res = CliRunner().invoke(app, [*args, "train.max_steps=4"])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert "already holds loss=" in line and "train.max_steps 3 -> 4" in line and "another --root" in line
+    assert (tmp_path / "loss" / "ledger.jsonl").read_text() == before  # nothing submitted
+    assert len(list((tmp_path / "loss" / "runs").iterdir())) == 4
+    again = CliRunner().invoke(app, [*args, "train.max_steps=3"])
+    assert again.exit_code == 0 and "4 done, 0 running, 0 failed, 0 new -> nothing to submit" in again.output
+
+
 def test_auto_picks_local_without_a_slurm_controller(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol at all
     assert resolve_executor("auto") == "local"

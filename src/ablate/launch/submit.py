@@ -37,6 +37,7 @@ from ablate.launch.job import RunJob, crashpoint
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
 from ablate.launch.liveness import current_states, record_deaths
 from ablate.launch.local import spawn_runner
+from ablate.launch.mixing import check_one_config
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.launch.submission import Submission, make_submission
 from ablate.ledger import Ledger, hostname, me
@@ -128,6 +129,7 @@ def submit_sweep(
     debug_jobs: list[Any] = []
     with ledger.lock():
         recs, verdicts = current_states(ledger, locked=True)
+        check_one_config(sdir, runs, {r.label: rid for rid, r in recs.items() if r.label})
         record_deaths(ledger, root, sweep.name, recs, verdicts)
         submission = make_submission(
             sweep.name,
