@@ -116,23 +116,31 @@ def decide_codes(
     fam = np.where(tested[..., None], fam, np.nan)
     end = np.where(~ident & (np.arange(K) != 0) & (np.arange(K) != 1) & ident[:, 1:2], rng.random((T, K)), np.nan)
     found = _arm0_discoveries(fam, end, extra_arms, rng, q)
+    return _arm0_code(found, compared, (d_a[:, 0], se_a[:, 0], lr[:, 0], se_c[:, 0]), dof, me, q, horizon)
+
+
+def _arm0_code(found, compared, diffs, dof, me: MinEffect, q: float, horizon) -> tuple[np.ndarray, np.ndarray]:
+    """Arm 0's verdict code and whether `--decide` stops it, from its discoveries `found` [T, 3] and its
+    differences `diffs` (ΔA, its se, the log compute ratio, its se; [T] each), as `verdicts._conclude` reads them."""
+    d_a, se_a, lr, se_c = diffs
+    T = found.shape[0]
     code = np.full(T, CODES.index("not_identified"))
     code[compared[:, 0]] = CODES.index("inconclusive")
-    up_a, up_c = d_a[:, 0] > 0, lr[:, 0] < 0
+    up_a, up_c = d_a > 0, lr < 0
     crit = student_t.ppf(0.975, dof)  # rank's default interval (95%)
     # a ceiling change shown negligible does not hide an efficiency change that may matter (verdicts._conclude)
-    negligible = np.abs(d_a[:, 0]) + crit * se_a[:, 0] <= me.a
-    eff_negligible = np.abs(lr[:, 0]) + crit * se_c[:, 0] <= me.log_ratio
+    negligible = np.abs(d_a) + crit * se_a <= me.a
+    eff_negligible = np.abs(lr) + crit * se_c <= me.log_ratio
     ceil = found[:, 0] & ~(negligible & found[:, 1] & ~eff_negligible)
     eff, eq = found[:, 1] & ~ceil, found[:, 2] & ~found[:, 0] & ~found[:, 1]
     code[ceil] = np.where(up_a[ceil], CODES.index("ceiling_up"), CODES.index("ceiling_down"))
     code[eff] = np.where(up_c[eff], CODES.index("efficiency_up"), CODES.index("efficiency_down"))
     code[eq] = CODES.index("equivalent")
-    material_a = np.abs(d_a[:, 0]) - crit * se_a[:, 0] > me.a
-    material_c = np.abs(lr[:, 0]) - crit * se_c[:, 0] > me.log_ratio
+    material_a = np.abs(d_a) - crit * se_a > me.a
+    material_c = np.abs(lr) - crit * se_c > me.log_ratio
     stops = _settled(ceil, eff, eq, (material_a, negligible), (material_c, eff_negligible))
     if horizon is not None and horizon > 1:
-        stops |= compared[:, 0] & futile(d_a[:, 0], se_a[:, 0], lr[:, 0], se_c[:, 0], me, horizon, q)
+        stops |= compared[:, 0] & futile(d_a, se_a, lr, se_c, me, horizon, q)
     return code, stops
 
 
