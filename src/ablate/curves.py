@@ -267,6 +267,13 @@ def load_inputs(
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
     paths = [bare_sweep(Path(p)) for p in paths]
+    for p in paths:
+        if not p.exists() and not p.is_symlink() and not str(p).startswith(f"{MLFLOW}:"):
+            here = sorted(q.parent.name for q in Path("sweeps").glob("*/ledger.jsonl"))
+            raise UserError(
+                f"{p}: no such file, folder or sweep (sweeps under sweeps/: {', '.join(here) or 'none'}); give a "
+                "sweep's name or path, a run directory, a CSV/JSONL file or a log"
+            )
     names = input_names(paths)
     for p, name in zip(paths, names):
         reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says

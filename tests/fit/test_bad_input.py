@@ -387,3 +387,12 @@ def test_a_target_far_past_the_data_is_refused_as_a_units_mismatch(tmp_path, cmd
     )
     works([cmd, path, "--to", "0.1", "--n-boot", "100"])
     works([cmd, path, "--n-boot", "100"])
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_a_mistyped_sweep_name_lists_the_sweeps_there_are(cmd, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("loss", "batch"):
+        (tmp_path / "sweeps" / name).mkdir(parents=True)
+        (tmp_path / "sweeps" / name / "ledger.jsonl").write_text("")
+    fails([cmd, "los"], "los: no such file, folder or sweep", "(sweeps under sweeps/: batch, loss)")
