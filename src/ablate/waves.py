@@ -12,7 +12,6 @@ again). One process decides a sweep at a time: it holds the lock of `<sweep>/dec
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -262,17 +261,5 @@ def summary(outcome: Outcome, settings: DecideSettings) -> list[str]:
 STANDING = {
     "settled": "settled",
     "undecidable": "stopped: at the difference measured, --max-seeds could not settle it",
-    "open": "not settled by --max-seeds",
+    "open": "open: more seeds could settle it",
 }
-
-
-def to_json(outcome: Outcome, settings: DecideSettings) -> str:
-    return json.dumps(
-        {
-            "settings": settings.to_json(),
-            "looks_made": outcome.looks_made,
-            "spent": outcome.spent,
-            "stopped": outcome.stopped,
-            "arms": {a: dataclasses.asdict(s) for a, s in outcome.arms.items()},
-        }
-    )
