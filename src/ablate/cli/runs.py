@@ -193,8 +193,8 @@ def sweep(
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
-    launch = {"max_parallel": max_parallel, "profile": profile, "retry_failed": retry_failed, "force": force}
-    launch |= {"job": job, "group_read": group_read, "command": typed_command(recipe, overrides)}
+    launch: dict[str, Any] = {"max_parallel": max_parallel, "profile": profile, "retry_failed": retry_failed}
+    launch |= {"force": force, "job": job, "group_read": group_read, "command": typed_command(recipe, overrides)}
     every = [*(overrides or []), *track_overrides(track, tensorboard)]
     if check_decide_flags(decide, every, (wave, max_seeds, budget), refused={"--prune": prune, "--dry-run": dry_run}):
         return run_decide(recipe, every, root=root, executor=executor, looks=(wave, max_seeds, budget), launch=launch)

@@ -12,7 +12,7 @@ from scipy.stats import t as student_t
 
 from ablate.fit.arms import ArmResult
 from ablate.fit.effects import compute_text, tested_ratio
-from ablate.fit.spread import MinEffect, NoiseFloor
+from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 from ablate.fit.stats import benjamini_hochberg_rows, tost
 
 DECIDE_POWER = 0.8
@@ -29,6 +29,8 @@ class Family:
 
     pvals: tuple[float, ...] = ()
     is_equivalence: tuple[bool, ...] = ()
+    level: float = FDR
+    """The false-discovery rate the ranking holds its tests to (5%, or a `--decide` look's share)."""
 
 
 def decide_power(
@@ -42,14 +44,14 @@ def decide_power(
     family: Family = Family(),
     draws: int = DECIDE_DRAWS,
 ) -> float:
-    """The chance that an arm is decided (a change in A or compute found, or both shown equivalent) with `seeds`
-    seeds in it and in the baseline, when the true differences are d_a (on A) and lr (log compute) and one seed
-    varies by the measured spread; the spread is re-estimated on arms x (seeds - 1) degrees of freedom (or the
-    floor's, if more). Decided as `rank` decides: the arm's ceiling and efficiency tests are discoveries among the
-    ranking's tests of change, its equivalence test among all its tests (Benjamini-Hochberg at 5%), the other tests
-    of the ranking (`family`) held at their p-values now. More seeds would make those smaller too, and smaller
-    p-values elsewhere only raise Benjamini-Hochberg's threshold, so holding them errs on more seeds. Monte Carlo over
-    the estimates and the estimated spread."""
+    """The chance that an arm is decided (a change in A or compute found, or both shown equivalent) with `seeds` seeds
+    in it and in the baseline, when the true differences are d_a (on A) and lr (log compute) and one seed varies by
+    the measured spread; the spread is re-estimated on arms x (seeds - 1) degrees of freedom (or the floor's, if
+    more). Decided as `rank` decides: the arm's ceiling and efficiency tests are discoveries among the ranking's
+    tests of change, its equivalence test among all its tests (Benjamini-Hochberg at the family's level, 5% by
+    default), the other tests of the ranking (`family`) held at their p-values now. More seeds would make those
+    smaller too, and smaller p-values elsewhere only raise Benjamini-Hochberg's threshold, so holding them errs on
+    more seeds. Monte Carlo over the estimates and the estimated spread."""
     dof = max(floor.dof, arms * (seeds - 1))
     nan = np.full(draws, np.nan)
     p_change, p_equiv = [], []
@@ -66,8 +68,8 @@ def decide_power(
     p_eq = np.max(np.vstack(p_equiv), axis=0)  # intersection-union: NaN (not testable) stays NaN
     others = np.broadcast_to(np.asarray(family.pvals, dtype=float), (draws, len(family.pvals)))
     eq_flags = np.asarray(family.is_equivalence, dtype=bool)
-    change = benjamini_hochberg_rows(np.column_stack([np.where(eq_flags, np.nan, others), *p_change]))
-    every = benjamini_hochberg_rows(np.column_stack([others, *p_change, p_eq]))
+    change = benjamini_hochberg_rows(np.column_stack([np.where(eq_flags, np.nan, others), *p_change]), family.level)
+    every = benjamini_hochberg_rows(np.column_stack([others, *p_change, p_eq]), family.level)
     return float(np.mean(change[:, -2:].any(axis=1) | every[:, -1]))
 
 

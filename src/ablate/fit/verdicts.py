@@ -294,7 +294,7 @@ def decide_verdicts(
     if floor is not None:
         for i, (a, t) in enumerate(zip(compared, tests)):
             others = [k for k in range(len(pvals)) if k // 3 != i or k >= 3 * len(compared)]
-            family = Family(tuple(pvals[k] for k in others), tuple(is_eq[k] for k in others))
+            family = Family(tuple(pvals[k] for k in others), tuple(is_eq[k] for k in others), opts.level)
             found_i = (found[3 * i], found[3 * i + 1], found[3 * i + 2])
             _conclude(a, t, found_i, me, opts, floor, (len(compared), family), x)
     first = 3 * len(compared) if floor is not None else 0
