@@ -73,6 +73,11 @@ def test_decide_stops_the_settled_arm_and_carries_on_from_its_record(sweep_here)
     expect_base = 6 if open_after_first else 3
     assert per_arm["loss=cispo"] == expect_base
     assert "loss=dapo: ceiling_up at 3 seeds (settled)" in res.output
+    for arm, v in first.items():  # stopped arms (settled, undecidable) got no second wave; open ones did
+        assert per_arm[arm] == (6 if v["standing"] == "open" else 3), (arm, v)
+    if open_after_first:  # grown in two launches: rank says the looks were the decisions, and offers no more
+        ranked = runner.invoke(app, ["rank", "sweeps/loss"])
+        assert "grown by `ablate sweep --decide`" in ranked.output and "--decide --max-seeds" not in ranked.output
     # run again: the looks are replayed from the record, nothing runs again, the same standing is printed
     again = runner.invoke(app, ARGS)
     assert again.exit_code == 0, again.output

@@ -173,7 +173,7 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
         from ablate.fit.notes import Note
 
         decided = any((bare_sweep(p) / "decide" / "looks.jsonl").is_file() for p in inputs.paths)
-        ranking.notes.append(Note("other", DECIDED_TEXT if decided else waves_text(waves)))
+        ranking.notes.append(Note("decided", DECIDED_TEXT) if decided else Note("other", waves_text(waves)))
     ranking.target_source = target_source  # how --to was chosen, and why x is what it is (defaults.py)
     ranking.axis_note = "; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None
     if settings.window:

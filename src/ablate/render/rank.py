@@ -200,7 +200,8 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
             "arm's reasoning)"
         )
     open_arms = [a for a in ranking.arms if a.verdict == "inconclusive" or a.practical == "unclear"]
-    if open_arms and ranking.floor is not None:
+    decided_before = any(n.kind == "decided" for n in ranking.notes)  # its looks were its decisions
+    if open_arms and ranking.floor is not None and not decided_before:
         wanted = [d["seeds"] for d in decided if d.get("seeds")]
         lines.append(
             "  [yellow]next[/]: to add seeds where they decide something, with the error rate held over every look "
