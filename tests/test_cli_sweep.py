@@ -132,3 +132,12 @@ def test_show_errors():
     )
     res = runner.invoke(app, ["show", "no/such.yaml"])
     assert res.exit_code == 2 and "no such file" in res.stderr
+
+
+@pytest.mark.parametrize("verb", ["sweep", "rank", "plan", "report", "status"])
+def test_help_shows_flags_without_a_value_placeholder(verb, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    res = runner.invoke(app, [verb, "--help"])
+    assert res.exit_code == 0
+    flag_rows = [ln for ln in res.output.splitlines() if "--help" not in ln and "<bool>" in ln]
+    assert flag_rows == []  # a flag takes no value: Typer's `<bool>` placeholder would say it does

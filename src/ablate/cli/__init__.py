@@ -9,6 +9,7 @@ import typer
 
 from ablate.cli import fitting, planning, reporting, runs, tracking
 from ablate.cli.errors import user_errors
+from ablate.cli.options import plain_placeholders
 
 app = typer.Typer(
     help="ScaleRL-style ablations for RL post-training of LLMs: sweep recipes, fit compute-scaling sigmoids, rank "
@@ -24,7 +25,7 @@ def main() -> None:
     """ablate: sweep RL recipes, fit the ScaleRL sigmoid to each run, rank design choices, extrapolate."""
 
 
-for verb in (
+VERBS = (
     fitting.fit,
     fitting.rank,
     fitting.extrapolate,
@@ -37,7 +38,9 @@ for verb in (
     runs.train,
     runs.init,
     tracking.sync,
-):
+)
+for verb in VERBS:
+    plain_placeholders(verb)
     app.command(verb.__name__)(user_errors(verb))
 
 __all__ = ["app", "main"]

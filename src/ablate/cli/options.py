@@ -188,3 +188,18 @@ def output_and_input(output: str | None, source: str, as_json: bool, outputs: tu
     if as_json and output not in (None, "json"):
         raise UserError(f"--json and --format {output}: give one output format")
     return ("json" if as_json else output or "table"), source
+
+
+def plain_placeholders(verb: Any) -> None:
+    """Help that reads as a command line: a flag shows no value placeholder (Typer prints `<bool>`, as if it took
+    one), and an argument is named in capitals (RECIPE, not `{recipe}`). Set on the verb's own option objects."""
+    import inspect
+
+    from typer.models import ArgumentInfo, OptionInfo
+
+    for name, p in inspect.signature(verb).parameters.items():
+        info = p.default
+        if isinstance(info, OptionInfo) and info.metavar is None and p.annotation in (bool, "bool"):
+            info.metavar = " "
+        elif isinstance(info, ArgumentInfo) and info.metavar is None:
+            info.metavar = name.upper()
