@@ -258,6 +258,7 @@ def load_inputs(
             "give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
             "(TensorBoard, W&B, TRL, verl, MLflow)"
         )
+    fmt = {"csv": "table", "jsonl": "table"}.get(fmt, fmt)  # the names users reach for first
     if fmt != "auto" and fmt not in (*logs.FORMATS, MLFLOW):
         raise UserError(f"--from {fmt}: unknown; valid: auto, {', '.join((*logs.FORMATS, MLFLOW))}")
     per_step = {k: v for k, v in (per_step or {}).items() if v is not None}

@@ -242,6 +242,8 @@ def test_format_can_be_forced_and_a_wrong_one_is_one_line(files, tb):
     assert "no trainer_state.json" in err and "--from tensorboard" in err
     assert "--from verl" in one_line_error("fit", files["verl-jsonl"], "--from", "wandb", "--x", "step")
     assert "no column 'gpu_hours'" in one_line_error("fit", files["long"], "--from", "table")
+    for alias in ("csv", "jsonl"):  # the names users reach for first read a table too
+        assert "no column 'gpu_hours'" in one_line_error("fit", files["long"], "--from", alias)
     assert "--from magic: unknown; valid: auto, table, tensorboard" in one_line_error("fit", tb, "--from", "magic")
 
 

@@ -135,9 +135,9 @@ R0_OPT = typer.Option(
 FROM_OPT = typer.Option(
     "auto",
     "--from",
-    help="Input format: auto (told by content), table (CSV/JSONL), tensorboard, wandb (offline run folder), wandb-csv "
-    "(W&B CSV export), trl (trainer_state.json), verl (JSONL or console log) or mlflow (mlflow:EXPERIMENT, or an "
-    "mlflow.db file); sweep and run directories are read as such.",
+    help="Input format: auto (told by content), table (CSV/JSONL; csv and jsonl say the same), tensorboard, wandb "
+    "(offline run folder), wandb-csv (W&B CSV export), trl (trainer_state.json), verl (JSONL or console log) or "
+    "mlflow (mlflow:EXPERIMENT, or an mlflow.db file); sweep and run directories are read as such.",
 )
 OUTPUT_FORMAT_OPT = typer.Option(
     None,
