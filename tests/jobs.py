@@ -81,8 +81,9 @@ TOY_JOB = f"{Path(__file__).resolve()}:toy_run"
 
 def curve_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
     """A run whose pass rate is a known sigmoid with evaluation noise: its truth per loss in `<sweep>/curves.json`
-    ({loss: {"a", "b", "c_mid"}}, R0 0.1, 64 evaluation prompts, a seed spread of A of 0.003), one evaluation per
-    step, 100 samples a step. Written at once (no checkpoint needed: a rerun writes the same lines)."""
+    ({loss: {"a", "b", "c_mid"}}, or in the file $ABLATE_TEST_CURVES names; R0 0.1, 64 evaluation prompts, a seed
+    spread of A of 0.003), one evaluation per step, 100 samples a step. Written at once (no checkpoint needed: a
+    rerun writes the same lines)."""
     import numpy as np
 
     from ablate.fit.sigmoid import sigmoid
@@ -93,7 +94,8 @@ def curve_run(config, run_dir: Path, *, threads: int = 1, stop=None) -> dict:
     store.atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg, sort_keys=True))
     with open(run_dir / "executions.log", "a") as f:
         f.write(json.dumps({"pid": os.getpid()}) + "\n")
-    truth = store.read_json(run_dir.parent.parent / "curves.json")[cfg["loss"]["name"]]
+    where = os.environ.get("ABLATE_TEST_CURVES") or run_dir.parent.parent / "curves.json"
+    truth = store.read_json(where)[cfg["loss"]["name"]]
     rng = np.random.default_rng([config.seed, sum(map(ord, cfg["loss"]["name"]))])
     a = truth["a"] + 0.003 * rng.standard_normal()
     steps = config.train.max_steps

@@ -100,6 +100,8 @@ def test_a_record_made_with_other_settings_is_refused_in_one_line(sweep_here):
         (["seed=0,1"], "--decide chooses the seeds itself"),
         (["--prune"], "leave out --prune"),
         (["--budget", "-1"], "--budget -1"),
+        (["--budget", "inf"], "--budget inf: a finite compute"),
+        (["--force"], "leave out --force"),  # it would run the looks' runs again from scratch
     ],
 )
 def test_decide_refuses_what_it_cannot_honour(sweep_here, extra, says):
@@ -142,3 +144,27 @@ def test_rank_points_undecided_arms_to_decide_with_a_command_that_pastes(sweep_h
     assert hint == "ablate sweep recipes/loss.yaml --decide --max-seeds 12"  # whole waves of 3, at least 10
     res = runner.invoke(app, ["sweep", "recipes/loss.yaml", "--decide", "--max-seeds", "12", "seed=1"])
     assert res.exit_code == 2 and "--decide chooses the seeds" in res.output  # the hint's form is what sweep reads
+
+
+def test_a_damaged_record_is_one_line_and_nothing_runs(sweep_here):
+    assert runner.invoke(app, ARGS).exit_code == 0
+    path = sweep_here / "decide" / "looks.jsonl"
+    lines = path.read_text().splitlines()
+    ran = _executions(sweep_here)
+    path.write_text("\n".join([lines[0], lines[1].replace('"look": 1', '"look": 2')]) + "\n")
+    res = runner.invoke(app, ARGS)
+    assert res.exit_code == 2
+    last = res.output.strip().splitlines()[-1]
+    assert "looks.jsonl: line 2: expected look 1" in last and "aside" in last
+    assert _executions(sweep_here) == ran
+
+
+def test_a_new_decided_sweep_is_owner_only(tmp_path, monkeypatch):
+    tmp_path.chmod(0o755)  # a folder others may read: what ablate makes in it must not inherit that
+    monkeypatch.chdir(tmp_path)
+    store.write_json(tmp_path / "truth.json", TRUTH)  # outside the sweep: the folder is --decide's to make
+    monkeypatch.setenv("ABLATE_TEST_CURVES", str(tmp_path / "truth.json"))
+    res = runner.invoke(app, ARGS)
+    assert res.exit_code == 0, res.output
+    sdir = tmp_path / "sweeps" / "loss"
+    assert (sdir.stat().st_mode & 0o777) == 0o700 and ((sdir / "runs").stat().st_mode & 0o777) == 0o700

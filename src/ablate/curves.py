@@ -268,13 +268,7 @@ def load_inputs(
     curves: list[Curve] = []
     skipped: list[dict[str, Any]] = []
     paths = [bare_sweep(Path(p)) for p in paths]
-    for p in paths:
-        if not p.exists() and not p.is_symlink() and not str(p).startswith(f"{MLFLOW}:"):
-            here = sorted(q.parent.name for q in Path("sweeps").glob("*/ledger.jsonl"))
-            raise UserError(
-                f"{p}: no such file, folder or sweep (sweeps under sweeps/: {', '.join(here) or 'none'}); give a "
-                "sweep's name or path, a run directory, a CSV/JSONL file or a log"
-            )
+    _check_present(paths)
     names = input_names(paths)
     for p, name in zip(paths, names):
         reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says
@@ -333,6 +327,18 @@ def _mlflow_curves(p: Path, *, x: str, y: str, per_step: dict[str, float]) -> li
     for c in curves:
         c.group = runs.arms.get(c.run, c.run)
     return curves
+
+
+def _check_present(paths: list[Path]) -> None:
+    """One line for an input that is not there, with the sweeps there are (a mistyped sweep name is the usual
+    cause)."""
+    for p in paths:
+        if not p.exists() and not p.is_symlink() and not str(p).startswith(f"{MLFLOW}:"):
+            here = sorted(q.parent.name for q in Path("sweeps").glob("*/ledger.jsonl"))
+            raise UserError(
+                f"{p}: no such file, folder or sweep (sweeps under sweeps/: {', '.join(here) or 'none'}); give a "
+                "sweep's name or path, a run directory, a CSV/JSONL file or a log"
+            )
 
 
 def bare_sweep(p: Path) -> Path:

@@ -25,7 +25,8 @@ from ablate.fit.spread import MinEffect
 
 RECORD = "decide"
 """The folder of a --decide sweep's record (looks.jsonl) and lock, under the sweep directory."""
-FINAL = ("done", "pruned")
+FINAL = ("done", "pruned", "diverged")
+"""States a run of a wave may end in: a diverged run is data (`rank` reads what it logged, or skips it)."""
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,14 @@ class DecideSettings:
     """Compute (in units of x, summed over runs) the sweep may spend; None: only the seeds limit it."""
     n_boot: int = 1000
     min_effect: MinEffect = field(default_factory=MinEffect)
+    baseline: str = ""
+    arms: tuple[str, ...] = ()
+    """The sweep's arms, baseline included: a record is about these."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "baseline": self.baseline,
+            "arms": list(self.arms),
             "wave": self.looks.wave,
             "max_seeds": self.looks.max_seeds,
             "fdr": self.looks.q,
@@ -86,24 +92,52 @@ def _record_path(sdir: Path) -> Path:
 
 
 def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
-    """The looks already made (refusing a record made with other settings), or [] for a new decision."""
+    """The looks already made (refusing a record made with other settings, or one damaged or edited), or [] for a
+    new decision."""
     path = _record_path(sdir)
     if not path.exists():
         return []
     store.check_no_links(path, sdir)  # the record and the folders to it: a link is refused, never read through
     lines = store.read_jsonl(path)
-    if not lines or "settings" not in lines[0]:
-        raise UserError(f"{path}: not a --decide record (its first line holds no settings); move it aside")
+    aside = f"move {sdir / RECORD} aside to start the looks again (the runs are kept)"
+    if not lines or not isinstance(lines[0].get("settings"), dict):
+        raise UserError(f"{path}: not a --decide record (its first line holds no settings); {aside}")
     was = lines[0]["settings"]
     now = settings.to_json()
-    differ = [k for k in ("wave", "max_seeds", "fdr", "x", "n_boot", "min_effect") if was.get(k) != now[k]]
+    differ = [k for k in SETTLED_BY if was.get(k) != now[k]]
     if differ:
         said = ", ".join(f"{k} {was.get(k)} (now {now[k]})" for k in differ)
-        raise UserError(
-            f"{path}: this sweep was decided with {said}; give the same settings to carry on, or move the record "
-            "aside to start the looks again (its runs are kept)"
-        )
-    return [line for line in lines[1:] if "look" in line]
+        raise UserError(f"{path}: this sweep was decided with {said}; give the same settings to carry on, or {aside}")
+    looks = lines[1:]
+    for n, line in enumerate(looks, start=1):
+        why = _bad_look(line, n, settings.looks)
+        if why:
+            raise UserError(f"{path}: line {n + 1}: {why}; the record was edited or damaged: {aside}")
+    return looks
+
+
+SETTLED_BY = ("wave", "max_seeds", "fdr", "x", "n_boot", "min_effect", "baseline", "arms")
+"""The settings a record must share with the command that carries it on (--budget may change)."""
+
+
+def _bad_look(line: Any, n: int, looks: Looks) -> str:
+    """What is wrong with the n-th look of a record ("" when nothing is)."""
+    if not isinstance(line, dict) or line.get("look") != n:
+        return f"expected look {n}"
+    if n > len(looks.seeds) or line.get("seeds") != looks.seeds[n - 1]:
+        return f"look {n} is not one of the planned looks ({', '.join(map(str, looks.seeds))} seeds an arm)"
+    compute, arms = line.get("compute"), line.get("arms")
+    if not isinstance(compute, dict) or not all(
+        isinstance(v, (int, float)) and math.isfinite(v) for v in compute.values()
+    ):
+        return "its compute is not a mapping of run ids to numbers"
+    fields = ("verdict", "effect", "detail", "needs")
+    if not isinstance(arms, dict) or not all(
+        isinstance(a, dict) and a.get("standing") in STANDING and all(isinstance(a.get(f), str) for f in fields)
+        for a in arms.values()
+    ):
+        return "its arms are not each a verdict, effect, detail, standing and needs"
+    return ""
 
 
 def _write_look(sdir: Path, settings: DecideSettings, entry: dict[str, Any]) -> None:
@@ -227,6 +261,7 @@ def _look_entry(
         elif a.verdict and math.isfinite(dof) and futile_arm(a, me, looks.max_seeds / at, dof, looks.level):
             standing = "undecidable"
         needs = (a.decide or {}).get("text", "") if a.verdict == "inconclusive" else ""
+        needs = needs.split("; seeds added after this look")[0]  # --decide plans its looks: no second-look caveat
         arms[a.arm] = {
             "verdict": a.verdict or "not_identified",
             "effect": a.effect or "",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ SWEEP_DECIDE = typer.Option(
     "--decide",
     help="Grow the sweep by waves of seeds until each arm is decided: after every wave, rank the open arms and stop "
     "those settled (equivalent, or changed by a clear amount); the tests of each look are held to 5% / looks so the "
-    "whole procedure errs at most 5% (docs/verdicts.md, Deciding by waves). Chooses the seeds itself; run the same "
-    "command again to carry on.",
+    "whole procedure errs at most 5% (docs/verdicts.md, Deciding by waves). Chooses the seeds itself and waits in the "
+    "foreground; run the same command again to carry on.",
 )
 SWEEP_WAVE = typer.Option(3, "--wave", help="--decide: seeds an open arm gets per wave.", min=2)
 SWEEP_MAX_SEEDS = typer.Option(
@@ -26,7 +27,8 @@ SWEEP_BUDGET = typer.Option(
     None,
     "--budget",
     help="--decide: the compute the sweep may spend, summed over its runs, in units of its compute axis (samples on "
-    "CPU, gpu_hours on GPUs); no wave starts that would pass it.",
+    "CPU, gpu_hours on GPUs); after the first wave (which always runs: it measures a run's cost), no wave starts "
+    "that would pass it.",
 )
 
 
@@ -43,11 +45,14 @@ def check_decide_flags(
         return False
     given = [flag for flag, on in refused.items() if on]
     if given:
-        raise UserError(f"--decide stops settled arms itself and chooses the seeds: leave out {' / '.join(given)}")
+        raise UserError(
+            f"--decide stops settled arms itself, chooses the seeds and keeps the runs its looks read: leave out "
+            f"{' / '.join(given)}"
+        )
     if any(o.split("=", 1)[0].strip().lstrip("+~") == "seed" for o in overrides):
         raise UserError(f"--decide chooses the seeds itself (0 to {max_seeds - 1}); drop seed=... from the command")
-    if budget is not None and not budget > 0:
-        raise UserError(f"--budget {budget:g}: a compute > 0, in units of the sweep's compute axis")
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise UserError(f"--budget {budget:g}: a finite compute > 0, in units of the sweep's compute axis")
     return True
 
 
@@ -62,7 +67,7 @@ def run_decide(
 ) -> None:
     """Expand the sweep with seeds 0..max-1, then run `waves.decide` on it and print where it ends. `looks`: --wave,
     --max-seeds and --budget."""
-    from ablate import analyses, store, waves
+    from ablate import analyses, ownership, store, waves
     from ablate.curves import curves_from_sweep
     from ablate.defaults import launch_axis
     from ablate.fit.sequential import Looks
@@ -88,7 +93,11 @@ def run_decide(
     sdir = root / expanded.name
     check_writable_output(sdir, "--root", folder=True)
     check_ledger(sdir)
-    settings = waves.DecideSettings(planned, x, budget, n_boot=1000, min_effect=MinEffect())
+    ownership.check_owned_dir(sdir)  # a sweep folder others could change is refused, as `ablate sweep` refuses it
+    store.make_dirs(sdir, store.dir_mode(launch["group_read"]))  # as `ablate sweep` makes it, before its lock
+    settings = waves.DecideSettings(
+        planned, x, budget, min_effect=MinEffect(), baseline=expanded.baseline, arms=tuple(expanded.arms)
+    )
     typer.echo(f"--decide: {planned.describe()}")
     rank_settings = analyses.check_rank_settings(
         baseline=expanded.baseline,
@@ -117,7 +126,7 @@ def run_decide(
         curves = [c for c in curves if c.meta.get("run_id") in keep]
         skipped = [s for s in skipped if s.get("run_id") in keep]
         inputs = analyses.Inputs([], curves, skipped, x, None)
-        opts = analyses.fit_options(n_boot=settings.n_boot, level=level)
+        opts = analyses.fit_options(n_boot=settings.n_boot, level=level, ci=1.0 - level)  # sizes held to the level
         ranking = analyses.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
         return ranking, {str(c.meta["run_id"]): float(c.x[-1]) for c in curves if len(c.x)}
 

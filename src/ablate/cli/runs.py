@@ -196,7 +196,8 @@ def sweep(
     launch: dict[str, Any] = {"max_parallel": max_parallel, "profile": profile, "retry_failed": retry_failed}
     launch |= {"force": force, "job": job, "group_read": group_read, "command": typed_command(recipe, overrides)}
     every = [*(overrides or []), *track_overrides(track, tensorboard)]
-    if check_decide_flags(decide, every, (wave, max_seeds, budget), refused={"--prune": prune, "--dry-run": dry_run}):
+    refused = {"--prune": prune, "--dry-run": dry_run, "--force": force}
+    if check_decide_flags(decide, every, (wave, max_seeds, budget), refused=refused):
         return run_decide(recipe, every, root=root, executor=executor, looks=(wave, max_seeds, budget), launch=launch)
     expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     if dry_run:

@@ -127,7 +127,7 @@ def _arm0_code(found, compared, diffs, dof, me: MinEffect, q: float, horizon) ->
     code = np.full(T, CODES.index("not_identified"))
     code[compared[:, 0]] = CODES.index("inconclusive")
     up_a, up_c = d_a > 0, lr < 0
-    crit = student_t.ppf(0.975, dof)  # rank's default interval (95%)
+    crit = student_t.ppf(1.0 - q / 2, dof)  # the intervals sizes are read on: 95% at q = 5%, as rank's default
     # a ceiling change shown negligible does not hide an efficiency change that may matter (verdicts._conclude)
     negligible = np.abs(d_a) + crit * se_a <= me.a
     eff_negligible = np.abs(lr) + crit * se_c <= me.log_ratio

@@ -1,23 +1,23 @@
 """`ablate sweep --decide`: a look after every wave of seeds, with error control for the procedure as a whole.
 
-A user who adds seeds to an undecided sweep and ranks it again runs a sequential procedure, and each look that
-holds its tests to 5% lets the whole procedure err more often (bench/looks.py: false calls on null arms reach
-12-16% by 12 seeds in waves of 3). `--decide` plans its looks instead: before the first wave it knows the most
-seeds an arm may get (`max_seeds`) and so the number of looks L, and it holds every look's ranking to a
-false-discovery rate of q / L (an equal share of q per look: Bonferroni across looks, the simplest alpha-spending
-rule). Whatever the looks' dependence, the chance that any look makes a false call is at most the sum of the looks'
-chances, so false change calls on null arms and `equivalent` claimed for a true difference of exactly the smallest
-effect that matters stay within q for the whole procedure, every look and every wave included. The price is a
-stricter test at each look; bench/decide.py measures what it buys back by stopping arms that are settled early.
+A user who adds seeds to an undecided sweep and ranks it again runs a sequential procedure, and each look that holds
+its tests to 5% lets the whole procedure err more often (bench/looks.py: false calls on null arms reach 12-16% by 12
+seeds in waves of 3). `--decide` plans its looks instead: before the first wave it knows the most seeds an arm may get
+(`max_seeds`) and so the number of looks L, and it holds every look's ranking to a false-discovery rate of q / L (an
+equal share of q per look: Bonferroni across looks, the simplest alpha-spending rule). Whatever the looks' dependence,
+the chance that any look makes a false call is at most the sum of the looks' chances, so false change calls on null
+arms and `equivalent` claimed for a true difference of exactly the smallest effect that matters stay within q for the
+whole procedure, every look and every wave included. The price is a stricter test at each look; bench/decide.py
+measures what it buys back by stopping arms that are settled early.
 
-An arm that cannot be settled by `max_seeds` at the difference measured (`futile_arm`: projected there, the chance
-that its intervals clear the smallest effect that matters is below 20%) stops too, without a claim: stopping
-without a claim cannot add a false one, so the error control stands, and the seeds go where they decide something.
-An arm is settled (`settled`) when its verdict is `equivalent`; a ceiling change whose size is clear (its 95%
-interval wholly beyond or wholly inside the smallest effect that matters); or an efficiency change whose size is
-clear while A is shown unmoved (ΔA's interval inside the smallest effect): with few seeds, a ceiling change can show
-first as a difference in compute, and `efficiency` claims that only efficiency moved. Any other arm gets more seeds.
-This module holds the schedule (`Looks`), the rule, and the procedure simulated on `ablate plan`'s fast engine.
+An arm that cannot be decided by `max_seeds` at the difference measured (`futile_arm`: projected there, the chance of
+a change shown, or of equivalence shown, is below 20%) stops too, without a claim: stopping without a claim cannot add
+a false one, so the error control stands, and the seeds go where they decide something. An arm is settled (`settled`)
+when its verdict is `equivalent`; a ceiling change whose size is clear (its interval, at 1 - level in a look, wholly
+beyond or wholly inside the smallest effect that matters); or an efficiency change whose size is clear while A is
+shown unmoved (ΔA's interval inside the smallest effect): with few seeds, a ceiling change can show first as a
+difference in compute, and `efficiency` claims that only efficiency moved. Any other arm gets more seeds. This module
+holds the schedule (`Looks`), the rule, and the procedure simulated on `ablate plan`'s fast engine.
 """
 
 from __future__ import annotations
@@ -69,16 +69,17 @@ class Looks:
         n = len(self.seeds)
         return (
             f"{n} look{'s' * (n != 1)} at {', '.join(map(str, self.seeds))} seeds an arm, each held to "
-            f"{self.level:.3g} ({self.q:g} / {n}) so that the whole procedure errs at most {self.q:g}"
+            f"{self.level:.3g} ({self.q:g} / {n}; intervals at {1 - self.level:.4g}) so that the whole procedure errs "
+            f"at most {self.q:g}"
         )
 
 
 def futile_arm(arm: ArmResult, me: MinEffect, horizon: float, dof: float, level: float) -> bool:
-    """`batch_verdicts.futile` for a ranked arm: its ΔA and compute ratio with their 95% intervals (t with `dof`),
-    its tests at `level`."""
+    """`batch_verdicts.futile` for a ranked arm: its ΔA and compute ratio with their intervals at 1 - level (t with
+    `dof`: a look's ranking is made with --ci 1 - level), its tests at `level`."""
     if arm.delta_A is None or arm.delta_A_ci is None or horizon <= 1:
         return False
-    crit = float(student_t.ppf(0.975, max(dof, 1.0)))
+    crit = float(student_t.ppf(1.0 - level / 2, max(dof, 1.0)))  # a look's intervals are at 1 - level
     se_a = (arm.delta_A_ci[1] - arm.delta_A_ci[0]) / (2 * crit)
     shared = arm.shared or {}
     ratio, rci = shared.get("compute_ratio_tested"), shared.get("compute_ratio_ci")

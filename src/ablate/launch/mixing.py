@@ -44,10 +44,14 @@ def changed_keys(old_config: Path, new: dict[str, Any], most: int = 3) -> str:
     return ", ".join(shown) + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
-def check_one_config(sdir: Path, runs: Sequence[RunSpec], labels: Mapping[str, str]) -> None:
-    """Refuse runs whose label the sweep folder already holds under another run id (another config). `labels`:
-    label -> run id of the runs the ledger knows."""
-    clash = [(s, labels[s.label]) for s in runs if s.label in labels and labels[s.label] != s.run_id]
+def check_one_config(sdir: Path, runs: Sequence[RunSpec], recs: Mapping[str, Any]) -> None:
+    """Refuse runs whose label the sweep folder holds under other run ids only (another config). `recs`: run id ->
+    the ledger's record of it (`.label`); in a sweep mixed before this check, a run of either config launches."""
+    labels: dict[str, set[str]] = {}
+    for rid, r in recs.items():
+        if r.label:
+            labels.setdefault(r.label, set()).add(rid)
+    clash = [(s, min(labels[s.label])) for s in runs if s.label in labels and s.run_id not in labels[s.label]]
     if not clash:
         return
     spec, old_id = clash[0]

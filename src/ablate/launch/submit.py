@@ -129,7 +129,7 @@ def submit_sweep(
     debug_jobs: list[Any] = []
     with ledger.lock():
         recs, verdicts = current_states(ledger, locked=True)
-        check_one_config(sdir, runs, {r.label: rid for rid, r in recs.items() if r.label})
+        check_one_config(sdir, runs, recs)
         record_deaths(ledger, root, sweep.name, recs, verdicts)
         submission = make_submission(
             sweep.name,
