@@ -171,8 +171,9 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
     if waves > 1:
         from ablate.curves import bare_sweep
         from ablate.fit.notes import Note
+        from ablate.prune.waves import record_path
 
-        decided = any((bare_sweep(p) / "decide" / "looks.jsonl").is_file() for p in inputs.paths)
+        decided = any(record_path(bare_sweep(p)).is_file() for p in inputs.paths)
         ranking.notes.append(Note("decided", DECIDED_TEXT) if decided else Note("other", waves_text(waves)))
     ranking.target_source = target_source  # how --to was chosen, and why x is what it is (defaults.py)
     ranking.axis_note = "; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None

@@ -144,9 +144,10 @@ def choose_axis(paths: list[Path], x: str, per_step: dict[str, float | None] | N
     return "gpu_hours", None
 
 
-def launch_axis(runs: list[Any], executor: str | None) -> tuple[str, str]:
-    """`sweep --prune-x auto` before any run has started: samples when the runs will train on CPU (train.device=cpu,
-    or auto on a local executor on a machine without CUDA), gpu_hours otherwise (a CUDA device, or SLURM nodes)."""
+def launch_axis(runs: list[Any], executor: str | None, flag: str = "--prune") -> tuple[str, str]:
+    """`sweep --prune-x auto` (or `--decide`'s axis: `flag`) before any run has started: samples when the runs will
+    train on CPU (train.device=cpu, or auto on a local executor on a machine without CUDA), gpu_hours otherwise (a
+    CUDA device, or SLURM nodes)."""
     from ablate.launch.submit import resolve_executor
 
     devices = {s.config.train.device for s in runs}
@@ -160,11 +161,12 @@ def launch_axis(runs: list[Any], executor: str | None) -> tuple[str, str]:
 
         on_cpu = not torch.cuda.is_available()
     if on_cpu:
+        choose = " (--prune-x gpu_hours to rank on it)" if flag == "--prune" else ""
         return "samples", (
-            "--prune ranks on samples: the runs train on CPU, where gpu_hours is wall-clock and "
-            "measures the machine's load (--prune-x gpu_hours to rank on it)"
+            f"{flag} ranks on samples: the runs train on CPU, where gpu_hours is wall-clock and "
+            f"measures the machine's load{choose}"
         )
-    return "gpu_hours", "--prune ranks on gpu_hours: the runs train on GPUs (the paper's axis)"
+    return "gpu_hours", f"{flag} ranks on gpu_hours: the runs train on GPUs (the paper's axis)"
 
 
 def _per_work(curves: list[Curve]) -> tuple[float, str] | None:

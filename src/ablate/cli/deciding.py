@@ -67,13 +67,14 @@ def run_decide(
 ) -> None:
     """Expand the sweep with seeds 0..max-1, then run `waves.decide` on it and print where it ends. `looks`: --wave,
     --max-seeds and --budget."""
-    from ablate import analyses, ownership, store, waves
+    from ablate import analyses, ownership, store
     from ablate.curves import curves_from_sweep
     from ablate.defaults import launch_axis
     from ablate.fit.sequential import Looks
     from ablate.fit.spread import MinEffect
     from ablate.launch.submit import launch_sweep
     from ablate.paths import check_writable_output
+    from ablate.prune import waves
     from ablate.render.status import follow_runs
     from ablate.status import check_ledger
     from ablate.sweep import load_sweep
@@ -88,8 +89,8 @@ def run_decide(
         )
     if len(expanded.arms) < 2:
         raise UserError(f"--decide: sweep {expanded.name!r} has one arm; it needs a baseline and an arm to compare")
-    x, why = launch_axis(expanded.runs, executor)
-    typer.echo(f"note: {why.replace('--prune', '--decide').split(' (--')[0]}")
+    x, why = launch_axis(expanded.runs, executor, flag="--decide")
+    typer.echo(f"note: {why}")
     sdir = root / expanded.name
     check_writable_output(sdir, "--root", folder=True)
     check_ledger(sdir)
@@ -115,7 +116,8 @@ def run_decide(
         launch_sweep(waves.restricted(expanded, runs), root=root, executor=executor, echo=typer.echo, **launch)
 
     def wait(ids: list[str]) -> list[Any]:
-        statuses = follow_runs(root, expanded.name, ids)
+        shown = f"ablate status {expanded.name}" + (f" --root {root}" if root != Path("sweeps") else "")
+        statuses = follow_runs(root, expanded.name, ids, status_cmd=shown)
         if len(statuses) < len(ids) or not all(s.ended for s in statuses):
             raise typer.Exit(130)  # Ctrl-C: the runs go on; the same command carries on from the record
         return statuses

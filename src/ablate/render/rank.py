@@ -57,8 +57,8 @@ def rule_text(ranking: Ranking) -> str:
     )
 
 
-def seeds_hint(inputs: Sequence[Path]) -> str:
-    """The command that adds seeds to the ranked sweep (or the general form for files)."""
+def sweep_command(inputs: Sequence[Path]) -> str:
+    """`ablate sweep` of the ranked sweep's file (or the general form for files)."""
     from ablate.errors import UserError
     from ablate.resources import find_recipe
 
@@ -69,9 +69,14 @@ def seeds_hint(inputs: Sequence[Path]) -> str:
             try:
                 find_recipe(recipe)  # in the user's folder or among the packaged recipes: `ablate sweep` finds it
             except UserError:
-                return f"ablate sweep {p.name}.yaml seed=0,1,2"
-            return f"ablate sweep {recipe} seed=0,1,2"
-    return "ablate sweep SWEEP.yaml seed=0,1,2"
+                return f"ablate sweep {p.name}.yaml"
+            return f"ablate sweep {recipe}"
+    return "ablate sweep SWEEP.yaml"
+
+
+def seeds_hint(inputs: Sequence[Path]) -> str:
+    """The command that adds seeds to the ranked sweep."""
+    return f"{sweep_command(inputs)} seed=0,1,2"
 
 
 def verdict_cell(a: ArmResult) -> Text:
@@ -211,9 +216,9 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
 
 
 def decide_hint(inputs: Sequence[Path], seeds: int) -> str:
-    """`seeds_hint` as a `--decide` command: waves of 3 up to `seeds` an arm (rounded up to whole waves)."""
+    """The `--decide` command for the ranked sweep: waves of 3 up to `seeds` an arm (rounded up to whole waves)."""
     waves = -(-max(seeds, 6) // 3) * 3
-    return seeds_hint(inputs).replace(" seed=0,1,2", f" --decide --max-seeds {waves}")
+    return f"{sweep_command(inputs)} --decide --max-seeds {waves}"
 
 
 def explain_lines(ranking: Ranking) -> list[str]:

@@ -11,9 +11,10 @@ again). One process decides a sweep at a time: it holds the lock of `<sweep>/dec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ablate import store
 from ablate.errors import UserError
 from ablate.fit.sequential import Looks, futile_arm, settled
 from ablate.fit.spread import MinEffect
+from ablate.locks import dir_lock
 
 RECORD = "decide"
 """The folder of a --decide sweep's record (looks.jsonl) and lock, under the sweep directory."""
@@ -87,14 +89,15 @@ class Outcome:
     stopped: str = ""
 
 
-def _record_path(sdir: Path) -> Path:
+def record_path(sdir: Path) -> Path:
+    """A sweep's --decide record (whether or not it exists)."""
     return sdir / RECORD / "looks.jsonl"
 
 
 def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
     """The looks already made (refusing a record made with other settings, or one damaged or edited), or [] for a
     new decision."""
-    path = _record_path(sdir)
+    path = record_path(sdir)
     if not path.exists():
         return []
     store.check_no_links(path, sdir)  # the record and the folders to it: a link is refused, never read through
@@ -141,7 +144,7 @@ def _bad_look(line: Any, n: int, looks: Looks) -> str:
 
 
 def _write_look(sdir: Path, settings: DecideSettings, entry: dict[str, Any]) -> None:
-    path = _record_path(sdir)
+    path = record_path(sdir)
     if not path.exists():
         store.append_jsonl(path, {"settings": settings.to_json()})
     store.append_jsonl(path, entry)
@@ -162,6 +165,16 @@ def wanted_runs(sweep: Any, open_arms: set[str], seeds: int) -> list[Any]:
     return [r for arm in sweep.arms if arm in keep for r in by_arm[arm][:seeds]]
 
 
+@contextlib.contextmanager
+def _one_decider(sdir: Path) -> Iterator[None]:
+    """Hold the lock of `<sweep>/decide/` (a link there refused): one process decides a sweep at a time."""
+    store.check_no_links(sdir / RECORD, sdir)
+    with dir_lock(sdir / RECORD, blocking=False) as lock:
+        if not lock.locked:
+            raise UserError(f"{sdir / RECORD}: another `ablate sweep --decide` is deciding this sweep; wait for it")
+        yield
+
+
 def decide(
     sweep: Any,
     sdir: Path,
@@ -175,65 +188,52 @@ def decide(
     """Run the looks of a `--decide` sweep (see the module docstring). `launch(runs)` submits the runs not yet done;
     `wait(run_ids)` returns their statuses once every one has ended; `look(run_ids, level)` ranks those runs: (a
     Ranking, each run's compute on the sweep's axis); `echo` says what happens. Returns where the sweep stands."""
-    from ablate.locks import dir_lock
-
-    store.check_no_links(sdir / RECORD, sdir)
-    with dir_lock(sdir / RECORD, blocking=False) as lock:
-        if not lock.locked:
-            raise UserError(f"{sdir / RECORD}: another `ablate sweep --decide` is deciding this sweep; wait for it")
-        return _decide(sweep, sdir, settings, launch=launch, wait=wait, look=look, echo=echo)
-
-
-def _decide(
-    sweep: Any,
-    sdir: Path,
-    settings: DecideSettings,
-    *,
-    launch: Callable[[list[Any]], None],
-    wait: Callable[[list[str]], list[Any]],
-    look: Callable[[list[str], float], tuple[Any, dict[str, float]]],
-    echo: Callable[[str], None],
-) -> Outcome:
-    looks = settings.looks
-    arms = {a: ArmState(a) for a in sweep.arms if a != sweep.baseline}
-    made = read_record(sdir, settings)
-    used: dict[str, float] = {}  # compute of every run ranked so far
-    count = 0
-    for k, at in enumerate(looks.seeds):
-        open_arms = {a for a, s in arms.items() if not s.stopped}
-        if not open_arms:
-            break
-        runs = wanted_runs(sweep, open_arms, at)
-        ids = [r.run_id for r in runs]
-        if k < len(made):  # made before: replayed, not ranked again
-            _replay(arms, made[k])
-            used.update(made[k]["compute"])
+    with _one_decider(sdir):
+        looks = settings.looks
+        arms = {a: ArmState(a) for a in sweep.arms if a != sweep.baseline}
+        made = read_record(sdir, settings)
+        used: dict[str, float] = {}  # compute of every run ranked so far
+        count = 0
+        for k, at in enumerate(looks.seeds):
+            open_arms = {a for a, s in arms.items() if not s.stopped}
+            if not open_arms:
+                break
+            runs = wanted_runs(sweep, open_arms, at)
+            ids = [r.run_id for r in runs]
+            if k < len(made):  # made before: replayed, not ranked again
+                _replay(arms, made[k])
+                used.update(made[k]["compute"])
+                count = k + 1
+                continue
+            new = [i for i in ids if i not in used]
+            spent = sum(used.values())
+            cost = len(new) * spent / len(used) if used else None  # new runs at the mean cost of a run so far
+            if settings.budget is not None and cost is not None and spent + cost > settings.budget:
+                return Outcome(arms, count, spent, f"the next wave ({at} seeds an arm) would pass the budget")
+            echo(f"look {k + 1}/{len(looks.seeds)}: {at} seeds an arm, {len(open_arms)} arm(s) open")
+            launch(runs)
+            _check_ended(wait(ids))
+            ranking, compute = look(ids, looks.level)
+            used.update(compute)
+            entry = _look_entry(k, settings, ranking, open_arms, compute)
+            _write_look(sdir, settings, entry)
+            _replay(arms, entry)
             count = k + 1
-            continue
-        new = [i for i in ids if i not in used]
-        cost = len(new) * sum(used.values()) / len(used) if used else None
-        if settings.budget is not None and cost is not None and sum(used.values()) + cost > settings.budget:
-            return Outcome(arms, count, sum(used.values()), f"the next wave ({at} seeds an arm) would pass the budget")
-        echo(f"look {k + 1}/{len(looks.seeds)}: {at} seeds an arm, {len(open_arms)} arm(s) open")
-        launch(runs)
-        statuses = wait(ids)
-        failed = [s.run_id for s in statuses if str(s.state) not in FINAL]
-        if failed:
-            raise UserError(
-                f"{len(failed)} run(s) of this wave did not finish ({', '.join(failed[:3])}); see `ablate status`, "
-                "then run the same command again with --retry-failed"
-            )
-        ranking, compute = look(ids, looks.level)
-        used.update(compute)
-        entry = _look_entry(k, settings, ranking, open_arms, compute)
-        _write_look(sdir, settings, entry)
-        _replay(arms, entry)
-        count = k + 1
-        for a in sorted(open_arms):
-            s = arms[a]
-            echo(f"  {a}: {s.verdict} ({s.standing}) {s.effect}".rstrip())
-    stopped = "no arm is open" if all(s.stopped for s in arms.values()) else "no seeds left (--max-seeds)"
-    return Outcome(arms, count, sum(used.values()), stopped)
+            for a in sorted(open_arms):
+                s = arms[a]
+                echo(f"  {a}: {s.verdict} ({s.standing}) {s.effect}".rstrip())
+        stopped = "no arm is open" if all(s.stopped for s in arms.values()) else "no seeds left (--max-seeds)"
+        return Outcome(arms, count, sum(used.values()), stopped)
+
+
+def _check_ended(statuses: list[Any]) -> None:
+    """A wave is read once each run ended done, pruned or diverged; a run that failed (or was lost) stops here."""
+    failed = [s.run_id for s in statuses if str(s.state) not in FINAL]
+    if failed:
+        raise UserError(
+            f"{len(failed)} run(s) of this wave did not finish ({', '.join(failed[:3])}); see `ablate status`, "
+            "then run the same command again with --retry-failed"
+        )
 
 
 def _replay(arms: dict[str, ArmState], entry: dict[str, Any]) -> None:
