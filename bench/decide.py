@@ -8,6 +8,9 @@ once). On the same runs, four procedures:
            arm at its first settled verdict, or once 12 seeds could not settle it (fit/sequential.py);
 - by hand: the same looks each held to 5% (adding seeds and ranking again until something is called);
 - fixed:   one ranking at 12 seeds (the fixed design of the same maximum size);
+- plan:    the fixed design `ablate plan` chooses at the same budget for 80% power on its two questions (ΔA of 0.02,
+           a 1.25x compute ratio), up to 32 seeds an arm: printed per shape and noise, with decide's compute
+           against it (a design that reaches 80% nowhere within 32 seeds counts as 32: a lower bound);
 - AdaStop: the group-sequential permutation test of Mathieu et al. (TMLR 2024; `adastop` 0.1.3), waves of 3 and 4
            looks at level 5%, on per-run scores: each seed's fitted A, and its mean pass rate over the last three
            evaluations (AdaStop compares scores; it cannot say ceiling or efficiency, nor claim equivalence).
@@ -17,7 +20,7 @@ Truths: null (identical arms: any change called is false), ΔA = +0.02 (exactly 
 `larger`). Printed per cell: each procedure's rate of the call that matters (false change, false equivalent, or the
 right call) and its mean seeds an arm (compute, against the fixed design's 12).
 
-    .venv/bin/python bench/decide.py [--trials 200] [--adastop-trials 100] [--json FILE]
+    .venv/bin/python bench/decide.py [--trials 200] [--adastop-trials 100] [--plan-trials 100] [--json FILE]
 """
 
 from __future__ import annotations
@@ -67,6 +70,18 @@ def adastop(scores: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return call, used
 
 
+def plan_seeds(shape: str, noise: str, trials: int, seed: int) -> dict[str, int | None]:
+    """Seeds an arm `ablate plan` chooses for 80% power at the shape's budget, per question (None: > 32)."""
+    from ablate.fit.planning import design
+
+    m = shape_model(shape, noise)
+    got = {}
+    for q in ("ceiling", "efficiency"):
+        best = design(m, q, rungs=(1.0,), trials=trials, seed=seed)["best"]
+        got[q] = None if best is None else int(best["seeds"])
+    return got
+
+
 def cell(shape: str, noise: str, truth: str, trials: int, ada_trials: int, seed: int) -> dict[str, Any]:
     effect, right = TRUTHS[truth]
     m = shape_model(shape, noise)
@@ -108,25 +123,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adastop-trials", type=int, default=100, help="AdaStop is run per trial (slower); 0: skip it")
     ap.add_argument("--shapes", default="embedded,scalerl-8b")
     ap.add_argument("--noises", default="ar0.5,seeds")
+    ap.add_argument("--plan-trials", type=int, default=100, help="trials per plan cell; 0: skip the plan design")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     procs = ["decide", "by_hand", "fixed", *(["adastop_A", "adastop_R"] if args.adastop_trials else [])]
     print(f"{'shape':<11} {'noise':<6} {'truth':<9} {'rate of':<16} " + " ".join(f"{p:>15}" for p in procs))
-    rows = []
+    rows, plans = [], []
     for shape in args.shapes.split(","):
         for noise in args.noises.split(","):
+            group = []
             for k, truth in enumerate(TRUTHS):
                 r = cell(shape, noise, truth, args.trials, args.adastop_trials, seed=100 + k)
-                rows.append(r)
+                group.append(r)
                 cells = " ".join(f"{r[p]['rate']:>6.3f} @{r[p]['seeds']:>4.1f}s".rjust(15) for p in procs)
                 print(f"{shape:<11} {noise:<6} {truth:<9} {WHAT[truth]:<16} {cells}", flush=True)
+            rows += group
+            if args.plan_trials:
+                chosen = plan_seeds(shape, noise, args.plan_trials, seed=7)
+                n = max(32 if v is None else v for v in chosen.values())
+                spent = float(np.mean([r["decide"]["seeds"] for r in group]))
+                plans.append({"shape": shape, "noise": noise, "plan": chosen, "fixed_seeds": n, "decide": spent})
+                said = ", ".join(f"{q} {'> 32' if v is None else v}" for q, v in chosen.items())
+                print(
+                    f"{'':<11} plan's fixed design for 80% power: {said} seeds an arm; decide spends "
+                    f"{spent:.1f} ({spent / n:.0%} of {n})",
+                    flush=True,
+                )
     print("each cell: the rate, @ the mean seeds an arm spent (the fixed design: 12)")
     decide_seeds = np.mean([r["decide"]["seeds"] for r in rows])
     share = decide_seeds / MAX_SEEDS
     print(f"decide's mean seeds an arm over every cell: {decide_seeds:.1f} of 12 ({share:.0%} of the fixed design)")
+    if plans:
+        share = np.mean([p["decide"] / p["fixed_seeds"] for p in plans])
+        print(f"against the design `ablate plan` chooses for 80% power: {share:.0%} of its compute on average")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+            json.dump({"cells": rows, "plan": plans}, fh, indent=2)
     return 0
 
 

@@ -133,8 +133,9 @@ def test_the_status_table_goes_by_arm_then_seed(three_arms):
 
 
 def test_seeds_go_in_numeric_order(tmp_path):
-    from ablate.report.data import ReportData, run_statuses, swept_arms
+    from ablate.report.data import ReportData
     from ablate.report.page import status_rows
+    from ablate.report.runs import run_statuses, swept_arms
 
     curves = [synthetic_curve(a=0.6, b=1.9, c_mid=2500, n_points=3, seed=s) for s in range(11)]
     sweep = write_sweep(tmp_path, "many", {"b=1": curves, "a=1": curves}, baseline="b=1")

@@ -4,7 +4,6 @@ defaults they name: ablate.defaults; the verdicts: docs/verdicts.md; the JSON: d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +17,7 @@ if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs 
     from ablate.fit.curve import Curve
     from ablate.fit.extrapolate import Extrapolation
     from ablate.fit.result import FitOptions, FitResult
+    from ablate.fit.settings import Analysis, Elsewhere
     from ablate.fit.spread import MinEffect, NoiseFloor
     from ablate.plan import PlanResult
 
@@ -238,17 +238,40 @@ def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
     store.write_json(path, measured.to_json())
 
 
-def settled_elsewhere(ranking: Ranking, inputs: Inputs) -> tuple[Path, float] | None:
-    """A sweep among the inputs whose prune monitor settled its stopped arms at another target than this ranking's
-    (ablate.prune.rules.recorded_target), and that target; None when no arm was stopped or every monitor agrees."""
-    if not any(a.stopped for a in ranking.arms):
-        return None
-    from ablate.prune.rules import recorded_target
+def recorded_analysis(inputs: Inputs) -> tuple[Path, str, Analysis] | None:
+    """The analysis a sweep among the inputs recorded for its decisions on this axis: its prune monitor's (the
+    last it recorded), else its `--decide` record's; None for inputs that are not such sweeps."""
+    from ablate.curves import bare_sweep
+    from ablate.prune.rules import recorded_analysis as monitor_analysis
+    from ablate.prune.waves import recorded_analysis as decide_analysis
 
-    settled_at = [(p, t) for p in inputs.paths if p.is_dir() for t in [recorded_target(p, inputs.x)] if t is not None]
-    if settled_at and not any(math.isclose(t, ranking.target, rel_tol=1e-6) for _, t in settled_at):
-        return settled_at[0]
+    for p in inputs.paths:
+        sweep = bare_sweep(p)
+        if not sweep.is_dir():
+            continue
+        got = monitor_analysis(sweep, inputs.x)
+        if got is not None:
+            return sweep, "--prune monitor", got
+        decided = decide_analysis(sweep)
+        if decided is not None and decided.x == inputs.x:
+            return sweep, "--decide", decided
     return None
+
+
+def decided_elsewhere(ranking: Ranking, inputs: Inputs) -> Elsewhere | None:
+    """The sweep whose recorded decisions (ablate.fit.settings) used another analysis than this ranking, with what
+    differs; None when none did, or when the monitor's differ but it stopped no arm (it decided nothing)."""
+    from ablate.fit.settings import Analysis, Elsewhere
+
+    found = recorded_analysis(inputs)
+    if found is None:
+        return None
+    sweep, by, recorded = found
+    if by == "--prune monitor" and not any(a.stopped for a in ranking.arms):
+        return None
+    mine = Analysis.of(ranking.x, ranking.opts, ranking.min_effect, to=ranking.target)
+    diff = mine.differences(recorded)
+    return Elsewhere(sweep, by, recorded, diff) if diff else None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ablate.errors import UserError
 from ablate.fit import planning
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
-from ablate.fit.result import FitOptions
+from ablate.fit.settings import Analysis
 from ablate.fit.spread import MinEffect, NoiseFloor
 from ablate.fit.taskmodel import MAX_SCALE, MIN_SCALE, TaskModel
 from ablate.outlook import ArmOutlook, RunEnd, run_ends, running_arms
@@ -85,7 +85,7 @@ def plan_measured(
         progress(f"fitting {len(curves)} runs")
     ranking = rank(
         curves,
-        FitOptions(n_boot=200, target=target, seed=seed),
+        Analysis(x, to=target, seed=seed).options(target),  # rank's resamples: the verdicts `rank --to` prints
         baseline=baseline,
         noise=floor,
         x=x,

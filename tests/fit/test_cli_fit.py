@@ -339,16 +339,17 @@ def test_the_rank_tables_numbers_stand_over_their_intervals():
     assert stacked(0.5, None) == "0.500" and stacked(None, None, skewed=True) == "—"
 
 
-def test_rank_says_at_which_target_a_prune_monitor_settled_the_stopped_arms(loss_sweeps):
-    """An arm the monitor stopped was settled at the --to its monitor ranked at (prune/decisions.jsonl): ranked at
-    another target, rank says so with the command that reads the verdicts there; at that target it says nothing."""
+def test_rank_says_with_which_settings_a_prune_monitor_settled_the_stopped_arms(loss_sweeps):
+    """An arm the monitor stopped was settled with the analysis its monitor ranked with (prune/decisions.jsonl; a
+    line from before monitors recorded it stands for --to and 200 resamples): ranked otherwise, rank says so with
+    the command that reads the verdicts that way; ranked that way it says nothing."""
     import io
     import shutil
     from dataclasses import replace
 
     from rich.console import Console
 
-    from ablate.analyses import Inputs, settled_elsewhere
+    from ablate.analyses import Inputs, decided_elsewhere
     from ablate.render.rank import print_rank
 
     sweep = loss_sweeps["three"]
@@ -357,17 +358,22 @@ def test_rank_says_at_which_target_a_prune_monitor_settled_the_stopped_arms(loss
     (sweep / "prune").mkdir()
     try:
         (sweep / "prune" / "decisions.jsonl").write_text(json.dumps({"x": ranking.x, "target": 256000.0}) + "\n")
-        assert settled_elsewhere(ranking, inputs) is None  # no arm was stopped
+        assert decided_elsewhere(ranking, inputs) is None  # no arm was stopped
         ranking.arms[-1].stopped = ["pruned"]
-        settled = settled_elsewhere(ranking, inputs)
-        assert settled == (sweep, 256000.0)
+        found = decided_elsewhere(ranking, inputs)
+        assert found is not None and found.sweep == sweep and found.by == "--prune monitor"
+        assert found.differences == ["--to 256000 (here: 512000)"]  # ranked() uses 200 resamples, as old monitors
         out = io.StringIO()
-        print_rank(Console(file=out, width=400), ranking, [sweep], window=False, explain=False, settled=settled)
+        print_rank(Console(file=out, width=400), ranking, [sweep], window=False, explain=False, elsewhere=found)
         assert (
-            f"pruned: the stopped arms of {sweep} were settled on their verdicts at --to 256000 (--x {ranking.x}), "
-            f"not at 512000; to read those: `ablate rank {sweep} --x {ranking.x} --to 256000`"
+            f"decided with other settings: {sweep}: the stopped arms were settled by its --prune monitor with "
+            "--to 256000 (here: 512000); to read them so: "
+            f"`ablate rank {sweep} --x {ranking.x} --to 256000 --n-boot 200`"
         ) in out.getvalue()
-        assert settled_elsewhere(replace(ranking, target=256000.0), inputs) is None  # ranked where they were settled
+        more = replace(ranking, opts=replace(ranking.opts, n_boot=1000))
+        assert decided_elsewhere(more, inputs).differences[-1] == "--n-boot 200 (here: 1000)"
+        same = replace(ranking, target=256000.0, opts=replace(ranking.opts, target=256000.0))
+        assert decided_elsewhere(same, inputs) is None  # ranked as they were settled
     finally:
         shutil.rmtree(sweep / "prune")
 

@@ -228,15 +228,15 @@ def rank(
     if save_noise is not None:
         analyses.save_noise(ranking, save_noise, read)
     eff = None if figure_paths is None else figures.plot_rank(ranking, *figure_paths)
-    settled = analyses.settled_elsewhere(ranking, read)
+    elsewhere = analyses.decided_elsewhere(ranking, read)
     if output == "json":
         typer.echo(terminal.dump_json(ranking.to_json()))
         return
     if output == "md":
-        typer.echo(rank_markdown(ranking, inputs, settled, window=window, explain=explain))
+        typer.echo(rank_markdown(ranking, inputs, elsewhere, window=window, explain=explain))
         return
     console = terminal.console()
-    print_rank(console, ranking, inputs, window=window, explain=explain, settled=settled)
+    print_rank(console, ranking, inputs, window=window, explain=explain, elsewhere=elsewhere)
     if figure_paths is not None:
         console.print(figures.figures_line(figure_paths[0], eff))
 

@@ -40,7 +40,8 @@ def report(
     verdict means, the interactive fits, the efficiency view, the extrapolation with its held-out check, what would
     decide the undecided arms, and where it all came from. It needs no network to view: send the file.
 
-    The analyses are `ablate rank SWEEP`'s, `ablate extrapolate`'s and `ablate plan SWEEP`'s with their defaults.
+    The analyses are `ablate rank SWEEP`'s, `ablate extrapolate`'s and `ablate plan SWEEP`'s with their defaults;
+    a sweep whose --prune monitor or --decide recorded the settings it decided with is ranked with those.
     Steps go to stderr, the page's path to stdout.
     Example: ablate report sweeps/loss --out loss.html
     """

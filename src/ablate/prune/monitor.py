@@ -24,7 +24,7 @@ from ablate.errors import UserError
 from ablate.launch.liveness import current_states
 from ablate.ledger import Ledger, RunRecord, proc_alive, proc_start
 from ablate.outlook import Standing, run_ends
-from ablate.prune.rules import PruneSettings, broken, recorded_target, settled
+from ablate.prune.rules import PruneSettings, broken, recorded_analysis, recorded_target, settled
 from ablate.rundir import RunDir
 from ablate.runinfo import RunInfo
 from ablate.states import LIVE, RunState
@@ -131,11 +131,11 @@ class Monitor:
             why = "twice the budget (--prune-to not given)"
         else:
             why = "--prune-to" if self.s.to is not None else "an earlier monitor of this sweep"
-        if recorded_target(self.sdir, self.s.x) != self.target:  # what `rank` reads the settled verdicts at
-            store.append_jsonl(
-                self.decisions, {"t": round(time.time(), 3), "target": self.target, "x": self.s.x, "why": why}
-            )
-            self.log(f"settled checks rank at {self.target:.4g} {self.s.x} ({why})")
+        analysis = self.s.analysis(self.target)
+        if recorded_analysis(self.sdir, self.s.x) != analysis:  # what `rank` reads the settled verdicts with
+            line = {"t": round(time.time(), 3), "target": self.target, "x": self.s.x, "why": why}
+            store.append_jsonl(self.decisions, {**line, "analysis": analysis.to_json()})
+            self.log(f"settled checks rank at {self.target:.4g} {self.s.x} ({why}), {self.s.n_boot} resamples")
         try:
             ranking, arms = settled(curves, ends, self.target, self.s, skipped)
         except UserError as e:

@@ -18,7 +18,7 @@ from ablate.errors import UserError
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
 from ablate.fit.futures import verdict_key
-from ablate.fit.result import FitOptions
+from ablate.fit.settings import DEFAULT_N_BOOT, Analysis
 from ablate.outlook import ArmOutlook, RunEnd, Standing, running_arms
 from ablate.rundir import TRUNCATION_WARN
 from ablate.states import RunState
@@ -38,9 +38,15 @@ class PruneSettings:
     futures: int = 40
     settled_bound: float = 0.10
     seed: int = 0
+    n_boot: int = DEFAULT_N_BOOT
+    """Resamples of the settled check's fits: rank's, so that `rank` at the recorded settings reads the same."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def analysis(self, target: float) -> Analysis:
+        """The analysis every settled check ranks with (ablate.fit.settings): recorded in decisions.jsonl."""
+        return Analysis(self.x, to=target, n_boot=self.n_boot, seed=self.seed)
 
 
 def broken(metrics: list[dict[str, Any]], s: PruneSettings) -> str | None:
@@ -80,7 +86,7 @@ def settled(
 ) -> tuple[Ranking, list[ArmOutlook]]:
     """The settled check on curves as they stand: the ranking (at `target`) and each arm's outlook, whose advice
     is Standing.SETTLED for the arms to stop."""
-    ranking = rank(curves, FitOptions(n_boot=200, target=target, seed=s.seed), x=s.x, not_fitted=not_fitted)
+    ranking = rank(curves, s.analysis(target).options(target), x=s.x, not_fitted=not_fitted)
     if ranking.baseline is None:
         return ranking, []
     return ranking, running_arms(ranking, ends, s.futures, s.seed, None, bound=s.settled_bound, settle_only=True)
@@ -146,7 +152,7 @@ def replay(curves: list, target: float, s: PruneSettings) -> Replay:
             if a.advice.standing == Standing.SETTLED:
                 for c in next(r for r in ranking.arms if r.arm == a.arm).fit.curves:
                     stopped[c.run] = share
-    opts = FitOptions(n_boot=200, target=target, seed=s.seed)
+    opts = s.analysis(target).options(target)
     full = rank(curves, opts, x=s.x)
     pruned = rank([cut(c, stopped.get(c.run, 1.0), c.run in stopped) for c in curves], opts, x=s.x)
     total = sum(end.values())
@@ -158,18 +164,31 @@ def replay(curves: list, target: float, s: PruneSettings) -> Replay:
     )
 
 
-def recorded_target(sweep_dir: Path, x: str) -> float | None:
-    """The compute on `x` the sweep's settled checks rank at, as its monitor last recorded it (None: none yet)."""
+LEGACY_N_BOOT = 200
+"""The resamples of the settled checks of monitors that did not record their analysis."""
+
+
+def recorded_analysis(sweep_dir: Path, x: str) -> Analysis | None:
+    """The analysis the sweep's settled checks on `x` rank with, as its monitor last recorded it (None: none yet).
+    A line from before monitors recorded it stands for what they used: the target, 200 resamples, seed 0."""
     path = sweep_dir / "prune" / "decisions.jsonl"
     if not path.is_file():
         return None
+    got = None
+    for d in store.read_jsonl(path):  # read_jsonl skips damaged lines and ones nested too deeply
+        t = store.finite_number(d.get("target"))
+        if d.get("x") != x or t is None or t <= 0:
+            continue
+        a = Analysis.from_json(d["analysis"]) if "analysis" in d else Analysis(x, to=t, n_boot=LEGACY_N_BOOT)
+        if a is not None and a.x == x and a.to is not None and math.isclose(a.to, t, rel_tol=1e-9):
+            got = a
+    return got
 
-    got = [
-        t
-        for d in store.read_jsonl(path)  # read_jsonl skips damaged lines and ones nested too deeply
-        if d.get("x") == x and (t := store.finite_number(d.get("target"))) is not None and t > 0
-    ]
-    return got[-1] if got else None
+
+def recorded_target(sweep_dir: Path, x: str) -> float | None:
+    """The compute on `x` the sweep's settled checks rank at, as its monitor last recorded it (None: none yet)."""
+    a = recorded_analysis(sweep_dir, x)
+    return None if a is None else a.to
 
 
 def simulate(

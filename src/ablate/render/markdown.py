@@ -22,6 +22,7 @@ from ablate.render.rank import explain_lines, rank_lead, rank_table, rank_tail
 
 if TYPE_CHECKING:  # the fit stack imports scipy
     from ablate.fit.arms import Ranking
+    from ablate.fit.settings import Elsewhere
 
 ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 MARKDOWN = set("\\`*[]~")
@@ -72,7 +73,7 @@ def markdown_table(table: Table) -> list[str]:
 def rank_markdown(
     ranking: Ranking,
     inputs: Sequence[Path],
-    settled: tuple[Path, float] | None,
+    elsewhere: Elsewhere | None,
     *,
     window: bool = False,
     explain: bool = False,
@@ -84,7 +85,7 @@ def rank_markdown(
     sensitivity = sensitivity_table([a.fit for a in ranking.arms]) if window else None
     if sensitivity is not None:
         paragraphs.append("\n".join(markdown_table(sensitivity)))
-    paragraphs += [md_text(plain(line)) for line in rank_tail(ranking, inputs, settled)]
+    paragraphs += [md_text(plain(line)) for line in rank_tail(ranking, inputs, elsewhere)]
     if explain:
         paragraphs += [md_text(plain(line)) for line in explain_lines(ranking)]
     return "\n\n".join(paragraphs)

@@ -3,6 +3,7 @@ under it and `--explain`'s reasoning. It presents a `Ranking` (fit/compare.py); 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from ablate.text import safe
 if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
     from ablate.fit.arms import ArmResult, Ranking
     from ablate.fit.notes import Note
+    from ablate.fit.settings import Elsewhere
 
 VERDICT_STYLE = {
     "ceiling_up": "bold green",
@@ -244,25 +246,26 @@ def rank_lead(ranking: Ranking) -> list[str]:
     return [f"fit window {ranking.opts.window_text()} of '{esc(ranking.x)}'; baseline: {base}", *rank_header(ranking)]
 
 
-def rank_tail(ranking: Ranking, inputs: Sequence[Path], settled: tuple[Path, float] | None) -> list[str]:
+def rank_tail(ranking: Ranking, inputs: Sequence[Path], elsewhere: Elsewhere | None) -> list[str]:
     """The lines under the table (markup): rank_notes, the far-target note, the arms not fitted and, for a sweep
-    whose monitor settled its pruned arms at another --to (`settled`: the sweep and that target), how to read
-    those."""
+    whose recorded decisions used another analysis (`elsewhere`: its --prune monitor's or --decide's), what differs
+    and the command that reads the verdicts as they were decided."""
     lines = rank_notes(ranking, inputs)
     far = far_target_note(ranking)
     if far:
         lines.append(f"  [yellow]note[/]: {esc(far)}")
     for s in ranking.not_fitted:
         lines.append(f"  [red]not fitted[/] {esc(s['label'])}: {esc(s['reason'])}")
-    if settled is not None:
-        p, t = settled
-        x = esc(ranking.x)
-        lines.append(
-            f"  [yellow]pruned[/]: the stopped arms of {esc(str(p))} were settled on their verdicts at "
-            f"--to {t:g} (--x {x}), not at {ranking.target:g}; to read those: `ablate rank {esc(str(p))} "
-            f"--x {x} --to {t:g}`"
-        )
+    if elsewhere is not None:
+        lines.append(f"  [yellow]decided with other settings[/]: {esc(elsewhere_text(elsewhere))}")
     return lines
+
+
+def elsewhere_text(e: Elsewhere) -> str:
+    """What a sweep's recorded decisions were made with, against this ranking, and the command that reads them."""
+    what = "the stopped arms were settled" if e.by == "--prune monitor" else "the looks were ranked"
+    command = shlex.join(["ablate", "rank", str(e.sweep), *e.recorded.flags()])
+    return f"{e.sweep}: {what} by its {e.by} with {', '.join(e.differences)}; to read them so: `{command}`"
 
 
 def print_rank(
@@ -272,16 +275,16 @@ def print_rank(
     *,
     window: bool,
     explain: bool,
-    settled: tuple[Path, float] | None,
+    elsewhere: Elsewhere | None,
 ) -> None:
-    """The whole `ablate rank` report. `settled`: a sweep whose monitor settled its pruned arms at another --to
-    (ablate.prune.rules.recorded_target), and that target."""
+    """The whole `ablate rank` report. `elsewhere`: a sweep whose recorded decisions used another analysis
+    (ablate.analyses.decided_elsewhere)."""
     for line in rank_lead(ranking):
         console.print(line)
     console.print(rank_table(ranking))
     if window:
         console.print(sensitivity_table([a.fit for a in ranking.arms]))
-    for line in rank_tail(ranking, inputs, settled):
+    for line in rank_tail(ranking, inputs, elsewhere):
         console.print(line)
     if explain:
         for line in explain_lines(ranking):

@@ -14,7 +14,8 @@ from rich.text import Text
 from ablate import store
 from ablate.render.figures import efficiency_pairs
 from ablate.report import figures
-from ablate.report.data import ReportData, run_warnings, seed_order
+from ablate.report.data import ReportData
+from ablate.report.runs import run_warnings, seed_order
 from ablate.runinfo import RunInfo
 from ablate.status import RunStatus
 
@@ -103,7 +104,10 @@ def ranking_context(data: ReportData) -> dict[str, Any]:
     return {
         "header": [plain(line) for line in rank_lead(r)],
         "rows": verdict_rows(r),
-        "notes": [plain(line) for line in rank_tail(r, [data.sweep], data.settled)],
+        "notes": [
+            *([data.analysis_source] if data.analysis_source else []),
+            *(plain(line) for line in rank_tail(r, [data.sweep], data.elsewhere)),
+        ],
         "meanings": [(v, MEANING.get(v, "")) for v in present],
         "undecided": undecided,
         "target": f"{r.target:g}",

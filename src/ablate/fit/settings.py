@@ -1,0 +1,148 @@
+"""One analysis behind every verb: the settings a ranking is made with (compute axis, fit window, target,
+resamples, seed, smallest effect that matters). `rank` builds one from its flags, `report` and `plan` from the same
+defaults, the `--prune` monitor and `sweep --decide` record the one they decided with, and a later `rank` or
+`report` of that sweep compares its own with the recorded one (ablate.analyses.decided_elsewhere): the same settings
+give the same verdicts, and different ones are said, with the flags that reproduce the recorded ranking."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ablate.fit.result import FitOptions
+from ablate.fit.spread import MinEffect
+
+DEFAULT_N_BOOT = FitOptions.n_boot
+"""rank's resamples; the monitor, the plan's measured ranking and the page use the same."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """How a sweep is ranked. `to` None: each ranking's default target (twice the largest compute fitted)."""
+
+    x: str
+    """The compute axis (`--x`)."""
+    to: float | None = None
+    """The compute the verdicts are read at (`--to`)."""
+    fit_from: float | None = None
+    """Points below this compute are left out of the fits (`--fit-from`)."""
+    fit_until: float | None = None
+    """Points above this compute are left out of the fits (`--fit-until`)."""
+    n_boot: int = DEFAULT_N_BOOT
+    """Bootstrap resamples per fit (`--n-boot`)."""
+    seed: int = 0
+    """The resampling seed (`--seed`)."""
+    min_effect: MinEffect = field(default_factory=MinEffect)
+    """The smallest effects that matter (`--min-effect`, `--min-effect-compute`)."""
+
+    def options(self, target: float, *, level: float | None = None) -> FitOptions:
+        """The fit options of a ranking at `target` (the resolved `to`), at the false-discovery `level` given."""
+        opts = FitOptions(
+            fit_from=self.fit_from, fit_until=self.fit_until, n_boot=self.n_boot, target=target, seed=self.seed
+        )
+        return opts if level is None else replace(opts, level=level)
+
+    @classmethod
+    def of(cls, x: str, opts: FitOptions, min_effect: MinEffect, *, to: float | None) -> Analysis:
+        """The analysis a ranking was made with: its axis, its fit options and smallest effects, at `to`."""
+        return cls(x, to, opts.fit_from, opts.fit_until, opts.n_boot, opts.seed, min_effect)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "x": self.x,
+            "to": self.to,
+            "fit_from": self.fit_from,
+            "fit_until": self.fit_until,
+            "n_boot": self.n_boot,
+            "seed": self.seed,
+            "min_effect": self.min_effect.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: object) -> Analysis | None:
+        """The analysis a sweep recorded, or None when the record is not one (a damaged or foreign line)."""
+        if not isinstance(d, dict) or not isinstance(d.get("x"), str):
+            return None
+        nums = {k: d.get(k) for k in ("to", "fit_from", "fit_until")}
+        if any(v is not None and not _compute(v) for v in nums.values()):
+            return None
+        n_boot, seed, me = d.get("n_boot"), d.get("seed"), d.get("min_effect")
+        if not (_count(n_boot) and _count(seed) and isinstance(me, dict)):
+            return None
+        try:
+            smallest = MinEffect(a=me.get("A"), ratio=me.get("compute_ratio"))  # type: ignore[arg-type]
+        except Exception:  # MinEffect refuses out-of-range values with a UserError
+            return None
+        return cls(d["x"], nums["to"], nums["fit_from"], nums["fit_until"], n_boot, seed, smallest)  # type: ignore[arg-type]
+
+    def flags(self) -> list[str]:
+        """rank's flags that reproduce this analysis (the defaults left out, the axis and target always given)."""
+        out = ["--x", self.x]
+        for name, flag in (("to", "--to"), ("fit_from", "--fit-from"), ("fit_until", "--fit-until")):
+            v = getattr(self, name)
+            if v is not None:
+                out += [flag, f"{v:g}"]
+        if self.n_boot != DEFAULT_N_BOOT:
+            out += ["--n-boot", str(self.n_boot)]
+        if self.seed != 0:
+            out += ["--seed", str(self.seed)]
+        paper = MinEffect()
+        if self.min_effect.a != paper.a:
+            out += ["--min-effect", f"{self.min_effect.a:g}"]
+        if self.min_effect.ratio != paper.ratio:
+            out += ["--min-effect-compute", f"{self.min_effect.ratio:g}"]
+        return out
+
+    def differences(self, other: Analysis) -> list[str]:
+        """What `other` (a recorded analysis) sets differently from this one, each as `--flag value (here: value)`;
+        a recorded `to` of None (each look's default target) is not a difference."""
+        out = []
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "to" and theirs is None:
+                continue
+            if f.name == "min_effect":
+                for attr, flag in (("a", "--min-effect"), ("ratio", "--min-effect-compute")):
+                    a, b = getattr(mine, attr), getattr(theirs, attr)
+                    if not math.isclose(a, b, rel_tol=1e-9):
+                        out.append(f"{flag} {b:g} (here: {a:g})")
+                continue
+            if not _same(mine, theirs):
+                flag = "--" + f.name.replace("_", "-")
+                out.append(f"{flag} {_text(theirs)} (here: {_text(mine)})")
+        return out
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A sweep whose verdicts were decided with another analysis than a ranking's: by its `--prune` monitor (the
+    stopped arms) or by `sweep --decide` (its looks)."""
+
+    sweep: Path
+    by: str
+    """`--prune monitor` or `--decide`."""
+    recorded: Analysis
+    differences: list[str]
+    """Each recorded setting that differs, as `--flag value (here: value)` (Analysis.differences)."""
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-6)
+    return a == b
+
+
+def _text(v: object) -> str:
+    if v is None:
+        return "none"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _compute(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000
