@@ -107,6 +107,12 @@ class RunRecord:
             self.log = _str(ev, "log") or self.log
 
 
+def is_override_key(key: str) -> bool:
+    """A dotted recipe key (`optim.lr`, `+group=`'s group): letters, digits, `_`, `.` and `/` (groups), nothing a
+    shell or Hydra would read otherwise."""
+    return bool(key) and all(ch.isalnum() or ch in "_./" for ch in key) and key[0].isalpha()
+
+
 def _str(ev: dict[str, Any], key: str) -> str | None:
     v = ev.get(key)
     return v if isinstance(v, str) else None
@@ -195,6 +201,31 @@ class Ledger:
             if ev.get("event") == "submitting" and is_name(rid) and batch is not None:
                 out.setdefault(rid, batch)
         return out
+
+    def launch_overrides(self) -> list[str]:
+        """The recipe overrides of the sweep's first recorded `ablate sweep` (`key=value`, its seeds left out), so
+        that a command adding runs to the sweep makes the same configs; [] when none is recorded. Overrides that
+        choose where data goes (track., launcher., hydra.) are never carried: the ledger may be another user's."""
+        import shlex
+
+        for ev in self.events():
+            command = ev.get("command")
+            if ev.get("event") != "launch" or not isinstance(command, str):
+                continue
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                return []
+            if words[:2] != ["ablate", "sweep"]:
+                return []
+            return [
+                w
+                for w in words[3:]
+                if "=" in w
+                and is_override_key(w.split("=", 1)[0])
+                and not w.startswith(("seed=", "track.", "launcher.", "hydra."))
+            ]
+        return []
 
     def append(self, *records: dict[str, Any]) -> None:
         """Append events in one write() + one fsync (a batch of 100 costs one disk flush, not 100)."""

@@ -7,8 +7,10 @@ import json
 import re
 
 import pytest
+from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
+from ablate import store
 from ablate.cli import app
 from ablate.curves import write_csv
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
@@ -415,3 +417,31 @@ def test_rank_format_md_is_the_verdict_table_as_markdown(loss_sweeps):
     # or code span, and the pipe stays in its cell
     assert rows[0][0] == "lr=1|2 &lt;b&gt;x&lt;/b&gt; !\\[i\\](http\u200b://e.x/p.png) \\*e\\* \\`c\\`"
     assert len(rows) == len(ranking.arms)
+
+
+def test_rank_hints_add_to_the_sweep_ranked_with_its_overrides_and_root(tmp_path, monkeypatch):
+    """The commands rank prints to add seeds carry the overrides the sweep was launched with (its seeds and any
+    destination left out: the ledger may be another user's) and its --root, so that pasted they add to this sweep
+    and make the same configs."""
+    import shlex
+
+    from ablate.render.rank import decide_hint, seeds_hint
+
+    monkeypatch.chdir(tmp_path)
+    curves = [synthetic_curve(a=0.6, b=1.5, c_mid=2000, c_max=16000, n_points=30, seed=s) for s in range(2)]
+    elsewhere = write_sweep(tmp_path / "cc", "loss", {"loss=cispo": curves}, baseline="loss=cispo")
+    launched = "ablate sweep recipes/loss.yaml seed=0 train.max_steps=20 track.to=[wandb] 'launcher.x=1' --root cc"
+    store.append_jsonl(elsewhere / "ledger.jsonl", {"event": "launch", "batch": "b", "command": launched})
+    hint = seeds_hint([elsewhere])
+    assert shlex.split(hint) == [
+        "ablate", "sweep", "recipes/loss.yaml", "train.max_steps=20", "seed=0,1,2", "--root", str(tmp_path / "cc")
+    ]  # fmt: skip
+    assert shlex.split(decide_hint([elsewhere], 9))[-5:] == [
+        "--decide",
+        "--max-seeds",
+        "9",
+        "--root",
+        str(tmp_path / "cc"),
+    ]
+    here = write_sweep(tmp_path / "sweeps", "loss", {"loss=cispo": curves}, baseline="loss=cispo")
+    assert seeds_hint([here]) == "ablate sweep recipes/loss.yaml seed=0,1,2"  # no ledger, ./sweeps: nothing to add

@@ -3,6 +3,7 @@ under it and `--explain`'s reasoning. It presents a `Ranking` (fit/compare.py); 
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,10 +60,13 @@ def rule_text(ranking: Ranking) -> str:
     )
 
 
-def sweep_command(inputs: Sequence[Path]) -> str:
-    """`ablate sweep` of the ranked sweep's file (or the general form for files)."""
+def sweep_command(inputs: Sequence[Path], *extra: str) -> str:
+    """`ablate sweep` of the ranked sweep's file, with the overrides it was launched with, `extra` and its --root,
+    so that pasted it adds to this sweep (or the general form for files)."""
     from ablate.errors import UserError
+    from ablate.ledger import Ledger
     from ablate.resources import find_recipe
+    from ablate.text import safe
 
     for given in inputs:
         p = Path(given)
@@ -71,14 +75,19 @@ def sweep_command(inputs: Sequence[Path]) -> str:
             try:
                 find_recipe(recipe)  # in the user's folder or among the packaged recipes: `ablate sweep` finds it
             except UserError:
-                return f"ablate sweep {p.name}.yaml"
-            return f"ablate sweep {recipe}"
-    return "ablate sweep SWEEP.yaml"
+                recipe = Path(f"{p.name}.yaml")
+            try:
+                overrides = Ledger(p).launch_overrides() if (p / "ledger.jsonl").is_file() else []
+            except OSError:  # a linked or unreadable ledger: the hint goes without its overrides
+                overrides = []
+            root = [] if os.path.abspath(p.parent) == os.path.abspath("sweeps") else ["--root", str(p.parent)]
+            return safe(shlex.join(["ablate", "sweep", str(recipe), *overrides, *extra, *root]))
+    return shlex.join(["ablate", "sweep", "SWEEP.yaml", *extra])
 
 
 def seeds_hint(inputs: Sequence[Path]) -> str:
     """The command that adds seeds to the ranked sweep."""
-    return f"{sweep_command(inputs)} seed=0,1,2"
+    return sweep_command(inputs, "seed=0,1,2")
 
 
 def verdict_cell(a: ArmResult) -> Text:
@@ -220,7 +229,7 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
 def decide_hint(inputs: Sequence[Path], seeds: int) -> str:
     """The `--decide` command for the ranked sweep: waves of 3 up to `seeds` an arm (rounded up to whole waves)."""
     waves = -(-max(seeds, 6) // 3) * 3
-    return f"{sweep_command(inputs)} --decide --max-seeds {waves}"
+    return sweep_command(inputs, "--decide", "--max-seeds", str(waves))
 
 
 def explain_lines(ranking: Ranking) -> list[str]:
