@@ -68,6 +68,7 @@ bench-aa: setup
 bench-calibrate: setup
 	$(BIN)/ablate calibrate --shapes scalerl-8b,scalerl-scout,embedded --trials 40 --out bench/out/calibration.json \
 		--effects null,a+0.03,a+0.05,cmid/2,b*1.5,a+0.02,a-0.02,cmid*1.15,a+0.02@end
+	$(BIN)/python bench/calibration_tables.py bench/out/calibration.json
 
 # What ranking after every wave of seeds does to the 5% one ranking controls: false calls on identical arms, one look
 # against a look after each wave of 3 seeds (plan's fast engine; about 2 minutes on 2 cores).
