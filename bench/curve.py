@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,11 +35,11 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="recipe overrides for every seed (key=value)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from ablate import store
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
+    from ablate.curves.sweeps import curve_from_run_dir
     from ablate.fit.analysis import fit_curves
     from ablate.fit.result import FitOptions
-    from ablate.run_curves import curve_from_run_dir
+    from ablate.storage import store
     from ablate.train.step import TASK_PHRASE
     from ablate.train.tasks import build_task
     from ablate.train.warmup import warmed_up_folder, warmup_info

@@ -22,16 +22,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ablate import store
-from ablate.compose import compose_run
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.compose.spec import RunSpec
+from ablate.compose.sweep import Sweep
+from ablate.launch.status import sweep_status
 from ablate.launch.submit import launch_sweep
-from ablate.ledger import Ledger
 from ablate.render.status import status_table
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import RunDir
-from ablate.spec import RunSpec
-from ablate.status import sweep_status
-from ablate.sweep import Sweep
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
+from ablate.storage.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_JOB = f"{REPO / 'tests' / 'jobs.py'}:toy_run"

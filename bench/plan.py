@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate import plan as planner
-from ablate import store
-from ablate.curves import write_csv
+from ablate.analysis import plan as planner
+from ablate.curves.inputs import write_csv
 from ablate.fit.calibrate import SHAPES, window_end
 from ablate.fit.synthetic import synthetic_curve
+from ablate.storage import store
 
 SEEDS, POINTS = 3, 50
 

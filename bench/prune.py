@@ -40,8 +40,8 @@ def ablate(*args: str, capture: bool = False) -> str:
 
 def spent(root: Path) -> dict[str, float]:
     """Samples and GPU-hours the sweep's runs spent, from their last metrics lines."""
-    from ablate.rundir import RunDir
     from ablate.states import STOPPED
+    from ablate.storage.rundir import RunDir
 
     samples = gpu = 0.0
     runs = stopped = 0
@@ -57,7 +57,7 @@ def spent(root: Path) -> dict[str, float]:
 
 def replayed(sweep_dir: Path, to: float) -> None:
     """The monitor's settled rule replayed on the full sweep's real curves: verdicts and saving."""
-    from ablate.curves import curves_from_sweep
+    from ablate.curves.inputs import curves_from_sweep
     from ablate.fit.futures import verdict_key
     from ablate.prune.rules import PruneSettings, replay
 
@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--max-parallel", type=int, default=12)
     ap.add_argument("--replay", action="store_true", help="the full sweep and the offline replay only")
     args = ap.parse_args()
-    from ablate.sweep import load_sweep
+    from ablate.compose.sweep import load_sweep
 
     sweep = load_sweep(ROOT / SWEEP, [f"seed={args.seeds}"])
     budget = max(r.config.train.max_steps * r.config.batch.prompts * r.config.batch.generations for r in sweep.runs)

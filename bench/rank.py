@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate import store
-from ablate.curves import curves_from_sweep
+from ablate.curves.inputs import curves_from_sweep
 from ablate.fit.compare import rank
 from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
+from ablate.storage import store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fit"))
 from sweep_writer import write_sweep

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 
 def config(overrides: list[str], nproc: int):
     """The measured recipe; the one-process side drops a train.sharding override (it shards over ranks)."""
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
 
     if nproc == 1:
         overrides = [o for o in overrides if not o.startswith("train.sharding=")]
@@ -48,7 +48,7 @@ def measure(world, cfg: dict, steps: int, warm: int) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ablate.config import validate
+    from ablate.config.schema import validate
     from ablate.train.feeders import PPOFeeder
     from ablate.train.step import Learner
 

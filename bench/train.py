@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,11 +40,11 @@ COMPAT = [
     "offpolicy=ppo",
     "offpolicy.k=1",
 ]
-"""The base recipe minus what TRL lacks (ablate.trainers): both sides run exactly this recipe."""
+"""The base recipe minus what TRL lacks (ablate.config.support): both sides run exactly this recipe."""
 
 
 def ablate_config(extra: list[str]):
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
 
     return compose_run(RECIPES_DIR / "base.yaml", [*COMPAT, *extra])
 
@@ -83,8 +83,8 @@ def _rates(n: int, tok: int, dt: float, dc: float, steps: int) -> dict:
 
 def bench_ablate_default(extra: list[str], steps: int) -> dict:
     """The default run (base.yaml: PipelineRL-8) through `ablate.train.run`, evaluation time excluded."""
-    from ablate import store
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
+    from ablate.storage import store
     from ablate.train import run
     from ablate.train.evaluate import Evaluator
     from ablate.train.step import Learner
@@ -111,8 +111,8 @@ def bench_trl(extra: list[str], steps: int, warm: int) -> dict:
 
     from transformers import TrainerCallback
 
-    from ablate.compose import compose_run
-    from ablate.rundir import RunDir
+    from ablate.compose.recipe import compose_run
+    from ablate.storage.rundir import RunDir
     from ablate.train.session import RunSession
     from ablate.train.trl_backend import TRLTrainer
 

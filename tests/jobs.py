@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from ablate import store
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import RunDir
+from ablate.compose.resources import RECIPES_DIR
+from ablate.storage import store
+from ablate.storage.rundir import RunDir
 
 RECIPE = RECIPES_DIR / "base.yaml"
 
@@ -140,11 +140,11 @@ def toy_sweep(
     per_run: dict | None = None,
     launcher: dict | None = None,
 ):
-    """A sweep of arms x seeds over the toy job, built directly as RunSpecs (ablate.sweep.Sweep), with run ids
+    """A sweep of arms x seeds over the toy job, built directly as RunSpecs (ablate.compose.sweep.Sweep), with run ids
     `<name>-<arm><seed>`; the toy knobs go to `<root>/<name>/toy.json`."""
-    from ablate.compose import compose_run
-    from ablate.spec import RunSpec
-    from ablate.sweep import Sweep
+    from ablate.compose.recipe import compose_run
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
 
     base = compose_run(RECIPE, [])
     runs, knobs = [], {}
@@ -243,7 +243,7 @@ SMALL_TRAIN = [
 
 
 def small_config(*extra: str):
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
 
     return compose_run(RECIPE, SMALL_TRAIN + list(extra))
 

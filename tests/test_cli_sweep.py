@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.resources import RECIPES_DIR
-from ablate.sweep import load_sweep
+from ablate.compose.resources import RECIPES_DIR
+from ablate.compose.sweep import load_sweep
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")

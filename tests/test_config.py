@@ -11,13 +11,13 @@ import dataclasses
 import pytest
 from omegaconf import OmegaConf
 
-from ablate import config as schema
-from ablate.combinations import OPTION_PARAMS
-from ablate.compose import compose_run
-from ablate.config import ConfigErrors, validate
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.config import schema
+from ablate.config.combinations import OPTION_PARAMS
+from ablate.config.schema import ConfigErrors, validate
+from ablate.config.sections import WarmupConfig
 from ablate.errors import UserError
-from ablate.resources import RECIPES_DIR
-from ablate.sections import WarmupConfig
 
 BASE = RECIPES_DIR / "base.yaml"
 GROUPS = [
@@ -251,7 +251,7 @@ def test_the_paper_preset_sets_what_its_appendix_states(base):
 def test_every_sweep_file_runs_under_the_preset(sweep):
     """The README's use: any sweep file at the paper's scale. Every arm composes, validates and runs at 768 (or, for
     Qwen2.5 and MiniMax-M1, 1,280) completions with the paper's length budgets, whatever length option it picks."""
-    from ablate.sweep import load_sweep
+    from ablate.compose.sweep import load_sweep
 
     sw = load_sweep(RECIPES_DIR / f"{sweep}.yaml", ["preset=scalerl_8b", *PATHS])
     for r in sw.runs:
@@ -287,7 +287,7 @@ def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path, monkeypatch):
 
 
 def test_adamw_epsilon_is_optional_and_keeps_old_run_ids(base):
-    from ablate.identity import run_id
+    from ablate.config.identity import run_id
 
     assert base["optim"]["eps"] is None  # PyTorch's default, and the ids of runs made before the field existed
     assert run_id(compose_run(BASE, ["optim.eps=1e-15"])) != run_id(base)
@@ -304,7 +304,7 @@ class _Limits:
 
 
 def test_a_field_written_x_or_none_validates_its_values():
-    from ablate.validation import check_config
+    from ablate.config.validation import check_config
 
     def no_rules(cfg: dict) -> list[str]:
         return []

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
+from ablate.storage import store
 from jobs import CURVE_JOB
 
 runner = CliRunner()
@@ -116,7 +116,7 @@ def test_budget_and_wave_flags_need_decide(sweep_here):
 
 
 def test_one_process_decides_a_sweep_at_a_time(sweep_here):
-    from ablate.locks import dir_lock
+    from ablate.storage.locks import dir_lock
 
     with dir_lock(sweep_here / "decide") as lock:
         assert lock.locked

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ablate import store
+from ablate.analysis.choices import CPU_AXIS_TEXT, choose_axis, choose_target, launch_axis, wall_clock_note
 from ablate.cli import app
-from ablate.curves import curves_from_sweep, write_csv
-from ablate.defaults import CPU_AXIS_TEXT, choose_axis, choose_target, launch_axis, wall_clock_note
+from ablate.curves.inputs import curves_from_sweep, write_csv
 from ablate.fit.curve import Curve
 from ablate.fit.synthetic import synthetic_curve
+from ablate.storage import store
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep

@@ -6,8 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from ablate.rundir import METRICS
 from ablate.states import RUN_JSON as RUN_STATES
+from ablate.storage.rundir import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_no_file_points_outside_the_repository():
 
 
 def test_the_trainers_page_has_the_support_matrix_the_code_has():
-    from ablate.trainers import SUPPORT
+    from ablate.config.support import SUPPORT
 
     text = (ROOT / "docs" / "trainers.md").read_text()
     for option, ours, trl in SUPPORT:

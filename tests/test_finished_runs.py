@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.curves import curves_from_sweep
-from ablate.identity import arm_id, run_id
+from ablate.config.identity import arm_id, run_id
+from ablate.curves.inputs import curves_from_sweep
 from ablate.launch.job import RunJob
+from ablate.launch.status import wait_for
 from ablate.launch.submit import launch_sweep
-from ablate.ledger import Ledger, proc_alive
-from ablate.rundir import RunDir
-from ablate.status import wait_for
+from ablate.storage import store
+from ablate.storage.ledger import Ledger, proc_alive
+from ablate.storage.rundir import RunDir
 from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_run, toy_sweep, until
 
 runner = CliRunner()

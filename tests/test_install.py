@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from ablate.curves import write_csv
+from ablate.compose.project import init_project
+from ablate.compose.resources import PACKAGED, PROFILES_DIR, RECIPES_DIR, YOUR_FOLDER, find_recipe
+from ablate.compose.sweep import load_sweep
+from ablate.curves.inputs import write_csv
 from ablate.errors import UserError
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
-from ablate.project import init_project
-from ablate.resources import PACKAGED, PROFILES_DIR, RECIPES_DIR, YOUR_FOLDER, find_recipe
-from ablate.sweep import load_sweep
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ablate import store
+from ablate.compose.resources import RECIPES_DIR
 from ablate.errors import UserError
 from ablate.launch.slurm import load_profile
+from ablate.launch.status import sweep_status, wait_for
 from ablate.launch.submit import launch_sweep, resolve_executor
-from ablate.ledger import Ledger, proc_alive
-from ablate.resources import RECIPES_DIR
-from ablate.status import sweep_status, wait_for
+from ablate.storage import store
+from ablate.storage.ledger import Ledger, proc_alive
 from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

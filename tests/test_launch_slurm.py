@@ -10,12 +10,12 @@ import subprocess
 
 import pytest
 
-from ablate import store
 from ablate.errors import UserError
 from ablate.launch.slurm import squeue_states
+from ablate.launch.status import wait_for
 from ablate.launch.submit import launch_sweep, resolve_executor
-from ablate.ledger import Ledger, proc_alive
-from ablate.status import wait_for
+from ablate.storage import store
+from ablate.storage.ledger import Ledger, proc_alive
 from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]

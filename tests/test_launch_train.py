@@ -10,16 +10,16 @@ import os
 import signal
 from pathlib import Path
 
-from ablate import store
-from ablate.compose import compose_run
-from ablate.identity import arm_id, run_id
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.compose.spec import RunSpec
+from ablate.compose.sweep import Sweep
+from ablate.config.identity import arm_id, run_id
+from ablate.launch.status import wait_for
 from ablate.launch.submit import launch_sweep
-from ablate.ledger import Ledger
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import RunDir
-from ablate.spec import RunSpec
-from ablate.status import wait_for
-from ablate.sweep import Sweep
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
+from ablate.storage.rundir import RunDir
 from ablate.train import run as train_run
 from jobs import GUARD, until
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 
-from ablate.ledger import Ledger, proc_alive, proc_start
+from ablate.storage.ledger import Ledger, proc_alive, proc_start
 from jobs import GUARD
 
 
@@ -73,7 +73,7 @@ def test_lock_is_exclusive_survives_a_deleted_lock_file_and_is_released_when_its
             sys.executable,
             "-c",
             (
-                "import sys, time; from ablate.ledger import Ledger\n"
+                "import sys, time; from ablate.storage.ledger import Ledger\n"
                 "with Ledger(sys.argv[1]).lock():\n    print('locked', flush=True); time.sleep(600)"
             ),
             str(led.dir),
@@ -108,7 +108,7 @@ def test_lock_is_exclusive_survives_a_deleted_lock_file_and_is_released_when_its
 
 def test_concurrent_appenders_never_corrupt_lines(tmp_path):
     code = (
-        "import sys; from ablate.ledger import Ledger; led = Ledger(sys.argv[1])\n"
+        "import sys; from ablate.storage.ledger import Ledger; led = Ledger(sys.argv[1])\n"
         "for i in range(100):\n"
         "    with led.lock(): led.append({'event': 'started', 'run_id': f'{sys.argv[2]}-{i}', 'batch': 'b'},"
         " {'event': 'finished', 'run_id': f'{sys.argv[2]}-{i}', 'batch': 'b', 'pad': 'x' * 3000})\n"

@@ -14,14 +14,14 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.ledger import Ledger
+from ablate.compose.sweep import load_sweep
+from ablate.launch.status import wait_for
 from ablate.prune.monitor import Monitor, monitor_alive
 from ablate.prune.rules import PruneSettings, broken
-from ablate.rundir import RunDir
-from ablate.status import wait_for
-from ablate.sweep import load_sweep
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
+from ablate.storage.rundir import RunDir
 from jobs import GUARD, until
 from test_launch_train import RECIPE, SMALL
 
@@ -138,7 +138,7 @@ def test_prune_needs_a_baseline_and_its_options_need_prune(tmp_path):
 
 
 def test_saved_compute_counts_only_what_stopped_runs_had_left():
-    from ablate.status import RunStatus, pruning_saved
+    from ablate.launch.status import RunStatus, pruning_saved
 
     def st(state, step, gh):
         return RunStatus(

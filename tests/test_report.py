@@ -15,11 +15,12 @@ import pytest
 from plotly.offline import get_plotlyjs
 from typer.testing import CliRunner
 
-from ablate import __version__, store
+from ablate import __version__
 from ablate.cli import app
+from ablate.compose.resources import RECIPES_DIR
 from ablate.fit.synthetic import synthetic_curve
-from ablate.ledger import Ledger
-from ablate.resources import RECIPES_DIR
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep

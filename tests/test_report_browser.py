@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
 from ablate.fit.synthetic import synthetic_curve
+from ablate.storage import store
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep

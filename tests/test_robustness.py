@@ -15,14 +15,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.compose import compose_run
-from ablate.config import ConfigErrors
+from ablate.compose.recipe import compose_run
+from ablate.config.schema import ConfigErrors
 from ablate.errors import UserError
-from ablate.ledger import Ledger
-from ablate.rundir import DirectoryGone, RunDir
-from ablate.status import sweep_status
+from ablate.launch.status import sweep_status
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
+from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.train import run
 from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, small_config, toy_sweep, until
 
@@ -207,7 +207,7 @@ def test_a_second_writer_on_a_run_directory_is_refused(tmp_path):
             sys.executable,
             "-c",
             (
-                "import sys, time; from ablate.rundir import RunDir\n"
+                "import sys, time; from ablate.storage.rundir import RunDir\n"
                 "with RunDir(sys.argv[1]).writer():\n    print('writing', flush=True); time.sleep(600)"
             ),
             str(d),
@@ -401,7 +401,7 @@ def test_recipes_may_not_call_resolvers_and_the_compose_cache_is_private(tmp_pat
         compose_run(RECIPE, ["task.path=${oc.env:SECRET_TOKEN}"])
     assert compose_run(RECIPE, ["train.eval_k=${batch.generations}"]).train.eval_k == 8  # keys may be interpolated
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    from ablate.composer import Composer
+    from ablate.compose.hydra import Composer
 
     Composer._memory.clear()
     honest = compose_run(RECIPE, ["optim.lr=1e-4"])

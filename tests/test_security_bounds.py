@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ablate import logs
 from ablate.cli import app
-from ablate.curves import write_csv
+from ablate.compose.resources import RECIPES_DIR, profile_path
+from ablate.curves import logs
+from ablate.curves.inputs import write_csv
 from ablate.errors import UserError
 from ablate.fit.synthetic import synthetic_curve
 from ablate.render.markdown import md_text
-from ablate.resources import RECIPES_DIR, profile_path
 from ablate.track.mlflow_read import read_back
 from jobs import calibration, one_error
 
@@ -64,7 +64,7 @@ def test_a_pipe_or_a_device_is_refused_before_it_is_opened(fifo, fmt):
 
 def test_a_pipe_among_a_tensorboard_folders_event_files_is_refused(tmp_path):
     """TensorBoard opens every file named *tfevents* in a run's folder, not only those ablate found."""
-    from ablate.log_readers import read_tensorboard
+    from ablate.curves.readers import read_tensorboard
 
     run = tmp_path / "tb" / "run1"
     run.mkdir(parents=True)
@@ -77,7 +77,7 @@ def test_a_pipe_among_a_tensorboard_folders_event_files_is_refused(tmp_path):
 def test_detection_reads_a_bounded_prefix(tmp_path):
     """A console line past the scanned prefix is not looked for (before: the whole file was read, a line at a time,
     so one endless line took all memory); `--from verl` still reads the file."""
-    from ablate import reading
+    from ablate.storage import reading
 
     p = tmp_path / "console.log"
     with open(p, "wb") as f:
@@ -91,7 +91,7 @@ def test_detection_reads_a_bounded_prefix(tmp_path):
 
 
 def test_a_file_over_the_size_limit_is_refused_naming_its_size(tmp_path, monkeypatch):
-    monkeypatch.setattr("ablate.reading.MAX_FILE_BYTES", 4096)
+    monkeypatch.setattr("ablate.storage.reading.MAX_FILE_BYTES", 4096)
     log = tmp_path / "big.log"
     log.write_text("".join(CONSOLE.format(i) for i in range(200)))
     size = f"{log.stat().st_size:,} bytes, over the 4,096 bytes"

@@ -19,13 +19,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ablate import ownership, store
 from ablate.cli import app
 from ablate.errors import UserError
 from ablate.launch.local import run_queue
 from ablate.launch.submit import launch_sweep
-from ablate.ledger import Ledger
-from ablate.rundir import RunDir
+from ablate.storage import ownership, store
+from ablate.storage.ledger import Ledger
+from ablate.storage.rundir import RunDir
 from ablate.train import run
 from ablate.train.checkpoint import Checkpoints
 from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, small_config, toy_sweep
@@ -222,8 +222,8 @@ def test_a_link_planted_at_train_log_is_refused_and_its_target_untouched(tmp_pat
 
 
 def test_a_sweep_job_meeting_a_linked_train_log_records_a_failure_naming_it(tmp_path):
-    from ablate.spec import RunSpec
-    from ablate.sweep import Sweep
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
 
     victim = outside(tmp_path)
     cfg = small_config("train.max_steps=2").replace(**{"launcher.threads": 1})

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.curves import write_csv
+from ablate.compose.resources import RECIPES_DIR
+from ablate.curves.inputs import write_csv
 from ablate.fit.spread import LOG_COMPUTE
 from ablate.fit.synthetic import synthetic_curve
-from ablate.ledger import Ledger, proc_start
-from ablate.resources import RECIPES_DIR
+from ablate.storage import store
+from ablate.storage.ledger import Ledger, proc_start
 from ablate.text import safe
 from jobs import calibration, one_error
 
@@ -103,7 +103,7 @@ def test_status_shows_hostile_labels_job_ids_and_errors_as_text(tmp_path):
 def test_status_reads_huge_numbers_and_blank_errors_in_a_sweeps_files(tmp_path):
     """A metrics line with numbers of hundreds of digits (the progress would overflow), and a failure whose error
     is blank: the table still shows, those cells empty."""
-    from ablate.rundir import RunDir
+    from ablate.storage.rundir import RunDir
 
     led = Ledger(tmp_path / "demo")
     me = {"pid": os.getpid(), "start": proc_start(os.getpid())}
@@ -518,12 +518,12 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch):
 def test_ctrl_c_in_any_verb_exits_130_without_a_traceback(tmp_path, monkeypatch, verb):
     """Ctrl-C while a verb works (here, while it reads its input) is the shell's 130 and one line, not click's
     "Aborted!" with status 1 or a traceback."""
-    import ablate.curves
+    import ablate.curves.inputs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablate.curves, "load_inputs", interrupted)
+    monkeypatch.setattr(ablate.curves.inputs, "load_inputs", interrupted)
     res = runner.invoke(app, [verb, str(curves_csv(tmp_path / "c.csv"))])
     assert res.exit_code == 130, (res.output, res.exception)
     assert res.output.strip() == "interrupted" and "Traceback" not in res.output
@@ -531,11 +531,11 @@ def test_ctrl_c_in_any_verb_exits_130_without_a_traceback(tmp_path, monkeypatch,
 
 def test_a_reader_that_leaves_the_pipe_is_exit_141_and_no_error(tmp_path, monkeypatch):
     """`ablate show ... | head -1`: the write to the closed pipe ends the command quietly with 128 + SIGPIPE."""
-    import ablate.sweep
+    import ablate.compose.sweep
 
     def closed_pipe(*args, **kwargs):
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
-    monkeypatch.setattr(ablate.sweep, "config_yaml", closed_pipe)
+    monkeypatch.setattr(ablate.compose.sweep, "config_yaml", closed_pipe)
     res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml")])
     assert res.exit_code == 141 and res.output == "", (res.output, res.exception)

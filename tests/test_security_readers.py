@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
 from ablate.fit.synthetic import synthetic_curve
-from ablate.ledger import Ledger
-from ablate.rundir import RunDir
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
+from ablate.storage.rundir import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
@@ -141,9 +141,9 @@ def test_a_run_directory_given_directly_with_a_linked_file_is_refused(tmp_path, 
 def test_the_walk_refuses_in_name_order_and_leaves_wandbs_own_link(tmp_path):
     """sweep_run_dirs: run directories below the sweep (their `top`), files of runs/ left out; W&B's
     `wandb/latest-run` link inside a run is its own and not refused; the library readers refuse what the CLI does."""
-    from ablate.curves import curves_from_sweep, recorded_devices
-    from ablate.outlook import run_ends
-    from ablate.rundir import sweep_run_dirs
+    from ablate.curves.inputs import curves_from_sweep, recorded_devices
+    from ablate.prune.outlook import run_ends
+    from ablate.storage.rundir import sweep_run_dirs
 
     sweep = sweep_of(tmp_path)
     first = sorted((sweep / "runs").iterdir())[0]

@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.compose import compose_run
-from ablate.config import ConfigErrors
+from ablate.compose.overrides import MAX_RUNS
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import PROFILES_DIR
+from ablate.compose.safe_yaml import MAX_YAML_NODES, check_yaml, interpolation_problem
+from ablate.config.schema import ConfigErrors
 from ablate.errors import UserError
 from ablate.launch.slurm import find_profile, load_profile
-from ablate.overrides import MAX_RUNS
-from ablate.resources import PROFILES_DIR
-from ablate.safe_yaml import MAX_YAML_NODES, check_yaml, interpolation_problem
 from jobs import RECIPE, TOY_JOB
 
 RECIPES = RECIPE.parent
@@ -168,8 +168,8 @@ def test_a_resolver_the_grammar_check_missed_would_still_not_run(monkeypatch):
     `${oc.env:...}` (or one some library registered) fails instead of reading the environment."""
     from omegaconf import OmegaConf
 
-    import ablate.safe_yaml as safe_yaml
-    from ablate.composer import Composer
+    import ablate.compose.safe_yaml as safe_yaml
+    from ablate.compose.hydra import Composer
 
     OmegaConf.register_new_resolver("h3_custom", lambda: SECRET, replace=True)
     monkeypatch.setattr(safe_yaml, "interpolation_problem", lambda text: None)

@@ -10,12 +10,12 @@ import subprocess
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.ledger import Ledger, proc_start
+from ablate.launch.status import sweep_status
 from ablate.render.status import status_table, summary_line
-from ablate.rundir import RunDir
-from ablate.status import sweep_status
+from ablate.storage import store
+from ablate.storage.ledger import Ledger, proc_start
+from ablate.storage.rundir import RunDir
 
 
 def _dead_pid() -> int:

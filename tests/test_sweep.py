@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ablate import config as schema
-from ablate.compose import compose_run
-from ablate.config import ConfigErrors, validate
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.compose.sweep import load_sweep
+from ablate.config import schema
+from ablate.config.identity import arm_id, canonical, run_id
+from ablate.config.schema import ConfigErrors, validate
 from ablate.errors import UserError
-from ablate.identity import arm_id, canonical, run_id
 from ablate.render.runs import run_cells
-from ablate.resources import RECIPES_DIR
-from ablate.sweep import load_sweep
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
 EXPECTED_SWEEPS = {
@@ -349,8 +349,8 @@ def test_ids_differ_when_any_semantic_field_differs(base):
 def test_ids_are_the_same_in_another_process(base):
     # another interpreter with another hash seed stands in for another machine
     code = (
-        "from ablate.resources import RECIPES_DIR; from ablate.compose import compose_run; "
-        "from ablate.identity import run_id, arm_id; "
+        "from ablate.compose.resources import RECIPES_DIR; from ablate.compose.recipe import compose_run; "
+        "from ablate.config.identity import run_id, arm_id; "
         "c = compose_run(RECIPES_DIR / 'base.yaml', ['loss=dapo']); print(run_id(c), arm_id(c))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

@@ -18,9 +18,9 @@ import pytest
 from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.rundir import RunDir
+from ablate.storage import store
+from ablate.storage.rundir import RunDir
 from ablate.track import fanout
 from ablate.track.base import ENVIRONMENT, set_environment
 from ablate.track.fanout import UNSENT, FanOut, context, send_unsent, unsent

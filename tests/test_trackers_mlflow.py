@@ -18,9 +18,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
+from ablate.storage import store
 from ablate.track import mlflow as tracker_mod
 from ablate.track.base import ENVIRONMENT, TrackContext, set_environment
 from ablate.track.fanout import WAIT_ENV
@@ -130,7 +130,7 @@ def test_a_resumed_attempt_continues_the_run_with_each_step_once(server, tmp_pat
         "ablate.arm_id": "id-loss=grpo",
         "ablate.arm": "loss=grpo",
         "ablate.run_id": "loss=grpo-0",
-        "ablate.sweep": "sw",
+        "ablate.compose.sweep": "sw",
     }
     assert run.data.params["train.lr"] == "0.001" and run.data.params["loss.name"] == "loss=grpo"
     assert run.data.params["note"] == "x" * tracker_mod.PARAM_VALUE_MAX  # cut to MLflow's limit, not refused

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ablate import store
 from ablate.fit.curve import Curve
-from ablate.rundir import RunDir
+from ablate.storage import store
+from ablate.storage.rundir import RunDir
 
 
 def write_sweep(

@@ -10,10 +10,10 @@ import pytest
 from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.curves import write_csv
+from ablate.curves.inputs import write_csv
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
+from ablate.storage import store
 
 runner = CliRunner()
 
@@ -231,7 +231,7 @@ def row_heights(table, width=120):
 
 
 def ranked(paths):
-    from ablate.curves import input_names, load_inputs
+    from ablate.curves.inputs import input_names, load_inputs
     from ablate.fit.compare import rank
     from ablate.fit.result import FitOptions
 
@@ -351,7 +351,7 @@ def test_rank_says_with_which_settings_a_prune_monitor_settled_the_stopped_arms(
 
     from rich.console import Console
 
-    from ablate.analyses import Inputs, decided_elsewhere
+    from ablate.analysis.verbs import Inputs, decided_elsewhere
     from ablate.render.rank import print_rank
 
     sweep = loss_sweeps["three"]

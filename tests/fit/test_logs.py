@@ -1,5 +1,5 @@
-"""Curves from other tools' logs (`ablate.logs`): TensorBoard, W&B (offline run, wide and long CSV exports), TRL's
-trainer_state.json and verl's JSONL and console logs, each written by the real library or in the exact shape the
+"""Curves from other tools' logs (`ablate.curves.logs`): TensorBoard, W&B (offline run, wide and long CSV exports),
+TRL's trainer_state.json and verl's JSONL and console logs, each written by the real library or in the exact shape the
 tool writes. Each is detected by content, read through `ablate fit|rank` with --x step (or compute made from steps),
 and every bad input is one `error:` line."""
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ablate import logs
 from ablate.cli import app
-from ablate.curves import load_inputs, write_csv
+from ablate.curves import logs
+from ablate.curves.inputs import load_inputs, write_csv
 from ablate.fit.synthetic import synthetic_curve
 
 runner = CliRunner()

@@ -10,20 +10,20 @@ from omegaconf import OmegaConf
 from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
-from ablate import curves as curves_mod
-from ablate import store
 from ablate.cli import app
-from ablate.compose import compose_run
-from ablate.curves import curves_from_sweep, load_inputs, write_csv
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.compose.sweep import load_sweep
+from ablate.config.identity import arm_id, canonical, run_id
+from ablate.curves import inputs as curves_mod
+from ablate.curves.inputs import curves_from_sweep, load_inputs, write_csv
 from ablate.fit.analysis import group_arms
 from ablate.fit.compare import rank
 from ablate.fit.curve import Curve
 from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
-from ablate.identity import arm_id, canonical, run_id
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import RunDir
-from ablate.sweep import load_sweep
+from ablate.storage import store
+from ablate.storage.rundir import RunDir
 from jobs import one_error
 
 runner = CliRunner()
@@ -292,9 +292,9 @@ def test_integers_beyond_2_53_get_their_own_run_ids():
 def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_expanded(tmp_path):
     """A sweep someone else can hand you is read, not trusted: a config.yaml whose aliases would expand it to a
     billion nodes, or nested past the parser's depth, is one line naming the file, and never expanded."""
+    from ablate.curves.sweeps import config_ids
     from ablate.errors import UserError
-    from ablate.run_curves import config_ids
-    from ablate.rundir import RunDir
+    from ablate.storage.rundir import RunDir
 
     bomb = (
         "a: &a [x, x, x, x, x, x, x, x, x, x]\n"

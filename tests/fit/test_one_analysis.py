@@ -12,11 +12,11 @@ import shlex
 from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
 from ablate.fit.settings import Analysis
 from ablate.fit.spread import MinEffect
 from ablate.fit.synthetic import synthetic_curve
+from ablate.storage import store
 
 runner = CliRunner()
 BASE = "loss=cispo"
@@ -34,8 +34,8 @@ def sweep_with_a_pruned_arm(root):
 
 def monitor_ranking(sweep, analysis: Analysis):
     """The ranking the monitor's settled check makes (ablate.prune.rules.settled) with `analysis`."""
-    from ablate.curves import curves_from_sweep
-    from ablate.outlook import run_ends
+    from ablate.curves.inputs import curves_from_sweep
+    from ablate.prune.outlook import run_ends
     from ablate.prune.rules import PruneSettings, settled
 
     curves, skipped = curves_from_sweep(sweep, x=analysis.x)
@@ -107,10 +107,10 @@ def test_rank_with_other_settings_says_so_and_its_command_reads_the_monitors_ver
 
 def monitor_ranking_with_effect(sweep, analysis: Analysis):
     """rank at the analysis, with its smallest effects: what the monitor's settings stand for in full."""
-    from ablate import analyses
+    from ablate.analysis import verbs
 
-    read = analyses.read_inputs([sweep], analyses.Reading(analysis.x, "val_pass_rate", "run", None, "auto", None, None))
-    settings = analyses.check_rank_settings(
+    read = verbs.read_inputs([sweep], verbs.Reading(analysis.x, "val_pass_rate", "run", None, "auto", None, None))
+    settings = verbs.check_rank_settings(
         baseline=None,
         margin=None,
         shared_a="pair",
@@ -121,7 +121,7 @@ def monitor_ranking_with_effect(sweep, analysis: Analysis):
         n_boot=analysis.n_boot,
         window=False,
     )
-    return analyses.rank_inputs(read, analysis.options(analysis.to), settings, to=analysis.to, jobs=1).arms
+    return verbs.rank_inputs(read, analysis.options(analysis.to), settings, to=analysis.to, jobs=1).arms
 
 
 def test_a_monitor_that_stopped_nothing_decided_nothing_to_mention(tmp_path):

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from ablate.compose.resources import RECIPES_DIR
 from ablate.fit import exact, planning, power
 from ablate.fit.arms import CHANGED
 from ablate.fit.batch_verdicts import CODES
@@ -19,7 +20,6 @@ from ablate.fit.futures import futures
 from ablate.fit.result import FitOptions
 from ablate.fit.spread import MinEffect
 from ablate.fit.taskmodel import MAX_SIM_ARMS, WANTED, TaskModel, effect_of
-from ablate.resources import RECIPES_DIR
 
 SHAPE, NOISE = SHAPES["scalerl-8b"], NOISES["seeds"]
 
@@ -204,7 +204,7 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     from typer.testing import CliRunner
 
     from ablate.cli import app
-    from ablate.curves import write_csv
+    from ablate.curves.inputs import write_csv
 
     runner = CliRunner()
     curves, _ = _pilot(arms=3, seeds=3, f=0.9, seed=5)
@@ -243,7 +243,7 @@ def test_plan_on_seeds_that_end_too_early_asks_for_longer_runs_not_seeds(tmp_pat
     from typer.testing import CliRunner
 
     from ablate.cli import app
-    from ablate.curves import write_csv
+    from ablate.curves.inputs import write_csv
 
     runner = CliRunner()
     for seeds, says in ((2, "run longer"), (1, "run the sweep with seeds")):

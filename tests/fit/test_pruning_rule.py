@@ -80,7 +80,7 @@ def test_an_inconclusive_arm_never_settles_however_stable():
     material change."""
     from types import SimpleNamespace
 
-    from ablate.outlook import Advice, ArmOutlook, Standing, advice
+    from ablate.prune.outlook import Advice, ArmOutlook, Standing, advice
 
     ranking = SimpleNamespace(
         baseline="base", floor=object(), arms=[SimpleNamespace(arm="base", fit=SimpleNamespace(identifiable=True))]

@@ -7,7 +7,7 @@ from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.curves import curves_from_sweep, write_csv
+from ablate.curves.inputs import curves_from_sweep, write_csv
 from ablate.fit.compare import rank
 from ablate.fit.result import FitOptions
 from ablate.fit.spread import PAPER_A_MARGIN
@@ -113,7 +113,7 @@ def test_csv_input_ranks_like_the_sweep(single_seed_sweep, tmp_path):
 
 
 def test_partial_failed_and_truncated_runs(tmp_path):
-    from ablate import store
+    from ablate.storage import store
 
     sweep = write_sweep(tmp_path, "s", arms_with(1, **{"loss=same": {}}), baseline="loss=cispo")
     runs = sorted((sweep / "runs").iterdir())
@@ -151,7 +151,7 @@ def test_partial_failed_and_truncated_runs(tmp_path):
     ],
 )
 def test_bad_inputs(tmp_path, single_seed_sweep, setup, args, expected):
-    from ablate import store
+    from ablate.storage import store
 
     if setup == "empty":
         path = tmp_path / "empty"
@@ -219,7 +219,7 @@ def test_extrapolate_named_arm_and_table(single_seed_sweep):
 
 
 def test_a_young_arm_is_listed_not_fatal(tmp_path):
-    from ablate import store
+    from ablate.storage import store
 
     sweep = write_sweep(tmp_path, "s", arms_with(1, **{"loss=same": {}}), baseline="loss=cispo")
     young = sorted((sweep / "runs").iterdir())[-1]
@@ -258,7 +258,7 @@ def test_rank_says_when_the_arms_grew_in_several_launches(tmp_path, monkeypatch)
     """The ledger shows the arms' third seeds added by a second `ablate sweep`: ranking after each launch is a
     sequential procedure that one ranking's 5% does not cover, and rank says so (in the table's notes and the JSON).
     A sweep launched at once gets no such note."""
-    from ablate import store
+    from ablate.storage import store
 
     sweep = write_sweep(tmp_path, "s", arms_with(3, **{"loss=same": {}}), baseline="loss=cispo")
     runs = sorted(p.name for p in (sweep / "runs").iterdir())

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.curves import load_curves, write_csv
+from ablate.curves.inputs import load_curves, write_csv
 from ablate.fit.analysis import fit_curves
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank

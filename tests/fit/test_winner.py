@@ -3,7 +3,7 @@ the compute), is the arm `ablate rank` puts first: one analysis behind every ver
 
 from __future__ import annotations
 
-from ablate import analyses
+from ablate.analysis import verbs
 from ablate.fit.synthetic import synthetic_curve
 
 
@@ -13,19 +13,19 @@ def _inputs():
     curves = [
         synthetic_curve(a=0.60, b=2.0, c_mid=2000, seed=s, run=f"fast,seed={s}", group="fast") for s in range(2)
     ] + [synthetic_curve(a=0.80, b=3.0, c_mid=12000, seed=10 + s, run=f"high,seed={s}", group="high") for s in range(2)]
-    return analyses.Inputs([], curves, [], "gpu_hours", None)
+    return verbs.Inputs([], curves, [], "gpu_hours", None)
 
 
 def test_extrapolate_and_the_page_project_ranks_winner_even_when_fitting_half():
     inputs = _inputs()
-    opts = analyses.fit_options(n_boot=200)
-    settings = analyses.check_rank_settings(
+    opts = verbs.fit_options(n_boot=200)
+    settings = verbs.check_rank_settings(
         baseline="fast", margin=None, shared_a="pair", noise=None, save_noise=None, min_effect=0.02,
         min_effect_compute=1.15, n_boot=200, window=False,
     )  # fmt: skip
-    ranking = analyses.rank_inputs(inputs, opts, settings, to=None, jobs=1)
+    ranking = verbs.rank_inputs(inputs, opts, settings, to=None, jobs=1)
     assert ranking.arms[0].arm == "high"
-    full = analyses.extrapolate_inputs(inputs, analyses.fit_options(n_boot=200), arm=None, to=None, window=False)
-    half = analyses.fit_options(n_boot=200, fit_until=8000.0)
-    page = analyses.extrapolate_inputs(inputs, half, arm=None, to=ranking.target, window=False)
+    full = verbs.extrapolate_inputs(inputs, verbs.fit_options(n_boot=200), arm=None, to=None, window=False)
+    half = verbs.fit_options(n_boot=200, fit_until=8000.0)
+    page = verbs.extrapolate_inputs(inputs, half, arm=None, to=ranking.target, window=False)
     assert full.projection.subject == page.projection.subject == "high"

@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 
-from ablate.config import validate
+from ablate.config.schema import validate
 from ablate.topology.world import World
 from ablate.train.step import Batch, Learner
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate import store
-from ablate.compose import compose_run
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
 from ablate.errors import UserError
-from ablate.resources import RECIPES_DIR
+from ablate.storage import store
 from ablate.topology import workers
 from ablate.train import run
 from ablate.train.step import Learner
@@ -294,12 +294,12 @@ def test_a_rank_that_fails_fails_the_run_with_its_own_error(tmp_path):
 def test_a_rank_killed_mid_run_fails_the_run_and_status_names_it(tmp_path, monkeypatch):
     """SIGKILL (the OOM killer's way) to rank 1 once an evaluation is written, in a sweep on the local executor:
     the run fails, nothing hangs, and `ablate status` shows which rank died and how."""
-    from ablate.identity import arm_id, run_id
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
+    from ablate.config.identity import arm_id, run_id
+    from ablate.launch.status import wait_for
     from ablate.launch.submit import launch_sweep
-    from ablate.rundir import RunDir
-    from ablate.spec import RunSpec
-    from ablate.status import wait_for
-    from ablate.sweep import Sweep
+    from ablate.storage.rundir import RunDir
 
     run(_cfg(), tmp_path / "warm")  # the warm-up, cached once
     cfg = _cfg("train.max_steps=1000000", "train.checkpoint_every=1000000", "resources.nproc=2")
@@ -368,13 +368,13 @@ def test_a_second_launch_on_a_running_two_rank_run_is_refused_and_leaves_it_alon
 def test_a_two_task_slurm_job_trains_one_run_on_both_ranks(tmp_path, slurm_cluster):
     """resources.nproc=2 under -e slurm: one job of two tasks, each a rank that joined the process group from
     submitit's view of the job; task 0 claims and records the run, rank 1 trains beside it and logs."""
-    from ablate.identity import arm_id, run_id
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
+    from ablate.config.identity import arm_id, run_id
+    from ablate.launch.status import wait_for
     from ablate.launch.submit import launch_sweep
-    from ablate.ledger import Ledger
-    from ablate.rundir import RunDir
-    from ablate.spec import RunSpec
-    from ablate.status import wait_for
-    from ablate.sweep import Sweep
+    from ablate.storage.ledger import Ledger
+    from ablate.storage.rundir import RunDir
 
     run(_cfg(), tmp_path / "warm")  # the warm-up, cached once (the jobs share ABLATE_CACHE)
     cfg = _cfg("resources.nproc=2")
@@ -404,13 +404,13 @@ def test_a_preempted_two_task_job_checkpoints_once_and_the_whole_job_requeues(tm
     submitit requeues the job; both tasks come back and the run resumes from that step, gap-free. The run is far
     too long to end by itself; each signal follows an observed evaluation; the second one ends it (no requeues
     left: preempted)."""
-    from ablate.identity import arm_id, run_id
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
+    from ablate.config.identity import arm_id, run_id
+    from ablate.launch.status import wait_for
     from ablate.launch.submit import launch_sweep
-    from ablate.ledger import Ledger
-    from ablate.rundir import RunDir
-    from ablate.spec import RunSpec
-    from ablate.status import wait_for
-    from ablate.sweep import Sweep
+    from ablate.storage.ledger import Ledger
+    from ablate.storage.rundir import RunDir
 
     run(_cfg(), tmp_path / "warm")
     cfg = _cfg(
@@ -446,12 +446,12 @@ def test_a_preempted_two_task_job_checkpoints_once_and_the_whole_job_requeues(tm
 def test_a_failing_task_fails_the_slurm_job_with_that_ranks_error(tmp_path, slurm_cluster):
     """Rank 1 of a 2-task job cannot open its log (a directory is in the way): the job ends (its other task sees
     a broken peer, and srun ends the step on a failed task), and `ablate status` names rank 1 and its error."""
-    from ablate.identity import arm_id, run_id
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
+    from ablate.config.identity import arm_id, run_id
+    from ablate.launch.status import wait_for
     from ablate.launch.submit import launch_sweep
-    from ablate.rundir import RunDir
-    from ablate.spec import RunSpec
-    from ablate.status import wait_for
-    from ablate.sweep import Sweep
+    from ablate.storage.rundir import RunDir
 
     cfg = _cfg("resources.nproc=2")
     spec = RunSpec("dpf", "base,seed=0", run_id(cfg), arm_id(cfg), ("seed=0",), cfg)

@@ -9,12 +9,12 @@ import re
 import pytest
 import torch
 
-from ablate import failure_reports
-from ablate.config import ConfigErrors
+from ablate.config.schema import ConfigErrors
 from ablate.errors import UserError
-from ablate.rundir import DirectoryGone, RunDir
 from ablate.states import RunState
-from ablate.store import LinkRefused
+from ablate.storage import failure_reports
+from ablate.storage.rundir import DirectoryGone, RunDir
+from ablate.storage.store import LinkRefused
 from ablate.topology import failure
 from ablate.topology.workers import Spawned
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate import store
-from ablate.compose import compose_run
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
 from ablate.errors import UserError
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import METRICS, REQUIRED_METRICS
+from ablate.storage import store
+from ablate.storage.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
@@ -257,7 +257,7 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_device_is_a_resource_choice_and_a_missing_accelerator_is_a_clear_error(tmp_path):
-    from ablate.identity import run_id
+    from ablate.config.identity import run_id
 
     assert run_id(_cfg("train.device=cpu")) == run_id(_cfg("train.device=auto"))  # where it runs is not what it is
     if not torch.cuda.is_available():

@@ -9,10 +9,10 @@ import threading
 import pytest
 import torch
 
-from ablate.compose import compose_run
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.config.sections import ModelConfig
 from ablate.errors import UserError
-from ablate.resources import RECIPES_DIR
-from ablate.sections import ModelConfig
 from ablate.train.build import build_policy
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import build_task

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ablate.sections import ModelConfig
+from ablate.config.sections import ModelConfig
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
 

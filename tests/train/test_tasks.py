@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from ablate.compose import compose_run
-from ablate.config import ConfigErrors
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.config.schema import ConfigErrors
+from ablate.config.sections import TaskConfig
 from ablate.errors import UserError
-from ablate.resources import RECIPES_DIR
-from ablate.sections import TaskConfig
 from ablate.train.tasks import addition_problem, final_answer, normalize_answer
 from ablate.train.tasks import build_task as _build
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
+from ablate.storage import store
 from jobs import SMALL_TRAIN, until
 
 RECIPE = RECIPES_DIR / "base.yaml"

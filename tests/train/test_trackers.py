@@ -20,13 +20,13 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.config import validate
-from ablate.identity import run_id
-from ablate.log_readers import read_wandb, wandb_files
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import RunDir
+from ablate.compose.resources import RECIPES_DIR
+from ablate.config.identity import run_id
+from ablate.config.schema import validate
+from ablate.curves.readers import read_wandb, wandb_files
+from ablate.storage import store
+from ablate.storage.rundir import RunDir
 from ablate.track import fanout
 from ablate.track.base import TrackContext
 from ablate.track.fanout import CLOSE_WAIT_S, WAIT_ENV, FanOut
@@ -58,10 +58,10 @@ def _records(folder: Path, kind: str) -> list[Any]:
     """Every W&B record of `kind` in a W&B folder, attempt by attempt (W&B's own record schema)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from ablate import log_readers
+    from ablate.curves import readers
 
     # the raw records (read_wandb merges what attempts logged at one step: here each step must be there once)
-    records = (r for f in wandb_files(folder) for r in log_readers._wandb_records(f, pb))
+    records = (r for f in wandb_files(folder) for r in readers._wandb_records(f, pb))
     return [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
 
 

@@ -26,9 +26,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.resources import RECIPES_DIR
+from ablate.compose.resources import RECIPES_DIR
+from ablate.storage import store
 from ablate.train import run
 from jobs import SMALL_TRAIN, TOY_JOB, one_error, small_config, until
 
@@ -204,7 +204,7 @@ def trl_finished(tmp_path_factory):
 
 
 def _trl_config():
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
 
     return compose_run(RECIPE, [*TRL, *TRL_SMALL, *CKPT])
 
@@ -469,8 +469,8 @@ class _CtrlCOnSleep:
 
 def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
     import ablate.render.status
+    from ablate.launch.status import wait_for
     from ablate.launch.submit import launch_sweep
-    from ablate.status import wait_for
     from jobs import toy_sweep
 
     hold = tmp_path / "hold"
@@ -498,7 +498,7 @@ def test_ctrl_c_ends_status_watch_with_130(tmp_path, monkeypatch):
 
 def test_ctrl_c_ends_sweep_follow_with_130_and_the_runs_go_on(tmp_path, monkeypatch):
     import ablate.render.status
-    from ablate.sweep import load_sweep
+    from ablate.compose.sweep import load_sweep
 
     hold = tmp_path / "hold"
     hold.write_text("")
@@ -518,7 +518,7 @@ def test_ctrl_c_ends_sweep_follow_with_130_and_the_runs_go_on(tmp_path, monkeypa
         assert "stopped following; the runs go on" in res.output and "Traceback" not in res.output
     finally:
         hold.unlink()
-    from ablate.status import wait_for
+    from ablate.launch.status import wait_for
 
     ids = [r.run_id for r in plan.runs]
     assert all(s.state == "done" for s in wait_for(tmp_path, plan.name, ids, timeout=300).values())

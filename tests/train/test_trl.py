@@ -18,16 +18,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ablate import store
 from ablate.cli import app
-from ablate.compose import compose_run
-from ablate.config import ConfigErrors
-from ablate.curves import curve_from_run_dir
-from ablate.identity import run_id
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import REQUIRED_METRICS
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.config.identity import run_id
+from ablate.config.schema import ConfigErrors
+from ablate.config.support import PRESET_HINT, SUPPORT
+from ablate.curves.inputs import curve_from_run_dir
+from ablate.storage import store
+from ablate.storage.rundir import REQUIRED_METRICS
 from ablate.train.trl_config import grpo_config
-from ablate.trainers import PRESET_HINT, SUPPORT
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 
 RECIPE = RECIPES_DIR / "base.yaml"
@@ -372,12 +372,12 @@ def test_prompts_start_with_one_bos_whatever_the_tokenizer_adds():
 def test_a_trl_run_of_two_slurm_tasks(tmp_path, slurm_cluster):
     """trainer=trl with resources.nproc=2 under -e slurm: one job of two tasks, each a rank that joined the process
     group from submitit's view of the job, with TRL (through accelerate) training across them; rank 0 records."""
-    from ablate.identity import arm_id
+    from ablate.compose.spec import RunSpec
+    from ablate.compose.sweep import Sweep
+    from ablate.config.identity import arm_id
+    from ablate.launch.status import wait_for
     from ablate.launch.submit import launch_sweep
-    from ablate.rundir import RunDir
-    from ablate.spec import RunSpec
-    from ablate.status import wait_for
-    from ablate.sweep import Sweep
+    from ablate.storage.rundir import RunDir
     from ablate.train import run as train_run
 
     train_run(compose_run(RECIPE, SMALL_TRAIN), tmp_path / "warm")  # the warm-up, cached once for the jobs

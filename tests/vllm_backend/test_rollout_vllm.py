@@ -17,12 +17,12 @@ import pytest
 import torch
 import vllm
 
-from ablate import store
-from ablate.compose import compose_run
+from ablate.compose.recipe import compose_run
+from ablate.compose.resources import RECIPES_DIR
+from ablate.config.sections import ModelConfig
 from ablate.errors import UserError
-from ablate.resources import RECIPES_DIR
-from ablate.rundir import METRICS, REQUIRED_METRICS
-from ablate.sections import ModelConfig
+from ablate.storage import store
+from ablate.storage.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
@@ -286,7 +286,7 @@ MULTIPROCESS = """
 import json, os
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 import torch
-from ablate.sections import ModelConfig
+from ablate.config.sections import ModelConfig
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import SampleSpec, TorchSampler
 from ablate.train.rollout_vllm import VLLMSampler, shutdown_engines

@@ -67,17 +67,18 @@ def run_decide(
 ) -> None:
     """Expand the sweep with seeds 0..max-1, then run `waves.decide` on it and print where it ends. `looks`: --wave,
     --max-seeds and --budget."""
-    from ablate import analyses, ownership, store
-    from ablate.curves import curves_from_sweep
-    from ablate.defaults import launch_axis
+    from ablate.analysis import verbs
+    from ablate.analysis.choices import launch_axis
+    from ablate.compose.sweep import load_sweep
+    from ablate.curves.inputs import curves_from_sweep
     from ablate.fit.sequential import Looks
     from ablate.fit.spread import MinEffect
+    from ablate.launch.status import check_ledger
     from ablate.launch.submit import launch_sweep
-    from ablate.paths import check_writable_output
     from ablate.prune import waves
     from ablate.render.status import follow_runs
-    from ablate.status import check_ledger
-    from ablate.sweep import load_sweep
+    from ablate.storage import ownership, store
+    from ablate.storage.paths import check_writable_output
 
     wave, max_seeds, budget = looks
     planned = Looks(wave, max_seeds)
@@ -100,7 +101,7 @@ def run_decide(
         planned, x, budget, min_effect=MinEffect(), baseline=expanded.baseline, arms=tuple(expanded.arms)
     )
     typer.echo(f"--decide: {planned.describe()}")
-    rank_settings = analyses.check_rank_settings(
+    rank_settings = verbs.check_rank_settings(
         baseline=expanded.baseline,
         margin=None,
         shared_a="pair",
@@ -127,9 +128,9 @@ def run_decide(
         keep = set(ids)
         curves = [c for c in curves if c.meta.get("run_id") in keep]
         skipped = [s for s in skipped if s.get("run_id") in keep]
-        inputs = analyses.Inputs([], curves, skipped, x, None)
-        opts = analyses.fit_options(n_boot=settings.n_boot, level=level, ci=1.0 - level)  # sizes held to the level
-        ranking = analyses.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
+        inputs = verbs.Inputs([], curves, skipped, x, None)
+        opts = verbs.fit_options(n_boot=settings.n_boot, level=level, ci=1.0 - level)  # sizes held to the level
+        ranking = verbs.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
         return ranking, {str(c.meta["run_id"]): float(c.x[-1]) for c in curves if len(c.x)}
 
     outcome = waves.decide(expanded, sdir, settings, launch=submit, wait=wait, look=look, echo=typer.echo)

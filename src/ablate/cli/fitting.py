@@ -1,5 +1,5 @@
 """`ablate fit`, `rank` and `extrapolate`: read curves, fit the ScaleRL sigmoid, rank the arms, project one. The
-work: ablate.analyses; the output: ablate.render (the table's columns and the JSON keys: docs/json.md)."""
+work: ablate.analysis.verbs; the output: ablate.render (the table's columns and the JSON keys: docs/json.md)."""
 
 from __future__ import annotations
 
@@ -79,13 +79,13 @@ def fit(
     The figure shows the points, the fits, the window and the extrapolation band.
     Example: ablate fit curves.csv --fit-until 8000 --to 16000 --plot fit.png
     """
-    from ablate import analyses
-    from ablate.defaults import given_to
+    from ablate.analysis import verbs
+    from ablate.analysis.choices import given_to
     from ablate.render import figures, terminal
     from ablate.render.fit import print_fit
 
     output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
-    opts = analyses.fit_options(
+    opts = verbs.fit_options(
         method=method,
         fit_from=fit_from,
         fit_until=fit_until,
@@ -99,9 +99,9 @@ def fit(
         seed=seed,
     )
     plot = None if plot is None else figures.figure_path(plot)
-    reading = analyses.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
-    inputs = analyses.read_inputs([file], reading)
-    report = analyses.fit_inputs(inputs, opts, to=to, by_group=group is not None, window=window, compare=compare)
+    reading = verbs.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
+    inputs = verbs.read_inputs([file], reading)
+    report = verbs.fit_inputs(inputs, opts, to=to, by_group=group is not None, window=window, compare=compare)
     if plot is not None:
         figures.plot_fits(report.results, plot, xlabel=f"compute ({inputs.x})")
     if output == "json":
@@ -193,24 +193,24 @@ def rank(
 
     Each arm against the baseline: changed (ceiling or efficiency ↑/↓, marked negligible or unclear when its
     interval does not clear the smallest effect that matters, --min-effect), equivalent (shown within it by two
-    one-sided tests), inconclusive (neither; with the seeds per arm that would decide it) or not identified (the
-    window has not passed C_mid). Tests are against the seed-to-seed spread (measured on the arms with seeds, or
-    read with --noise), at a false-discovery rate of 5%; with one seed per arm and no measured spread every arm
-    is inconclusive and the note under the table gives the command that adds seeds. --explain prints each arm's
-    reasoning. The figures: every arm's fit (baseline in black), and one panel per arm compared on efficiency.
+    one-sided tests), inconclusive (neither; with the seeds that would decide it) or not identified (its window
+    cannot tell A). Tests are against the seed-to-seed spread (measured, or read with --noise), at a false-discovery
+    rate of 5%; with one seed an arm and no spread every arm is inconclusive (the note under the table gives the
+    command that adds seeds). --explain: each arm's reasoning. --plot: the fits, and each arm's efficiency panel.
     Example: ablate rank sweeps/loss --x samples --to 512000 --plot rank.png
     """
-    from ablate import analyses, store
-    from ablate.defaults import given_to
+    from ablate.analysis import verbs
+    from ablate.analysis.choices import given_to
     from ablate.render import figures, terminal
     from ablate.render.markdown import rank_markdown
     from ablate.render.rank import print_rank
+    from ablate.storage import store
 
     output, fmt = output_and_input(output, fmt, as_json, ("table", "json", "md"))
-    opts = analyses.fit_options(
+    opts = verbs.fit_options(
         fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, ci=ci, target=given_to(to), seed=seed, r0=r0
     )
-    settings = analyses.check_rank_settings(
+    settings = verbs.check_rank_settings(
         baseline=baseline,
         margin=margin,
         shared_a=shared_a,
@@ -222,13 +222,13 @@ def rank(
         window=window,
     )
     figure_paths = figures.rank_figure_paths(plot)
-    reading = analyses.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
-    read = analyses.read_inputs(inputs, reading)
-    ranking = analyses.rank_inputs(read, opts, settings, to=to, jobs=store.cpu_count())
+    reading = verbs.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
+    read = verbs.read_inputs(inputs, reading)
+    ranking = verbs.rank_inputs(read, opts, settings, to=to, jobs=store.cpu_count())
     if save_noise is not None:
-        analyses.save_noise(ranking, save_noise, read)
+        verbs.save_noise(ranking, save_noise, read)
     eff = None if figure_paths is None else figures.plot_rank(ranking, *figure_paths)
-    elsewhere = analyses.decided_elsewhere(ranking, read)
+    elsewhere = verbs.decided_elsewhere(ranking, read)
     if output == "json":
         typer.echo(terminal.dump_json(ranking.to_json()))
         return
@@ -279,13 +279,13 @@ def extrapolate(
     The figure shows the observed points, the fit, the extrapolation band and the held-out points.
     Example: ablate extrapolate sweeps/loss --x samples --fit-until 128000 --to 512000 --target-r 0.7
     """
-    from ablate import analyses
-    from ablate.defaults import given_to
+    from ablate.analysis import verbs
+    from ablate.analysis.choices import given_to
     from ablate.render import figures, terminal
     from ablate.render.fit import print_extrapolation
 
     output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
-    opts = analyses.fit_options(
+    opts = verbs.fit_options(
         fit_from=fit_from,
         fit_until=fit_until,
         n_boot=n_boot,
@@ -296,9 +296,9 @@ def extrapolate(
         r0=r0,
     )
     plot = None if plot is None else figures.figure_path(plot)
-    reading = analyses.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
-    read = analyses.read_inputs(inputs, reading)
-    report = analyses.extrapolate_inputs(read, opts, arm=arm, to=to, window=window)
+    reading = verbs.Reading(x, y, run, group, fmt, samples_per_step, gpu_hours_per_step)
+    read = verbs.read_inputs(inputs, reading)
+    report = verbs.extrapolate_inputs(read, opts, arm=arm, to=to, window=window)
     if plot is not None:
         ex = report.projection
         figures.plot_fits(

@@ -53,7 +53,7 @@ def writable(flag: str) -> Callable[[Any], Any]:
     (paths.check_writable_output)."""
 
     def check(value: Path | None) -> Path | None:
-        from ablate.paths import check_writable_output
+        from ablate.storage.paths import check_writable_output
 
         if value is not None:
             check_writable_output(value, flag)
@@ -172,7 +172,7 @@ def output_and_input(output: str | None, source: str, as_json: bool, outputs: tu
     """(output format, input format) from --format, --from and --json. --format named the input format before it
     named the output: an input format's name there (other than `table`, now the output) is still read as --from,
     with a note on stderr."""
-    from ablate.logs import FORMATS
+    from ablate.curves.logs import FORMATS
 
     choices = ", ".join(outputs)
     if output is not None and output not in outputs:

@@ -1,5 +1,6 @@
 """`ablate calibrate` and `plan`: how often the verdicts are right (by simulation), and how many seeds and how much
-compute a question needs. The work: fit/calibrate.py, ablate.plan; the output: ablate.render (docs/verdicts.md)."""
+compute a question needs. The work: fit/calibrate.py, ablate.analysis.plan; the output: ablate.render
+(docs/verdicts.md)."""
 
 from __future__ import annotations
 
@@ -131,12 +132,12 @@ def calibrate(
     where at most 5% is the target). The full grid takes a while; --trials 20 gives a quick look.
     Example: ablate calibrate --shapes embedded --seeds 1,3 --f 0.8 --trials 20
     """
-    from ablate import store
     from ablate.fit.calibrate import calibrate as run_calibration
-    from ablate.paths import check_writable_output
     from ablate.render import terminal
     from ablate.render.fit import calibration_table
     from ablate.render.progress import counting_bar
+    from ablate.storage import store
+    from ablate.storage.paths import check_writable_output
 
     grid: dict[str, Any] = dict(shapes=shapes, noises=noises, seeds=seeds, fs=fs, effects=effects)  # parsed lists
     cells = math.prod(len(v) for v in grid.values())
@@ -275,10 +276,10 @@ PLAN_EXACT = typer.Option(
 
 
 def check_saved_axis(x: str, save_calibration: Path | None) -> None:
-    """--save-calibration writes a file that plans a sweep file (analyses.check_calibration_axis): refused, before any
+    """--save-calibration writes a file that plans a sweep file (verbs.check_calibration_axis): refused, before any
     work, for an --x that is not a compute axis a sweep's runs log."""
-    from ablate.defaults import AUTO
-    from ablate.rundir import COMPUTE_AXES
+    from ablate.analysis.choices import AUTO
+    from ablate.storage.rundir import COMPUTE_AXES
 
     if save_calibration is not None and x not in (AUTO, *COMPUTE_AXES):
         raise UserError(
@@ -322,10 +323,11 @@ def plan(
     could still change (settled: it can stop now).
     Examples: ablate plan sweeps/loss --x samples;  ablate plan recipes/loss.yaml --calibration cal.json
     """
-    from ablate import analyses, store
+    from ablate.analysis import verbs
     from ablate.fit.spread import MinEffect
     from ablate.render import terminal
     from ablate.render.plan import plan_notices, print_plan
+    from ablate.storage import store
 
     output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
     check_saved_axis(x, save_calibration)
@@ -343,7 +345,7 @@ def plan(
         progress=progress,
         min_effect=MinEffect(a=min_effect, ratio=min_effect_compute),
     )
-    result = analyses.plan_any(
+    result = verbs.plan_any(
         source,
         list(overrides or []),
         calibration,

@@ -15,7 +15,7 @@ from ablate.errors import UserError
 from ablate.text import safe
 
 if TYPE_CHECKING:
-    from ablate.plan import PlanResult
+    from ablate.analysis.plan import PlanResult
 
 REPORT_SWEEP = typer.Argument(..., help="The sweep's directory (sweeps/NAME), or its name under ./sweeps.")
 REPORT_OUT = typer.Option(
@@ -78,7 +78,7 @@ def default_out(folder: Path) -> Path:
 
 def check_out(target: Path) -> None:
     """Where the page goes, refused before any work: a directory, a link, or a place that can't be written."""
-    from ablate.paths import check_writable_output
+    from ablate.storage.paths import check_writable_output
 
     if target.is_dir():
         raise UserError(
@@ -94,9 +94,10 @@ def check_out(target: Path) -> None:
 
 def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult]:
     """`ablate plan SWEEP` with the defaults of its options (ablate.cli.planning), its steps said by `progress`."""
-    from ablate import analyses, store
+    from ablate.analysis import verbs
     from ablate.cli import planning
     from ablate.fit.spread import MinEffect
+    from ablate.storage import store
 
     def run(sweep: Path) -> PlanResult:
         common = dict(
@@ -112,7 +113,7 @@ def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult
             progress=None,
             min_effect=MinEffect(a=planning.PLAN_MIN_EFFECT.default, ratio=planning.PLAN_MIN_EFFECT_COMPUTE.default),
         )
-        return analyses.plan_any(
+        return verbs.plan_any(
             sweep,
             [],
             None,

@@ -182,14 +182,14 @@ def sweep(
     With --decide, the sweep grows by waves of seeds until each arm is decided, with error control over the looks.
     Example: ablate sweep recipes/loss.yaml seed=0,1,2 loss.eps_max=4 --dry-run
     """
-    from ablate.defaults import prune_settings
+    from ablate.analysis.choices import prune_settings
+    from ablate.compose.sweep import load_sweep
+    from ablate.launch.status import check_ledger
     from ablate.launch.submit import launch_sweep
-    from ablate.paths import check_writable_output
     from ablate.render.runs import runs_table
     from ablate.render.status import follow_runs
     from ablate.render.terminal import console
-    from ablate.status import check_ledger
-    from ablate.sweep import load_sweep
+    from ablate.storage.paths import check_writable_output
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
@@ -295,11 +295,11 @@ def show(
     packaged one.
     Example: ablate show recipes/base.yaml loss=dapo aggregation=token
     """
-    from ablate.compose import compose_run
+    from ablate.compose.recipe import compose_run
+    from ablate.compose.resources import find_recipe
+    from ablate.compose.sweep import config_yaml
     from ablate.render.runs import print_trainers
     from ablate.render.terminal import console
-    from ablate.resources import find_recipe
-    from ablate.sweep import config_yaml
     from ablate.text import safe
 
     if trainers:
@@ -347,11 +347,11 @@ def train(
     """
     import signal
 
-    from ablate import store
-    from ablate.compose import compose_run
-    from ablate.foreground import prepare_run_dir, resume_command
+    from ablate.compose.recipe import compose_run
     from ablate.render.runs import run_end
+    from ablate.storage import store
     from ablate.train import run as run_train
+    from ablate.train.foreground import prepare_run_dir, resume_command
     from ablate.train.stopping import Stop, stop_on_signals
 
     config = compose_run(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
@@ -382,7 +382,7 @@ def init(
 
     Example: ablate init my-ablations && cd my-ablations && ablate sweep recipes/loss.yaml --dry-run
     """
-    from ablate.project import init_project
+    from ablate.compose.project import init_project
     from ablate.render.runs import written
 
     for line in written(folder, init_project(folder)):

@@ -1,6 +1,6 @@
 """One training curve as data: the (compute, pass rate) points of one run, its name, its arm and facts for reports.
 
-Pure data: reading curves from files and run directories is `ablate.curves`; fitting them is the rest of `fit/`.
+Pure data: reading curves from files and run directories is `ablate.curves.inputs`; fitting them is the rest of `fit/`.
 The curve's R0 is the measured pass rate at compute 0 (the evaluation before the first step), which the fit holds
 fixed; points at compute 0 are not fitted (the model is in ln C).
 """

@@ -28,7 +28,7 @@ class Extrapolation:
     heldout: list[dict[str, float]]
     heldout_mae: float | None
     target_source: str = ""
-    """How --to was chosen (defaults.choose_target): given, the paper's scale, or twice the largest compute fitted."""
+    """How --to was chosen (choices.choose_target): given, the paper's scale, or twice the largest compute fitted."""
 
     @property
     def interpolated(self) -> bool:

@@ -1,8 +1,8 @@
 """One analysis behind every verb: the settings a ranking is made with (compute axis, fit window, target,
 resamples, seed, smallest effect that matters). `rank` builds one from its flags, `report` and `plan` from the same
 defaults, the `--prune` monitor and `sweep --decide` record the one they decided with, and a later `rank` or
-`report` of that sweep compares its own with the recorded one (ablate.analyses.decided_elsewhere): the same settings
-give the same verdicts, and different ones are said, with the flags that reproduce the recorded ranking."""
+`report` of that sweep compares its own with the recorded one (ablate.analysis.verbs.decided_elsewhere): the same
+settings give the same verdicts, and different ones are said, with the flags that reproduce the recorded ranking."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The job side: what runs inside every submitted job, on any executor.
 
 `RunJob` (a submitit `Checkpointable`) claims its run in the ledger, calls the job function (`ablate.train:run`
-by default) and records how it ended: in the ledger and, through ablate.rundir, in run.json.
+by default) and records how it ended: in the ledger and, through ablate.storage.rundir, in run.json.
 
 How a job meets preemption, time limits, stop requests and data-parallel tasks: docs/run-directory.md, "Jobs".
 """
@@ -21,15 +21,15 @@ from typing import Any
 
 import submitit
 
-from ablate import store
+from ablate.compose.spec import RunSpec
 from ablate.errors import UserError
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job, takes_stop
 from ablate.launch.liveness import finished_event
-from ablate.ledger import Ledger, RunRecord, hostname, me, proc_start
-from ablate.rundir import DirectoryGone, RunDir
-from ablate.runinfo import cause_of, error_record
-from ablate.spec import RunSpec
 from ablate.states import FINISHED, STOPPED, TERMINAL, RunState
+from ablate.storage import store
+from ablate.storage.ledger import Ledger, RunRecord, hostname, me, proc_start
+from ablate.storage.rundir import DirectoryGone, RunDir
+from ablate.storage.runinfo import cause_of, error_record
 
 log = logging.getLogger("ablate.launch")
 

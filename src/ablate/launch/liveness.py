@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate import failure_reports
 from ablate.launch.slurm import SACCT_CAUSE, SACCT_LIVE, sacct_states
-from ablate.ledger import Ledger, RunRecord, proc_alive
-from ablate.rundir import RunDir
 from ablate.states import FINISHED, LIVE, RunState
+from ablate.storage import failure_reports
+from ablate.storage.ledger import Ledger, RunRecord, proc_alive
+from ablate.storage.rundir import RunDir
 
 
 @dataclass

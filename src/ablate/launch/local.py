@@ -19,14 +19,14 @@ from typing import Any
 
 import submitit
 
-from ablate import ownership, store
+from ablate.compose.spec import RunSpec
 from ablate.errors import UserError
 from ablate.launch.job import RunJob
 from ablate.launch.liveness import finished_event
-from ablate.ledger import Ledger, proc_alive, proc_start
-from ablate.rundir import RunDir
-from ablate.spec import RunSpec
 from ablate.states import TERMINAL, RunState
+from ablate.storage import ownership, store
+from ablate.storage.ledger import Ledger, proc_alive, proc_start
+from ablate.storage.rundir import RunDir
 from ablate.topology.process import start_module
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from ablate import reading
+from ablate.compose.spec import RunSpec
+from ablate.config.identity import canonical
 from ablate.errors import UserError
-from ablate.identity import canonical
-from ablate.spec import RunSpec
+from ablate.storage import reading
 from ablate.text import safe
 
 

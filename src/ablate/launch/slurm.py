@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ablate.compose.resources import profile_names, profile_path
+from ablate.config.validation import closest
 from ablate.errors import UserError
-from ablate.resources import profile_names, profile_path
-from ablate.validation import closest
 
 DEFAULT_PROFILE = "local"
 
@@ -107,7 +107,7 @@ def load_profile(profile: str | None = None) -> dict[str, Any]:
     valid key. The first setup line names the profile's file, so the sbatch script says where it came from."""
     import yaml
 
-    from ablate.safe_yaml import check_yaml
+    from ablate.compose.safe_yaml import check_yaml
 
     path = find_profile(profile)
     try:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ablate.launch.liveness import Verdict
-from ablate.ledger import RunRecord
 from ablate.states import FINISHED, LIVE, STOPPED, RunState
+from ablate.storage.ledger import RunRecord
 
 
 @dataclass

@@ -31,7 +31,8 @@ from typing import Any
 import submitit
 
 import ablate
-from ablate import failure_reports, ownership, store
+from ablate.compose.project import git_commit
+from ablate.compose.spec import RunSpec
 from ablate.errors import UserError
 from ablate.launch.job import RunJob, crashpoint
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
@@ -40,12 +41,11 @@ from ablate.launch.local import spawn_runner
 from ablate.launch.mixing import check_one_config
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.launch.submission import Submission, make_submission
-from ablate.ledger import Ledger, hostname, me
-from ablate.project import git_commit
-from ablate.rundir import RunDir
-from ablate.rundir import sweep_dir as sweep_path
-from ablate.spec import RunSpec
 from ablate.states import FINISHED, STOPPED, TERMINAL
+from ablate.storage import failure_reports, ownership, store
+from ablate.storage.ledger import Ledger, hostname, me
+from ablate.storage.rundir import RunDir
+from ablate.storage.rundir import sweep_dir as sweep_path
 
 EXECUTORS = ("local", "slurm", "debug", "auto")
 
@@ -102,7 +102,7 @@ def submit_sweep(
     group_read: bool = False,
     command: str | None = None,
 ) -> Submission:
-    """Submit the runs of `sweep` (an ablate.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that are due
+    """Submit the runs of `sweep` (an ablate.compose.sweep.Sweep: `.name`, `.runs: list[RunSpec]`) that are due
     (launch.submission); return the Submission. Safe to call again at any time. `echo` prints its summary line
     (None: silent). `profile`: a SLURM profile name or path (default: the packaged `local`); recipes cannot name
     one. `monitored`: a monitor may stop the runs this call submits (`ablate sweep --prune`; runs resumed with
@@ -261,8 +261,8 @@ def _submit(
 
 def launch_event(batch: str, sweep: Any, command: str | None) -> dict[str, Any]:
     """The ledger's `launch` event of a batch: the command line as typed (None when called as a library), the
-    working directory, the commit of the folder holding the sweep file (ablate.project.git_commit; None when that
-    file is not on disk or not in a git checkout), ablate's version and the host. Fold ignores it (no run_id)."""
+    working directory, the commit of the folder holding the sweep file (ablate.compose.project.git_commit; None when
+    that file is not on disk or not in a git checkout), ablate's version and the host. Fold ignores it (no run_id)."""
     path = Path(sweep.path)
     try:
         cwd: str | None = os.getcwd()

@@ -1,8 +1,8 @@
 """The prune monitor of `ablate sweep --prune`: one detached process per sweep, started after the sweep's runs are
 submitted (`start_hook`) unless one is already watching it, that applies the pruning rules (ablate.prune.rules) to
 the runs whose current submission asked for it, and exits when none of them is live. It reads only files (the
-ledger, each run's metrics) and acts only through stop requests (`<run>/stop.json`, ablate.rundir): the run's job
-checkpoints at its next step boundary and ends `pruned` or `unstable` with the reason. Its decisions go to
+ledger, each run's metrics) and acts only through stop requests (`<run>/stop.json`, ablate.storage.rundir): the run's
+job checkpoints at its next step boundary and ends `pruned` or `unstable` with the reason. Its decisions go to
 `<sweep>/prune/decisions.jsonl`, its log to `<sweep>/prune/monitor.log` (docs/run-directory.md, "Pruning").
 """
 
@@ -18,16 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ablate import locks, store
-from ablate.curves import curves_from_sweep
+from ablate.curves.inputs import curves_from_sweep
 from ablate.errors import UserError
 from ablate.launch.liveness import current_states
-from ablate.ledger import Ledger, RunRecord, proc_alive, proc_start
-from ablate.outlook import Standing, run_ends
+from ablate.prune.outlook import Standing, run_ends
 from ablate.prune.rules import PruneSettings, broken, recorded_analysis, recorded_target, settled
-from ablate.rundir import RunDir
-from ablate.runinfo import RunInfo
 from ablate.states import LIVE, RunState
+from ablate.storage import locks, store
+from ablate.storage.ledger import Ledger, RunRecord, proc_alive, proc_start
+from ablate.storage.rundir import RunDir
+from ablate.storage.runinfo import RunInfo
 from ablate.topology.process import start_module
 
 LIVENESS_EVERY_S = 30.0

@@ -13,15 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from ablate import store
 from ablate.errors import UserError
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
 from ablate.fit.futures import verdict_key
 from ablate.fit.settings import DEFAULT_N_BOOT, Analysis
-from ablate.outlook import ArmOutlook, RunEnd, Standing, running_arms
-from ablate.rundir import TRUNCATION_WARN
+from ablate.prune.outlook import ArmOutlook, RunEnd, Standing, running_arms
 from ablate.states import RunState
+from ablate.storage import store
+from ablate.storage.rundir import TRUNCATION_WARN
 
 
 @dataclass

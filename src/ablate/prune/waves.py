@@ -1,6 +1,6 @@
 """`ablate sweep --decide`: the sweep grows by waves of seeds, with a look after each, until every arm is decided.
 
-Each look ranks the arms still open against the baseline with `rank`'s own analysis (`analyses.rank_inputs`) on
+Each look ranks the arms still open against the baseline with `rank`'s own analysis (`verbs.rank_inputs`) on
 their first seeds, holding its tests to the level the planned looks allow (fit/sequential.py: q / L, so that the
 whole procedure errs at most q). Settled arms (`sequential.settled`) get no more seeds; open arms get the next wave
 while seeds and budget last; the baseline runs as long as any arm is open. Each look is appended to
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate import store
 from ablate.errors import UserError
 from ablate.fit.sequential import Looks, futile_arm, settled
 from ablate.fit.settings import Analysis
 from ablate.fit.spread import MinEffect
-from ablate.locks import dir_lock
+from ablate.storage import store
+from ablate.storage.locks import dir_lock
 
 RECORD = "decide"
 """The folder of a --decide sweep's record (looks.jsonl) and lock, under the sweep directory."""

@@ -1,6 +1,6 @@
 """Everything `ablate` prints or draws: tables, lines, number formats, JSON and figures, in one place.
 
-The library computes (fit/, ablate.analyses, status, plan, sweep); these modules only present what it returns.
+The library computes (fit/, ablate.analysis.verbs, status, plan, sweep); these modules only present what it returns.
 Untrusted text (run names, labels, notes read from files) is shown as written, never obeyed: docs/security.md.
 The JSON keys: docs/json.md.
 

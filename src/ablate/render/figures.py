@@ -62,14 +62,14 @@ def figure_path(path: Path | str) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"--plot {path}: {parent} is a file, not a directory; choose another path")
-    from ablate.paths import check_writable_output
+    from ablate.storage.paths import check_writable_output
 
     return check_writable_output(path, "--plot")  # and writable: not a read-only file system
 
 
 def _save(fig, path: Path) -> Path:
     """Render in memory, then replace the file atomically: a failed write leaves no half figure behind."""
-    from ablate import store
+    from ablate.storage import store
 
     plt = _plt()
     buf = io.BytesIO()

@@ -16,7 +16,7 @@ from ablate.render.numbers import fmt_pm, fmt_range, num
 from ablate.render.terminal import cell, esc
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
-    from ablate.analyses import ExtrapolationReport, FitReport, Inputs
+    from ablate.analysis.verbs import ExtrapolationReport, FitReport, Inputs
     from ablate.fit.extrapolate import Extrapolation
     from ablate.fit.result import FitOptions, FitResult
 
@@ -195,7 +195,7 @@ def print_notes(console: Console, results: Iterable[FitResult]) -> None:
 
 def print_defaults(console: Console, target_text: str, axis_text: str | None, axis_note: str | None) -> None:
     """The header lines of fit and extrapolate that say which target and which compute axis the command used, and
-    why (defaults.choose_target, choose_axis, wall_clock_note)."""
+    why (choices.choose_target, choose_axis, wall_clock_note)."""
     console.print(f"target: {esc(target_text)}")
     for line in (axis_text, axis_note):
         if line:

@@ -1,6 +1,6 @@
 """What `ablate plan` prints: the task model, the table of designs (seeds and compute per arm for each question),
 the cheapest design per question, and whether more compute could change a running arm's verdict. The plan itself:
-ablate.plan and fit/planning.py; its JSON: docs/json.md."""
+ablate.analysis.plan and fit/planning.py; its JSON: docs/json.md."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ablate.outlook import Standing
+from ablate.prune.outlook import Standing
 from ablate.render import terminal
 from ablate.render.terminal import esc
 from ablate.text import safe
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep start-up light
+    from ablate.analysis.plan import PlanResult
     from ablate.fit.taskmodel import TaskModel
-    from ablate.plan import PlanResult
 
 STANDING_STYLE = {Standing.SETTLED: "green", Standing.OPEN: "yellow"}
 

@@ -63,9 +63,9 @@ def rule_text(ranking: Ranking) -> str:
 def sweep_command(inputs: Sequence[Path], *extra: str) -> str:
     """`ablate sweep` of the ranked sweep's file, with the overrides it was launched with, `extra` and its --root,
     so that pasted it adds to this sweep (or the general form for files)."""
+    from ablate.compose.resources import find_recipe
     from ablate.errors import UserError
-    from ablate.ledger import Ledger
-    from ablate.resources import find_recipe
+    from ablate.storage.ledger import Ledger
     from ablate.text import safe
 
     for given in inputs:
@@ -287,7 +287,7 @@ def print_rank(
     elsewhere: Elsewhere | None,
 ) -> None:
     """The whole `ablate rank` report. `elsewhere`: a sweep whose recorded decisions used another analysis
-    (ablate.analyses.decided_elsewhere)."""
+    (ablate.analysis.verbs.decided_elsewhere)."""
     for line in rank_lead(ranking):
         console.print(line)
     console.print(rank_table(ranking))

@@ -16,7 +16,7 @@ from ablate.render.terminal import esc
 from ablate.text import counted, safe
 
 if TYPE_CHECKING:
-    from ablate.sweep import Sweep
+    from ablate.compose.sweep import Sweep
 
 
 def run_cells(sweep: Sweep) -> list[tuple[str, str, str, str]]:
@@ -59,7 +59,7 @@ def runs_table(sweep: Sweep) -> Table:
 
 def print_trainers(console: Console) -> None:
     """Which options each trainer supports, and the base recipe under TRL."""
-    from ablate.trainers import PRESET_HINT, SUPPORT, TRL_VERSION
+    from ablate.config.support import PRESET_HINT, SUPPORT, TRL_VERSION
 
     table = Table("option", "trainer=ablate", f"trainer=trl (TRL {TRL_VERSION})", show_lines=False)
     for row in SUPPORT:

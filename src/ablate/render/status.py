@@ -1,6 +1,6 @@
 """What `ablate status` prints: one table per sweep (state, job, progress, pass rate, GPU-hours, truncation), its
 summary line and the reasons runs failed or were stopped; refreshed in place with --watch; and `ablate sweep
---follow`'s progress bar. The statuses come from ablate.status (read-only: ledger + metrics tails); their JSON:
+--follow`'s progress bar. The statuses come from ablate.launch.status (read-only: ledger + metrics tails); their JSON:
 docs/json.md."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Span, Text
 
+from ablate.launch.status import RunStatus, list_sweeps, status_json, summary, sweep_status
 from ablate.states import STOPPED, RunState
-from ablate.status import RunStatus, list_sweeps, status_json, summary, sweep_status
 from ablate.text import safe
 
 STYLE = {

@@ -1,5 +1,5 @@
 """What `ablate report` shows, gathered from the sweep into plain records: what was swept and every run's status
-(ablate.report.runs), the ranking and the extrapolation (ablate.analyses, with `ablate rank`'s defaults, or the
+(ablate.report.runs), the ranking and the extrapolation (ablate.analysis.verbs, with `ablate rank`'s defaults, or the
 settings the sweep recorded deciding with) and the provenance. Nothing here decides a verdict; an analysis that
 cannot be done is kept as the reason why. What the page shows: docs/report.md."""
 
@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ablate
-from ablate import store
+from ablate.compose.project import git_commit
 from ablate.errors import UserError
-from ablate.ledger import Ledger
-from ablate.project import git_commit
+from ablate.launch.status import RunStatus
 from ablate.report.runs import SweptArm, run_statuses, swept_arms
-from ablate.status import RunStatus
+from ablate.storage import store
+from ablate.storage.ledger import Ledger
 from ablate.text import counted
 
 if TYPE_CHECKING:
-    from ablate.analyses import ExtrapolationReport, Inputs
+    from ablate.analysis.plan import PlanResult
+    from ablate.analysis.verbs import ExtrapolationReport, Inputs
     from ablate.fit.arms import Ranking
     from ablate.fit.settings import Analysis, Elsewhere
-    from ablate.plan import PlanResult
 
 Progress = Callable[[str], None]
 Planner = Callable[[Path], "PlanResult"]
@@ -67,7 +67,7 @@ class ReportData:
     fit_until: float | None = None
     """Where the extrapolation's fit window ends (the points after it are its held-out check)."""
     elsewhere: Elsewhere | None = None
-    """A sweep's recorded decisions made with another analysis (analyses.decided_elsewhere), said under the table."""
+    """A sweep's recorded decisions made with another analysis (verbs.decided_elsewhere), said under the table."""
     analysis_source: str | None = None
     """Where the ranking's settings came from, when the sweep recorded the ones it decided with."""
     plan: PlanResult | None = None
@@ -95,17 +95,17 @@ def sweep_folder(given: Path) -> Path:
 def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: Planner | None) -> ReportData:
     """Read the sweep and run the analyses behind the page, saying each step through `progress`; `plan` (when
     given) is run only when some arm is undecided."""
-    from ablate import analyses
-    from ablate.defaults import given_to
+    from ablate.analysis import verbs
+    from ablate.analysis.choices import given_to
 
     progress(f"reading the runs of {sweep}")
     statuses = run_statuses(sweep)
     arms = swept_arms(sweep, statuses)
-    reading = analyses.Reading("auto", "val_pass_rate", "run", None, "auto", None, None)
+    reading = verbs.Reading("auto", "val_pass_rate", "run", None, "auto", None, None)
     ranking, extrapolation, fit_until, elsewhere, source = None, None, None, None, None
     ranking_missing = extrapolation_missing = None
     try:
-        inputs = analyses.read_inputs([sweep], reading)
+        inputs = verbs.read_inputs([sweep], reading)
     except UserError as e:
         ranking_missing = extrapolation_missing = f"no curves to fit: {e}"
     else:
@@ -115,7 +115,7 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
         progress(f"ranking {counted(len({c.group for c in inputs.curves}), 'arm')} (n_boot {analysis.n_boot})")
         try:
             ranking = rank(inputs, opts, analysis)
-            elsewhere = analyses.decided_elsewhere(ranking, inputs)
+            elsewhere = verbs.decided_elsewhere(ranking, inputs)
         except UserError as e:
             ranking_missing = str(e)
         progress("extrapolating the winner, checked on held-out points")
@@ -154,10 +154,10 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
 def page_analysis(inputs: Inputs, n_boot: int) -> tuple[Analysis, str | None]:
     """The analysis the page ranks with: the one the sweep's --prune monitor (or --decide) recorded deciding with,
     so that the page shows the verdicts the sweep acted on, and where it came from; else rank's defaults."""
-    from ablate import analyses
+    from ablate.analysis import verbs
     from ablate.fit.settings import Analysis
 
-    found = analyses.recorded_analysis(inputs)
+    found = verbs.recorded_analysis(inputs)
     if found is None:
         return Analysis(inputs.x, n_boot=n_boot), None
     sweep, by, recorded = found
@@ -167,9 +167,9 @@ def page_analysis(inputs: Inputs, n_boot: int) -> tuple[Analysis, str | None]:
 
 def rank(inputs: Inputs, opts: Any, analysis: Analysis) -> Ranking:
     """`ablate rank SWEEP` with `analysis`'s flags: the same verdicts as the command prints."""
-    from ablate import analyses
+    from ablate.analysis import verbs
 
-    settings = analyses.check_rank_settings(
+    settings = verbs.check_rank_settings(
         baseline=None,
         margin=None,
         shared_a="pair",
@@ -180,7 +180,7 @@ def rank(inputs: Inputs, opts: Any, analysis: Analysis) -> Ranking:
         n_boot=analysis.n_boot,
         window=False,
     )
-    return analyses.rank_inputs(inputs, opts, settings, to=analysis.to, jobs=store.cpu_count())
+    return verbs.rank_inputs(inputs, opts, settings, to=analysis.to, jobs=store.cpu_count())
 
 
 def extrapolate(inputs: Inputs, opts: Any, ranking: Ranking | None) -> tuple[ExtrapolationReport, float]:
@@ -188,12 +188,12 @@ def extrapolate(inputs: Inputs, opts: Any, ranking: Ranking | None) -> tuple[Ext
     half of the compute its runs reached, projected to the ranking's target, and checked on the held-out half."""
     from dataclasses import replace
 
-    from ablate import analyses
+    from ablate.analysis import verbs
 
     top = max(float(c.x.max()) for c in inputs.curves)
     fit_until = float(f"{top / 2:.3g}")
     to = ranking.target if ranking is not None else None
-    report = analyses.extrapolate_inputs(inputs, replace(opts, fit_until=fit_until), arm=None, to=to, window=False)
+    report = verbs.extrapolate_inputs(inputs, replace(opts, fit_until=fit_until), arm=None, to=to, window=False)
     return report, fit_until
 
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from ablate import store
+from ablate.launch.status import RunStatus
 from ablate.render.figures import efficiency_pairs
 from ablate.report import figures
 from ablate.report.data import ReportData
 from ablate.report.runs import run_warnings, seed_order
-from ablate.runinfo import RunInfo
-from ablate.status import RunStatus
+from ablate.storage import store
+from ablate.storage.runinfo import RunInfo
 
 if TYPE_CHECKING:
     from ablate.fit.arms import ArmResult, Ranking

@@ -1,5 +1,5 @@
 """What was swept and how each run stands, for `ablate report`, read from the runs' own files: each arm's changes
-against the baseline (config.yaml), its seeds and compute, and every run's status row (ablate.status)."""
+against the baseline (config.yaml), its seeds and compute, and every run's status row (ablate.launch.status)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate import store
-from ablate.rundir import RunDir, sweep_run_dirs
-from ablate.runinfo import RunInfo
+from ablate.launch.status import RunStatus, check_ledger, sweep_status
 from ablate.states import RunState
-from ablate.status import RunStatus, check_ledger, sweep_status
+from ablate.storage import store
+from ablate.storage.rundir import RunDir, sweep_run_dirs
+from ablate.storage.runinfo import RunInfo
 
 NOT_COMPARED_KEYS = ("seed", "launcher", "resources", "track")
 """config.yaml sections that never make an arm (seeds, where and how it ran): left out of the changes column."""
@@ -46,7 +46,7 @@ def run_statuses(sweep: Path) -> list[RunStatus]:
 
 def status_from_run_json(rd: RunDir) -> RunStatus:
     """A run's status row from its own files only (run.json and the tail of metrics.jsonl)."""
-    from ablate.rundir import TRUNCATION_WARN
+    from ablate.storage.rundir import TRUNCATION_WARN
 
     info = rd.info()
     m = rd.last_metrics() or {}

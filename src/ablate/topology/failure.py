@@ -1,5 +1,5 @@
 """Which worker of a data-parallel run broke first, and what the run records of it: the workers' failure reports
-(ablate.failure_reports) and the exits by a signal (which leave none), by time. See docs/distributed.md.
+(ablate.storage.failure_reports) and the exits by a signal (which leave none), by time. See docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import signal
 import time
 from typing import Any
 
-from ablate import failure_reports
 from ablate.errors import UserError
-from ablate.failure_reports import FailureReport
-from ablate.rundir import RunDir
 from ablate.states import RunState
+from ablate.storage import failure_reports
+from ablate.storage.failure_reports import FailureReport
+from ablate.storage.rundir import RunDir
 from ablate.topology.workers import Spawned, exit_reason
 from ablate.topology.world import World
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate import store
+from ablate.storage import store
 from ablate.topology.process import start_module
 from ablate.topology.world import init, shutdown, visible_gpus
 

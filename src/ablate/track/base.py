@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ablate.sections import TRACKERS as TRACKERS  # the names `--track` takes (the schema's, for track.to)
+from ablate.config.sections import TRACKERS as TRACKERS  # the names `--track` takes (the schema's, for track.to)
 
 ENVIRONMENT: dict[str, dict[str, str]] = {
     "wandb": {"WANDB_SILENT": "true"},
@@ -75,7 +75,7 @@ class TrackContext:
     config: dict[str, Any]
     """The resolved recipe (RunConfig.to_dict())."""
     options: Any
-    """The recipe's `track` section (project, entity, wandb_mode, mlflow_uri; ablate.sections.TrackConfig)."""
+    """The recipe's `track` section (project, entity, wandb_mode, mlflow_uri; ablate.config.sections.TrackConfig)."""
     note: Callable[[str], None] = field(default=say, compare=False)
     """Where a tracker writes a line for the user (train.log and stderr)."""
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate import store
+from ablate.config.identity import arm_id, run_id
 from ablate.errors import UserError
-from ablate.identity import arm_id, run_id
 from ablate.registry import Registry
-from ablate.rundir import RunDir
 from ablate.states import RunState
+from ablate.storage import store
+from ablate.storage.rundir import RunDir
 from ablate.track.base import TrackContext, Tracker, set_environment, warn
 
 CLASSES: Registry[Callable[[], Tracker]] = Registry("tracker")

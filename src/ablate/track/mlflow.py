@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from ablate import locks, store
-from ablate.rundir import RunDir
 from ablate.states import RunState
+from ablate.storage import locks, store
+from ablate.storage.rundir import RunDir
 from ablate.track.base import TrackContext, numbers
 
 STATE_FILE = Path("track") / "mlflow.json"
@@ -27,7 +27,7 @@ ARTIFACTS = "mlflow-artifacts"
 """Next to a SQLite store: the artifact root of the experiments ablate creates there (nothing is logged to it; MLflow
 would otherwise name ./mlruns in the working directory), and the directory locked while the store is created."""
 
-TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.sweep")
+TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.compose.sweep")
 STATE_TAG = "ablate.state"
 ARM_TAG = "ablate.arm"
 ARM_ID_TAG = "ablate.arm_id"

@@ -1,5 +1,5 @@
 """Reading MLflow runs back as curves: `ablate fit|rank mlflow:EXPERIMENT` (at $MLFLOW_TRACKING_URI) or an
-mlflow.db file (a sweep's default store), read field by field like every other input (ablate.log_readers calls it;
+mlflow.db file (a sweep's default store), read field by field like every other input (ablate.curves.readers calls it;
 the tracker that writes them: ablate.track.mlflow)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.errors import UserError
-from ablate.reading import metric_row, text_field
+from ablate.storage.reading import metric_row, text_field
 from ablate.text import safe
 from ablate.track.base import set_environment
 from ablate.track.mlflow import ARM_ID_TAG, ARM_TAG, said, sqlite_path

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import yaml
 
-from ablate import ownership, store
-from ablate.config import RunConfig, validate
+from ablate.compose.safe_yaml import check_yaml
+from ablate.config.schema import RunConfig, validate
 from ablate.errors import UserError
-from ablate.rundir import RunDir, sweep_run_dirs
-from ablate.safe_yaml import check_yaml
+from ablate.storage import ownership, store
+from ablate.storage.rundir import RunDir, sweep_run_dirs
 from ablate.text import safe
 from ablate.track.fanout import send_unsent, unsent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablate import store
+from ablate.storage import store
 from ablate.track.base import TrackContext, numbers
 
 

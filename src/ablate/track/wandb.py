@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ablate import store
+from ablate.storage import store
 from ablate.track.base import TrackContext, numbers, warn
 
 INIT_TIMEOUT_S = 30.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
 from ablate.errors import UserError
 from ablate.train.policy import HEAD_DTYPES, Policy, load_hf
 from ablate.train.tasks import Task

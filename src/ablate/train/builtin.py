@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
 from ablate.topology.world import worker_seed
 from ablate.train.checkpoint import BadCheckpoint, Checkpoints, check_state, fresh_ok
 from ablate.train.feeders import Feeder, make_feeder

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from ablate import store
 from ablate.errors import UserError
-from ablate.runinfo import no_space
+from ablate.storage import store
+from ablate.storage.runinfo import no_space
 
 log = logging.getLogger("ablate.train")
 

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ablate import failure_reports
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
 from ablate.errors import UserError
 from ablate.registry import Registry
-from ablate.rundir import DirectoryGone, RunDir
-from ablate.runinfo import cause_of, no_space
 from ablate.states import RunState
+from ablate.storage import failure_reports
+from ablate.storage.rundir import DirectoryGone, RunDir
+from ablate.storage.runinfo import cause_of, no_space
 from ablate.topology import failure, workers
 from ablate.topology.world import World, backend_for, current, visible_gpus
 from ablate.train.session import RunSession, TrainerClass, attach_log, detach_log, preflight, writing
@@ -41,7 +41,7 @@ log = logging.getLogger("ablate.train")
 
 TRAINERS: Registry[TrainerClass] = Registry("trainer")
 """`trainer.name` -> the trainer's class (a session.TrainerClass). Lazy entries: choosing a trainer imports its code
-(torch, and TRL for `trl`) only then; the support matrix of each is ablate.trainers.SUPPORT."""
+(torch, and TRL for `trl`) only then; the support matrix of each is ablate.config.support.SUPPORT."""
 TRAINERS.add_lazy("ablate", "ablate.train.builtin:BuiltinTrainer")
 TRAINERS.add_lazy("trl", "ablate.train.trl_backend:TRLTrainer")
 
@@ -90,7 +90,7 @@ def run_worker(
 ) -> dict[str, Any]:
     """What a spawned worker runs (the target `_start_workers` gives topology.workers.spawn): the config comes
     as plain JSON."""
-    from ablate.config import validate
+    from ablate.config.schema import validate
 
     return run(validate(config), run_dir, threads=threads, stop=stop)
 

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ablate.config.sections import ModelConfig
 from ablate.errors import UserError
-from ablate.sections import ModelConfig
 from ablate.train.decoder import decoder_forward, fast_supported
 
 SPECIALS = ("<pad>", "<s>", "</s>")

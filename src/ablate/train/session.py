@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 from omegaconf import OmegaConf
 
-from ablate import store
-from ablate.config import RunConfig
+from ablate.config.identity import arm_id, canonical, run_id
+from ablate.config.schema import RunConfig
 from ablate.errors import UserError
-from ablate.identity import arm_id, canonical, run_id
-from ablate.rundir import METRICS, DirectoryGone, RunDir
 from ablate.states import RunState
+from ablate.storage import store
+from ablate.storage.rundir import METRICS, DirectoryGone, RunDir
 from ablate.topology.world import World
 from ablate.train.build import warmup_record
 from ablate.train.checkpoint import metric_steps

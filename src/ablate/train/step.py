@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
+from ablate.config.sections import OptimConfig
 from ablate.errors import UserError
-from ablate.sections import OptimConfig
 from ablate.topology.world import World, worker_seed
 from ablate.train import advantages, filters, length, losses, sharding
 from ablate.train.build import build_policy

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from ablate import store
+from ablate.config.sections import TaskConfig
 from ablate.errors import UserError
 from ablate.registry import Registry
-from ablate.sections import TaskConfig
+from ablate.storage import store
 
 
 @dataclass(frozen=True)

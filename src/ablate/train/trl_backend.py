@@ -4,7 +4,7 @@
 
 What is ablate's and what is TRL's:
 - TRL generates, computes advantages and the loss, and steps the optimizer (`GRPOTrainer.train`). The recipe maps
-  onto `GRPOConfig` (trl_config.grpo_config); options TRL lacks are refused by validation (ablate.trainers).
+  onto `GRPOConfig` (trl_config.grpo_config); options TRL lacks are refused by validation (ablate.config.support).
 - The reward is the task's verifier (and DAPO's overlong penalty for length=penalty), as one reward function that
   also counts what the run generated: samples, tokens, truncation, train reward.
 - Evaluation is ablate's (the session's): `Evaluator` over TRL's live model (no copy), mean@k on the held-out
@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ablate import store
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
+from ablate.storage import store
 from ablate.topology.world import World
 from ablate.train import length
 from ablate.train.checkpoint import BadCheckpoint, check_state, first_line, fresh_ok, set_aside, start_afresh

@@ -1,6 +1,6 @@
 """How `trainer=trl` maps a recipe onto TRL's `GRPOConfig` (`grpo_config`; tested field by field), and what is
 checked before a TRL run starts (`require_trl`, `check_devices`). The trainer itself is train/trl_backend.py; the
-option-by-option support, ablate.trainers.SUPPORT and docs/trainers.md.
+option-by-option support, ablate.config.support.SUPPORT and docs/trainers.md.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
 from ablate.errors import UserError
 
 TRL_METRICS = {
@@ -76,7 +76,7 @@ def loss_type(cfg: RunConfig) -> str:
 
 
 def grpo_config(cfg: RunConfig, output_dir: Path | str, device: torch.device) -> Any:
-    """The recipe as TRL's GRPOConfig (see ablate.trainers.SUPPORT for the option-by-option mapping)."""
+    """The recipe as TRL's GRPOConfig (see ablate.config.support.SUPPORT for the option-by-option mapping)."""
     from trl import GRPOConfig
 
     loss, o, lc = cfg.loss, cfg.optim, cfg.length

@@ -51,8 +51,8 @@ from typing import Any
 
 import torch
 
+from ablate.config.sections import RolloutConfig
 from ablate.errors import UserError
-from ablate.sections import RolloutConfig
 from ablate.train.policy import Policy
 
 log = logging.getLogger("ablate.train")

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate import ownership, store
-from ablate.config import RunConfig
+from ablate.config.schema import RunConfig
 from ablate.errors import UserError
+from ablate.storage import ownership, store
 from ablate.train.checkpoint import first_line
 from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import Task

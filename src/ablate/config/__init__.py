@@ -1,0 +1,1 @@
+"""the run config's schema, its checks, canonical text and ids, and what each trainer supports."""

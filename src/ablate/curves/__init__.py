@@ -1,0 +1,1 @@
+"""every input format read as Curves: sweeps, tables, other tools' logs."""

@@ -1,0 +1,390 @@
+"""Training curves from disk: CSV/JSONL files, run directories and sweep directories, read into `fit.curve.Curve`s
+(other tools' logs: `ablate.curves.logs`).
+
+The fitting core (`ablate.fit`) takes arrays; this module is where files are read and every kind of bad input
+becomes one `UserError` line naming the file, the line and the fix. Run directories are read through
+`ablate.storage.rundir.RunDir` only (run.json via `.info()`, metrics.jsonl via `.metric_lines()`).
+
+    load_curves(path, x=, y=, run=, group=)     one CSV/JSONL file, one row per (run, evaluation) -> [Curve]
+    curve_from_run_dir(run_dir, x=, y=)         one run directory -> (Curve or None, meta with the reason):
+                                                ablate.curves.sweeps
+    curves_from_sweep(sweep_dir, x=, y=)        every run of a sweep -> ([Curve], [runs not fitted, with why])
+    load_inputs(paths, x=, y=, run=, group=,    any mix of the three and other tools' logs (`ablate.curves.logs`)
+                fmt=, per_step=)                -> ([Curve], [runs not fitted])
+    write_csv(curves, path, x=, y=)             curves as a long CSV that `load_curves` reads back
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ablate.curves import logs, readers
+from ablate.curves.sweeps import curve_from_run_dir
+from ablate.curves.tables import VAL_N, as_name, fmt_lines, number, read_rows
+from ablate.errors import UserError
+from ablate.fit.curve import Curve
+from ablate.storage import reading
+from ablate.storage.rundir import COMPUTE_AXES, RunDir, sweep_run_dirs
+
+MLFLOW = "mlflow"
+"""The input format of an MLflow experiment (`mlflow:EXPERIMENT`, or an mlflow.db file: docs/run-directory.md)."""
+
+
+def load_curves(
+    path: Path | str,
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    run: str | None = "run",
+    group: str | None = None,
+) -> list[Curve]:
+    """Read curves from a CSV or JSONL file with one row per (run, evaluation).
+
+    `run` names the column that tells runs apart (if the file has no such column and it is the default,
+    the whole file is one run named after the file); `group` names the column of arms/seeds, optional, and
+    must be the same on every row of a run. Each Curve's x, y are [n_run] arrays in file order, which must
+    increase in compute. Raises UserError with one line naming the culprit and the fix for any bad input.
+    """
+    path = Path(path)
+    columns, rows = read_rows(path)
+    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
+        if col not in columns:
+            raise UserError(f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})")
+    if run is not None and run not in columns:
+        if run != "run":
+            raise UserError(f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)")
+        run = None  # the default run column is optional: one curve per file
+
+    xs = np.array([number(f"{path} line {ln}", x, r.get(x)) for ln, r in rows])
+    ys = np.array([number(f"{path} line {ln}", y, r.get(y)) for ln, r in rows])
+    lines = [ln for ln, _ in rows]
+    for name, vals in ((x, xs), (y, ys)):
+        bad = [ln for ln, v in zip(lines, vals) if not math.isfinite(v)]
+        if bad:
+            raise UserError(
+                f"{path}: missing, NaN or infinite values in '{name}' at line(s) {fmt_lines(bad)}; fix or drop "
+                "those rows"
+            )
+    bad = [ln for ln, v in zip(lines, ys) if not 0.0 <= v <= 1.0]
+    if bad:
+        hint = " (percentages? divide by 100)" if ys.max() <= 100 else ""
+        raise UserError(f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {fmt_lines(bad)}{hint}")
+    bad = [ln for ln, v in zip(lines, xs) if v < 0]
+    if bad:
+        raise UserError(f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}")
+    ns = None
+    if VAL_N in columns:  # graded samples behind each pass rate: the evaluation noise is then known, not estimated
+        ns = np.array([number(f"{path} line {ln}", VAL_N, r.get(VAL_N)) for ln, r in rows])
+        if not np.all(np.isfinite(ns) & (ns > 0)):
+            ns = None
+
+    members: dict[str, list[int]] = {}  # run -> row indices, in order of first appearance
+    groups: dict[str, tuple[str | None, int]] = {}  # run -> (group, line it was first seen on)
+    for i, (ln, r) in enumerate(rows):
+        where = f"{path} line {ln}"
+        key = as_name(where, run, "--run", r.get(run)) if run is not None else path.stem
+        g = as_name(where, group, "--group", r.get(group)) if group else None
+        if key not in members:
+            members[key] = []
+            groups[key] = (g, ln)
+        elif g != groups[key][0]:
+            raise UserError(
+                f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
+                f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group"
+            )
+        members[key].append(i)
+    curves = []
+    for key, picked in members.items():
+        idx = np.array(picked)
+        cx, cy = xs[idx], ys[idx]
+        steps = np.nonzero(np.diff(cx) <= 0)[0]
+        if steps.size:
+            k = steps[0]
+            raise UserError(
+                f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
+                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
+            )
+        curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
+    return curves
+
+
+def recorded_devices(paths: list[Path]) -> list[str | None] | None:
+    """The device each run of these inputs trained on, as its run.json records it (the trainer writes `device`,
+    e.g. "cpu" or "cuda:0", when it starts; None for a run that has not started). None when an input is not a
+    sweep or run directory (a table or another tool's log records no device)."""
+    devices: list[str | None] = []
+    for p in (bare_sweep(Path(p)) for p in paths):
+        if p.is_dir() and _is_sweep(p):
+            runs = sweep_run_dirs(p)
+        elif p.is_dir() and _is_run_dir(p):
+            runs = [RunDir(p).check_links()]
+        else:
+            return None
+        for r in runs:
+            d = r.info().raw.get("device")
+            devices.append(d if isinstance(d, str) else None)
+    return devices
+
+
+def curves_from_sweep(
+    sweep_dir: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate"
+) -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Read every run of a sweep directory (`<sweep>/runs/<run_id>/`).
+
+    Returns the curves of runs that have metrics (meta as in `curve_from_run_dir`), and the runs that can't be
+    fitted, each a meta dict with its `reason` (failed, diverged, no metrics yet, metric not logged).
+    """
+    sweep_dir = Path(sweep_dir)
+    if x not in COMPUTE_AXES:
+        raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+    runs_dir = sweep_dir / "runs"
+    if not sweep_dir.is_dir():
+        raise UserError(
+            f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)"
+        )
+    run_dirs = sweep_run_dirs(sweep_dir)  # no link followed: a linked runs/, run or run file is refused
+    if not run_dirs:
+        raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
+    curves: list[Curve] = []
+    skipped: list[dict[str, Any]] = []
+    missing = []
+    labelled: list[tuple[Path, Curve]] = []
+    for rd in run_dirs:
+        curve, why = curve_from_run_dir(rd, x=x, y=y)
+        if curve is not None:
+            curves.append(curve)
+            if curve.run != rd.path.name:  # a run with a label (one without is named after its directory)
+                labelled.append((rd.path, curve))
+            continue
+        if "_missing" in why:
+            missing.append(why.pop("_missing"))
+        skipped.append(why)
+    if not curves and missing:  # the metric's name is wrong, not the runs: say so once
+        name, flag, _ = missing[0]
+        present = list(dict.fromkeys(k for *_, names in missing for k in names))
+        raise UserError(
+            f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: {', '.join(present)}"
+        )
+    if not curves:
+        reasons = "; ".join(f"{s['label']}: {s['reason']}" for s in skipped[:3])
+        raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
+    _arms_by_config(labelled)
+    return curves, skipped
+
+
+def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
+    """Make a sweep's arms its configs (arm ids), not its labels: curves' `group` (and `run`) renamed in place.
+
+    One config under two labels (a run.json edited, or a label copied from another run) is refused in one line
+    naming the run whose label most of the config's runs do not carry. One label over several configs (the recipe or
+    a command-line override changed between two launches of the sweep: the same arm name, other runs) keeps them
+    apart as `<label>@<arm id>`, each with its own seeds: they are different arms, and one could be better. Runs
+    with no label of their own (named after their directory) are left as they are, each its own arm."""
+    by_id: dict[str, list[tuple[Path, Curve]]] = {}
+    for p, c in runs:
+        if c.meta.get("arm_id"):
+            by_id.setdefault(c.meta["arm_id"], []).append((p, c))
+    for aid, members in by_id.items():
+        labels: dict[frozenset[str], list[tuple[Path, Curve]]] = {}
+        for p, c in members:  # a label's parts in any order name one arm, as a sweep's baseline does
+            labels.setdefault(frozenset(str(c.group).split(",")), []).append((p, c))
+        if len(labels) > 1:
+            ranked = sorted(labels.values(), key=lambda m: (-len(m), str(m[0][0])))
+            (p0, c0), (p1, c1) = ranked[0][0], ranked[1][0]
+            raise UserError(
+                f"{p1}: run.json labels it {c1.run!r}, but its config.yaml is arm {aid}, whose run "
+                f"{p0.name} is labelled {c0.run!r}; one config is one arm: fix the label in run.json, "
+                "or move the run directory out of the sweep"
+            )
+        name = members[0][1].group
+        for _, c in members:
+            c.group = name
+    ids_of: dict[str, set[str]] = {}
+    for _, c in runs:
+        ids_of.setdefault(str(c.group), set()).add(c.meta.get("arm_id") or "")
+    for _, c in runs:
+        arm = c.meta.get("arm_id")
+        if arm and len(ids_of[str(c.group)]) > 1:
+            c.group, c.run = f"{c.group}@{arm[:8]}", f"{c.run}@{arm[:8]}"
+
+
+def _is_run_dir(p: Path) -> bool:
+    rd = RunDir(p)  # a link there counts too, to be refused when the run is read
+    return os.path.lexists(rd.metrics_path) or os.path.lexists(rd.info_path)
+
+
+def _is_sweep(p: Path) -> bool:
+    """A sweep directory: runs/ with a ledger or a run directory in it (a TRL output's runs/ holds TensorBoard
+    logs instead), or with nothing else to read the folder as."""
+    runs = p / "runs"
+    if not runs.is_dir() and not runs.is_symlink():  # a linked runs/ is a sweep's, refused by sweep_run_dirs
+        return False
+    if (p / "ledger.jsonl").exists() or any(_is_run_dir(rd.path) for rd in sweep_run_dirs(p)):
+        return True
+    try:
+        logs.detect(p)
+    except UserError:
+        return True
+    return False
+
+
+def load_inputs(
+    paths: list[Path],
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    run: str | None = "run",
+    group: str | None = None,
+    fmt: str = "auto",
+    per_step: dict[str, float] | None = None,
+) -> tuple[list[Curve], list[dict[str, Any]]]:
+    """Curves from any mix of sweep directories, single run directories, CSV/JSONL files and other tools' logs.
+
+    A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
+    (else each run is its own arm); so does each run of a foreign log (`ablate.curves.logs`: TensorBoard, W&B, TRL,
+    verl; an MLflow run: the arm its `ablate.arm` tag names), read when `fmt` names its format or, with `auto`, when
+    it is detected. `per_step` ({"samples": S, "gpu_hours": H}) makes compute from a foreign log's steps; sweeps,
+    run directories and tables log their own.
+    With several inputs, arm names are prefixed by their input's name (`input_names`: distinct inputs get distinct
+    names) so that they stay apart. Returns the curves and the runs that can't be fitted (see `curves_from_sweep`).
+    """
+    if not paths:
+        raise UserError(
+            "give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
+            "(TensorBoard, W&B, TRL, verl, MLflow)"
+        )
+    fmt = {"csv": "table", "jsonl": "table"}.get(fmt, fmt)  # the names users reach for first
+    if fmt != "auto" and fmt not in (*logs.FORMATS, MLFLOW):
+        raise UserError(f"--from {fmt}: unknown; valid: auto, {', '.join((*logs.FORMATS, MLFLOW))}")
+    per_step = {k: v for k, v in (per_step or {}).items() if v is not None}
+    for axis, v in per_step.items():
+        if not (math.isfinite(v) and v > 0):
+            raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0")
+    curves: list[Curve] = []
+    skipped: list[dict[str, Any]] = []
+    paths = [bare_sweep(Path(p)) for p in paths]
+    _check_present(paths)
+    names = input_names(paths)
+    for p, name in zip(paths, names):
+        reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says
+        ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
+        kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else MLFLOW if _is_mlflow(p) else logs.detect(p)
+        if ours and kind != ours:
+            raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}")
+        if per_step and kind not in (*logs.FOREIGN, MLFLOW):
+            flag = logs.PER_STEP[next(iter(per_step))]
+            raise UserError(
+                f"{flag}: {p} is a {'CSV/JSONL table' if kind == 'table' else kind + ' directory'}, "
+                "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x"
+            )
+        if kind in (*logs.FOREIGN, MLFLOW) and (group is not None or run != "run"):
+            raise UserError(
+                f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
+                "its arms; --run and --group name columns of CSV/JSONL tables: drop it"
+            )
+        if kind == "sweep":
+            cs, sk = curves_from_sweep(p, x=x, y=y)
+        elif kind == "run":
+            if x not in COMPUTE_AXES:
+                raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+            c, why = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
+            if c is None:
+                raise UserError(f"{p}: {why['reason']}")
+            cs, sk = [c], []
+        elif kind == "table":
+            cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
+        elif kind == MLFLOW:
+            cs, sk = _mlflow_curves(p, x=x, y=y, per_step=per_step), []
+        else:
+            cs, sk = logs.load(p, kind, x=x, y=y, per_step=per_step), []
+        if len(paths) > 1:
+            for c in cs:
+                c.group = f"{name}:{c.group or c.run}"
+        curves += cs
+        skipped += sk
+    return curves, skipped
+
+
+def _is_mlflow(p: Path) -> bool:
+    """`mlflow:EXPERIMENT` (at $MLFLOW_TRACKING_URI), or an SQLite file (MLflow's local store, e.g. a sweep's
+    mlflow.db)."""
+    if str(p).startswith("mlflow:"):
+        return True
+    if not p.is_file():  # a folder, no file, or a device or pipe (opening a pipe would block): detect says which
+        return False
+    return reading.read_head(p, 16) == b"SQLite format 3\x00"
+
+
+def _mlflow_curves(p: Path, *, x: str, y: str, per_step: dict[str, float]) -> list[Curve]:
+    """An MLflow experiment's runs as curves, grouped into arms by their `ablate.arm` tag (so rank ranks arms)."""
+    runs = readers.read_mlflow(p)
+    curves = logs.to_curves(runs, p, x=x, y=y, per_step=per_step, fmt=MLFLOW)
+    for c in curves:
+        c.group = runs.arms.get(c.run, c.run)
+    return curves
+
+
+def _check_present(paths: list[Path]) -> None:
+    """One line for an input that is not there, with the sweeps there are (a mistyped sweep name is the usual
+    cause)."""
+    for p in paths:
+        if not p.exists() and not p.is_symlink() and not str(p).startswith(f"{MLFLOW}:"):
+            here = sorted(q.parent.name for q in Path("sweeps").glob("*/ledger.jsonl"))
+            raise UserError(
+                f"{p}: no such file, folder or sweep (sweeps under sweeps/: {', '.join(here) or 'none'}); give a "
+                "sweep's name or path, a run directory, a CSV/JSONL file or a log"
+            )
+
+
+def bare_sweep(p: Path) -> Path:
+    """`sweeps/NAME` for a bare NAME that is no file or folder here but a sweep there (as `ablate status NAME`)."""
+    if not p.exists() and len(p.parts) == 1 and (Path("sweeps") / p).is_dir():
+        return Path("sweeps") / p  # a bare sweep name, as `ablate status NAME` takes
+    return p
+
+
+def input_names(paths: list[Path]) -> list[str]:
+    """The name each input's arms are prefixed with when several are read together: its file or directory name,
+    or, where two inputs share that name (`a/sweeps/loss` and `b/sweeps/loss`, `x/curves.csv` and
+    `y/curves.csv`), the shortest end of its path that no other input shares (`a/sweeps/loss`, `x/curves.csv`).
+
+    Kept apart rather than refused: the same sweep under two roots (two clusters, a copy before and after a change)
+    is what a practitioner puts side by side, and renaming a sweep directory to compare it would part it from the
+    name its runs record. Merged, two sweeps' seeds would pool into one arm: their spread, not their difference,
+    would decide its verdict. One input given twice (the same file or directory by two paths) is refused, as its
+    runs would count twice as seeds."""
+    if len(paths) < 2:
+        return [p.name for p in paths]
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        real = p.resolve()
+        if real in seen:
+            raise UserError(f"{p}: given twice (also as {seen[real]}); its runs would count twice: give it once")
+        seen[real] = p
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    names = []
+    for i, own in enumerate(parts):
+        k = 1
+        while k < len(own) and any(o[-k:] == own[-k:] for j, o in enumerate(parts) if j != i):
+            k += 1
+        names.append(Path(*own[-k:]).as_posix())
+    return names
+
+
+def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
+    """Write curves as a long CSV: run, group, x, y, and val_n when every curve knows it (labels like
+    `loss=dapo,seed=0` are quoted)."""
+    with_n = all(c.n is not None and len(c.n) == len(c.x) for c in curves)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "group", x, y] + ([VAL_N] if with_n else []))
+        for c in curves:
+            for i, (xi, yi) in enumerate(zip(c.x, c.y)):
+                n = [f"{c.n[i]:g}"] if with_n and c.n is not None else []
+                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"] + n)
