@@ -61,6 +61,11 @@ def _target(module: str, node: ast.ImportFrom | ast.Import, name: str) -> str | 
     return None
 
 
+LAZY = re.compile(r"^(ablate(?:\.\w+)+):\w+$")
+"""A lazy registry entry or a job function named as text (`"ablate.train.builtin:BuiltinTrainer"`): an import
+made later, by name, and an edge of the graph all the same."""
+
+
 def _imports(module: str) -> set[str]:
     found = set()
     for node in ast.walk(TREES[module]):
@@ -69,7 +74,16 @@ def _imports(module: str) -> set[str]:
                 target = _target(module, node, alias.name)
                 if target and target != module:
                     found.add(target)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (m := LAZY.match(node.value)):
+            target = _target(module, ast.Import(names=[]), m.group(1))
+            if target and target != module:
+                found.add(target)
     return found
+
+
+def test_a_lazy_entry_named_as_text_is_an_import():
+    assert "ablate.train.builtin" in GRAPH["ablate.train.loop"]
+    assert "ablate.track.wandb" in GRAPH["ablate.track.fanout"]
 
 
 GRAPH = {m: _imports(m) for m in MODULES}

@@ -9,7 +9,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ablate.config.sections import ModelConfig
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
-from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
+from ablate.train.rollout import SampleSpec, TorchSampler
+from ablate.train.samplers import BACKENDS
 
 torch.set_num_threads(1)
 SMALL = ModelConfig(n_layers=2, hidden=32, n_heads=2, mlp=64)

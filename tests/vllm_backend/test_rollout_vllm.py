@@ -25,8 +25,9 @@ from ablate.storage import store
 from ablate.storage.rundir import METRICS, REQUIRED_METRICS
 from ablate.train import run
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
-from ablate.train.rollout import BACKENDS, SampleSpec, TorchSampler
+from ablate.train.rollout import SampleSpec, TorchSampler
 from ablate.train.rollout_vllm import VLLM_VERSION, VLLMSampler
+from ablate.train.samplers import BACKENDS
 from ablate.train.vllm_engine import engine_options
 from ablate.train.warmup import supervised_loss
 

@@ -1,7 +1,7 @@
-"""Rollout backends (registry `rollout`): generate completions and keep the generating policy's log-probs.
+"""Rollouts: generate completions and keep the generating policy's log-probs (the backends by name: samplers.py).
 
-The interface every backend implements (`torch` here; `vllm` in rollout_vllm.py, registered lazily so that
-this module never imports it):
+The interface every backend implements (`torch` here; `vllm` in rollout_vllm.py, which imports this module and is
+never imported by it):
 
     backend.generate(prompts: list[str], n: int, spec: SampleSpec, generator) -> Rollouts   # n completions per prompt
     backend.load_weights(state_dict, version)      # weight sync after an optimizer step (PipelineRL)
@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from ablate.registry import Registry
 from ablate.train import length
 from ablate.train.decoder import decoder_forward
 from ablate.train.policy import Policy, head_logits
@@ -70,15 +68,6 @@ class Rollouts:
     def lengths(self) -> Tensor:
         """[N] completion lengths in tokens (EOS and forced tokens included)."""
         return self.present.sum(1)
-
-
-BACKENDS: Registry[Any] = Registry("rollout")
-BACKENDS.add_lazy("vllm", "ablate.train.rollout_vllm:VLLMSampler")
-
-
-def make_sampler(name: str, policy: Policy, **options: Any) -> PolicySampler:
-    """A sampler of backend `name` (torch | vllm) over `policy`; `options` go to the backend (vLLM engine settings)."""
-    return BACKENDS.get(name)(policy, **options)
 
 
 def pack(
@@ -136,7 +125,6 @@ class PolicySampler:
         raise NotImplementedError
 
 
-@BACKENDS.register("torch")
 class TorchSampler(PolicySampler):
     """KV-cached batched sampler over a `Policy` (its own model object: give it a copy for PipelineRL)."""
 

@@ -1,6 +1,6 @@
 """The vLLM rollout backend (`rollout=vllm`): same interface and `Rollouts` as the torch sampler (rollout.py).
 
-rollout.BACKENDS names this module's `VLLMSampler` as `vllm` (imported on first use); the engine it samples from,
+samplers.BACKENDS names this module's `VLLMSampler` as `vllm` (imported on first use); the engine it samples from,
 and how it follows the trainer's weights, is vllm_engine.py.
 
 - Sampling: token-id prompts (the policy's own encoding, BOS included), `n` completions per prompt, temperature,

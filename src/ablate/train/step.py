@@ -33,7 +33,8 @@ from ablate.topology.world import World, worker_seed
 from ablate.train import advantages, filters, length, losses, sharding
 from ablate.train.build import build_policy
 from ablate.train.policy import Policy
-from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, make_sampler
+from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec
+from ablate.train.samplers import make_sampler
 from ablate.train.tasks import Task, build_task
 
 TASK_PHRASE = {"synthetic_math": ">", "jsonl": "</think>"}

@@ -165,7 +165,8 @@ def warmup_info(folder: Path) -> dict[str, Any]:
 def warm_up(cfg: RunConfig, task: Task) -> tuple[Any, Any, dict[str, Any]]:
     """Supervised warm-up on the task's training targets until the pass-rate check reaches the target.
     Returns (model, tokenizer, info)."""
-    from ablate.train.rollout import SampleSpec, make_sampler
+    from ablate.train.rollout import SampleSpec
+    from ablate.train.samplers import make_sampler
 
     w = cfg.train.warmup
     tok = build_char_tokenizer(task.alphabet)
