@@ -25,12 +25,12 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import submitit
 
-import ablate
 from ablate.compose.project import git_commit
 from ablate.compose.spec import RunSpec
 from ablate.errors import UserError
@@ -274,7 +274,7 @@ def launch_event(batch: str, sweep: Any, command: str | None) -> dict[str, Any]:
         "command": command,
         "cwd": cwd,
         "commit": git_commit(path.resolve()) if path.is_file() else None,
-        "ablate": ablate.__version__,
+        "ablate": version("ablate"),
         "host": hostname(),
     }
 

@@ -12,10 +12,10 @@ import shlex
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import ablate
 from ablate.compose.project import git_commit
 from ablate.errors import UserError
 from ablate.launch.status import RunStatus
@@ -206,7 +206,7 @@ def provenance(sweep: Path, launches: list[Launch]) -> dict[str, str]:
         now = git_commit(sweep.resolve())
         commit = "not recorded" if now is None else f"{now} (the sweep folder's checkout today: no launch recorded one)"
     return {
-        "ablate": ablate.__version__,
+        "ablate": version("ablate"),
         "commit": commit,
         "date": utc(datetime.datetime.now(datetime.UTC).timestamp()),
         "machine": f"{socket.gethostname()} · {platform.platform()} · {cpu_name()} ({os.cpu_count()} cores)",

@@ -1,0 +1,76 @@
+"""ablate from Python (docs/api.md): the functions a notebook calls give the commands' own records, the same
+verdicts as `ablate rank --json`, and bad input as one UserError line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.fit.synthetic import synthetic_curve
+
+sys.path.insert(0, str(Path(__file__).parent / "fit"))
+from sweep_writer import write_sweep
+
+BASE = "loss=cispo"
+
+
+def seeds(a: float, c_mid: float, first: int, n: int = 3) -> list:
+    return [synthetic_curve(a=a, b=1.9, c_mid=c_mid, c_max=16000, n_points=60, seed=first + s) for s in range(n)]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("api")
+    arms = {BASE: seeds(0.61, 2500, 0), "loss=gspo": seeds(0.68, 2500, 10), "loss=dapo": seeds(0.61, 1250, 20)}
+    return write_sweep(root, "loss", arms, baseline=BASE)
+
+
+def test_import_ablate_is_light_and_offers_the_verbs():
+    """`import ablate` loads neither scipy nor torch, and exposes the verbs' functions."""
+    code = "import sys, ablate; print(sorted(m for m in ('scipy', 'torch', 'numpy') if m in sys.modules)); "
+    code += "print(all(callable(getattr(ablate, f)) for f in ablate.__all__ if f != '__version__'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]" and out[1] == "True", out
+
+
+def test_rank_from_python_is_rank_json(sweep):
+    import ablate
+
+    ranking = ablate.rank(sweep, x="gpu_hours")
+    printed = json.loads(CliRunner().invoke(app, ["rank", str(sweep), "--x", "gpu_hours", "--json"]).output)
+    assert ranking.to_json() == printed
+    by = {a.arm: a for a in ranking.arms}
+    assert ranking.baseline == BASE and by["loss=gspo"].verdict == "ceiling_up"
+    assert by["loss=gspo"].delta_A_ci[0] > 0 and by["loss=gspo"].fit.A_ci is not None
+
+
+def test_fit_extrapolate_read_and_status_from_python(sweep):
+    import ablate
+
+    fits = ablate.fit_curves(sweep, x="gpu_hours", by_arm=True)
+    assert sorted(f.run for f in fits) == sorted([BASE, "loss=gspo", "loss=dapo"])
+    assert all(f.A_ci is not None and f.A_ci[0] <= f.A <= f.A_ci[1] for f in fits)
+    winner = ablate.extrapolate(sweep, x="gpu_hours", fit_until=8000)
+    assert winner.subject == ablate.rank(sweep, x="gpu_hours").arms[0].arm
+    assert winner.heldout and winner.heldout_mae is not None
+    read = ablate.read(sweep, x="gpu_hours")
+    assert len(read.curves) == 9 and read.x == "gpu_hours"
+    runs = ablate.status(sweep)
+    assert len(runs) == 9 and {str(r.state) for r in runs} == {"done"}
+
+
+def test_bad_input_from_python_is_the_commands_one_line(tmp_path):
+    import ablate
+    from ablate.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        ablate.rank(tmp_path / "nope")
+    assert "\n" not in str(e.value) and "nope" in str(e.value)
+    with pytest.raises(UserError):
+        ablate.rank()
