@@ -5,7 +5,6 @@ docs/json.md."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -18,6 +17,7 @@ from rich.table import Table
 from rich.text import Span, Text
 
 from ablate.launch.status import RunStatus, list_sweeps, status_json, summary, sweep_status
+from ablate.render.terminal import dump_json
 from ablate.states import STOPPED, RunState
 from ablate.text import safe
 
@@ -160,7 +160,7 @@ def show_status(
 
     if as_json:
         objects = [status_json(n, s) for n, s in collect()]
-        print(json.dumps(objects[0] if sweep else {"sweeps": objects}, indent=2, default=str))
+        print(dump_json(objects[0] if sweep else {"sweeps": objects}))
         return
     console = Console()
     if not console.is_terminal:  # piped or redirected: do not squeeze the table into 80 columns

@@ -48,9 +48,15 @@ def console(stderr: bool = False) -> Console:
     return Console(width=width, stderr=stderr, emoji=False)
 
 
+JSON_SCHEMA = 1
+"""The version of the --json contract (docs/json.md), the first key of every document: raised when a key changes
+meaning or goes away (a new key leaves it as it is)."""
+
+
 def dump_json(obj: Any) -> str:
-    """JSON for scripts: numpy scalars and arrays as plain values, NaN and infinities as null (not valid JSON)."""
-    return json.dumps(jsonable(obj), indent=2, allow_nan=False)
+    """JSON for scripts, headed by `schema` (JSON_SCHEMA): numpy scalars and arrays as plain values, NaN and
+    infinities as null (not valid JSON)."""
+    return json.dumps({"schema": JSON_SCHEMA, **jsonable(obj)}, indent=2, allow_nan=False, default=str)
 
 
 def jsonable(o: Any) -> Any:
