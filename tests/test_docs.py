@@ -77,3 +77,18 @@ def test_the_json_page_names_every_key_and_verdict_rank_prints():
     for verdict in VERDICTS:
         if verdict != "baseline":
             assert f"`{VERDICT_TEXT[verdict].split()[0]}" in page, verdict
+
+
+def test_every_exit_status_a_command_raises_is_in_the_readmes_table():
+    """README.md's exit-status table names every literal status the commands raise (typer.Exit(N)), and the
+    signal statuses by their rule (128 + N)."""
+    import re
+
+    raised = set()
+    for path in (ROOT / "src" / "ablate" / "cli").glob("*.py"):
+        raised |= {int(n) for n in re.findall(r"typer\.Exit\((\d+)\)", path.read_text())}
+    table = (ROOT / "README.md").read_text().split("Exit status, for scripts:", 1)[1].split("\n\n", 2)[1]
+    documented = {int(n) for n in re.findall(r"^\| (\d+) \|", table, re.M)}
+    signals = {n for n in raised if n > 128 and f" {n} " in table}
+    assert raised - signals <= documented, raised - documented
+    assert {0, 1, 2, 3} <= documented and {130, 141} <= signals
