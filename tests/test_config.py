@@ -314,3 +314,32 @@ def test_a_field_written_x_or_none_validates_its_values():
         assert errors == [] and (section.count, section.ratio) == want, given
     assert check_config(_Limits, {"count": "3"}, no_rules)[1] == ["count: expected int or null, got '3'"]
     assert check_config(_Limits, {"count": 0}, no_rules)[1] == ["count: must be >= 1, got 0"]
+
+
+def test_show_keys_prints_every_key_a_recipe_can_set_with_its_meaning():
+    """`ablate show --keys [SECTION]`: each key of the schema, as an override names it, with its type, default,
+    choices or bounds and its doc line; the keys are exactly the leaves of a resolved config."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.config.keys import keys
+
+    runner = CliRunner()
+    got = runner.invoke(app, ["show", "--keys", "loss"])
+    assert got.exit_code == 0, got.output
+    assert "loss.name: str = 'cispo'  one of: grpo, dapo, gspo, cispo" in got.output
+    assert "loss.eps_max: float | None = null  (> 0)" in got.output and "ScaleRL uses 5" in got.output
+    assert "train.max_steps" not in got.output
+    shown = runner.invoke(app, ["show", "recipes/base.yaml"]).output
+    config = yaml.safe_load(shown.split("\n", 1)[1])
+
+    def leaves(node, prefix=""):
+        for k, v in node.items():
+            yield from leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+
+    assert {k.name for k in keys()} == set(leaves(config))
+    assert all(k.doc for k in keys()), [k.name for k in keys() if not k.doc]
+    assert not next(k for k in keys() if k.name == "track.to").in_id
+    bad = runner.invoke(app, ["show", "--keys", "los"])
+    assert bad.exit_code == 2 and "did you mean 'loss'" in bad.output

@@ -282,28 +282,38 @@ SHOW_TRAINERS = typer.Option(
     "--trainers",
     help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
 )
+SHOW_KEYS = typer.Option(
+    False,
+    "--keys",
+    help="Print every key a recipe or override can set, with its type, default, choices and meaning, instead of a "
+    "config; RECIPE then names a section (loss) or a key (loss.eps_max) to print alone.",
+)
 
 
 def show(
     recipe: Path | None = SHOW_RECIPE,
     overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
     trainers: bool = SHOW_TRAINERS,
+    keys: bool = SHOW_KEYS,
 ) -> None:
     """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
 
     The first line names the recipe file read: recipes/X.yaml is yours when your folder has it, else ablate's
-    packaged one.
+    packaged one. --keys prints what each key means instead (ablate show --keys loss).
     Example: ablate show recipes/base.yaml loss=dapo aggregation=token
     """
     from ablate.compose.recipe import compose_run
     from ablate.compose.resources import find_recipe
     from ablate.compose.sweep import config_yaml
-    from ablate.render.runs import print_trainers
+    from ablate.render.runs import print_keys, print_trainers
     from ablate.render.terminal import console
     from ablate.text import safe
 
     if trainers:
         print_trainers(console())
+        return
+    if keys:
+        print_keys(str(recipe) if recipe is not None else None)
         return
     if recipe is None:
         raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")

@@ -90,3 +90,23 @@ def written(folder: Path, files: Sequence[Path]) -> list[str]:
         f"edit them there: run from {safe(folder)}, `ablate sweep recipes/NAME.yaml` reads your copy (your folder "
         "first, then ablate's packaged recipes); `--profile ./slurm/example.yaml` submits with that profile",
     ]
+
+
+def print_keys(under: str | None) -> None:
+    """`ablate show --keys [SECTION]`: each key on one line (its type, default and choices or bounds), its meaning
+    indented under it; keys not part of a run's id say so."""
+    import shutil
+    import textwrap
+
+    from ablate.config.keys import keys
+
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    for k in keys(under):
+        allowed = (
+            f"  one of: {', '.join(map(str, k.choices))}" if k.choices else (f"  ({k.bounds})" if k.bounds else "")
+        )
+        default = "null" if k.default is None else repr(k.default)
+        print(f"{k.name}: {k.type} = {default}{allowed}")
+        note = "" if k.in_id else " (not part of the run id)"
+        for line in textwrap.wrap(f"{k.doc}{note}", width - 4):
+            print(f"    {line}")

@@ -1,0 +1,65 @@
+"""Every key of the run config as a reader needs it (`ablate show --keys`): its dotted name, type, default,
+choices or bounds, and the doc line the schema declares it with (ablate.config.validation.schema_field)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ablate.config.schema import RunConfig
+from ablate.config.validation import closest, type_hints
+from ablate.errors import UserError
+
+BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+@dataclass(frozen=True)
+class Key:
+    """One leaf of the schema."""
+
+    name: str
+    """Dotted, as an override names it (`loss.eps_max`)."""
+    type: str
+    default: Any
+    choices: tuple[Any, ...] | None
+    bounds: str
+    """`> 0, < 1`, or '' when none."""
+    doc: str
+    in_id: bool
+    """Whether the key is part of a run's id (launcher, resources, setup and track are not)."""
+
+
+def keys(under: str | None = None) -> list[Key]:
+    """The schema's keys in declaration order; `under`: only a section's (`loss`) or one key (`loss.eps_max`), else
+    a UserError naming the closest."""
+    found = list(_walk(RunConfig, "", True))
+    if not under:
+        return found
+    chosen = [k for k in found if k.name == under or k.name.startswith(f"{under}.")]
+    if not chosen:
+        sections = sorted({k.name.split(".")[0] for k in found})
+        raise UserError(
+            f"--keys {under!r}: no such section or key{closest(under, [k.name for k in found] + sections)}; "
+            f"sections: {', '.join(sections)}"
+        )
+    return chosen
+
+
+def _walk(cls: type, prefix: str, hashed: bool):
+    hints = type_hints(cls)
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}{f.name}"
+        in_id = hashed and f.metadata.get("hash", True) is not False
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _walk(hints[f.name], f"{name}.", in_id)
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        bounds = ", ".join(f"{sign} {_number(f.metadata[k])}" for k, sign in BOUNDS if k in f.metadata)
+        hint = hints[f.name]
+        kind = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+        yield Key(name, kind, default, f.metadata.get("choices"), bounds, f.metadata.get("doc", ""), in_id)
+
+
+def _number(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) else f"{v:g}"
