@@ -54,7 +54,7 @@ def _walk(cls: type, prefix: str, hashed: bool):
         if dataclasses.is_dataclass(hints[f.name]):
             yield from _walk(hints[f.name], f"{name}.", in_id)
             continue
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[operator]
         bounds = ", ".join(f"{sign} {_number(f.metadata[k])}" for k, sign in BOUNDS if k in f.metadata)
         hint = hints[f.name]
         kind = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
