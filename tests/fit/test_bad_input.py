@@ -396,3 +396,20 @@ def test_a_mistyped_sweep_name_lists_the_sweeps_there_are(cmd, tmp_path, monkeyp
         (tmp_path / "sweeps" / name).mkdir(parents=True)
         (tmp_path / "sweeps" / name / "ledger.jsonl").write_text("")
     fails([cmd, "los"], "los: no such file, folder or sweep", "(sweeps under sweeps/: batch, loss)")
+
+
+@pytest.mark.parametrize(
+    "args, culprit",
+    [
+        (["calibrate", "--fs", "1"], "No such option: --fs"),
+        (["rank", "--n-boot", "many", "x.csv"], "Invalid value for '--n-boot'"),
+        (["rank"], "Missing argument 'INPUTS'"),
+        (["rnak", "x.csv"], "No such command 'rnak'"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_culprit_and_the_help(args, culprit):
+    """A mistyped option, a bad value for one, a missing argument or command: one `error:` line (no box), exit 2."""
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith(f"error: {culprit}") and "--help`" in line, line

@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from ablate.cli import fitting, planning, reporting, runs, tracking
-from ablate.cli.errors import user_errors
+from ablate.cli.errors import OneLineUsage, user_errors
 from ablate.cli.options import plain_placeholders
 
 app = typer.Typer(
@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineUsage,
 )
 
 

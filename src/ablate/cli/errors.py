@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from ablate.errors import UserError
 from ablate.text import safe
@@ -68,3 +69,28 @@ def checked(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
             fail(e)
 
     return callback
+
+
+class OneLineUsage(TyperGroup):
+    """The command group whose usage errors (a mistyped option, a bad value for one, a missing argument) are one
+    `error:` line naming the culprit and where the options are, exit status 2, like every other bad input; `ablate`
+    with no command still prints the help. Click's exceptions are told by class name: typer vendors its own click
+    in some versions and uses the click package in others."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except Exception as e:
+            kinds = {c.__name__ for c in type(e).__mro__}
+            if "NoArgsIsHelpError" in kinds:
+                return super().main(*args, standalone_mode=True, **kwargs)  # the help, as typer prints it
+            if "ClickException" not in kinds:
+                raise
+            message = safe(" ".join(e.format_message().split()).rstrip("."))  # type: ignore[attr-defined]
+            ctx = getattr(e, "ctx", None)
+            where = f"; see `{ctx.command_path} --help`" if "UsageError" in kinds and ctx is not None else ""
+            typer.echo(f"error: {message}{where}", err=True)
+            sys.exit(2 if "UsageError" in kinds else getattr(e, "exit_code", 1))
+        sys.exit(code if isinstance(code, int) else 0)
