@@ -7,7 +7,7 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -77,15 +77,24 @@ class OneLineUsage(TyperGroup):
     with no command still prints the help. Click's exceptions are told by class name: typer vendors its own click
     in some versions and uses the click package in others."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        kwargs.update(complete_var=complete_var, windows_expand_args=windows_expand_args)
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs)
         except Exception as e:
             kinds = {c.__name__ for c in type(e).__mro__}
             if "NoArgsIsHelpError" in kinds:
-                return super().main(*args, standalone_mode=True, **kwargs)  # the help, as typer prints it
+                return super().main(args=args, prog_name=prog_name, **kwargs)  # the help, as typer prints it
             if "ClickException" not in kinds:
                 raise
             message = safe(" ".join(e.format_message().split()).rstrip("."))  # type: ignore[attr-defined]
