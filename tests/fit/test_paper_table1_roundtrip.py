@@ -1,9 +1,9 @@
 """A round trip on the paper's parameters, not a reproduction of its data (the paper publishes its fitted parameters,
 not the points behind them): curves built from the ScaleRL paper's Table 1 (App. A.13) with realistic noise (the
 calibration harness's `ar0.5` drift on top of mean@16 over 1,000 prompts) are fitted with both methods; the fit
-must give back the A it was built with within the paper's ±0.02 margin, and B inside the default method's interval. And the
-paper's window-sensitivity table for its 100k GPU-hour run (fits over (1.5k, 50k), (0, 100k), (0, 50k), (5k, 50k)
-agree on A within 0.01; B moves more, 1.56-1.70) is reproduced in shape on a curve built from that run's
+must give back the A it was built with within the paper's ±0.02 margin, and B inside the default method's interval.
+And the paper's window-sensitivity table for its 100k GPU-hour run (fits over (1.5k, 50k), (0, 100k), (0, 50k), (5k,
+50k) agree on A within 0.01; B moves more, 1.56-1.70) is reproduced in shape on a curve built from that run's
 parameters.
 """
 
