@@ -5,6 +5,8 @@ The work lives in the library, the printing in ablate.render; a bad input is one
 
 from __future__ import annotations
 
+import inspect
+
 import typer
 
 from ablate.cli import fitting, planning, reporting, runs, tracking
@@ -40,8 +42,23 @@ VERBS = (
     runs.init,
     tracking.sync,
 )
+
+
+def flowing(doc: str) -> str:
+    """A docstring as help that the terminal wraps: each paragraph's source lines joined (they break at 120
+    columns of code, not at the reader's width), an `Example:` line kept on a line of its own."""
+    out = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines = [ln.strip() for ln in para.splitlines()]
+        text = " ".join(ln for ln in lines if not ln.startswith("Example:"))
+        examples = [ln for ln in lines if ln.startswith("Example:")]
+        out.append("\n".join([t for t in (text, *examples) if t]))
+    return "\n\n".join(out)
+
+
 for verb in VERBS:
     plain_placeholders(verb)
-    app.command(verb.__name__)(user_errors(verb))
+    doc = flowing(verb.__doc__ or "")
+    app.command(verb.__name__, help=doc, short_help=doc.split("\n\n", 1)[0])(user_errors(verb))
 
 __all__ = ["app", "main"]
