@@ -422,6 +422,19 @@ def test_a_changed_relaunch_is_refused_not_mixed_into_the_sweep(tmp_path):
     assert len(list((tmp_path / "loss" / "runs").iterdir())) == 4
     again = CliRunner().invoke(app, [*args, "train.max_steps=3"])
     assert again.exit_code == 0 and "4 done, 0 running, 0 failed, 0 new -> nothing to submit" in again.output
+    # --dry-run says the same before anything: the change refused, else each run's state and the destination
+    ledger = (tmp_path / "loss" / "ledger.jsonl").read_text()
+    dry = [*args, "--dry-run"]
+    changed = CliRunner().invoke(app, [*dry, "train.max_steps=4"], env={"COLUMNS": "200"})
+    assert changed.exit_code == 2 and "train.max_steps 3 -> 4" in changed.output, changed.output
+    more = CliRunner().invoke(app, [*dry, "train.max_steps=3", "seed=0,1"], env={"COLUMNS": "200"})
+    assert more.exit_code == 0, more.output
+    said = " ".join(more.output.split())
+    assert f"destination: {tmp_path / 'loss'} (4 done, 4 new); `ablate sweep` would submit 4 runs" in said, said
+    rows = [ln for ln in more.output.splitlines() if "seed=" in ln]
+    states = [ln.rstrip(" │").rsplit(" ", 1)[-1] for ln in rows]
+    assert sorted(states) == ["done"] * 4 + ["new"] * 4, states
+    assert (tmp_path / "loss" / "ledger.jsonl").read_text() == ledger  # a dry run writes nothing
 
 
 def test_auto_picks_local_without_a_slurm_controller(tmp_path, monkeypatch):

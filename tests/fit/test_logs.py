@@ -77,6 +77,7 @@ def tb(tmp_path_factory):
 def wandb_offline(tmp_path_factory):
     """Two W&B offline runs written by wandb itself, in its wandb/ folder."""
     import wandb  # the `track` extra, which `make test` installs: a missing client fails, never skips
+
     root = tmp_path_factory.mktemp("wb")
     mp = pytest.MonkeyPatch()
     for k, v in {

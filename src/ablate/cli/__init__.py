@@ -1,6 +1,6 @@
 """The `ablate` command line: one thin command per verb, grouped by what they work on (fitting: fit, rank,
-extrapolate; planning: calibrate, plan; reporting: report; runs: status, sweep, show, train, init; tracking: sync).
-The work lives in the library, the printing in ablate.render; a bad input is one `error:` line and exit 2
+extrapolate; planning: calibrate, plan; reporting: report; runs: status, sweep, train; recipes: show, init;
+tracking: sync). The work lives in the library, the printing in ablate.render; a bad input is one `error:` line and exit 2
 (errors.user_errors). The commands and their options: README.md; the JSON they print: docs/json.md."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import inspect
 
 import typer
 
-from ablate.cli import fitting, planning, reporting, runs, tracking
+from ablate.cli import fitting, planning, recipes, reporting, runs, tracking
 from ablate.cli.errors import OneLineUsage, user_errors
 from ablate.cli.options import plain_placeholders
 
@@ -37,9 +37,9 @@ VERBS = (
     reporting.report,
     runs.status,
     runs.sweep,
-    runs.show,
+    recipes.show,
     runs.train,
-    runs.init,
+    recipes.init,
     tracking.sync,
 )
 

@@ -1,5 +1,5 @@
-"""`ablate status`, `sweep`, `show`, `train` and `init`: expand and launch sweeps, follow them, run one recipe in the
-foreground, start a project of one's own. Recipes and sweep files: docs/ and recipes/README.md; run directories:
+"""`ablate status`, `sweep` and `train`: expand and launch sweeps, follow them, run one recipe in the foreground
+(`show` and `init`: cli/recipes.py). Recipes and sweep files: docs/ and recipes/README.md; run directories:
 docs/run-directory.md."""
 
 from __future__ import annotations
@@ -185,6 +185,7 @@ def sweep(
     from ablate.analysis.choices import prune_settings
     from ablate.compose.sweep import load_sweep
     from ablate.launch.status import check_ledger
+    from ablate.launch.submission import preview
     from ablate.launch.submit import launch_sweep
     from ablate.render.runs import runs_table
     from ablate.render.status import follow_runs
@@ -201,7 +202,9 @@ def sweep(
         return run_decide(recipe, every, root=root, executor=executor, looks=(wave, max_seeds, budget), launch=launch)
     expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     if dry_run:
-        console().print(runs_table(expanded))
+        check_ledger(root / expanded.name)
+        states = preview(root / expanded.name, expanded.runs)
+        console().print(runs_table(expanded, states, root / expanded.name))
         return
     settings = prune_settings(expanded, prune=prune, x=prune_x, to=prune_to, executor=executor, echo=typer.echo)
     check_writable_output(root / expanded.name, "--root", folder=True)  # before any run is submitted
@@ -274,54 +277,6 @@ def monitor_hook(settings: Any) -> Callable[[Path], None] | None:
     return start_hook(settings, echo=typer.echo)
 
 
-SHOW_RECIPE = typer.Argument(
-    None, help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo)."
-)
-SHOW_TRAINERS = typer.Option(
-    False,
-    "--trainers",
-    help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
-)
-SHOW_KEYS = typer.Option(
-    False,
-    "--keys",
-    help="Print every key a recipe or override can set, with its type, default, choices and meaning, instead of a "
-    "config; RECIPE then names a section (loss) or a key (loss.eps_max) to print alone.",
-)
-
-
-def show(
-    recipe: Path | None = SHOW_RECIPE,
-    overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
-    trainers: bool = SHOW_TRAINERS,
-    keys: bool = SHOW_KEYS,
-) -> None:
-    """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
-
-    The first line names the recipe file read: recipes/X.yaml is yours when your folder has it, else ablate's
-    packaged one. --keys prints what each key means instead (ablate show --keys loss).
-    Example: ablate show recipes/base.yaml loss=dapo aggregation=token
-    """
-    from ablate.compose.recipe import compose_run
-    from ablate.compose.resources import find_recipe
-    from ablate.compose.sweep import config_yaml
-    from ablate.render.runs import print_keys, print_trainers
-    from ablate.render.terminal import console
-    from ablate.text import safe
-
-    if trainers:
-        print_trainers(console())
-        return
-    if keys:
-        print_keys(str(recipe) if recipe is not None else None)
-        return
-    if recipe is None:
-        raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")
-    config = config_yaml(compose_run(recipe, overrides or []))
-    found, source = find_recipe(recipe)
-    typer.echo(f"# recipe: {safe(found)} ({source})\n{config}", nl=False)
-
-
 TRAIN_THREADS = typer.Option(
     1,
     "--threads",
@@ -382,18 +337,3 @@ def train(
         at = f" at step {summary['step']}" if summary.get("step") is not None else ""
         typer.echo(f"stopped by {signal.Signals(stop.signum).name}{at}; resume with: {again}", err=True)
         raise typer.Exit(stop.exit_code())  # the shell's convention (Stop.exit_code)
-
-
-def init(
-    folder: Path = typer.Argument(Path("."), help="The project's folder (created if missing; default: here)."),
-) -> None:
-    """Start a project of your own: an editable copy of ablate's recipes (DIR/recipes/) and an example SLURM
-    profile (DIR/slurm/example.yaml). Refuses, writing nothing, when any of those files exists already.
-
-    Example: ablate init my-ablations && cd my-ablations && ablate sweep recipes/loss.yaml --dry-run
-    """
-    from ablate.compose.project import init_project
-    from ablate.render.runs import written
-
-    for line in written(folder, init_project(folder)):
-        typer.echo(line)

@@ -16,6 +16,7 @@ from ablate.compose.spec import RunSpec
 from ablate.config.identity import canonical
 from ablate.errors import UserError
 from ablate.storage import reading
+from ablate.storage.ledger import Ledger
 from ablate.text import safe
 
 
@@ -62,3 +63,12 @@ def check_one_config(sdir: Path, runs: Sequence[RunSpec], recs: Mapping[str, Any
         + f"; {len(clash)} run(s) would mix two configurations in one sweep. Launch the changed sweep under another "
         f"--root, or move {sdir} aside"
     )
+
+
+def recorded_states(sdir: Path, runs: Sequence[RunSpec]) -> dict[str, Any]:
+    """The ledger's record of each run of the sweep folder (its last recorded state, no liveness check), after
+    refusing `runs` that would mix another config into it (check_one_config); {} for a folder with no ledger. Read
+    before anything is made or submitted; `ablate sweep` checks again under the sweep's lock."""
+    recs = Ledger(sdir).fold() if (sdir / "ledger.jsonl").is_file() else {}
+    check_one_config(sdir, runs, recs)
+    return recs

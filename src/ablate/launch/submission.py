@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from ablate.launch.liveness import Verdict
+from ablate.launch.mixing import recorded_states
 from ablate.states import FINISHED, LIVE, STOPPED, RunState
 from ablate.storage.ledger import RunRecord
 
@@ -85,3 +88,10 @@ def make_submission(
         ):
             sub.submit.append(rid)
     return sub
+
+
+def preview(sdir: Path, runs: Sequence[Any]) -> dict[str, str]:
+    """`ablate sweep --dry-run`: each run's state in the sweep folder's ledger as last recorded (`new` when it has
+    none; liveness is not checked), a changed re-launch refused as `ablate sweep` refuses it. Nothing is written."""
+    recs = recorded_states(sdir, runs)
+    return {s.run_id: str(recs[s.run_id].state) if s.run_id in recs else RunState.NEW.value for s in runs}

@@ -38,7 +38,7 @@ from ablate.launch.job import RunJob, crashpoint
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
 from ablate.launch.liveness import current_states, record_deaths
 from ablate.launch.local import spawn_runner
-from ablate.launch.mixing import check_one_config
+from ablate.launch.mixing import check_one_config, recorded_states
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.launch.submission import Submission, make_submission
 from ablate.states import FINISHED, STOPPED, TERMINAL
@@ -119,6 +119,7 @@ def submit_sweep(
     root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
     sdir = sweep_path(root, sweep.name)
     _check_sweep_dir(sdir, [s.run_id for s in runs])
+    recorded_states(sdir, runs)  # a changed re-launch is refused before anything is made (again under the lock)
     store.make_dirs(sdir, store.dir_mode(group_read))
     if group_read:
         store.open_to_group(sdir)

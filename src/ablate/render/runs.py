@@ -4,6 +4,7 @@ trainers: docs/trainers.md.)"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,11 +33,17 @@ def run_cells(sweep: Sweep) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def runs_table(sweep: Sweep) -> Table:
-    """`ablate sweep --dry-run`'s table (title: sweep, arms x seeds; caption: baseline, constants, notes). Labels
-    and overrides are shown literally: `[x]` in a value is text, not rich markup, and control characters are
-    escaped (ablate.text.safe)."""
+def runs_table(sweep: Sweep, states: dict[str, str] | None = None, where: Path | None = None) -> Table:
+    """`ablate sweep --dry-run`'s table (title: sweep, arms x seeds; caption: baseline, constants, notes; with
+    `states`, each run's state in the sweep folder `where`, and what a launch would submit). Labels and overrides
+    are shown literally: `[x]` in a value is text, not rich markup, and control characters are escaped
+    (ablate.text.safe)."""
     caption = [f"* baseline: {safe(sweep.baseline or 'none')}"]
+    if states is not None and where is not None:
+        counts = Counter(states.values())
+        due = sum(n for state, n in counts.items() if state in ("new", "preempted"))
+        said = ", ".join(f"{n} {state}" for state, n in counts.items())
+        caption.append(f"destination: {safe(where)} ({said}); `ablate sweep` would submit {counted(due, 'run')}")
     if sweep.constants:
         caption.append("every run: " + " ".join(map(safe, sweep.constants)))
     caption += [f"note: {safe(n)}" for n in sweep.notes]
@@ -52,8 +59,11 @@ def runs_table(sweep: Sweep) -> Table:
     table.add_column("run id", no_wrap=True)
     table.add_column("arm id", no_wrap=True)
     table.add_column("overrides vs base", overflow="fold")
-    for row in run_cells(sweep):
-        table.add_row(*(Text(safe(c)) for c in row))
+    if states is not None:
+        table.add_column("now", no_wrap=True)
+    for spec, row in zip(sweep.runs, run_cells(sweep)):
+        now = [states.get(spec.run_id, "new")] if states is not None else []
+        table.add_row(*(Text(safe(c)) for c in [*row, *now]))
     return table
 
 

@@ -1,0 +1,73 @@
+"""`ablate show` and `ablate init`: what a recipe resolves to (and what each key means, and what each trainer
+supports), and a project of one's own with an editable copy of the recipes. Recipes and sweep files:
+recipes/README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ablate.errors import UserError
+
+SHOW_RECIPE = typer.Argument(
+    None, help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo)."
+)
+SHOW_TRAINERS = typer.Option(
+    False,
+    "--trainers",
+    help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
+)
+SHOW_KEYS = typer.Option(
+    False,
+    "--keys",
+    help="Print every key a recipe or override can set, with its type, default, choices and meaning, instead of a "
+    "config; RECIPE then names a section (loss) or a key (loss.eps_max) to print alone.",
+)
+
+
+def show(
+    recipe: Path | None = SHOW_RECIPE,
+    overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
+    trainers: bool = SHOW_TRAINERS,
+    keys: bool = SHOW_KEYS,
+) -> None:
+    """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
+
+    The first line names the recipe file read: recipes/X.yaml is yours when your folder has it, else ablate's
+    packaged one. --keys prints what each key means instead (ablate show --keys loss).
+    Example: ablate show recipes/base.yaml loss=dapo aggregation=token
+    """
+    from ablate.compose.recipe import compose_run
+    from ablate.compose.resources import find_recipe
+    from ablate.compose.sweep import config_yaml
+    from ablate.render.runs import print_keys, print_trainers
+    from ablate.render.terminal import console
+    from ablate.text import safe
+
+    if trainers:
+        print_trainers(console())
+        return
+    if keys:
+        print_keys(str(recipe) if recipe is not None else None)
+        return
+    if recipe is None:
+        raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")
+    config = config_yaml(compose_run(recipe, overrides or []))
+    found, source = find_recipe(recipe)
+    typer.echo(f"# recipe: {safe(found)} ({source})\n{config}", nl=False)
+
+
+def init(
+    folder: Path = typer.Argument(Path("."), help="The project's folder (created if missing; default: here)."),
+) -> None:
+    """Start a project of your own: an editable copy of ablate's recipes (DIR/recipes/) and an example SLURM
+    profile (DIR/slurm/example.yaml). Refuses, writing nothing, when any of those files exists already.
+
+    Example: ablate init my-ablations && cd my-ablations && ablate sweep recipes/loss.yaml --dry-run
+    """
+    from ablate.compose.project import init_project
+    from ablate.render.runs import written
+
+    for line in written(folder, init_project(folder)):
+        typer.echo(line)
