@@ -438,3 +438,15 @@ def test_run_cells(loaded):
         "loss=cispo,seed=0 *",
     ]
     assert [overrides for *_, overrides in rows] == ["loss=grpo", "loss=dapo", "loss=gspo", "(base)"]
+
+
+def test_a_run_label_is_read_back_by_one_parser():
+    """The labels a sweep writes (`<overrides>,seed=<n>`) give back their seed and their arm through
+    config.identity's one reader, which every module uses."""
+    from ablate.config.identity import label_arm, label_seed
+
+    sw = load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,7"])
+    for run in sw.runs:
+        assert label_seed(run.label) == str(run.config.seed) and label_arm(run.label) == run.arm_label
+    assert label_seed("loss=dapo") is None and label_arm("seed=3") == "base"
+    assert label_seed("loss=dapo, seed=3") == "3" and label_arm("loss=dapo, seed=3") == "loss=dapo"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.config.identity import label_arm
 from ablate.config.schema import RunConfig, validate
 
 
@@ -28,8 +29,7 @@ class RunSpec:
     @property
     def arm_label(self) -> str:
         """The label without its `seed=...` part: the name of the arm in `rank`."""
-        parts = [p for p in self.label.split(",") if not p.startswith("seed=")]
-        return ",".join(parts) or "base"
+        return label_arm(self.label)
 
     def to_json(self) -> dict[str, Any]:
         """Plain containers, e.g. for a local runner's queue file; `from_json` reverses it."""

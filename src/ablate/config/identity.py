@@ -111,3 +111,15 @@ def check_name(value: Any, what: str, fix: str = "") -> str:
     if not is_name(value):
         raise UserError(f"{what} {value!r}: use letters, digits, '_' and '-' only" + (f"; {fix}" if fix else ""))
     return value
+
+
+def label_seed(label: str) -> str | None:
+    """The seed a run label names (`loss=dapo,seed=3` -> `3`; the last `seed=` part), or None when it names none.
+    The one reader of the label grammar that ablate.compose.sweep writes (`<overrides>,seed=<n>`)."""
+    seeds = [p.split("=", 1)[1].strip() for p in label.split(",") if p.strip().startswith("seed=")]
+    return seeds[-1] if seeds else None
+
+
+def label_arm(label: str) -> str:
+    """A run label without its `seed=` part: the arm's name in `rank` (`base` when nothing else is left)."""
+    return ",".join(p for p in label.split(",") if not p.strip().startswith("seed=")) or "base"

@@ -14,7 +14,7 @@ import numpy as np
 import yaml
 
 from ablate.compose.safe_yaml import check_yaml
-from ablate.config.identity import arm_id, run_id
+from ablate.config.identity import arm_id, label_seed, run_id
 from ablate.curves.tables import VAL_N, show
 from ablate.errors import UserError
 from ablate.fit.curve import Curve
@@ -148,8 +148,10 @@ def _check_ids(rd: RunDir, info: RunInfo, ids: tuple[str, str, Any]) -> None:
             f"{rd.path}: run.json says run {said} ({info.label or 'no label'}) but its config.yaml is run "
             f"{cfg_run}; {fix}"
         )
-    seeds = [p.split("=", 1)[1].strip() for p in info.label.split(",") if p.strip().startswith("seed=")]
-    if seeds and not (isinstance(cfg_seed, int) and not isinstance(cfg_seed, bool) and seeds[-1] == str(cfg_seed)):
+    seed = label_seed(info.label)
+    if seed is not None and not (
+        isinstance(cfg_seed, int) and not isinstance(cfg_seed, bool) and seed == str(cfg_seed)
+    ):
         raise UserError(f"{rd.path}: run.json labels it {info.label!r} but its config.yaml has seed={cfg_seed}; {fix}")
 
 

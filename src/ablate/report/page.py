@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from ablate.config.identity import label_seed
 from ablate.launch.status import RunStatus
 from ablate.render.figures import efficiency_pairs
 from ablate.report import figures
@@ -246,7 +247,7 @@ def status_order(data: ReportData) -> Callable[[RunStatus], tuple[Any, ...]]:
 
     def key(s: RunStatus) -> tuple[Any, ...]:
         arm = RunInfo(s.run_id, label=s.label).arm
-        seed = next((p.split("=", 1)[1] for p in s.label.split(",") if p.startswith("seed=")), "")
+        seed = label_seed(s.label) or ""
         return (order.index(arm) if arm in order else len(order), arm, seed_order(seed), s.label)
 
     return key

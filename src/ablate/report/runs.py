@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate.config.identity import label_seed
 from ablate.launch.status import RunStatus, check_ledger, sweep_status
 from ablate.states import RunState
 from ablate.storage import store
@@ -160,7 +161,7 @@ def seed_of(info: RunInfo, cfg: dict[str, Any]) -> str:
     """The run's seed: config.yaml's, else the `seed=` part of its label."""
     if "seed" in cfg:
         return str(cfg["seed"])
-    return next((p.split("=", 1)[1] for p in info.label.split(",") if p.startswith("seed=")), "—")
+    return label_seed(info.label) or "—"
 
 
 def seed_order(seed: str) -> tuple[bool, int, str]:

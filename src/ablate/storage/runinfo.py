@@ -11,6 +11,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.config.identity import label_arm
+
 TRACEBACK_LINES = 15
 
 
@@ -66,7 +68,7 @@ class RunInfo:
     @property
     def arm(self) -> str:
         """The label without its `seed=...` part: the arm's name in `rank`."""
-        return ",".join(p for p in self.label.split(",") if not p.startswith("seed=")) or "base"
+        return label_arm(self.label)
 
     def why(self) -> str:
         """One line on why the run ended as it did, e.g. `failed (killed): local job 123 ended ...`."""
