@@ -237,7 +237,7 @@ def test_json_has_no_nan_or_infinity():
     from ablate.render.terminal import dump_json
 
     text = dump_json({"ratio": float("inf"), "scores": {"power": float("nan")}})
-    assert json.loads(text) == {"ratio": None, "scores": {"power": None}}
+    assert json.loads(text) == {"schema": 1, "ratio": None, "scores": {"power": None}}
 
 
 def test_a_single_seed_difference_is_not_a_ceiling_change_by_default(tmp_path):

@@ -5,23 +5,30 @@ verdict means."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult, finite_or_none
 from ablate.fit.spread import MinEffect, NoiseFloor
 
-VERDICTS = (
-    "baseline",
-    "ceiling_up",
-    "ceiling_down",
-    "efficiency_up",
-    "efficiency_down",
-    "equivalent",
-    "inconclusive",
-    "not_identified",
-)
-CHANGED = ("ceiling_up", "ceiling_down", "efficiency_up", "efficiency_down")
+
+class Verdict(StrEnum):
+    """An arm's verdict against the baseline (docs/verdicts.md). A str: it compares, prints and serialises as its
+    value (`"ceiling_up"`), which docs/json.md documents."""
+
+    BASELINE = "baseline"
+    CEILING_UP = "ceiling_up"
+    CEILING_DOWN = "ceiling_down"
+    EFFICIENCY_UP = "efficiency_up"
+    EFFICIENCY_DOWN = "efficiency_down"
+    EQUIVALENT = "equivalent"
+    INCONCLUSIVE = "inconclusive"
+    NOT_IDENTIFIED = "not_identified"
+
+
+VERDICTS = tuple(Verdict)
+CHANGED = (Verdict.CEILING_UP, Verdict.CEILING_DOWN, Verdict.EFFICIENCY_UP, Verdict.EFFICIENCY_DOWN)
 VERDICT_TEXT = {
     "baseline": "baseline",
     "ceiling_up": "ceiling ↑",
@@ -44,7 +51,7 @@ class ArmResult:
     seeds: int
     partial: bool
     truncation_warning: bool
-    verdict: str | None = None
+    verdict: Verdict | None = None
     margin: float | None = None
     """The paper rule's margin on A (None under the calibrated tests)."""
     delta_A: float | None = None

@@ -23,7 +23,7 @@ import numpy as np
 
 from ablate.errors import UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
-from ablate.fit.arms import ArmResult, Ranking
+from ablate.fit.arms import ArmResult, Ranking, Verdict
 from ablate.fit.curve import Curve
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
@@ -173,12 +173,12 @@ def _identified_pairs(arms: list[ArmResult], base: ArmResult, bases: dict[str, A
             continue
         b = bases.get(a.arm, base)
         if isinstance(b, str):
-            a.verdict, a.detail, a.effect = "not_identified", b, "baseline unfitted on its window"
+            a.verdict, a.detail, a.effect = Verdict.NOT_IDENTIFIED, b, "baseline unfitted on its window"
             continue
         a.delta_A = a.fit.A - b.fit.A
         if not (a.fit.identifiable and b.fit.identifiable):
             who, fit = ("this arm", a.fit) if not a.fit.identifiable else ("the baseline", b.fit)
-            a.verdict = "not_identified"  # the footer says how it is ranked; the detail, which rule failed
+            a.verdict = Verdict.NOT_IDENTIFIED  # the footer says how it is ranked; the detail, which rule failed
             a.detail = f"A not measured ({who}: {'; '.join(fit.why_not_identified) or 'the fit did not converge'})"
             a.effect = f"A not measured ({who})"
         else:
@@ -288,7 +288,7 @@ def _judge(
     the calibrated tests."""
     out = _Judgement()
     base = next(a for a in arms if a.arm == baseline)
-    base.verdict, base.detail, base.effect = "baseline", "the reference arm", "reference"
+    base.verdict, base.detail, base.effect = Verdict.BASELINE, "the reference arm", "reference"
     if not base.fit.identifiable:
         why = "; ".join(base.fit.why_not_identified) or "the fit did not converge"
         base.detail += f"; A not measured ({why}): no ceiling or efficiency verdicts"

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from ablate.errors import UserError
-from ablate.fit.arms import ArmResult
+from ablate.fit.arms import CHANGED, ArmResult, Verdict
 from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
@@ -114,15 +114,15 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
     label = "(paper convention)" if a_margin == PAPER_A_MARGIN else "(threshold rule)"
     ratio = shared["compute_ratio"]
     if abs(d_a) > a_margin:
-        a.verdict = "ceiling_up" if d_a > 0 else "ceiling_down"
+        a.verdict = Verdict.CEILING_UP if d_a > 0 else Verdict.CEILING_DOWN
         a.detail = f"ΔA {d_a:+.3f} beyond ±{a_margin:g} {label}"
         a.effect = f"ΔA {d_a:+.3f}"
     elif np.isfinite(ratio) and ratio > 0 and abs(np.log(ratio)) > PAPER_COMPUTE_MARGIN:
-        a.verdict = "efficiency_up" if ratio < 1 else "efficiency_down"
+        a.verdict = Verdict.EFFICIENCY_UP if ratio < 1 else Verdict.EFFICIENCY_DOWN
         a.detail = efficiency_text(a) + f", beyond ±15% {label}"
         a.effect = f"compute {ratio:.2f}x"
     else:
-        a.verdict, a.practical = "inconclusive", "unclear"
+        a.verdict, a.practical = Verdict.INCONCLUSIVE, "unclear"
         a.detail = (
             f"ΔA {d_a:+.3f} within ±{a_margin:g}; " + efficiency_text(a) + f" {label}: a "
             "threshold rule is not a test, so it cannot show the arms equal"
@@ -201,22 +201,22 @@ def _conclude(
         parts.insert(1, f"A changed by less than matters (±{me.a:g}): read on its efficiency")
         ceiling = False
     if ceiling:
-        a.verdict, a.practical = ("ceiling_up" if d_a > 0 else "ceiling_down"), a_size
+        a.verdict, a.practical = (Verdict.CEILING_UP if d_a > 0 else Verdict.CEILING_DOWN), a_size
         a.effect = short_effect(a, "ceiling")
     elif efficiency:  # a discovery: the compute ratio was tested, so it has its interval
-        a.verdict = "efficiency_up" if shared["compute_ratio_tested"] < 1 else "efficiency_down"
+        a.verdict = Verdict.EFFICIENCY_UP if shared["compute_ratio_tested"] < 1 else Verdict.EFFICIENCY_DOWN
         a.practical = compute_size
         a.effect = short_effect(a, "efficiency")
     elif equivalent:
-        a.verdict, a.practical = "equivalent", "negligible"
+        a.verdict, a.practical = Verdict.EQUIVALENT, "negligible"
         a.effect = short_effect(a, "both")
         parts.append(eq + ": the choice does not matter at this scale, within that margin")
     else:
-        a.verdict, a.practical = "inconclusive", "unclear"
+        a.verdict, a.practical = Verdict.INCONCLUSIVE, "unclear"
         a.effect = short_effect(a, "both")
         a.decide = seeds_to_decide(a, floor, me, among[0], x, family=among[1])
         parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
-    if a.practical is not None and a.verdict.startswith(("ceiling", "efficiency")):
+    if a.practical is not None and a.verdict in CHANGED:
         size = {
             "material": f"beyond the smallest effect that matters ({me.describe()})",
             "negligible": f"real, but below the smallest effect that matters ({me.describe()})",
@@ -279,7 +279,7 @@ def decide_verdicts(
     tests: list[_Tests] = []
     if floor is None:
         for a in compared:
-            a.verdict, a.practical = "inconclusive", "unclear"
+            a.verdict, a.practical = Verdict.INCONCLUSIVE, "unclear"
             a.effect = short_effect(a, "both")
             a.detail = "no seed spread to test against (needs seeds); " + efficiency_text(a)
     else:
