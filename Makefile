@@ -35,7 +35,7 @@ lint: setup
 PYTEST_WORKERS ?= 2
 test: setup lint vllm-setup browser-setup
 	bash slurm/up
-	ABLATE_SLURM=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --ignore=tests/vllm_backend; rc=$$?; \
+	ABLATE_SLURM=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 --ignore=tests/vllm_backend; rc=$$?; \
 		bash slurm/down; exit $$rc
 	$(MAKE) test-vllm
 
