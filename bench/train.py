@@ -1,6 +1,11 @@
-"""Throughput of one RL step: ablate's trainer vs Hugging Face TRL's GRPOTrainer, same model, task, batch and loss.
+"""Throughput: ablate's trainer vs Hugging Face TRL's GRPOTrainer, same model, task, batch and loss.
 
     .venv/bin/python bench/train.py [--steps 20] [--warmup-steps 3] [--threads 1] [--json out.json] [key=value ...]
+
+First end to end (bench/train_e2e.py): `ablate train` with `trainer=ablate` and `trainer=trl`, each one process
+timed from its start to its exit, the way a user runs them, and where ours spends its time. Then the step alone,
+the earlier harness below, whose figures are not like for like (ablate's bare learner loop against TRL inside its
+full trainer): kept so that the older numbers can be read.
 
 TRL runs through ablate's own backend (`trainer=trl`, src/ablate/train/trl_backend.py): the recipe mapped onto
 GRPOConfig, the task's verifier as the reward. Both sides run one recipe: the base recipe minus what TRL lacks
@@ -158,6 +163,7 @@ def main() -> None:
         "a short window over-counts that start)",
     )
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--e2e-steps", type=int, default=40, help="steps of each end-to-end `ablate train` process")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides for both sides (key=value)")
     a = ap.parse_args()
@@ -181,6 +187,11 @@ def main() -> None:
             flush=True,
         )
 
+    from train_e2e import main as end_to_end
+
+    print("end to end (bench/train_e2e.py: `ablate train` as a user runs it, both trainers):", flush=True)
+    end_to_end(["--steps", str(a.e2e_steps), "--threads", str(a.threads), *a.overrides])
+    print("the step alone (the earlier harness: ablate's bare learner loop, TRL inside its trainer):", flush=True)
     res = {"ablate": bench_ablate(cfg, a.steps, a.warmup_steps)}
     show("ablate (on-policy, cispo)", res["ablate"])
     res["trl"] = bench_trl(a.overrides, a.steps, a.warmup_steps)
