@@ -210,8 +210,8 @@ def loss_sweep(root, name, seeds):
     return write_sweep(root, name, arms, baseline="loss=cispo")
 
 
-def row_heights(table, width=120):
-    """Lines each row of a rich table takes at `width` columns (a row starts where its R0 cell, one line, is)."""
+def row_heights(table, width=120, key="R0"):
+    """Lines each row of a rich table takes at `width` columns (a row starts where its `key` cell, one line, is)."""
     from rich.console import Console
 
     console = Console(width=width, record=True)
@@ -225,7 +225,7 @@ def row_heights(table, width=120):
     ]
     assert all(line.endswith("│") for line in body), body  # nothing cut off at the right edge
     header = lines[next(i for i, s in enumerate(lines) if s.startswith("┏")) + 1]
-    r0 = [c.strip() for c in header.split("┃")].index("R0")
+    r0 = [c.strip() for c in header.split("┃")].index(key)
     starts = [i for i, line in enumerate(body) if line.split("│")[r0].strip()] + [len(body)]
     return [b - a for a, b in itertools.pairwise(starts)]
 
@@ -445,3 +445,26 @@ def test_rank_hints_add_to_the_sweep_ranked_with_its_overrides_and_root(tmp_path
     ]
     here = write_sweep(tmp_path / "sweeps", "loss", {"loss=cispo": curves}, baseline="loss=cispo")
     assert seeds_hint([here]) == "ablate sweep recipes/loss.yaml seed=0,1,2"  # no ledger, ./sweeps: nothing to add
+
+
+def test_the_rank_table_reads_at_80_columns(loss_sweeps):
+    """At 80 columns the table leaves out R0, B and C_mid (they are in --explain and --json): no line is wider
+    than the terminal, no row takes more than two lines, and the why cell keeps the effect's value whole."""
+    import io
+
+    from rich.console import Console
+
+    from ablate.render.rank import rank_table
+
+    ranking = ranked([loss_sweeps["three"]])
+    out = io.StringIO()
+    console = Console(file=out, width=80)
+    table = rank_table(ranking, narrow=True)
+    console.print(table)
+    lines = out.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 80, max(len(ln) for ln in lines)
+    assert [c.header for c in table.columns][:2] == ["arm", "A"] and "B" not in [c.header for c in table.columns]
+    assert max(row_heights(table, 80, key="verdict")) <= 2
+    for a in ranking.arms:
+        if a.effect and a.effect != "reference":
+            assert a.effect.split(" [")[0] in out.getvalue(), a.effect

@@ -105,12 +105,18 @@ def verdict_cell(a: ArmResult) -> Text:
     return Text(text, style=VERDICT_STYLE.get(a.verdict or "", "white"))
 
 
-def rank_table(ranking: Ranking, *, fold: bool = True) -> Table:
+NARROW = 110
+"""Below this many columns the table leaves out R0, B and C_mid (in --explain and --json), so that the arm and
+the why keep their width."""
+
+
+def rank_table(ranking: Ranking, *, fold: bool = True, narrow: bool = False) -> Table:
     """One row per arm, best first (the order is the rank): R0, A, B, C_mid and R at the target (each over its
     interval), the verdict and the effect behind it with its interval. What applies to every row is said once
     around the table (the title: seeds an arm when they are the same; rank_header, rank_notes), the full reasoning
     per arm by `--explain` (explain_lines): a row takes at most two lines at 120 columns. `fold`: a long arm name
-    of several inputs on two lines at its colon (a terminal's width; Markdown keeps it whole)."""
+    of several inputs on two lines at its colon (a terminal's width; Markdown keeps it whole). `narrow`: the
+    table for a terminal narrower than NARROW, without R0, B and C_mid."""
     seeds = {a.seeds for a in ranking.arms}
     n = seeds.pop() if len(seeds) == 1 else None
     each = " (n: seeds of the arm)" if n is None else f" ({n} seed{'s' if n > 1 else ''} an arm)"
@@ -119,19 +125,17 @@ def rank_table(ranking: Ranking, *, fold: bool = True) -> Table:
     )
     # widths: the numbers and the verdict are stacked two lines high; a long arm name folds onto a second line
     # so that the why cell keeps the 27 characters its longer half needs
-    widest = 20 if n is not None else 16
+    widest = (20 if n is not None else 16) - (4 if narrow else 0)
     columns: list[tuple[str, dict[str, Any]]] = [("arm", {"overflow": "fold", "max_width": widest})]
     if n is None:
         columns.append(("n", {"justify": "right", "no_wrap": True}))
+    wide = [] if narrow else ["R0", "B", "C_mid"]
     columns += [
-        ("R0", {"justify": "right", "no_wrap": True}),
-        ("A", {"justify": "right", "no_wrap": True}),
-        ("B", {"justify": "right", "no_wrap": True}),
-        ("C_mid", {"justify": "right", "no_wrap": True}),
-        (f"R@{compact(ranking.target)}", {"justify": "right", "no_wrap": True}),
-        ("verdict", {"width": 12}),
-        ("why", {}),
+        (c, {"justify": "right", "no_wrap": True})
+        for c in ("R0", "A", "B", "C_mid", f"R@{compact(ranking.target)}")
+        if c in ("A", f"R@{compact(ranking.target)}") or c in wide
     ]
+    columns += [("verdict", {"width": 12}), ("why", {"min_width": 20} if narrow else {})]
     for col, kw in columns:
         t.add_column(col, **kw)
     for a in ranking.arms:
@@ -145,16 +149,15 @@ def rank_table(ranking: Ranking, *, fold: bool = True) -> Table:
         for s in a.stopped:
             arm.append(f"  {s}", style="magenta" if s == RunState.UNSTABLE else "blue")
         row = [arm] + ([] if n is not None else [str(a.seeds)])
-        t.add_row(
-            *row,
-            num(f.R0),
-            stacked(f.A, f.A_ci),
-            stacked(f.B, f.B_ci, 2),
-            stacked(f.C_mid, f.C_mid_ci, skewed=True),
-            stacked(f.pred_at_target, f.pred_ci),
-            verdict_cell(a),
-            Text(";\n".join(safe(part) for part in (a.effect or "—").split("; "))),
-        )
+        numbers = {
+            "R0": num(f.R0),
+            "A": stacked(f.A, f.A_ci),
+            "B": stacked(f.B, f.B_ci, 2),
+            "C_mid": stacked(f.C_mid, f.C_mid_ci, skewed=True),
+        }
+        shown = [numbers[c] for c in ("R0", "A", "B", "C_mid") if c == "A" or c in wide]
+        why = Text(";\n".join(safe(part) for part in (a.effect or "—").split("; ")))
+        t.add_row(*row, *shown, stacked(f.pred_at_target, f.pred_ci), verdict_cell(a), why)
     return t
 
 
@@ -290,7 +293,7 @@ def print_rank(
     (ablate.analysis.verbs.decided_elsewhere)."""
     for line in rank_lead(ranking):
         console.print(line)
-    console.print(rank_table(ranking))
+    console.print(rank_table(ranking, narrow=console.width < NARROW))
     if window:
         console.print(sensitivity_table([a.fit for a in ranking.arms]))
     for line in rank_tail(ranking, inputs, elsewhere):
