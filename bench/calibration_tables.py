@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/calibration_tables.py [bench/out/calibration.json]
 
-Four tables, each pooling the grid's cells as its heading says:
+Five tables, each pooling the grid's cells as its heading says:
 - coverage and false calls per noise model and seeds (the paper's and the embedded shapes, windows f = 0.8 and 0.95);
 - power at three seeds per shape, window and noise;
 - `equivalent` claimed at the boundary effects (f = 0.95, every shape, noise and seeds);

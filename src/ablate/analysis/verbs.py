@@ -240,21 +240,16 @@ def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
 
 def recorded_analysis(inputs: Inputs) -> tuple[Path, str, Analysis] | None:
     """The analysis a sweep among the inputs recorded for its decisions on this axis: its prune monitor's (the
-    last it recorded), else its `--decide` record's; None for inputs that are not such sweeps."""
+    last it recorded); None for inputs that are not such sweeps. A `--decide` sweep's looks are not one ranking
+    (each at its own level, on its own seeds): rank says so with a note of its own (DECIDED_TEXT)."""
     from ablate.curves.inputs import bare_sweep
     from ablate.prune.rules import recorded_analysis as monitor_analysis
-    from ablate.prune.waves import recorded_analysis as decide_analysis
 
     for p in inputs.paths:
         sweep = bare_sweep(p)
-        if not sweep.is_dir():
-            continue
-        got = monitor_analysis(sweep, inputs.x)
+        got = monitor_analysis(sweep, inputs.x) if sweep.is_dir() else None
         if got is not None:
             return sweep, "--prune monitor", got
-        decided = decide_analysis(sweep)
-        if decided is not None and decided.x == inputs.x:
-            return sweep, "--decide", decided
     return None
 
 
@@ -267,7 +262,7 @@ def decided_elsewhere(ranking: Ranking, inputs: Inputs) -> Elsewhere | None:
     if found is None:
         return None
     sweep, by, recorded = found
-    if by == "--prune monitor" and not any(a.stopped for a in ranking.arms):
+    if not any(a.stopped for a in ranking.arms):
         return None
     mine = Analysis.of(ranking.x, ranking.opts, ranking.min_effect, to=ranking.target)
     diff = mine.differences(recorded)

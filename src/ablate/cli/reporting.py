@@ -41,7 +41,7 @@ def report(
     decide the undecided arms, and where it all came from. It needs no network to view: send the file.
 
     The analyses are `ablate rank SWEEP`'s, `ablate extrapolate`'s and `ablate plan SWEEP`'s with their defaults;
-    a sweep whose --prune monitor or --decide recorded the settings it decided with is ranked with those.
+    a sweep whose --prune monitor recorded the settings it settled arms with is ranked with those.
     Steps go to stderr, the page's path to stdout.
     Example: ablate report sweeps/loss --out loss.html
     """

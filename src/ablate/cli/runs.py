@@ -185,11 +185,8 @@ def sweep(
     from ablate.analysis.choices import prune_settings
     from ablate.compose.sweep import load_sweep
     from ablate.launch.status import check_ledger
-    from ablate.launch.submission import preview
     from ablate.launch.submit import launch_sweep
-    from ablate.render.runs import runs_table
     from ablate.render.status import follow_runs
-    from ablate.render.terminal import console
     from ablate.storage.paths import check_writable_output
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
@@ -202,10 +199,8 @@ def sweep(
         return run_decide(recipe, every, root=root, executor=executor, looks=(wave, max_seeds, budget), launch=launch)
     expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
     if dry_run:
-        check_ledger(root / expanded.name)
-        states = preview(root / expanded.name, expanded.runs)
-        console().print(runs_table(expanded, states, root / expanded.name))
-        return
+        flags = {"retry_failed": retry_failed, "force": force, "resume_pruned": resume_pruned}
+        return show_dry_run(expanded, root / expanded.name, executor or "auto", flags)
     settings = prune_settings(expanded, prune=prune, x=prune_x, to=prune_to, executor=executor, echo=typer.echo)
     check_writable_output(root / expanded.name, "--root", folder=True)  # before any run is submitted
     check_ledger(root / expanded.name)
@@ -231,6 +226,18 @@ def sweep(
         followed_end(ended, shown)
     elif not follow:
         typer.echo(f"follow with: {shown}")
+
+
+def show_dry_run(expanded: Any, sdir: Path, executor: str, flags: dict[str, bool]) -> None:
+    """`sweep --dry-run`: the runs, each one's state in the sweep folder, and what a launch would submit."""
+    from ablate.launch.status import check_ledger
+    from ablate.launch.submission import preview
+    from ablate.render.runs import runs_table
+    from ablate.render.terminal import console
+
+    check_ledger(sdir)
+    states, due = preview(sdir, expanded.runs, executor, **flags)
+    console().print(runs_table(expanded, states, sdir, len(due)))
 
 
 def followed_end(ended: list[Any], shown: str) -> None:

@@ -4,6 +4,7 @@ choices or bounds, and the doc line the schema declares it with (ablate.config.v
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,3 +64,23 @@ def _walk(cls: type, prefix: str, hashed: bool):
 
 def _number(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+
+PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+"""A value a carried override may hold: a name, a number or a boolean. No `/`, `:` or `~` (a file or a server),
+no `,`, `(` or `[` (a sweep or a list), no `{` or `$` (a whole section, an interpolation), no quote or space."""
+NEVER_CARRIED = ("url", "server", "path", "dir", "file", "endpoint", "host", "port")
+"""Words in a key that name where something is read from or sent to: never carried, whatever the value."""
+
+
+def carried(override: str) -> bool:
+    """Whether an override read from a file another user may have written (a sweep's ledger) may be repeated in a
+    command ablate prints for the user to paste: a key that is part of a run's id (a recipe group such as `loss`,
+    or one of the schema's keys such as `optim.lr`) set to a plain value, and nothing that names where data is
+    read from or sent to. Trackers, launchers and resources are never part of a run's id."""
+    key, eq, value = override.partition("=")
+    if not eq or not PLAIN_VALUE.match(value) or any(w in key.lower() for w in NEVER_CARRIED):
+        return False
+    in_id = {k.name for k in keys() if k.in_id}
+    groups = {name.split(".")[0] for name in in_id if "." in name}
+    return key in in_id or key in groups

@@ -1,7 +1,7 @@
 """One analysis behind every verb: the settings a ranking is made with (compute axis, fit window, target,
 resamples, seed, smallest effect that matters). `rank` builds one from its flags, `report` and `plan` from the same
-defaults, the `--prune` monitor and `sweep --decide` record the one they decided with, and a later `rank` or
-`report` of that sweep compares its own with the recorded one (ablate.analysis.verbs.decided_elsewhere): the same
+defaults, the `--prune` monitor records the one it settles arms with, and a later `rank` or `report` of that sweep
+compares its own with the recorded one (ablate.analysis.verbs.decided_elsewhere): the same
 settings give the same verdicts, and different ones are said, with the flags that reproduce the recorded ranking."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from ablate.fit.spread import MinEffect
 
 DEFAULT_N_BOOT = FitOptions.n_boot
 """rank's resamples; the monitor, the plan's measured ranking and the page use the same."""
+MOST_N_BOOT = 10_000
+"""The most resamples a recorded analysis may ask for (the command line's cap: more need memory, not precision)."""
 
 
 @dataclass(frozen=True)
@@ -62,20 +64,24 @@ class Analysis:
 
     @classmethod
     def from_json(cls, d: object) -> Analysis | None:
-        """The analysis a sweep recorded, or None when the record is not one (a damaged or foreign line)."""
+        """The analysis a sweep recorded, or None when the record is not one a ranking could be made with (a damaged
+        or foreign line: a number that is not finite or out of range, an empty fit window, too many resamples)."""
         if not isinstance(d, dict) or not isinstance(d.get("x"), str):
             return None
         nums = {k: d.get(k) for k in ("to", "fit_from", "fit_until")}
-        if any(v is not None and not _compute(v) for v in nums.values()):
+        if any(v is not None and not _compute(v) for v in nums.values()) or nums["to"] == 0:
+            return None
+        lo, hi = nums["fit_from"], nums["fit_until"]
+        if lo is not None and hi is not None and lo >= hi:
             return None
         n_boot, seed, me = d.get("n_boot"), d.get("seed"), d.get("min_effect")
-        if not (_count(n_boot) and _count(seed) and isinstance(me, dict)):
+        if not (_count(n_boot, 1, MOST_N_BOOT) and _count(seed, 0, 2**32 - 1) and isinstance(me, dict)):
             return None
         try:
             smallest = MinEffect(a=me.get("A"), ratio=me.get("compute_ratio"))  # type: ignore[arg-type]
         except Exception:  # MinEffect refuses out-of-range values with a UserError
             return None
-        return cls(d["x"], nums["to"], nums["fit_from"], nums["fit_until"], n_boot, seed, smallest)  # type: ignore[arg-type]
+        return cls(d["x"], nums["to"], lo, hi, n_boot, seed, smallest)  # type: ignore[arg-type]
 
     def flags(self) -> list[str]:
         """rank's flags that reproduce this analysis (the defaults left out, the axis and target always given)."""
@@ -83,16 +89,16 @@ class Analysis:
         for name, flag in (("to", "--to"), ("fit_from", "--fit-from"), ("fit_until", "--fit-until")):
             v = getattr(self, name)
             if v is not None:
-                out += [flag, f"{v:g}"]
+                out += [flag, _number(v)]
         if self.n_boot != DEFAULT_N_BOOT:
             out += ["--n-boot", str(self.n_boot)]
         if self.seed != 0:
             out += ["--seed", str(self.seed)]
         paper = MinEffect()
         if self.min_effect.a != paper.a:
-            out += ["--min-effect", f"{self.min_effect.a:g}"]
+            out += ["--min-effect", _number(self.min_effect.a)]
         if self.min_effect.ratio != paper.ratio:
-            out += ["--min-effect-compute", f"{self.min_effect.ratio:g}"]
+            out += ["--min-effect-compute", _number(self.min_effect.ratio)]
         return out
 
     def differences(self, other: Analysis) -> list[str]:
@@ -107,7 +113,7 @@ class Analysis:
                 for attr, flag in (("a", "--min-effect"), ("ratio", "--min-effect-compute")):
                     a, b = getattr(mine, attr), getattr(theirs, attr)
                     if not math.isclose(a, b, rel_tol=1e-9):
-                        out.append(f"{flag} {b:g} (here: {a:g})")
+                        out.append(f"{flag} {_number(b)} (here: {_number(a)})")
                 continue
             if not _same(mine, theirs):
                 flag = "--" + f.name.replace("_", "-")
@@ -117,12 +123,11 @@ class Analysis:
 
 @dataclass(frozen=True)
 class Elsewhere:
-    """A sweep whose verdicts were decided with another analysis than a ranking's: by its `--prune` monitor (the
-    stopped arms) or by `sweep --decide` (its looks)."""
+    """A sweep whose stopped arms its `--prune` monitor settled with another analysis than a ranking's."""
 
     sweep: Path
     by: str
-    """`--prune monitor` or `--decide`."""
+    """Who decided: `--prune monitor`."""
     recorded: Analysis
     differences: list[str]
     """Each recorded setting that differs, as `--flag value (here: value)` (Analysis.differences)."""
@@ -137,12 +142,23 @@ def _same(a: object, b: object) -> bool:
 def _text(v: object) -> str:
     if v is None:
         return "none"
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return _number(v) if isinstance(v, float) else str(v)
+
+
+def _number(v: float) -> str:
+    """A number as a flag's value that reads back exactly: short when `g` keeps it (32000), else every digit."""
+    short = f"{v:g}"
+    return short if float(short) == v else repr(float(v))
 
 
 def _compute(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v) and v >= 0
+    except OverflowError:  # an integer too large for a float (JSON allows any)
+        return False
 
 
-def _count(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000
+def _count(v: object, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi

@@ -90,8 +90,16 @@ def make_submission(
     return sub
 
 
-def preview(sdir: Path, runs: Sequence[Any]) -> dict[str, str]:
+def preview(
+    sdir: Path, runs: Sequence[Any], executor: str, *, retry_failed: bool, force: bool, resume_pruned: bool
+) -> tuple[dict[str, str], list[str]]:
     """`ablate sweep --dry-run`: each run's state in the sweep folder's ledger as last recorded (`new` when it has
-    none; liveness is not checked), a changed re-launch refused as `ablate sweep` refuses it. Nothing is written."""
+    none), and the runs a launch with these flags would submit (make_submission; liveness is not checked, so a run
+    the ledger calls running counts as live). A changed re-launch is refused as `ablate sweep` refuses it. Nothing
+    is written."""
     recs = recorded_states(sdir, runs)
-    return {s.run_id: str(recs[s.run_id].state) if s.run_id in recs else RunState.NEW.value for s in runs}
+    ids = [s.run_id for s in runs]
+    sub = make_submission(
+        sdir.name, ids, recs, {}, executor, retry_failed=retry_failed, force=force, resume_pruned=resume_pruned
+    )
+    return {rid: str(sub.previous[rid]) for rid in ids}, sub.submit

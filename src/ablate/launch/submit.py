@@ -25,7 +25,6 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from ablate.storage import failure_reports, ownership, store
 from ablate.storage.ledger import Ledger, hostname, me
 from ablate.storage.rundir import RunDir
 from ablate.storage.rundir import sweep_dir as sweep_path
+from ablate.version import installed
 
 EXECUTORS = ("local", "slurm", "debug", "auto")
 
@@ -275,7 +275,7 @@ def launch_event(batch: str, sweep: Any, command: str | None) -> dict[str, Any]:
         "command": command,
         "cwd": cwd,
         "commit": git_commit(path.resolve()) if path.is_file() else None,
-        "ablate": version("ablate"),
+        "ablate": installed(),
         "host": hostname(),
     }
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from ablate.errors import UserError
 from ablate.fit.sequential import Looks, futile_arm, settled
-from ablate.fit.settings import Analysis
 from ablate.fit.spread import MinEffect
 from ablate.storage import store
 from ablate.storage.locks import dir_lock
@@ -60,11 +59,6 @@ class DecideSettings:
             "min_effect": self.min_effect.to_json(),
         }
 
-    @property
-    def analysis(self) -> Analysis:
-        """The analysis every look ranks with (each at its own default target, at the look's level)."""
-        return Analysis(self.x, n_boot=self.n_boot, min_effect=self.min_effect)
-
 
 @dataclass
 class ArmState:
@@ -98,23 +92,6 @@ class Outcome:
 def record_path(sdir: Path) -> Path:
     """A sweep's --decide record (whether or not it exists)."""
     return sdir / RECORD / "looks.jsonl"
-
-
-def recorded_analysis(sdir: Path) -> Analysis | None:
-    """The analysis a sweep's --decide record says its looks ranked with (None: no record, or not a readable one;
-    the record is read only when neither it nor a folder to it is a link)."""
-    path = record_path(sdir)
-    if not path.is_file():
-        return None
-    try:
-        store.check_no_links(path, sdir)
-    except UserError:
-        return None
-    lines = store.read_jsonl(path)
-    was = lines[0].get("settings") if lines else None
-    if not isinstance(was, dict):
-        return None
-    return Analysis.from_json({**was, "to": None, "fit_from": None, "fit_until": None, "seed": 0})
 
 
 def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:

@@ -260,8 +260,8 @@ def rank_lead(ranking: Ranking) -> list[str]:
 
 def rank_tail(ranking: Ranking, inputs: Sequence[Path], elsewhere: Elsewhere | None) -> list[str]:
     """The lines under the table (markup): rank_notes, the far-target note, the arms not fitted and, for a sweep
-    whose recorded decisions used another analysis (`elsewhere`: its --prune monitor's or --decide's), what differs
-    and the command that reads the verdicts as they were decided."""
+    whose --prune monitor settled arms with another analysis (`elsewhere`), what differs and the command that reads
+    the verdicts as they were settled."""
     lines = rank_notes(ranking, inputs)
     far = far_target_note(ranking)
     if far:
@@ -275,9 +275,11 @@ def rank_tail(ranking: Ranking, inputs: Sequence[Path], elsewhere: Elsewhere | N
 
 def elsewhere_text(e: Elsewhere) -> str:
     """What a sweep's recorded decisions were made with, against this ranking, and the command that reads them."""
-    what = "the stopped arms were settled" if e.by == "--prune monitor" else "the looks were ranked"
     command = shlex.join(["ablate", "rank", str(e.sweep), *e.recorded.flags()])
-    return f"{e.sweep}: {what} by its {e.by} with {', '.join(e.differences)}; to read them so: `{command}`"
+    return (
+        f"{e.sweep}: the stopped arms were settled by its {e.by} with {', '.join(e.differences)}; "
+        f"to read them so: `{command}`"
+    )
 
 
 def print_rank(

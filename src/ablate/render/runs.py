@@ -33,16 +33,16 @@ def run_cells(sweep: Sweep) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def runs_table(sweep: Sweep, states: dict[str, str] | None = None, where: Path | None = None) -> Table:
+def runs_table(
+    sweep: Sweep, states: dict[str, str] | None = None, where: Path | None = None, due: int | None = None
+) -> Table:
     """`ablate sweep --dry-run`'s table (title: sweep, arms x seeds; caption: baseline, constants, notes; with
-    `states`, each run's state in the sweep folder `where`, and what a launch would submit). Labels and overrides
-    are shown literally: `[x]` in a value is text, not rich markup, and control characters are escaped
-    (ablate.text.safe)."""
+    `states`, each run's state in the sweep folder `where`, and how many runs a launch would submit, `due`). Labels
+    and overrides are shown literally: `[x]` in a value is text, not rich markup, and control characters are
+    escaped (ablate.text.safe)."""
     caption = [f"* baseline: {safe(sweep.baseline or 'none')}"]
-    if states is not None and where is not None:
-        counts = Counter(states.values())
-        due = sum(n for state, n in counts.items() if state in ("new", "preempted"))
-        said = ", ".join(f"{n} {state}" for state, n in counts.items())
+    if states is not None and where is not None and due is not None:
+        said = ", ".join(f"{n} {state}" for state, n in Counter(states.values()).items())
         caption.append(f"destination: {safe(where)} ({said}); `ablate sweep` would submit {counted(due, 'run')}")
     if sweep.constants:
         caption.append("every run: " + " ".join(map(safe, sweep.constants)))

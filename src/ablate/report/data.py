@@ -12,7 +12,6 @@ import shlex
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from ablate.report.runs import SweptArm, run_statuses, swept_arms
 from ablate.storage import store
 from ablate.storage.ledger import Ledger
 from ablate.text import counted
+from ablate.version import installed
 
 if TYPE_CHECKING:
     from ablate.analysis.plan import PlanResult
@@ -152,8 +152,8 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
 
 
 def page_analysis(inputs: Inputs, n_boot: int) -> tuple[Analysis, str | None]:
-    """The analysis the page ranks with: the one the sweep's --prune monitor (or --decide) recorded deciding with,
-    so that the page shows the verdicts the sweep acted on, and where it came from; else rank's defaults."""
+    """The analysis the page ranks with: the one the sweep's --prune monitor recorded settling arms with, so that
+    the page shows the verdicts the sweep acted on, and where it came from; else rank's defaults."""
     from ablate.analysis import verbs
     from ablate.fit.settings import Analysis
 
@@ -162,7 +162,7 @@ def page_analysis(inputs: Inputs, n_boot: int) -> tuple[Analysis, str | None]:
         return Analysis(inputs.x, n_boot=n_boot), None
     sweep, by, recorded = found
     command = shlex.join(["ablate", "rank", str(sweep), *recorded.flags()])
-    return recorded, f"ranked with the settings this sweep's {by} decided with: `{command}`"
+    return recorded, f"ranked with the settings this sweep's {by} settled arms with: `{command}`"
 
 
 def rank(inputs: Inputs, opts: Any, analysis: Analysis) -> Ranking:
@@ -206,7 +206,7 @@ def provenance(sweep: Path, launches: list[Launch]) -> dict[str, str]:
         now = git_commit(sweep.resolve())
         commit = "not recorded" if now is None else f"{now} (the sweep folder's checkout today: no launch recorded one)"
     return {
-        "ablate": version("ablate"),
+        "ablate": installed(),
         "commit": commit,
         "date": utc(datetime.datetime.now(datetime.UTC).timestamp()),
         "machine": f"{socket.gethostname()} · {platform.platform()} · {cpu_name()} ({os.cpu_count()} cores)",

@@ -107,12 +107,6 @@ class RunRecord:
             self.log = _str(ev, "log") or self.log
 
 
-def is_override_key(key: str) -> bool:
-    """A dotted recipe key (`optim.lr`, `+group=`'s group): letters, digits, `_`, `.` and `/` (groups), nothing a
-    shell or Hydra would read otherwise."""
-    return bool(key) and all(ch.isalnum() or ch in "_./" for ch in key) and key[0].isalpha()
-
-
 def _str(ev: dict[str, Any], key: str) -> str | None:
     v = ev.get(key)
     return v if isinstance(v, str) else None
@@ -203,10 +197,13 @@ class Ledger:
         return out
 
     def launch_overrides(self) -> list[str]:
-        """The recipe overrides of the sweep's first recorded `ablate sweep` (`key=value`, its seeds left out), so
-        that a command adding runs to the sweep makes the same configs; [] when none is recorded. Overrides that
-        choose where data goes (track., launcher., hydra.) are never carried: the ledger may be another user's."""
+        """The recipe overrides of the sweep's first recorded `ablate sweep` (its seeds left out), so that a command
+        adding runs to the sweep makes the same configs; [] when none is recorded. The ledger may be another user's:
+        only overrides of a run's id set to plain values are carried (ablate.config.keys.carried), never one that
+        chooses where data goes or a sweep of values."""
         import shlex
+
+        from ablate.config.keys import carried
 
         for ev in self.events():
             command = ev.get("command")
@@ -218,13 +215,7 @@ class Ledger:
                 return []
             if words[:2] != ["ablate", "sweep"]:
                 return []
-            return [
-                w
-                for w in words[3:]
-                if "=" in w
-                and is_override_key(w.split("=", 1)[0])
-                and not w.startswith(("seed=", "track.", "launcher.", "hydra."))
-            ]
+            return [w for w in words[3:] if not w.startswith("seed=") and carried(w)]
         return []
 
     def append(self, *records: dict[str, Any]) -> None:
