@@ -106,22 +106,13 @@ def test_rank_with_other_settings_says_so_and_its_command_reads_the_monitors_ver
 
 
 def monitor_ranking_with_effect(sweep, analysis: Analysis):
-    """rank at the analysis, with its smallest effects: what the monitor's settings stand for in full."""
+    """rank at the analysis, with its smallest effects: what the monitor's settings stand for in full (the report
+    page's ranking, ablate.report.data.rank)."""
     from ablate.analysis import verbs
+    from ablate.report.data import rank
 
     read = verbs.read_inputs([sweep], verbs.Reading(analysis.x, "val_pass_rate", "run", None, "auto", None, None))
-    settings = verbs.check_rank_settings(
-        baseline=None,
-        margin=None,
-        shared_a="pair",
-        noise=None,
-        save_noise=None,
-        min_effect=analysis.min_effect.a,
-        min_effect_compute=analysis.min_effect.ratio,
-        n_boot=analysis.n_boot,
-        window=False,
-    )
-    return verbs.rank_inputs(read, analysis.options(analysis.to), settings, to=analysis.to, jobs=1).arms
+    return rank(read, analysis.options(analysis.to), analysis).arms
 
 
 def test_a_monitor_that_stopped_nothing_decided_nothing_to_mention(tmp_path):

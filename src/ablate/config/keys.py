@@ -4,6 +4,7 @@ choices or bounds, and the doc line the schema declares it with (ablate.config.v
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,11 @@ def carried(override: str) -> bool:
     key, eq, value = override.partition("=")
     if not eq or not PLAIN_VALUE.match(value) or any(w in key.lower() for w in NEVER_CARRIED):
         return False
+    return key in _id_keys()
+
+
+@functools.cache
+def _id_keys() -> frozenset[str]:
+    """The keys of a run's id, and the recipe groups (sections) they belong to: the schema is fixed."""
     in_id = {k.name for k in keys() if k.in_id}
-    groups = {name.split(".")[0] for name in in_id if "." in name}
-    return key in in_id or key in groups
+    return frozenset(in_id | {name.split(".")[0] for name in in_id if "." in name})
