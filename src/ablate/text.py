@@ -44,3 +44,9 @@ def html_text(value: object) -> object:
 def counted(k: int, noun: str) -> str:
     """`1 arm`, `3 arms`: a count and its noun, plural when it is not one."""
     return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
+def flag(setting: str) -> str:
+    """The command line's spelling of a library setting: every verb spells `min_effect_compute` as
+    `--min-effect-compute` (errors.SettingError and the settings an analysis is reproduced with name keywords)."""
+    return "--" + setting.replace("_", "-")

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.curves.inputs import write_csv
+from ablate.fit.settings import Difference
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 from ablate.storage import store
 
@@ -364,7 +365,9 @@ def test_rank_says_with_which_settings_a_prune_monitor_settled_the_stopped_arms(
         ranking.arms[-1].stopped = ["pruned"]
         found = decided_elsewhere(ranking, inputs)
         assert found is not None and found.sweep == sweep and found.by == "--prune monitor"
-        assert found.differences == ["--to 256000 (here: 512000)"]  # ranked() uses 200 resamples, as old monitors
+        assert found.differences == [
+            Difference("to", "256000", "512000")
+        ]  # ranked() uses 200 resamples, as old monitors
         out = io.StringIO()
         print_rank(Console(file=out, width=400), ranking, [sweep], window=False, explain=False, elsewhere=found)
         assert (
@@ -373,7 +376,7 @@ def test_rank_says_with_which_settings_a_prune_monitor_settled_the_stopped_arms(
             f"`ablate rank {sweep} --x {ranking.x} --to 256000 --n-boot 200`"
         ) in out.getvalue()
         more = replace(ranking, opts=replace(ranking.opts, n_boot=1000))
-        assert decided_elsewhere(more, inputs).differences[-1] == "--n-boot 200 (here: 1000)"
+        assert decided_elsewhere(more, inputs).differences[-1] == Difference("n_boot", "200", "1000")
         same = replace(ranking, target=256000.0, opts=replace(ranking.opts, target=256000.0))
         assert decided_elsewhere(same, inputs) is None  # ranked as they were settled
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 
 from sweep_writer import write_sweep
 from typer.testing import CliRunner
@@ -16,6 +17,7 @@ from ablate.cli import app
 from ablate.fit.settings import Analysis
 from ablate.fit.spread import MinEffect
 from ablate.fit.synthetic import synthetic_curve
+from ablate.render.rank import rank_command
 from ablate.storage import store
 
 runner = CliRunner()
@@ -72,7 +74,7 @@ def test_the_monitor_rank_and_the_page_give_the_same_verdicts_for_the_same_setti
     sweep = sweep_with_a_pruned_arm(tmp_path)
     analysis = Analysis("gpu_hours", to=32000.0, n_boot=300, seed=3)
     monitor = monitor_ranking(sweep, analysis)
-    printed = rank_json(str(sweep), *analysis.flags())
+    printed = rank_json(*shlex.split(rank_command(sweep, analysis))[2:])
     assert calls(printed["arms"]) == calls(monitor.arms)
     assert [a["arm"] for a in printed["arms"]] == [a.arm for a in monitor.arms]
     assert {a["arm"]: a["verdict"] for a in printed["arms"]}["loss=gspo"] == "ceiling_up"  # something was decided
@@ -126,11 +128,11 @@ def test_a_monitor_that_stopped_nothing_decided_nothing_to_mention(tmp_path):
 def test_an_analysis_round_trips_and_a_damaged_record_is_none():
     a = Analysis("samples", to=5e5, fit_from=1000.0, n_boot=400, seed=2, min_effect=MinEffect(a=0.03, ratio=1.2))
     assert Analysis.from_json(json.loads(json.dumps(a.to_json()))) == a
-    assert a.flags() == [
-        "--x", "samples", "--to", "500000", "--fit-from", "1000", "--n-boot", "400", "--seed", "2",
-        "--min-effect", "0.03", "--min-effect-compute", "1.2",
+    assert shlex.split(rank_command(Path("s"), a)) == [
+        "ablate", "rank", "s", "--x", "samples", "--to", "500000", "--fit-from", "1000", "--n-boot", "400",
+        "--seed", "2", "--min-effect", "0.03", "--min-effect-compute", "1.2",
     ]  # fmt: skip
-    assert Analysis("samples").flags() == ["--x", "samples"]
+    assert Analysis("samples").settings() == [("x", "samples")]
     good = a.to_json()
     damaged = [
         None,
@@ -163,6 +165,7 @@ def test_the_flags_read_back_exactly():
     """A recorded target that `g` would round (a monitor's target is twice the furthest compute reached) is printed
     with every digit, so that the pasted command ranks where the monitor did and says nothing differs."""
     odd = Analysis("gpu_hours", to=1234567.0, fit_until=0.1 + 0.2)
-    flags = odd.flags()
-    assert flags[flags.index("--to") + 1] == "1234567.0" and float(flags[flags.index("--fit-until") + 1]) == 0.1 + 0.2
-    assert Analysis("gpu_hours", to=1234567.0 * (1 + 1e-5)).differences(odd)[0].startswith("--to 1234567.0 (here:")
+    flags = dict(odd.settings())
+    assert flags["to"] == "1234567.0" and float(flags["fit_until"]) == 0.1 + 0.2
+    first = Analysis("gpu_hours", to=1234567.0 * (1 + 1e-5)).differences(odd)[0]
+    assert (first.setting, first.recorded) == ("to", "1234567.0")

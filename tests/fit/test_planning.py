@@ -20,6 +20,7 @@ from ablate.fit.futures import futures
 from ablate.fit.result import FitOptions
 from ablate.fit.spread import MinEffect
 from ablate.fit.taskmodel import MAX_SIM_ARMS, WANTED, TaskModel, effect_of
+from ablate.storage.measurements import load_calibration
 
 SHAPE, NOISE = SHAPES["scalerl-8b"], NOISES["seeds"]
 
@@ -186,14 +187,15 @@ def test_calibration_file_round_trips_and_bad_files_are_one_line(tmp_path):
     import json
 
     p.write_text(json.dumps(m.to_json()))
-    assert TaskModel.load(p) == m
-    from ablate.errors import UserError
+    assert load_calibration(p) == m
+    from ablate.errors import SettingError
 
     (tmp_path / "bad.json").write_text('{"r0": 0.3}')
-    with pytest.raises(UserError, match="not a calibration file"):
-        TaskModel.load(tmp_path / "bad.json")
-    with pytest.raises(UserError, match="no such file"):
-        TaskModel.load(tmp_path / "missing.json")
+    with pytest.raises(SettingError, match="not a calibration file") as bad:
+        load_calibration(tmp_path / "bad.json")
+    assert bad.value.settings == ("calibration",)  # the CLI names it --calibration
+    with pytest.raises(SettingError, match="no such file"):
+        load_calibration(tmp_path / "missing.json")
 
 
 def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path):
@@ -221,7 +223,7 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     (q,) = out["questions"]
     assert q["question"] == "efficiency" and q["best"] is not None and q["best"]["power"] >= 0.8
     assert {a["arm"] for a in out["arms"]} == {"base", "a1", "a2"} and all(a["state"] == "ended" for a in out["arms"])
-    assert TaskModel.load(cal).arms == 3
+    assert load_calibration(cal).arms == 3
     sweep_file = str(RECIPES_DIR / "loss.yaml")
     res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
     assert res.exit_code == 0, res.output

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import ablate
 from ablate.cli import app
 from ablate.curves.inputs import load_curves, write_csv
+from ablate.errors import SettingError
 from ablate.fit.analysis import fit_curves
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
 from ablate.fit.compare import rank
@@ -134,6 +136,12 @@ def test_single_seed_ranking_says_it_needs_seeds_and_how(tmp_path):
     assert "ceiling ↑" in res.stdout and "paper's convention" in res.stdout
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--margin", "loose"])
     assert res.exit_code == 2 and "--margin loose" in res.output
+    # the library names a setting by its keyword and the command line by its flag: the same refusal, two spellings
+    res = runner.invoke(app, ["rank", str(path), "--group", "group", "--min-effect", "0"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --min-effect 0.0: the smallest change"), res.output
+    with pytest.raises(SettingError) as refused:
+        ablate.rank(path, min_effect=0.0)
+    assert refused.value.settings == ("min_effect",) and str(refused.value).startswith("min_effect 0.0: the smallest")
 
 
 def test_window_sensitivity_marks_a_fit_that_moves_with_the_window(tmp_path):
@@ -377,20 +385,23 @@ def test_no_effect_is_gone_from_the_vocabulary():
 
 
 @pytest.mark.parametrize(
-    "a, ratio, culprit",
+    "a, ratio, setting",
     [
-        (0.0, 1.15, "--min-effect 0.0"),
-        (1.5, 1.15, "--min-effect 1.5"),
-        (float("nan"), 1.15, "--min-effect nan"),
-        (0.02, 1.0, "--min-effect-compute 1.0"),
-        (0.02, float("inf"), "--min-effect-compute inf"),
+        (0.0, 1.15, "min_effect"),
+        (1.5, 1.15, "min_effect"),
+        (float("nan"), 1.15, "min_effect"),
+        (0.02, 1.0, "min_effect_compute"),
+        (0.02, float("inf"), "min_effect_compute"),
     ],
 )
-def test_a_min_effect_out_of_range_is_one_line(a, ratio, culprit):
-    from ablate.errors import UserError
+def test_a_min_effect_out_of_range_is_one_line(a, ratio, setting):
+    """Refused as a SettingError naming the setting (the CLI spells it as its flag: test_cli_fit)."""
+    from ablate.errors import SettingError
 
-    with pytest.raises(UserError, match=culprit.replace(".", r"\.")):
+    with pytest.raises(SettingError) as refused:
         MinEffect(a=a, ratio=ratio)
+    assert refused.value.settings == (setting,)
+    assert str(refused.value).startswith(f"{setting} {a if setting == 'min_effect' else ratio}:")
 
 
 def test_equivalences_found_never_lower_the_bar_for_a_change():

@@ -22,9 +22,10 @@ from ablate.fit import planning
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
 from ablate.fit.settings import Analysis
-from ablate.fit.spread import MinEffect, NoiseFloor
+from ablate.fit.spread import MinEffect
 from ablate.fit.taskmodel import MAX_SCALE, MIN_SCALE, TaskModel
 from ablate.prune.outlook import ArmOutlook, RunEnd, run_ends, running_arms
+from ablate.storage.measurements import load_calibration, load_noise
 
 
 @dataclass
@@ -80,7 +81,7 @@ def plan_measured(
     )
     budget = max(e.x_end for e in ends.values())
     target = to if to is not None else 2.0 * budget
-    floor = None if noise is None else NoiseFloor.load(noise)
+    floor = None if noise is None else load_noise(noise)
     if progress:
         progress(f"fitting {len(curves)} runs")
     ranking = rank(
@@ -154,7 +155,7 @@ def plan_from_file(
             "`ablate plan SWEEP_DIR --save-calibration FILE` on a sweep of the same task that ran with "
             "seeds), or plan from a sweep directory"
         )
-    model = TaskModel.load(calibration)
+    model = load_calibration(calibration)
     model.arms = len(sweep.arms)
     max_steps = max(r.config.train.max_steps for r in sweep.runs)
     if model.steps_per_x:
@@ -172,7 +173,7 @@ def plan_from_file(
             f"sweep's ({model.budget:.4g}), not this file's max_steps {max_steps}"
         )
     model.source = f"{calibration} ({model.source})"
-    floor = None if noise is None else NoiseFloor.load(noise)
+    floor = None if noise is None else load_noise(noise)
     designs = [
         planning.design(
             model,

@@ -131,14 +131,15 @@ def check_rank_settings(
     """Parse rank's --margin, --shared-a and --noise, check that --save-noise can be written, and refuse --n-boot 0
     (rank's verdicts rest on intervals)."""
     from ablate.fit.compare import parse_shared_a
-    from ablate.fit.spread import MinEffect, NoiseFloor
+    from ablate.fit.spread import MinEffect
     from ablate.fit.verdicts import parse_margin
+    from ablate.storage.measurements import load_noise
     from ablate.storage.paths import check_writable_output
 
     smallest = MinEffect(a=min_effect, ratio=min_effect_compute)
     parse_margin(margin)
     mode = parse_shared_a(shared_a)
-    floor = None if noise is None else NoiseFloor.load(noise)
+    floor = None if noise is None else load_noise(noise)
     if save_noise is not None:
         check_writable_output(save_noise, "--save-noise")
     if n_boot == 0:
@@ -314,11 +315,11 @@ def extrapolate_inputs(
 def check_calibration_axis(calibration: Path) -> None:
     """A calibration plans a sweep file, whose runs log the compute axes of a run directory (COMPUTE_AXES): its
     axis must be one of them (any other name, read from the file, is refused in one line)."""
-    from ablate.fit.taskmodel import TaskModel
+    from ablate.storage.measurements import load_calibration
     from ablate.storage.rundir import COMPUTE_AXES
     from ablate.text import safe
 
-    x = TaskModel.load(calibration).x
+    x = load_calibration(calibration).x
     if x not in COMPUTE_AXES:
         raise UserError(
             f"--calibration {calibration}: x is {safe(repr(x)[:60])}, not a compute axis a sweep's runs log "

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import SettingError, UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.arms import ArmResult, Ranking, Verdict
 from ablate.fit.curve import Curve
@@ -67,9 +67,10 @@ def parse_shared_a(value: str | float | None) -> str | float | None:
     except ValueError:
         a = float("nan")
     if not 0.0 < a < 1.0:
-        raise UserError(
-            f"--shared-a {value}: give pair (the default), all (the mean A of the identified arms), or "
-            "a ceiling strictly between 0 and 1"
+        raise SettingError(
+            f"{{shared_a}} {value}: give pair (the default), all (the mean A of the identified arms), or "
+            "a ceiling strictly between 0 and 1",
+            "shared_a",
         )
     return a
 
@@ -94,9 +95,10 @@ def _one_a(
         mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
     low = [a for a in [base, *compared] if a_all <= a.fit.R0 + 0.01]
     if low:
-        raise UserError(
-            f"--shared-a {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
-            f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or --shared-a pair"
+        raise SettingError(
+            f"{{shared_a}} {shared_a}: one A of {a_all:.3f} leaves arm {low[0].arm!r} (R0 "
+            f"{low[0].fit.R0:.3f}) no gain to fit; give an A above every arm's R0, or {{shared_a}} pair",
+            "shared_a",
         )
     far = [a.arm for a in [base, *compared] if abs(a.fit.A - a_all) > PAPER_A_MARGIN]
     if far:
@@ -160,7 +162,9 @@ def _fit_arms(
         raise UserError(f"no arm can be fitted yet: {why}")
     if baseline is not None and baseline not in {a.arm for a in arms}:
         why = next(a["reason"] for a in not_fitted if a.get("arm") == baseline)
-        raise UserError(f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick --baseline")
+        raise SettingError(
+            f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick {{baseline}}", "baseline"
+        )
     return arms, not_fitted
 
 
@@ -336,7 +340,7 @@ def rank(
         flagged = {g for g, cs in groups.items() if any(c.meta.get("baseline") for c in cs)}
         baseline = flagged.pop() if len(flagged) == 1 else None
     elif baseline not in groups:
-        raise UserError(f"--baseline {baseline!r}: no such arm; arms are: {', '.join(groups)}")
+        raise SettingError(f"{{baseline}} {baseline!r}: no such arm; arms are: {', '.join(groups)}", "baseline")
     arms, not_fitted = _fit_arms(groups, opts, baseline, jobs, not_fitted or [])
     if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
         judged = _Judgement()

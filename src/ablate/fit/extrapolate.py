@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import SettingError, UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.curve import Curve
 from ablate.fit.result import FitOptions, FitResult
@@ -83,6 +83,8 @@ def winner(curves: list[Curve], opts: FitOptions) -> str:
         except UserError:
             continue  # too few points yet
     if not fits:
-        raise UserError("no arm has enough points in the fit window to pick a winner; pass --arm or widen the window")
+        raise SettingError(
+            "no arm has enough points in the fit window to pick a winner; pass {arm} or widen the window", "arm"
+        )
     best = max(fits, key=rank_key)
     return best.run

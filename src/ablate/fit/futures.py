@@ -76,6 +76,34 @@ def change_bound(changes: int, n: int, level: float = 0.95) -> float:
     return 1.0 if changes >= n else float(beta_dist.ppf(level, changes + 1, n - changes))
 
 
+def _one_future(
+    ranking: Ranking,
+    ends: dict[str, float],
+    frozen: set[str] | frozenset[str],
+    stopped_as: str,
+    rng: np.random.Generator,
+) -> tuple[list[Curve], list[Curve]]:
+    """One simulated future of every run (`futures`): each run continued to its end, and the same with the runs of
+    the `frozen` arms stopped where they are."""
+    going, stopped = [], []
+    for a in ranking.arms:
+        f = a.fit
+        draw = f.draws[rng.integers(len(f.draws))] if f.draws is not None and len(f.draws) else None
+
+        def shift(x, draw=draw, f=f):
+            if draw is None:
+                return np.zeros_like(x)
+            return sigmoid(x, *draw) - f.fit.predict(x)
+
+        for j, c in enumerate(f.curves):
+            pf = f.seeds.fits[j] if f.seeds is not None and f.seeds.fits[j] is not None else f.fit
+            est = f.noise[j] if f.noise is not None and j < len(f.noise) else None
+            cont = _continue(c, pf, shift, est, ends.get(c.run, float(c.x[-1])), rng)
+            going.append(cont)
+            stopped.append(replace(c, stopped=stopped_as) if a.arm in frozen else cont)
+    return going, stopped
+
+
 def futures(
     ranking: Ranking,
     ends: dict[str, float],
@@ -84,12 +112,14 @@ def futures(
     seed: int = 0,
     noise: NoiseFloor | None = None,
     frozen: set[str] | frozenset[str] = frozenset(),
+    stopped_as: str = "stopped",
 ) -> dict[str, dict[str, Any]]:
     """For each arm: today's verdict, and in how many of `n` simulated futures it changes. In each future every run
     goes on to its compute in `ends` (keyed by run name; runs not in it are over) from its own fit plus a bootstrap
     draw of its arm's curve, with its drift and evaluation noise, and the sweep is re-ranked: what the full sweep
     would say. The arms in `frozen` (candidates for stopping) are ranked a second time stopped where they are, the
-    rest going on: what the sweep would say if they were stopped now. A change is a different verdict in either
+    rest going on: what the sweep would say if they were stopped now (their runs marked `stopped_as`, the caller's
+    name for the state; the ranking reads it only as "stopped early"). A change is a different verdict in either
     ranking, or an arm that can no longer be fitted; for the frozen arms, also any other arm whose verdict differs
     between the two rankings of the same future (stopping them moved it). Returns {arm: {"verdict", "changes", "n",
     "p_change", "bound" (the one-sided 95% upper bound on the chance of a change), "future": Counter of future
@@ -123,22 +153,7 @@ def futures(
             return None
 
     for i in range(n):
-        going, stopped = [], []
-        for a in ranking.arms:
-            f = a.fit
-            draw = f.draws[rng.integers(len(f.draws))] if f.draws is not None and len(f.draws) else None
-
-            def shift(x, draw=draw, f=f):
-                if draw is None:
-                    return np.zeros_like(x)
-                return sigmoid(x, *draw) - f.fit.predict(x)
-
-            for j, c in enumerate(f.curves):
-                pf = f.seeds.fits[j] if f.seeds is not None and f.seeds.fits[j] is not None else f.fit
-                est = f.noise[j] if f.noise is not None and j < len(f.noise) else None
-                cont = _continue(c, pf, shift, est, ends.get(c.run, float(c.x[-1])), rng)
-                going.append(cont)
-                stopped.append(replace(c, stopped="pruned") if a.arm in frozen else cont)
+        going, stopped = _one_future(ranking, ends, frozen, stopped_as, rng)
         changed: dict[str, bool] = {}
         full = tally(ranked(going, i), "future", set(out), changed)
         if frozen:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import SettingError, UserError
 from ablate.fit import power
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
@@ -281,24 +281,28 @@ def _fit_error(m: TaskModel, seeds: int, compute: float, sims: int, seed: int) -
 def _no_spread(ranking: Ranking) -> NoReturn:
     """Why a ranking measured no seed spread to plan with, as the one-line error that says what to do."""
     if ranking.baseline is None:
-        raise UserError(
-            "no baseline arm to plan against: the seed spread is measured in comparisons with it; give --baseline ARM"
+        raise SettingError(
+            "no baseline arm to plan against: the seed spread is measured in comparisons with it; give {baseline} ARM",
+            "baseline",
         )
     seeded = [a for a in ranking.arms if a.seeds >= 2]
     if seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
         why = "; ".join(dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
-        raise UserError(
+        raise SettingError(
             f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
-            "run longer (a larger train.max_steps) or give --noise FILE"
+            "run longer (a larger train.max_steps) or give {noise} FILE",
+            "noise",
         )
     if seeded:
-        raise UserError(
+        raise SettingError(
             "no seed spread to plan with: the seeds measured none (identical seeds, or no compute ratio could be "
-            "read from them); give --noise FILE"
+            "read from them); give {noise} FILE",
+            "noise",
         )
-    raise UserError(
+    raise SettingError(
         "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
-        "(seed=0,1,2) or give --noise FILE"
+        "(seed=0,1,2) or give {noise} FILE",
+        "noise",
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import SettingError
 from ablate.fit.curve import Curve
 from ablate.fit.noise import NoiseEstimate
 from ablate.fit.notes import Note
@@ -49,34 +49,43 @@ class FitOptions:
     """The false-discovery rate the ranking's tests are held to: 5%, or what a look of `sweep --decide` spends."""
 
     def validate(self) -> None:
-        """Reject impossible options with one line naming the option and the fix."""
+        """Reject impossible options with one SettingError naming the setting and the fix (by its API keyword:
+        `target` is `to`)."""
         if self.method not in METHODS:
-            raise UserError(f"--method {self.method}: unknown; valid: {', '.join(METHODS)}")
+            raise SettingError(f"{{method}} {self.method}: unknown; valid: {', '.join(METHODS)}", "method")
         if self.loss not in ("linear", "huber"):
-            raise UserError(f"--loss {self.loss}: unknown; valid: linear, huber")
+            raise SettingError(f"{{loss}} {self.loss}: unknown; valid: linear, huber", "loss")
         if self.n_boot < 0:
-            raise UserError(f"--n-boot {self.n_boot}: must be >= 0")
+            raise SettingError(f"{{n_boot}} {self.n_boot}: must be >= 0", "n_boot")
         if not 0.0 < self.ci < 1.0:
-            raise UserError(f"--ci {self.ci}: must be between 0 and 1 (e.g. 0.95)")
+            raise SettingError(f"{{ci}} {self.ci}: must be between 0 and 1 (e.g. 0.95)", "ci")
         if not 0.0 < self.level < 1.0:
-            raise UserError(f"level {self.level}: the false-discovery rate must be between 0 and 1 (e.g. 0.05)")
+            raise SettingError(
+                f"{{level}} {self.level}: the false-discovery rate must be between 0 and 1 (e.g. 0.05)", "level"
+            )
         if not (math.isfinite(self.target) and self.target > 0):  # NaN would predict R0 for every arm
-            raise UserError(f"--to {self.target:g}: target compute must be a finite number > 0")
-        for flag, v in (("--fit-from", self.fit_from), ("--fit-until", self.fit_until)):
+            raise SettingError(f"{{to}} {self.target:g}: target compute must be a finite number > 0", "to")
+        for name, v in (("fit_from", self.fit_from), ("fit_until", self.fit_until)):
             if v is not None and not math.isfinite(v):
-                raise UserError(f"{flag} {v:g}: must be a finite compute (leave it out for no limit)")
+                raise SettingError(f"{{{name}}} {v:g}: must be a finite compute (leave it out for no limit)", name)
         if self.seed < 0:
-            raise UserError(f"--seed {self.seed}: must be >= 0")
+            raise SettingError(f"{{seed}} {self.seed}: must be >= 0", "seed")
         if self.fit_from is not None and self.fit_until is not None and self.fit_from >= self.fit_until:
-            raise UserError(
-                f"--fit-from {self.fit_from:g} is not below --fit-until {self.fit_until:g}: the window is empty"
+            raise SettingError(
+                f"{{fit_from}} {self.fit_from:g} is not below {{fit_until}} {self.fit_until:g}: the window is empty",
+                "fit_from",
+                "fit_until",
             )
         if self.target_r is not None and not 0.0 < self.target_r < 1.0:
-            raise UserError(f"--target-r {self.target_r}: a pass rate strictly between 0 and 1")
+            raise SettingError(f"{{target_r}} {self.target_r}: a pass rate strictly between 0 and 1", "target_r")
         if self.r0 is not None and not 0.0 <= self.r0 <= 1.0:
-            raise UserError(f"--r0 {self.r0}: a pass rate in [0, 1]")
+            raise SettingError(f"{{r0}} {self.r0}: a pass rate in [0, 1]", "r0")
         if self.r0 is not None and self.fit_r0:
-            raise UserError(f"--r0 {self.r0:g} and --fit-r0 conflict: --r0 holds R0 fixed, --fit-r0 frees it; give one")
+            raise SettingError(
+                f"{{r0}} {self.r0:g} and {{fit_r0}} conflict: {{r0}} holds R0 fixed, {{fit_r0}} frees it; give one",
+                "r0",
+                "fit_r0",
+            )
 
     def window_text(self) -> str:
         lo = "0" if self.fit_from is None else f"{self.fit_from:g}"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 
-from ablate.errors import UserError
+from ablate.errors import SettingError, UserError
 from ablate.fit.arms import ArmResult
 from ablate.fit.batch_verdicts import CODES, futile
 from ablate.fit.effects import practical
@@ -48,9 +48,13 @@ class Looks:
 
     def __post_init__(self) -> None:
         if self.wave < 2:
-            raise UserError(f"--wave {self.wave}: a wave needs at least 2 seeds an arm (a seed spread needs two)")
+            raise SettingError(
+                f"{{wave}} {self.wave}: a wave needs at least 2 seeds an arm (a seed spread needs two)", "wave"
+            )
         if self.max_seeds < self.wave:
-            raise UserError(f"--max-seeds {self.max_seeds}: at least one wave ({self.wave} seeds); raise it")
+            raise SettingError(
+                f"{{max_seeds}} {self.max_seeds}: at least one wave ({self.wave} seeds); raise it", "max_seeds"
+            )
         if not 0.0 < self.q < 1.0:
             raise UserError(f"false-discovery rate {self.q}: must be between 0 and 1 (e.g. 0.05)")
 

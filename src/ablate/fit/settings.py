@@ -2,7 +2,8 @@
 resamples, seed, smallest effect that matters). `rank` builds one from its flags, `report` and `plan` from the same
 defaults, the `--prune` monitor records the one it settles arms with, and a later `rank` or `report` of that sweep
 compares its own with the recorded one (ablate.analysis.verbs.decided_elsewhere): the same
-settings give the same verdicts, and different ones are said, with the flags that reproduce the recorded ranking."""
+settings give the same verdicts, and different ones are said, with the settings that reproduce the recorded
+ranking."""
 
 from __future__ import annotations
 
@@ -83,42 +84,51 @@ class Analysis:
             return None
         return cls(d["x"], nums["to"], lo, hi, n_boot, seed, smallest)  # type: ignore[arg-type]
 
-    def flags(self) -> list[str]:
-        """rank's flags that reproduce this analysis (the defaults left out, the axis and target always given)."""
-        out = ["--x", self.x]
-        for name, flag in (("to", "--to"), ("fit_from", "--fit-from"), ("fit_until", "--fit-until")):
-            v = getattr(self, name)
-            if v is not None:
-                out += [flag, _number(v)]
+    def settings(self) -> list[tuple[str, str]]:
+        """The settings that reproduce this analysis, each as (its keyword, its value as text that reads back
+        exactly): the defaults left out, the axis and the target always given. A front end spells the keywords
+        (the command line: `--min-effect`)."""
+        out = [("x", self.x)]
+        out += [
+            (name, _number(v)) for name in ("to", "fit_from", "fit_until") if (v := getattr(self, name)) is not None
+        ]
         if self.n_boot != DEFAULT_N_BOOT:
-            out += ["--n-boot", str(self.n_boot)]
+            out.append(("n_boot", str(self.n_boot)))
         if self.seed != 0:
-            out += ["--seed", str(self.seed)]
+            out.append(("seed", str(self.seed)))
         paper = MinEffect()
         if self.min_effect.a != paper.a:
-            out += ["--min-effect", _number(self.min_effect.a)]
+            out.append(("min_effect", _number(self.min_effect.a)))
         if self.min_effect.ratio != paper.ratio:
-            out += ["--min-effect-compute", _number(self.min_effect.ratio)]
+            out.append(("min_effect_compute", _number(self.min_effect.ratio)))
         return out
 
-    def differences(self, other: Analysis) -> list[str]:
-        """What `other` (a recorded analysis) sets differently from this one, each as `--flag value (here: value)`;
-        a recorded `to` of None (each look's default target) is not a difference."""
+    def differences(self, other: Analysis) -> list[Difference]:
+        """What `other` (a recorded analysis) sets differently from this one; a recorded `to` of None (each look's
+        default target) is not a difference."""
         out = []
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
             if f.name == "to" and theirs is None:
                 continue
             if f.name == "min_effect":
-                for attr, flag in (("a", "--min-effect"), ("ratio", "--min-effect-compute")):
+                for attr, name in (("a", "min_effect"), ("ratio", "min_effect_compute")):
                     a, b = getattr(mine, attr), getattr(theirs, attr)
                     if not math.isclose(a, b, rel_tol=1e-9):
-                        out.append(f"{flag} {_number(b)} (here: {_number(a)})")
+                        out.append(Difference(name, _number(b), _number(a)))
                 continue
             if not _same(mine, theirs):
-                flag = "--" + f.name.replace("_", "-")
-                out.append(f"{flag} {_text(theirs)} (here: {_text(mine)})")
+                out.append(Difference(f.name, _text(theirs), _text(mine)))
         return out
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One setting a recorded analysis made otherwise than a ranking: its keyword, and both values as text."""
+
+    setting: str
+    recorded: str
+    here: str
 
 
 @dataclass(frozen=True)
@@ -129,8 +139,8 @@ class Elsewhere:
     by: str
     """Who decided: `--prune monitor`."""
     recorded: Analysis
-    differences: list[str]
-    """Each recorded setting that differs, as `--flag value (here: value)` (Analysis.differences)."""
+    differences: list[Difference]
+    """Each recorded setting that differs (Analysis.differences)."""
 
 
 def _same(a: object, b: object) -> bool:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.fit.sigmoid import B_BOUNDS, sigmoid
-from ablate.fit.spread import MAX_DOF, MAX_SD_A, MAX_SD_LOGC, number, read_json_object
+from ablate.fit.spread import MAX_DOF, MAX_SD_A, MAX_SD_LOGC
 
 MAX_POINTS = 60
 """Simulated evaluations per run at most (longer runs are evaluated less often: fewer points, never more)."""
@@ -50,6 +48,8 @@ CALIBRATION_BOUNDS = {
     "gpu_hours_per_x": (0.0, 1e40, "above"),
     "steps_per_x": (0.0, 1e40, "above"),
 }
+OPTIONAL_FIELDS = ("val_n", "gpu_hours_per_x", "steps_per_x")
+"""Fields a calibration file may leave out or null (unknown)."""
 
 
 @dataclass
@@ -81,39 +81,6 @@ class TaskModel:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-    @classmethod
-    def load(cls, path: Path | str) -> TaskModel:
-        """A stored model (`--save-calibration`); a UserError naming what is wrong with the file. Every field is
-        type- and range-checked (CALIBRATION_BOUNDS): a number out of range sends the simulations where they
-        cannot end (a compute scale of 1e-300) or overflow."""
-        where = f"--calibration {path}"
-        fix = "write one with `ablate plan SWEEP_DIR --save-calibration FILE`"
-        d = read_json_object(path, "--calibration", fix + " on a sweep that ran with seeds")
-        fix = f"not a calibration file: {fix}"
-        got: dict[str, Any] = {}
-        for key, (lo, hi, kind) in CALIBRATION_BOUNDS.items():
-            got[key] = number(
-                d,
-                key,
-                where,
-                lo,
-                hi,
-                fix=fix,
-                integer=kind == "int",
-                above=kind == "above",
-                optional=key in ("val_n", "gpu_hours_per_x", "steps_per_x"),
-            )
-        x, source, notes = d.get("x"), d.get("source", ""), d.get("notes", [])
-        if not isinstance(x, str) or not x.strip() or len(x) > 200:
-            raise UserError(f"{where}: x (the compute axis) must be a name such as gpu_hours; {fix}")
-        if not isinstance(source, str) or not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
-            raise UserError(f"{where}: source must be text and notes a list of texts; {fix}")
-        if not got["r0"] < got["a"]:
-            raise UserError(
-                f"{where}: needs r0 < a (the ceiling above the start), got r0 {got['r0']:g}, a {got['a']:g}; {fix}"
-            )
-        return cls(x=x, source=source, notes=list(notes), **got)
 
     def describe(self) -> str:
         ev = f"evaluation n={self.val_n:g}" if self.val_n else "evaluation noise inside the drift"

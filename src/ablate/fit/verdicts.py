@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import t as student_t
 
-from ablate.errors import UserError
+from ablate.errors import SettingError
 from ablate.fit.arms import CHANGED, ArmResult, Verdict
 from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
@@ -61,9 +61,13 @@ def parse_margin(margin: str | float | None) -> float | None:
     try:
         m = float(margin)
     except (TypeError, ValueError):
-        raise UserError(f"--margin {margin}: give `paper` (the paper's +-0.02 on A) or a number >= 0") from None
+        raise SettingError(
+            f"{{margin}} {margin}: give `paper` (the paper's +-0.02 on A) or a number >= 0", "margin"
+        ) from None
     if not (math.isfinite(m) and m >= 0.0):
-        raise UserError(f"--margin {margin}: a margin on A must be a finite number >= 0 (e.g. 0.02), or `paper`")
+        raise SettingError(
+            f"{{margin}} {margin}: a margin on A must be a finite number >= 0 (e.g. 0.02), or `paper`", "margin"
+        )
     return m
 
 

@@ -200,7 +200,7 @@ def _futures(
         if progress:
             progress(f"simulating {n} futures of the {len(live)} running arm(s)")
         x_end = {r: e.x_end for r, e in ends.items()}
-        fut = futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
+        fut = futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can, stopped_as=RunState.PRUNED)
         # only the candidates that settle are stopped: check that future again with just them stopped, until the
         # set holds (it shrinks each time, so this ends)
         while True:
@@ -208,7 +208,7 @@ def _futures(
             if not settle or settle == can:
                 break
             can = settle
-            again = futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can)
+            again = futures(ranking, x_end, n=n, seed=seed, noise=floor, frozen=can, stopped_as=RunState.PRUNED)
             fut.update({arm: again[arm] for arm in can})
     return fut
 

@@ -17,12 +17,12 @@ from ablate.render.fit import sensitivity_table
 from ablate.render.numbers import compact, num, stacked
 from ablate.render.terminal import cell, esc
 from ablate.states import RunState
-from ablate.text import safe
+from ablate.text import flag, safe
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep `ablate sweep`/`status` start-up light
     from ablate.fit.arms import ArmResult, Ranking
     from ablate.fit.notes import Note
-    from ablate.fit.settings import Elsewhere
+    from ablate.fit.settings import Analysis, Elsewhere
 
 VERDICT_STYLE = {
     "ceiling_up": "bold green",
@@ -275,11 +275,16 @@ def rank_tail(ranking: Ranking, inputs: Sequence[Path], elsewhere: Elsewhere | N
 
 def elsewhere_text(e: Elsewhere) -> str:
     """What a sweep's recorded decisions were made with, against this ranking, and the command that reads them."""
-    command = shlex.join(["ablate", "rank", str(e.sweep), *e.recorded.flags()])
+    differs = ", ".join(f"{flag(d.setting)} {d.recorded} (here: {d.here})" for d in e.differences)
     return (
-        f"{e.sweep}: the stopped arms were settled by its {e.by} with {', '.join(e.differences)}; "
-        f"to read them so: `{command}`"
+        f"{e.sweep}: the stopped arms were settled by its {e.by} with {differs}; "
+        f"to read them so: `{rank_command(e.sweep, e.recorded)}`"
     )
+
+
+def rank_command(sweep: Path, analysis: Analysis) -> str:
+    """The `ablate rank` command line that ranks `sweep` with `analysis`, to paste."""
+    return shlex.join(["ablate", "rank", str(sweep), *(part for s, v in analysis.settings() for part in (flag(s), v))])
 
 
 def print_rank(

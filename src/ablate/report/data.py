@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import shlex
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,13 +155,13 @@ def page_analysis(inputs: Inputs, n_boot: int) -> tuple[Analysis, str | None]:
     the page shows the verdicts the sweep acted on, and where it came from; else rank's defaults."""
     from ablate.analysis import verbs
     from ablate.fit.settings import Analysis
+    from ablate.render.rank import rank_command
 
     found = verbs.recorded_analysis(inputs)
     if found is None:
         return Analysis(inputs.x, n_boot=n_boot), None
     sweep, by, recorded = found
-    command = shlex.join(["ablate", "rank", str(sweep), *recorded.flags()])
-    return recorded, f"ranked with the settings this sweep's {by} settled arms with: `{command}`"
+    return recorded, f"ranked with the settings this sweep's {by} settled arms with: `{rank_command(sweep, recorded)}`"
 
 
 def rank(inputs: Inputs, opts: Any, analysis: Analysis) -> Ranking:
