@@ -38,6 +38,7 @@ def main() -> None:
     from ablate.compose.recipe import compose_run
     from ablate.curves.sweeps import curve_from_run_dir
     from ablate.fit.analysis import fit_curves
+    from ablate.fit.curve import Curve
     from ablate.fit.result import FitOptions
     from ablate.storage import store
     from ablate.train.step import TASK_PHRASE
@@ -87,7 +88,9 @@ def main() -> None:
     rows = []
     for seed in a.seeds:
         rd = a.out / f"seed{seed}"
-        curve, meta = curve_from_run_dir(rd, x="samples")
+        curve = curve_from_run_dir(rd, x="samples")
+        assert isinstance(curve, Curve), curve  # else: why the run can't be fitted
+        meta = curve.meta
         recs = store.read_jsonl(rd / "metrics.jsonl")
         ys = [r["val_pass_rate"] for r in recs]
         res = fit_curves([curve], opts, name=f"seed{seed}")

@@ -274,12 +274,13 @@ def test_every_rank_row_fits_two_lines_at_120_columns(loss_sweeps, which):
 
 def test_the_longest_verdicts_and_effects_still_fit_two_lines(loss_sweeps):
     """Every verdict the table can show, with its mark, against the longest effect text: still two lines a row."""
+    from ablate.fit.arms import SeedsToDecide
     from ablate.render.rank import rank_table, verdict_cell
 
     ranking = ranked([loss_sweeps["a"], loss_sweeps["b"]])
     worst = [
-        ("inconclusive", "unclear", {"seeds": None}),
-        ("inconclusive", "unclear", {"seeds": 24}),
+        ("inconclusive", "unclear", SeedsToDecide(None, 1.0, 0.8, "more than 32 seeds")),
+        ("inconclusive", "unclear", SeedsToDecide(24, 1.0, 0.8, "~24 seeds")),
         ("efficiency_down", "negligible", None),
         ("ceiling_up", "unclear", None),
         ("ceiling_down", "material", None),

@@ -359,8 +359,8 @@ def test_an_undecided_arm_is_inconclusive_with_the_seeds_that_would_decide_it():
     )
     arm = next(a for a in ranking.arms if a.arm == "arm")
     assert arm.verdict == "inconclusive" and arm.practical == "unclear"
-    assert arm.decide["seeds"] is not None and arm.decide["seeds"] > 2, arm.decide
-    assert arm.decide["text"] in arm.detail and f"~{arm.decide['seeds']} seeds an arm" in arm.decide["text"]
+    assert arm.decide is not None and arm.decide.seeds is not None and arm.decide.seeds > 2, arm.decide
+    assert arm.decide.text in arm.detail and f"~{arm.decide.seeds} seeds an arm" in arm.decide.text
     # the promise, checked at the truth: the floor of a well-seeded reference, the true +0.03
     ref = rank(
         [c for name in ("base", "n1", "n2", "n3") for c in simulate_arm(shape, noise, {}, 12, 0.85, rng, name)[0]],

@@ -25,6 +25,7 @@ from ablate.config.identity import run_id
 from ablate.config.schema import ConfigErrors
 from ablate.config.support import PRESET_HINT, SUPPORT
 from ablate.curves.inputs import curve_from_run_dir
+from ablate.fit.curve import Curve
 from ablate.storage import store
 from ablate.storage.rundir import REQUIRED_METRICS
 from ablate.train.trl_config import grpo_config
@@ -235,8 +236,8 @@ def test_a_trl_run_writes_the_run_directory_and_its_pass_rate_moves(tmp_path):
     r0, late = recs[0]["val_pass_rate"], (recs[-2]["val_pass_rate"] + recs[-1]["val_pass_rate"]) / 2
     se = (r0 * (1 - r0) / 1600) ** 0.5
     assert late > r0 + 4 * se, [r["val_pass_rate"] for r in recs]
-    curve, _meta = curve_from_run_dir(tmp_path / "run", x="samples")  # what rank/extrapolate read
-    assert curve is not None and list(curve.x) == [0, 6400, 12800, 19200, 25600]
+    curve = curve_from_run_dir(tmp_path / "run", x="samples")  # what rank/extrapolate read
+    assert isinstance(curve, Curve) and list(curve.x) == [0, 6400, 12800, 19200, 25600]
 
 
 def _metric_steps(run_dir: Path) -> list[int]:

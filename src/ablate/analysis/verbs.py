@@ -15,7 +15,7 @@ from ablate.errors import UserError
 if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs it
     from ablate.analysis.plan import PlanResult
     from ablate.fit.arms import Ranking
-    from ablate.fit.curve import Curve
+    from ablate.fit.curve import Curve, NotFitted
     from ablate.fit.extrapolate import Extrapolation
     from ablate.fit.result import FitOptions, FitResult
     from ablate.fit.settings import Analysis, Elsewhere
@@ -28,7 +28,7 @@ class Inputs:
 
     paths: list[Path]
     curves: list[Curve]
-    skipped: list[dict[str, Any]]
+    skipped: list[NotFitted]
     x: str
     axis_text: str | None
 

@@ -127,7 +127,7 @@ def run_decide(
         curves, skipped = curves_from_sweep(sdir, x=x)
         keep = set(ids)
         curves = [c for c in curves if c.meta.get("run_id") in keep]
-        skipped = [s for s in skipped if s.get("run_id") in keep]
+        skipped = [s for s in skipped if s.facts is not None and s.facts.run_id in keep]
         inputs = verbs.Inputs([], curves, skipped, x, None)
         opts = verbs.fit_options(n_boot=settings.n_boot, level=level, ci=1.0 - level)  # sizes held to the level
         ranking = verbs.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())

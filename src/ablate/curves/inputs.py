@@ -6,7 +6,7 @@ becomes one `UserError` line naming the file, the line and the fix. Run director
 `ablate.storage.rundir.RunDir` only (run.json via `.info()`, metrics.jsonl via `.metric_lines()`).
 
     load_curves(path, x=, y=, run=, group=)     one CSV/JSONL file, one row per (run, evaluation) -> [Curve]
-    curve_from_run_dir(run_dir, x=, y=)         one run directory -> (Curve or None, meta with the reason):
+    curve_from_run_dir(run_dir, x=, y=)         one run directory -> its Curve, or NotFitted with the reason:
                                                 ablate.curves.sweeps
     curves_from_sweep(sweep_dir, x=, y=)        every run of a sweep -> ([Curve], [runs not fitted, with why])
     load_inputs(paths, x=, y=, run=, group=,    any mix of the three and other tools' logs (`ablate.curves.logs`)
@@ -20,7 +20,6 @@ import csv
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from ablate.curves import logs, readers
 from ablate.curves.sweeps import curve_from_run_dir
 from ablate.curves.tables import VAL_N, as_name, fmt_lines, number, read_rows
 from ablate.errors import UserError
-from ablate.fit.curve import Curve
+from ablate.fit.curve import Curve, NotFitted
 from ablate.storage import reading
 from ablate.storage.rundir import COMPUTE_AXES, RunDir, sweep_run_dirs
 
@@ -134,11 +133,11 @@ def recorded_devices(paths: list[Path]) -> list[str | None] | None:
 
 def curves_from_sweep(
     sweep_dir: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate"
-) -> tuple[list[Curve], list[dict[str, Any]]]:
+) -> tuple[list[Curve], list[NotFitted]]:
     """Read every run of a sweep directory (`<sweep>/runs/<run_id>/`).
 
     Returns the curves of runs that have metrics (meta as in `curve_from_run_dir`), and the runs that can't be
-    fitted, each a meta dict with its `reason` (failed, diverged, no metrics yet, metric not logged).
+    fitted, each a `NotFitted` with its reason (failed, diverged, no metrics yet, metric not logged).
     """
     sweep_dir = Path(sweep_dir)
     if x not in COMPUTE_AXES:
@@ -152,19 +151,19 @@ def curves_from_sweep(
     if not run_dirs:
         raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
     curves: list[Curve] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[NotFitted] = []
     missing = []
     labelled: list[tuple[Path, Curve]] = []
     for rd in run_dirs:
-        curve, why = curve_from_run_dir(rd, x=x, y=y)
-        if curve is not None:
-            curves.append(curve)
-            if curve.run != rd.path.name:  # a run with a label (one without is named after its directory)
-                labelled.append((rd.path, curve))
+        got = curve_from_run_dir(rd, x=x, y=y)
+        if isinstance(got, Curve):
+            curves.append(got)
+            if got.run != rd.path.name:  # a run with a label (one without is named after its directory)
+                labelled.append((rd.path, got))
             continue
-        if "_missing" in why:
-            missing.append(why.pop("_missing"))
-        skipped.append(why)
+        if got.missing is not None:
+            missing.append(got.missing)
+        skipped.append(got)
     if not curves and missing:  # the metric's name is wrong, not the runs: say so once
         name, flag, _ = missing[0]
         present = list(dict.fromkeys(k for *_, names in missing for k in names))
@@ -172,7 +171,7 @@ def curves_from_sweep(
             f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: {', '.join(present)}"
         )
     if not curves:
-        reasons = "; ".join(f"{s['label']}: {s['reason']}" for s in skipped[:3])
+        reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped[:3])
         raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
     _arms_by_config(labelled)
     return curves, skipped
@@ -243,7 +242,7 @@ def load_inputs(
     group: str | None = None,
     fmt: str = "auto",
     per_step: dict[str, float] | None = None,
-) -> tuple[list[Curve], list[dict[str, Any]]]:
+) -> tuple[list[Curve], list[NotFitted]]:
     """Curves from any mix of sweep directories, single run directories, CSV/JSONL files and other tools' logs.
 
     A bare name that is not a file means `sweeps/<name>`. A file's runs form arms by its `group` column
@@ -267,7 +266,7 @@ def load_inputs(
         if not (math.isfinite(v) and v > 0):
             raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0")
     curves: list[Curve] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[NotFitted] = []
     paths = [bare_sweep(Path(p)) for p in paths]
     _check_present(paths)
     names = input_names(paths)
@@ -293,10 +292,10 @@ def load_inputs(
         elif kind == "run":
             if x not in COMPUTE_AXES:
                 raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
-            c, why = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
-            if c is None:
-                raise UserError(f"{p}: {why['reason']}")
-            cs, sk = [c], []
+            got = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
+            if isinstance(got, NotFitted):
+                raise UserError(f"{p}: {got.reason}")
+            cs, sk = [got], []
         elif kind == "table":
             cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
         elif kind == MLFLOW:

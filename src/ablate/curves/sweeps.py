@@ -17,7 +17,7 @@ from ablate.compose.safe_yaml import check_yaml
 from ablate.config.identity import arm_id, label_seed, run_id
 from ablate.curves.tables import VAL_N, show
 from ablate.errors import UserError
-from ablate.fit.curve import Curve
+from ablate.fit.curve import Curve, NotFitted, RunFacts
 from ablate.states import STOPPED, RunState
 from ablate.storage import store
 from ablate.storage.rundir import COMPUTE_AXES, TRUNCATION_WARN, RunDir
@@ -157,11 +157,11 @@ def _check_ids(rd: RunDir, info: RunInfo, ids: tuple[str, str, Any]) -> None:
 
 def curve_from_run_dir(
     run_dir: RunDir | Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate"
-) -> tuple[Curve | None, dict[str, Any]]:
-    """One run directory's curve with its meta, or (None, meta with the `reason` it can't be fitted).
+) -> Curve | NotFitted:
+    """One run directory's curve, or why it can't be fitted (with the run's facts).
 
-    meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points) and, for a
-    curve, truncation_warning and end (each compute axis the run logged at its last point). arm_id is the hash of the
+    The curve's meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points),
+    truncation_warning and end (each compute axis the run logged at its last point). arm_id is the hash of the
     run's config.yaml when it has one (a run.json that
     disagrees with it is a UserError naming the directory), else what run.json says. The evaluation at step 0 is
     the run's R0 point: its compute is 0 by definition, whatever the clock said. Non-finite values are dropped; a
@@ -182,21 +182,24 @@ def curve_from_run_dir(
         "baseline": info.baseline,
         "partial": info.status in PARTIAL,
     }
+    facts = RunFacts(meta["run_id"], meta["arm_id"], meta["status"], meta["baseline"], meta["partial"])
+
+    def not_fitted(reason: str, missing: tuple[str, str, tuple[str, ...]] | None = None) -> NotFitted:
+        return NotFitted(label, meta["arm"], reason, facts, missing)
+
     if info.status in ENDED_BADLY:
-        return None, {**meta, "reason": info.why()}
+        return not_fitted(info.why())
     lines = rd.metric_lines()
     recs = [r for _, r in lines]
     if not recs:
-        return None, {**meta, "reason": f"no metrics yet ({rd.metrics_path})"}
+        return not_fitted(f"no metrics yet ({rd.metrics_path})")
     for name, flag in ((y, "--y"), (x, "--x")):
         if not any(name in r for r in recs):
             present = _metric_names(recs)
-            return None, {
-                **meta,
-                "_missing": (name, flag, present),
-                "reason": f"the metric '{name}' is not in {rd.metrics_path}; it has: {', '.join(present)} "
-                f"(choose with {flag})",
-            }
+            return not_fitted(
+                f"the metric '{name}' is not in {rd.metrics_path}; it has: {', '.join(present)} (choose with {flag})",
+                (name, flag, tuple(present)),
+            )
     xs, ys, rec_index, ns = [], [], [], []
     for ln, r in lines:
         if y not in r or (x not in r and r.get("step") != 0):
@@ -218,7 +221,7 @@ def curve_from_run_dir(
     order = np.argsort(xa[ok], kind="stable")
     xa, ya, na, la = xa[ok][order], ya[ok][order], na[ok][order], la[ok][order]
     if xa.size == 0:
-        return None, {**meta, "reason": f"no evaluation with a finite '{x}' and '{y}' yet ({rd.metrics_path})"}
+        return not_fitted(f"no evaluation with a finite '{x}' and '{y}' yet ({rd.metrics_path})")
     keep = np.concatenate([[True], np.diff(xa) > 0])  # a resumed run never logs a step twice; be safe
     trunc = [
         r["truncation_rate"]
@@ -229,7 +232,7 @@ def curve_from_run_dir(
     meta["end"] = _compute_at(dict(lines)[int(la[keep][-1])])
     n = na[keep] if np.all(np.isfinite(na[keep])) else None  # older runs did not log val_n: estimated then
     stopped = info.status if info.status in STOPPED else None  # a monitor's verdict, not the run's own end
-    return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta, n=n, stopped=stopped), meta
+    return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta, n=n, stopped=stopped)
 
 
 def _compute_at(rec: dict[str, Any]) -> dict[str, float]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ablate.fit.curve import NotFitted
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult, finite_or_none
 from ablate.fit.spread import MinEffect, NoiseFloor
@@ -43,6 +44,23 @@ VERDICT_TEXT = {
 PRACTICAL = ("material", "negligible", "unclear")
 
 
+@dataclass(frozen=True)
+class SeedsToDecide:
+    """What would decide an inconclusive arm (`ArmResult.decide`; docs/json.md, `decide`)."""
+
+    seeds: int | None
+    """The fewest seeds per arm (this arm and the baseline) that decide it with `power`; None: more than the
+    ladder's top."""
+    compute: float
+    """The per-run compute they run to: the arm's window end now."""
+    power: float
+    text: str
+    """The same in words."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seeds": self.seeds, "compute": self.compute, "power": self.power, "text": self.text}
+
+
 @dataclass
 class ArmResult:
     arm: str
@@ -63,8 +81,8 @@ class ArmResult:
     """The short why: the effect that decided and its interval (the table's why cell)."""
     detail: str = ""
     """The long why: every test, its p-value and interval, what would decide (`--explain`)."""
-    decide: dict[str, Any] | None = None
-    """An inconclusive arm: {"seeds", "compute", "power", "text"}, the seeds per arm that would decide it."""
+    decide: SeedsToDecide | None = None
+    """An inconclusive arm: the seeds per arm that would decide it."""
     shared: dict[str, Any] | None = None
     """The shared-A comparison: A_shared, B and C_mid of both arms under it, compute ratio and interval."""
     p_ceiling: float | None = None
@@ -111,7 +129,7 @@ class ArmResult:
             "delta_A_ci": self.delta_A_ci,
             "effect": self.effect,
             "detail": self.detail,
-            "decide": self.decide,
+            "decide": None if self.decide is None else self.decide.to_json(),
             "p_equivalent": r(self.p_equivalent),
             "partial": self.partial,
             "truncation_warning": self.truncation_warning,
@@ -133,7 +151,7 @@ class Ranking:
     target: float
     x: str
     opts: FitOptions
-    not_fitted: list[dict[str, Any]] = field(default_factory=list)
+    not_fitted: list[NotFitted] = field(default_factory=list)
     floor: NoiseFloor | None = None
     rule: str = "test"
     """test (calibrated t-tests with FDR control) | paper (the paper's threshold convention)."""
@@ -172,5 +190,5 @@ class Ranking:
             "x": self.x,
             "window": self.opts.window_text(),
             "arms": [a.to_json() for a in self.arms],
-            "not_fitted": self.not_fitted,
+            "not_fitted": [n.to_json() for n in self.not_fitted],
         }

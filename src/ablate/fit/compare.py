@@ -24,7 +24,7 @@ import numpy as np
 from ablate.errors import SettingError, UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.arms import ArmResult, Ranking, Verdict
-from ablate.fit.curve import Curve
+from ablate.fit.curve import Curve, NotFitted
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
 from ablate.fit.shared import Efficiency, compare_efficiency, own_log_compute_seeds
@@ -34,13 +34,13 @@ from ablate.fit.verdicts import decide_verdicts, end_of_window, measured_floor, 
 __all__ = ["parse_shared_a", "rank"]
 
 
-def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | dict[str, Any]:
+def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | NotFitted:
     """The arm's fit, or (a young arm with too few points in the window) why it can't be fitted yet."""
     label, cs, opts = item
     try:
         fit = fit_curves(cs, opts, name=label, group=label)
     except UserError as e:
-        return {"label": label, "arm": label, "reason": str(e)}
+        return NotFitted(label, label, str(e))
     return ArmResult(
         arm=label,
         arm_id=cs[0].meta.get("arm_id"),
@@ -145,23 +145,23 @@ def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -
         else:
             out[a.arm] = (
                 f"stopped at {end:.4g}: the baseline's first {end:.4g} can't be fitted to compare it "
-                f"with ({fit['reason']})"
+                f"with ({fit.reason})"
             )
     return out
 
 
 def _fit_arms(
-    groups: dict[str, list[Curve]], opts: FitOptions, baseline: str | None, jobs: int, not_fitted: list[dict[str, Any]]
-) -> tuple[list[ArmResult], list[dict[str, Any]]]:
+    groups: dict[str, list[Curve]], opts: FitOptions, baseline: str | None, jobs: int, not_fitted: list[NotFitted]
+) -> tuple[list[ArmResult], list[NotFitted]]:
     """Every arm fitted (on `jobs` processes), and the arms that can't be fitted yet with why."""
     fitted = _pmap(_fit_arm, [(label, cs, opts) for label, cs in groups.items()], jobs)
     arms = [a for a in fitted if isinstance(a, ArmResult)]
     not_fitted = not_fitted + [a for a in fitted if not isinstance(a, ArmResult)]
     if not arms:
-        why = "; ".join(f"{a['label']}: {a['reason']}" for a in not_fitted[:3])
+        why = "; ".join(f"{a.label}: {a.reason}" for a in not_fitted[:3])
         raise UserError(f"no arm can be fitted yet: {why}")
     if baseline is not None and baseline not in {a.arm for a in arms}:
-        why = next(a["reason"] for a in not_fitted if a.get("arm") == baseline)
+        why = next(a.reason for a in not_fitted if a.arm == baseline)
         raise SettingError(
             f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick {{baseline}}", "baseline"
         )
@@ -321,7 +321,7 @@ def rank(
     margin: str | float | None = None,
     noise: NoiseFloor | None = None,
     x: str = "gpu_hours",
-    not_fitted: list[dict[str, Any]] | None = None,
+    not_fitted: list[NotFitted] | None = None,
     jobs: int = 1,
     shared_a: str | float | None = None,
     min_effect: MinEffect | None = None,

@@ -36,3 +36,43 @@ class Curve:
         """Measured pass rate at compute 0, or None when the curve has no such point."""
         at0 = self.y[self.x == 0]
         return float(at0.mean()) if at0.size else None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a sweep's run directory says of a run that could not be fitted (docs/json.md, `not_fitted`)."""
+
+    run_id: str | None
+    arm_id: str | None
+    status: str | None
+    """The run's state in its run.json."""
+    baseline: bool
+    partial: bool
+
+
+@dataclass(frozen=True)
+class NotFitted:
+    """A run, or an arm, that could not be fitted, and why in one line. `facts`: the run's own, for a run of a sweep
+    (None for an arm, or a run read from a file). `missing`: the metric a run does not log, as (name, the option
+    that chooses it, the metrics it does log), so a reader can say once that the name is wrong, not the runs."""
+
+    label: str
+    arm: str
+    reason: str
+    facts: RunFacts | None = None
+    missing: tuple[str, str, tuple[str, ...]] | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.facts is None:
+            return {"label": self.label, "arm": self.arm, "reason": self.reason}
+        f = self.facts
+        return {
+            "run_id": f.run_id,
+            "arm_id": f.arm_id,
+            "label": self.label,
+            "arm": self.arm,
+            "status": f.status,
+            "baseline": f.baseline,
+            "partial": f.partial,
+            "reason": self.reason,
+        }

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.stats import t as student_t
 
-from ablate.fit.arms import ArmResult
+from ablate.fit.arms import ArmResult, SeedsToDecide
 from ablate.fit.effects import compute_text, tested_ratio
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
 from ablate.fit.stats import benjamini_hochberg_rows, tost
@@ -82,7 +81,7 @@ def seeds_to_decide(
     power: float = DECIDE_POWER,
     ladder: tuple[int, ...] = SEED_LADDER,
     family: Family = Family(),
-) -> dict[str, Any]:
+) -> SeedsToDecide:
     """The fewest seeds per arm (this arm and the baseline, at the compute they have now) that decide this arm with
     `power`, assuming its true differences are the measured ones and the seed spread is the measured one (the same
     NoiseFloor `ablate plan` simulates from), decided by the ranking's own false-discovery control among the other
@@ -111,4 +110,4 @@ def seeds_to_decide(
             f"~{seeds} seeds an arm at {at} ({a.seeds} run so far, counted in) would decide it ({power:.0%} power); "
             "seeds added after this look make a second look, which one ranking's 5% does not cover"
         )
-    return {"seeds": seeds, "compute": compute, "power": power, "text": text}
+    return SeedsToDecide(seeds, compute, power, text)

@@ -368,7 +368,7 @@ def from_ranking(
         fit_sd_a=0.0,
         fit_sd_logc=0.0,
         budget=budget,
-        arms=len({a.arm for a in ranking.arms} | {d.get("arm") or d["label"] for d in ranking.not_fitted}),
+        arms=len({a.arm for a in ranking.arms} | {d.arm or d.label for d in ranking.not_fitted}),
         gpu_hours_per_x=gpu_hours_per_x,
         steps_per_x=steps_per_x,
         source=f"{source}; seed spread: {floor.source}",

@@ -219,7 +219,7 @@ def _conclude(
         a.verdict, a.practical = Verdict.INCONCLUSIVE, "unclear"
         a.effect = short_effect(a, "both")
         a.decide = seeds_to_decide(a, floor, me, among[0], x, family=among[1])
-        parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide["text"])
+        parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide.text)
     if a.practical is not None and a.verdict in CHANGED:
         size = {
             "material": f"beyond the smallest effect that matters ({me.describe()})",

@@ -16,6 +16,7 @@ import numpy as np
 from ablate.errors import UserError
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
+from ablate.fit.curve import NotFitted
 from ablate.fit.futures import verdict_key
 from ablate.fit.settings import DEFAULT_N_BOOT, Analysis
 from ablate.prune.outlook import ArmOutlook, RunEnd, Standing, running_arms
@@ -78,11 +79,7 @@ def broken(metrics: list[dict[str, Any]], s: PruneSettings) -> str | None:
 
 
 def settled(
-    curves: list,
-    ends: dict[str, RunEnd],
-    target: float,
-    s: PruneSettings,
-    not_fitted: list[dict[str, Any]] | None = None,
+    curves: list, ends: dict[str, RunEnd], target: float, s: PruneSettings, not_fitted: list[NotFitted] | None = None
 ) -> tuple[Ranking, list[ArmOutlook]]:
     """The settled check on curves as they stand: the ranking (at `target`) and each arm's outlook, whose advice
     is Standing.SETTLED for the arms to stop."""

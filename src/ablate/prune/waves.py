@@ -260,7 +260,7 @@ def _look_entry(
             standing = "settled"
         elif a.verdict and math.isfinite(dof) and futile_arm(a, me, looks.max_seeds / at, dof, looks.level):
             standing = "undecidable"
-        needs = (a.decide or {}).get("text", "") if a.verdict == "inconclusive" else ""
+        needs = a.decide.text if a.verdict == "inconclusive" and a.decide is not None else ""
         needs = needs.split("; seeds added after this look")[0]  # --decide plans its looks: no second-look caveat
         arms[a.arm] = {
             "verdict": a.verdict or "not_identified",

@@ -100,7 +100,7 @@ def verdict_cell(a: ArmResult) -> Text:
     if a.verdict in CHANGED and a.practical in ("negligible", "unclear"):
         text += f" ({a.practical})"
     elif a.verdict == "inconclusive" and a.decide:
-        seeds = a.decide.get("seeds")
+        seeds = a.decide.seeds
         text += f" · ~{seeds} seeds" if seeds is not None else f" · >{SEED_LADDER[-1]} seeds"
     return Text(text, style=VERDICT_STYLE.get(a.verdict or "", "white"))
 
@@ -215,13 +215,13 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
         lines.append(
             "  [yellow]inconclusive[/]: neither a change nor equivalence is shown; ~N seeds: the seeds per "
             "arm (this arm and the baseline, at the compute they have now) that would decide it with "
-            f"{decided[0]['power']:.0%} power if the measured difference is the true one (--explain: each "
+            f"{decided[0].power:.0%} power if the measured difference is the true one (--explain: each "
             "arm's reasoning)"
         )
     open_arms = [a for a in ranking.arms if a.verdict == "inconclusive" or a.practical == "unclear"]
     decided_before = any(n.kind == "decided" for n in ranking.notes)  # its looks were its decisions
     if open_arms and ranking.floor is not None and not decided_before:
-        wanted = [d["seeds"] for d in decided if d.get("seeds")]
+        wanted = [d.seeds for d in decided if d.seeds]
         lines.append(
             "  [yellow]next[/]: to add seeds where they decide something, with the error rate held over every look "
             f"(docs/verdicts.md, Deciding by waves): {esc(decide_hint(inputs, max(wanted, default=12)))}"
@@ -267,7 +267,7 @@ def rank_tail(ranking: Ranking, inputs: Sequence[Path], elsewhere: Elsewhere | N
     if far:
         lines.append(f"  [yellow]note[/]: {esc(far)}")
     for s in ranking.not_fitted:
-        lines.append(f"  [red]not fitted[/] {esc(s['label'])}: {esc(s['reason'])}")
+        lines.append(f"  [red]not fitted[/] {esc(s.label)}: {esc(s.reason)}")
     if elsewhere is not None:
         lines.append(f"  [yellow]decided with other settings[/]: {esc(elsewhere_text(elsewhere))}")
     return lines

@@ -98,7 +98,7 @@ def ranking_context(data: ReportData) -> dict[str, Any]:
     undecided = []
     for a in r.arms:
         if a.verdict == "inconclusive" and a.decide:
-            undecided.append({"arm": a.arm, "what": a.decide.get("text") or f"~{a.decide.get('seeds')} seeds an arm"})
+            undecided.append({"arm": a.arm, "what": a.decide.text})
         elif a.verdict == "not_identified":
             undecided.append({"arm": a.arm, "what": _not_identified_advice(a, r)})
     present = list(dict.fromkeys(a.verdict for a in r.arms if a.verdict))
