@@ -86,7 +86,7 @@ def test_multi_seed_arms_use_the_seed_spread(tmp_path):
     arm = next(a for a in ranking.arms if a.arm == "loss=bit_higher")
     assert ranking.floor is not None and ranking.floor.dof == 4 and ranking.floor.sd_A < 0.005
     assert arm.verdict == "ceiling_up" and arm.practical == "negligible" and arm.p_ceiling < 0.01, arm.detail
-    assert 1 / 1.15 < arm.shared["compute_ratio_tested"] < 1.15 and "A changed by less than matters" not in arm.detail
+    assert 1 / 1.15 < arm.shared.compute_ratio_tested < 1.15 and "A changed by less than matters" not in arm.detail
     assert arm.fit.interval_method.startswith("t-intervals over 3 seeds") and arm.seeds == 3
     single = rank([c for c in curves if c.run.endswith("seed=0")], FitOptions(n_boot=300))
     assert verdicts(single)["loss=bit_higher"] == "inconclusive"  # one seed each: needs seeds

@@ -8,7 +8,7 @@ import pytest
 
 from ablate.errors import UserError
 from ablate.fit import power
-from ablate.fit.arms import ArmResult
+from ablate.fit.arms import ArmResult, SharedA
 from ablate.fit.calibrate import shape_model
 from ablate.fit.sequential import Looks, futile_arm, settled, simulate
 from ablate.fit.spread import MinEffect
@@ -69,7 +69,7 @@ def test_futility_reads_the_interval_rank_printed():
     assert futile_arm(wide, me, horizon=4, dof=4, level=0.0125)
     tight = _arm("inconclusive", "unclear", [-0.012, 0.012])  # inside ±0.02 by 12 seeds: equivalence is in reach
     tight.delta_A = 0.0
-    tight.shared = {"compute_ratio_tested": 1.0, "compute_ratio_ci": [0.95, 1.05]}
+    tight.shared = SharedA(0.6, 1.0, 1.0, 1.0, 1.0, 0.75, 1.0, 1.0, 1.0, (0.95, 1.05), 1.0)
     assert not futile_arm(tight, me, horizon=4, dof=4, level=0.0125)
     assert not futile_arm(wide, me, horizon=1, dof=4, level=0.0125)  # at the last look: nothing is stopped early
 

@@ -254,11 +254,11 @@ def test_shared_a_all_compares_every_arm_at_one_ceiling_as_the_paper_does(tmp_pa
     a_all = np.mean([a.fit.A for a in ranking.arms if a.fit.identifiable])
     assert ranking.shared_a == "all" and f"{a_all:.3f}" in ranking.shared_mode
     for arm in ("steeper", "slower"):
-        assert by[arm].shared["A_shared"] == pytest.approx(a_all)
-    assert by["steeper"].shared["B"] > by["steeper"].shared["B_baseline"]  # compared by B at one A
-    assert by["slower"].shared["compute_ratio"] > 1.3 and by["slower"].verdict == "efficiency_down"
+        assert by[arm].shared.A_shared == pytest.approx(a_all)
+    assert by["steeper"].shared.B_baseline < by["steeper"].shared.B  # compared by B at one A
+    assert by["slower"].shared.compute_ratio > 1.3 and by["slower"].verdict == "efficiency_down"
     pairwise = rank(curves, opts, baseline="base")
-    pair_a = next(a.shared["A_shared"] for a in pairwise.arms if a.arm == "slower")
+    pair_a = next(a.shared.A_shared for a in pairwise.arms if a.arm == "slower")
     assert pairwise.shared_a is None and abs(pair_a - a_all) > 1e-6  # the default: the pair's own shared A
     path = tmp_path / "c.csv"
     write_csv(curves, path)
@@ -462,7 +462,7 @@ def test_the_efficiency_verdict_of_converged_identical_arms_does_not_move_with_t
     for to in (shape.c_mid, 2 * end, 20 * end):
         ranking = rank(curves, FitOptions(n_boot=200, target=to, fit_until=end * 1.000001), baseline="base")
         arm = next(a for a in ranking.arms if a.arm == "arm")
-        seen.append((arm.verdict, arm.shared["compute_ratio_tested"], *arm.shared["compute_ratio_ci"]))
+        seen.append((arm.verdict, arm.shared.compute_ratio_tested, *arm.shared.compute_ratio_ci))
         assert arm.fit.target == to  # --to moves what is predicted, not the efficiency verdict
     assert seen[0][0] == "equivalent" and 0.97 < seen[0][1] < 1.03, seen
     assert [s[0] for s in seen] == ["equivalent"] * 3

@@ -45,6 +45,50 @@ PRACTICAL = ("material", "negligible", "unclear")
 
 
 @dataclass(frozen=True)
+class SharedA:
+    """An arm and the baseline refitted with one A (`ArmResult.shared`; docs/json.md, `shared_A`): each arm's B and
+    C_mid under it, the compute each needs to `gain_share` of its gain and their ratio; once the efficiency test
+    has read the seeds, the ratio it tested and its interval."""
+
+    A_shared: float
+    B: float
+    C_mid: float
+    B_baseline: float
+    C_mid_baseline: float
+    gain_share: float
+    compute_to_share: float
+    compute_to_share_baseline: float
+    compute_ratio: float
+    """The shared fit's own ratio, arm to baseline."""
+    compute_ratio_ci: tuple[float, float] | None = None
+    compute_ratio_tested: float | None = None
+    """The ratio the efficiency test judged (the seeds' mean log compute where the arms have seeds); None when
+    not tested."""
+
+    @property
+    def tested_ratio(self) -> float:
+        """The ratio the efficiency test read, or the shared fit's where none was tested."""
+        return self.compute_ratio if self.compute_ratio_tested is None else self.compute_ratio_tested
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "A_shared": self.A_shared,
+            "B": self.B,
+            "C_mid": self.C_mid,
+            "B_baseline": self.B_baseline,
+            "C_mid_baseline": self.C_mid_baseline,
+            "gain_share": self.gain_share,
+            "compute_to_share": self.compute_to_share,
+            "compute_to_share_baseline": self.compute_to_share_baseline,
+            "compute_ratio": self.compute_ratio,
+            "compute_ratio_ci": None if self.compute_ratio_ci is None else list(self.compute_ratio_ci),
+        }
+        if self.compute_ratio_tested is not None:
+            out["compute_ratio_tested"] = self.compute_ratio_tested
+        return out
+
+
+@dataclass(frozen=True)
 class SeedsToDecide:
     """What would decide an inconclusive arm (`ArmResult.decide`; docs/json.md, `decide`)."""
 
@@ -83,7 +127,7 @@ class ArmResult:
     """The long why: every test, its p-value and interval, what would decide (`--explain`)."""
     decide: SeedsToDecide | None = None
     """An inconclusive arm: the seeds per arm that would decide it."""
-    shared: dict[str, Any] | None = None
+    shared: SharedA | None = None
     """The shared-A comparison: A_shared, B and C_mid of both arms under it, compute ratio and interval."""
     p_ceiling: float | None = None
     p_efficiency: float | None = None
@@ -108,7 +152,7 @@ class ArmResult:
             return [float(v) for v in self.fit.seeds.A]
         return [self.fit.A if self.fit.identifiable else float("nan")]
 
-    def comparison(self) -> tuple[float, dict[str, Any]]:
+    def comparison(self) -> tuple[float, SharedA]:
         """dA and the shared-A comparison of an arm compared with its baseline (both set before any verdict)."""
         if self.delta_A is None or self.shared is None:
             raise ValueError(f"arm {self.arm!r} has not been compared with the baseline")
@@ -133,7 +177,7 @@ class ArmResult:
             "p_equivalent": r(self.p_equivalent),
             "partial": self.partial,
             "truncation_warning": self.truncation_warning,
-            "shared_A": self.shared,
+            "shared_A": None if self.shared is None else self.shared.to_json(),
             "p_ceiling": r(self.p_ceiling),
             "p_efficiency": r(self.p_efficiency),
             "delta_R_end": r(self.delta_R_end),

@@ -11,17 +11,16 @@ from ablate.fit.arms import ArmResult
 def efficiency_text(a: ArmResult) -> str:
     """The efficiency comparison in words: the compute ratio to three quarters of the gain tested (the seeds' mean
     log compute, where the arms have seeds; else the shared fit's) with its interval."""
-    sh = a.shared or {}
-    ci = sh.get("compute_ratio_ci")
-    return f"A shared {sh.get('A_shared', float('nan')):.3f}: {tested_ratio(a):.2f}x compute to 3/4 of the gain" + (
+    ci = None if a.shared is None else a.shared.compute_ratio_ci
+    a_shared = float("nan") if a.shared is None else a.shared.A_shared
+    return f"A shared {a_shared:.3f}: {tested_ratio(a):.2f}x compute to 3/4 of the gain" + (
         f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
     )
 
 
 def tested_ratio(a: ArmResult) -> float:
     """The compute ratio, arm to baseline, that the efficiency test read (the shared fit's where none was tested)."""
-    sh = a.shared or {}
-    return float(sh.get("compute_ratio_tested", sh.get("compute_ratio", float("nan"))))
+    return float("nan") if a.shared is None else float(a.shared.tested_ratio)
 
 
 def short_effect(a: ArmResult, what: str) -> str:
@@ -29,7 +28,7 @@ def short_effect(a: ArmResult, what: str) -> str:
     or both."""
     ci = a.delta_A_ci
     d_a = f"ΔA {a.delta_A:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
-    rci = (a.shared or {}).get("compute_ratio_ci")
+    rci = None if a.shared is None else a.shared.compute_ratio_ci
     ratio = tested_ratio(a)
     comp = (f"{ratio:.2f}x" if np.isfinite(ratio) else "—") + (f" [{rci[0]:.2f}, {rci[1]:.2f}]" if rci else "")
     if what == "ceiling":

@@ -94,7 +94,7 @@ def trial(
     d_a, shared = arm.comparison()
     me = min_effect or MinEffect()
     ci = arm.delta_A_ci or [-math.inf, math.inf]
-    rci = shared.get("compute_ratio_ci") or [0.0, math.inf]
+    rci = shared.compute_ratio_ci or (0.0, math.inf)
     hidden = (
         me.a >= max(abs(ci[0]), abs(ci[1]))
         and found[first + 1]  # as verdicts._conclude
@@ -103,7 +103,8 @@ def trial(
     if found[first] and not hidden:  # a negligible A change hides no efficiency change that may matter
         return "ceiling_up" if d_a > 0 else "ceiling_down"
     if found[first + 1]:
-        return "efficiency_up" if shared.get("compute_ratio_tested", 1.0) < 1 else "efficiency_down"
+        tested = 1.0 if shared.compute_ratio_tested is None else shared.compute_ratio_tested
+        return "efficiency_up" if tested < 1 else "efficiency_down"
     return "equivalent" if found[first + 2] else "inconclusive"
 
 

@@ -85,8 +85,8 @@ def futile_arm(arm: ArmResult, me: MinEffect, horizon: float, dof: float, level:
         return False
     crit = float(student_t.ppf(1.0 - level / 2, max(dof, 1.0)))  # a look's intervals are at 1 - level
     se_a = (arm.delta_A_ci[1] - arm.delta_A_ci[0]) / (2 * crit)
-    shared = arm.shared or {}
-    ratio, rci = shared.get("compute_ratio_tested"), shared.get("compute_ratio_ci")
+    ratio = None if arm.shared is None else arm.shared.compute_ratio_tested
+    rci = None if arm.shared is None else arm.shared.compute_ratio_ci
     lr = math.log(ratio) if ratio else float("nan")
     se_c = (math.log(rci[1]) - math.log(rci[0])) / (2 * crit) if rci else float("nan")
     return bool(futile(arm.delta_A, se_a, lr, se_c, me, horizon, level))

@@ -11,13 +11,12 @@ to a change of B alone. docs/verdicts.md says how the test reads them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from ablate.fit.analysis import fit_curves, window_points
-from ablate.fit.arms import ArmResult
+from ablate.fit.arms import ArmResult, SharedA
 from ablate.fit.curve import Curve
 from ablate.fit.result import FitOptions, FitResult
 from ablate.fit.sigmoid import (
@@ -37,7 +36,7 @@ class Efficiency:
     the gain share and the compute ratio to it); and each seed's log compute to that share of its gain under the
     shared A, of the arm and of the baseline (empty for a single run)."""
 
-    shared: dict[str, Any]
+    shared: SharedA
     seeds_arm: list[float]
     seeds_base: list[float]
 
@@ -111,18 +110,17 @@ def compare_efficiency(arm: FitResult, base: FitResult, opts: FitOptions, a_all:
         measured_log_compute(b, cm, a_s - res.R0, p[0])
         for res, p, b, cm in ((arm, pts[0], b_a, c_a), (base, pts[1], b_b, c_b))
     )
-    shared = {
-        "A_shared": a_s,
-        "B": b_a,
-        "C_mid": c_a,
-        "B_baseline": b_b,
-        "C_mid_baseline": c_b,
-        "gain_share": GAIN_SHARE,
-        "compute_to_share": float(np.exp(own)),
-        "compute_to_share_baseline": float(np.exp(ref)),
-        "compute_ratio": float(np.exp(own - ref)),
-        "compute_ratio_ci": None,
-    }
+    shared = SharedA(
+        A_shared=a_s,
+        B=b_a,
+        C_mid=c_a,
+        B_baseline=b_b,
+        C_mid_baseline=c_b,
+        gain_share=GAIN_SHARE,
+        compute_to_share=float(np.exp(own)),
+        compute_to_share_baseline=float(np.exp(ref)),
+        compute_ratio=float(np.exp(own - ref)),
+    )
     return Efficiency(shared=shared, seeds_arm=seeds[0], seeds_base=seeds[1])
 
 

@@ -10,14 +10,14 @@ them: docs/verdicts.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from scipy.stats import t as student_t
 
 from ablate.errors import SettingError
-from ablate.fit.arms import CHANGED, ArmResult, Verdict
+from ablate.fit.arms import CHANGED, ArmResult, SharedA, Verdict
 from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
@@ -71,7 +71,7 @@ def parse_margin(margin: str | float | None) -> float | None:
     return m
 
 
-def _log_ratio(a: ArmResult, base_seeds: list[float] | None, shared: dict[str, Any]) -> float:
+def _log_ratio(a: ArmResult, base_seeds: list[float] | None, shared: SharedA) -> float:
     """log compute ratio, arm to baseline, to GAIN_SHARE of the gain under the shared A: the difference of the
     seeds' mean log compute where an arm has seeds, the shared fit's own for a single run."""
 
@@ -80,7 +80,7 @@ def _log_ratio(a: ArmResult, base_seeds: list[float] | None, shared: dict[str, A
         v = v[np.isfinite(v)]
         return float(v.mean()) if v.size else fallback
 
-    own, base = math.log(shared["compute_to_share"]), math.log(shared["compute_to_share_baseline"])
+    own, base = math.log(shared.compute_to_share), math.log(shared.compute_to_share_baseline)
     if not (np.isfinite(own) and np.isfinite(base)):  # a pooled refit on a bound: no ratio to test
         return float("nan")
     return mean_log(a.log_compute_seeds, own) - mean_log(base_seeds, base)
@@ -116,7 +116,7 @@ def paper_verdict(a: ArmResult, a_margin: float, opts: FitOptions) -> None:
     d_a, shared = a.comparison()
     a.margin = a_margin
     label = "(paper convention)" if a_margin == PAPER_A_MARGIN else "(threshold rule)"
-    ratio = shared["compute_ratio"]
+    ratio = shared.compute_ratio
     if abs(d_a) > a_margin:
         a.verdict = Verdict.CEILING_UP if d_a > 0 else Verdict.CEILING_DOWN
         a.detail = f"ΔA {d_a:+.3f} beyond ±{a_margin:g} {label}"
@@ -164,8 +164,11 @@ def _test_arm(a: ArmResult, base: ArmResult, floor: NoiseFloor, opts: FitOptions
     lr = _log_ratio(a, base_lc, shared)
     if np.isfinite(lr):
         t.p_efficiency = float(2 * student_t.sf(abs(lr) / se_c, floor.dof))
-        shared["compute_ratio_tested"] = math.exp(lr)
-        shared["compute_ratio_ci"] = [math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)]
+        a.shared = replace(
+            shared,
+            compute_ratio_tested=math.exp(lr),
+            compute_ratio_ci=(math.exp(lr - crit * se_c), math.exp(lr + crit * se_c)),
+        )
     # intersection-union: equivalent only when both are; no compute ratio (NaN) means equivalence can't be shown
     t.p_equivalent = float(np.max([tost(d_a, se_a, floor.dof, me.a), tost(lr, se_c, floor.dof, me.log_ratio)]))
     a.delta_A, a.delta_A_ci = d_a, t.delta_A_ci
@@ -191,7 +194,7 @@ def _conclude(
     ceiling, efficiency, equivalent = found
     d_a, shared = a.comparison()
     ci = t.delta_A_ci
-    rci = shared.get("compute_ratio_ci")
+    rci = shared.compute_ratio_ci
     a_size = practical(ci[0], ci[1], me.a)
     compute_size = None if rci is None else practical(math.log(rci[0]), math.log(rci[1]), me.log_ratio)
     parts = [
@@ -208,7 +211,7 @@ def _conclude(
         a.verdict, a.practical = (Verdict.CEILING_UP if d_a > 0 else Verdict.CEILING_DOWN), a_size
         a.effect = short_effect(a, "ceiling")
     elif efficiency:  # a discovery: the compute ratio was tested, so it has its interval
-        a.verdict = Verdict.EFFICIENCY_UP if shared["compute_ratio_tested"] < 1 else Verdict.EFFICIENCY_DOWN
+        a.verdict = Verdict.EFFICIENCY_UP if shared.tested_ratio < 1 else Verdict.EFFICIENCY_DOWN
         a.practical = compute_size
         a.effect = short_effect(a, "efficiency")
     elif equivalent:

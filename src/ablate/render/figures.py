@@ -245,11 +245,11 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
         sh = arm.shared
         if sh is None:  # never: `pairs` are the arms compared on efficiency
             continue
-        a_s, ratio = sh["A_shared"], sh["compute_ratio"]
-        share = sh["gain_share"]
+        a_s, ratio = sh.A_shared, sh.compute_ratio
+        share = sh.gain_share
         for who, fit, b, c_mid, color, reach in (
-            ("baseline", base.fit, sh["B_baseline"], sh["C_mid_baseline"], "black", sh["compute_to_share_baseline"]),
-            ("arm", arm.fit, sh["B"], sh["C_mid"], arm_color, sh["compute_to_share"]),
+            ("baseline", base.fit, sh.B_baseline, sh.C_mid_baseline, "black", sh.compute_to_share_baseline),
+            ("arm", arm.fit, sh.B, sh.C_mid, arm_color, sh.compute_to_share),
         ):
             px, pf, x = efficiency_points(fit, a_s)
             x = x[(x >= fit.window[0]) & (x <= fit.window[1]) & (x > 0)]
@@ -266,7 +266,7 @@ def plot_efficiency(ranking: Ranking, path: Path | str) -> Path | None:
             )
             if math.isfinite(reach):  # the share of the gain compared: F(R) = share / (1 - share)
                 ax.plot([reach], [share / (1 - share)], marker="o", ms=7, mfc="none", mec=color)
-        ci = sh["compute_ratio_ci"]
+        ci = sh.compute_ratio_ci
         ratio_text = f"{ratio:.2f}x compute" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
         ax.set_title(
             as_figure_text(f"{arm.arm}: {verdict_cell(arm).plain}") + f"\n{ratio_text}, A shared {a_s:.3f}", fontsize=9

@@ -17,7 +17,7 @@ from ablate.text import safe
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ablate.fit.arms import ArmResult, Ranking
+    from ablate.fit.arms import ArmResult, Ranking, SharedA
     from ablate.fit.extrapolate import Extrapolation
     from ablate.fit.result import FitResult
 
@@ -196,15 +196,17 @@ def efficiency_figure(ranking: Ranking, base: ArmResult, pairs: list[ArmResult])
     cols = min(2, len(pairs))
     rows = math.ceil(len(pairs) / cols)
     titles = [
-        text(f"{a.arm}: {verdict_cell(a).plain}, {a.shared['compute_ratio']:.2f}x compute") for a in pairs if a.shared
+        text(f"{a.arm}: {verdict_cell(a).plain}, {a.shared.compute_ratio:.2f}x compute") for a in pairs if a.shared
     ]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.12)
     palette = colors([a.arm for a in ranking.arms], ranking.baseline)
     legend_done: set[str] = set()
     for k, arm in enumerate(pairs):
-        sh = arm.shared or {}
+        sh = arm.shared
+        if sh is None:  # never: `pairs` are the arms compared on efficiency
+            continue
         row, col = k // cols + 1, k % cols + 1
-        for who, b, c_mid in ((base, sh["B_baseline"], sh["C_mid_baseline"]), (arm, sh["B"], sh["C_mid"])):
+        for who, b, c_mid in ((base, sh.B_baseline, sh.C_mid_baseline), (arm, sh.B, sh.C_mid)):
             for tr in efficiency_traces(who, b, c_mid, sh, palette[who.arm], ranking.x, who.arm not in legend_done):
                 fig.add_trace(tr, row=row, col=col)
             legend_done.add(who.arm)
@@ -224,14 +226,14 @@ def efficiency_figure(ranking: Ranking, base: ArmResult, pairs: list[ArmResult])
 
 
 def efficiency_traces(
-    who: ArmResult, b: float, c_mid: float, shared: dict[str, Any], color: str, x_name: str, legend: bool
+    who: ArmResult, b: float, c_mid: float, shared: SharedA, color: str, x_name: str, legend: bool
 ) -> list[go.Scatter]:
     """One side of a comparison: its window's points as (C, F(R)) under the shared A, and its line (C / C_mid)^B."""
     import plotly.graph_objects as go
 
     from ablate.render.figures import efficiency_points
 
-    fx, ff, x = efficiency_points(who.fit, shared["A_shared"], MAX_POINTS)
+    fx, ff, x = efficiency_points(who.fit, shared.A_shared, MAX_POINTS)
     px, pf = [float(v) for v in fx], [float(v) for v in ff]
     hi = max(float(x.max()), 1e-12)
     xs = np.geomspace(max(float(x[x > 0].min()), 1e-12), hi, 100)
