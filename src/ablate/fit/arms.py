@@ -45,6 +45,19 @@ PRACTICAL = ("material", "negligible", "unclear")
 
 
 @dataclass(frozen=True)
+class EndSpread:
+    """The end of the window every arm covers (`at`), and the seed spread of the fitted pass rate there, pooled over
+    the arms with two seeds or more: what arms whose A is not identified are compared on (docs/json.md)."""
+
+    at: float
+    sd_R: float
+    dof: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "sd_R": self.sd_R, "dof": self.dof}
+
+
+@dataclass(frozen=True)
 class SharedA:
     """An arm and the baseline refitted with one A (`ArmResult.shared`; docs/json.md, `shared_A`): each arm's B and
     C_mid under it, the compute each needs to `gain_share` of its gain and their ratio; once the efficiency test
@@ -199,7 +212,7 @@ class Ranking:
     floor: NoiseFloor | None = None
     rule: str = "test"
     """test (calibrated t-tests with FDR control) | paper (the paper's threshold convention)."""
-    end_spread: dict[str, Any] | None = None
+    end_spread: EndSpread | None = None
     """{"at", "sd_R", "dof"}: the seed spread of the pass rate at the end of the window all arms share, which the
     not-identified arms are compared on; None when no arm has two seeds."""
     shared_mode: str = ""
@@ -223,7 +236,7 @@ class Ranking:
             "rule": self.rule,
             "fdr": self.opts.level if self.rule == "test" else None,
             "noise_floor": None if self.floor is None else self.floor.to_json(),
-            "end_spread": self.end_spread,
+            "end_spread": None if self.end_spread is None else self.end_spread.to_json(),
             "shared_a": self.shared_a,
             "shared_mode": self.shared_mode,
             "min_effect": self.min_effect.to_json(),

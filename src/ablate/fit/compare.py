@@ -23,7 +23,7 @@ import numpy as np
 
 from ablate.errors import SettingError, UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
-from ablate.fit.arms import ArmResult, Ranking, Verdict
+from ablate.fit.arms import ArmResult, EndSpread, Ranking, Verdict
 from ablate.fit.curve import Curve, NotFitted
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
@@ -234,7 +234,7 @@ class _Judgement:
     source: str = "none (no baseline)"
     shared_mode: str = PAIR_MODE
     floor: NoiseFloor | None = None
-    end_spread: dict[str, Any] | None = None
+    end_spread: EndSpread | None = None
     notes: list[Note] = field(default_factory=list)
 
 

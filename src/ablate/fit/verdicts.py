@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 from scipy.stats import t as student_t
 
 from ablate.errors import SettingError
-from ablate.fit.arms import CHANGED, ArmResult, SharedA, Verdict
+from ablate.fit.arms import CHANGED, ArmResult, EndSpread, SharedA, Verdict
 from ablate.fit.decide import Family, seeds_to_decide
 from ablate.fit.effects import compute_text, efficiency_text, practical, short_effect
 from ablate.fit.result import FitOptions
@@ -91,10 +90,10 @@ def _n_finite(values: list[float] | None) -> int:
     return max(1, int(np.isfinite(values).sum())) if values else 1
 
 
-def end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[str, Any] | None]:
+def end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], EndSpread | None]:
     """Each arm's per-seed fitted pass rate at the end of the window every arm covers (inside every window: no
     extrapolation, so it is defined whether A is identified or not), and their seed spread pooled over the arms
-    with two seeds or more ({"at", "sd_R", "dof"}, or None when no arm has them)."""
+    with two seeds or more (None when no arm has them)."""
     at = min(a.fit.window[1] for a in arms)
     values = {}
     for a in arms:
@@ -106,7 +105,7 @@ def end_of_window(arms: list[ArmResult]) -> tuple[dict[str, np.ndarray], dict[st
         if v.size >= 2:
             ss += float(((v - v.mean()) ** 2).sum())
             dof += v.size - 1
-    spread = {"at": at, "sd_R": math.sqrt(ss / dof), "dof": dof} if dof and ss > 0 else None
+    spread = EndSpread(at, math.sqrt(ss / dof), dof) if dof and ss > 0 else None
     return values, spread
 
 
@@ -234,7 +233,7 @@ def _conclude(
 
 
 def _end_tests(
-    unidentified: list[ArmResult], base: ArmResult, at_end: dict[str, np.ndarray], end_spread: dict[str, Any]
+    unidentified: list[ArmResult], base: ArmResult, at_end: dict[str, np.ndarray], end_spread: EndSpread
 ) -> list[tuple[ArmResult, float, float]]:
     """The arms whose A is not identified, tested on their pass rate at the end of the shared window against the
     baseline's: (arm, ΔR, p) for each arm that has values there."""
@@ -245,8 +244,8 @@ def _end_tests(
         if v.size == 0 or base_end.size == 0:
             continue
         a.delta_R_end = d_r = float(v.mean() - base_end.mean())
-        se = end_spread["sd_R"] * math.sqrt(1.0 / v.size + 1.0 / base_end.size)
-        a.p_at_end = p = float(2 * student_t.sf(abs(d_r) / se, end_spread["dof"]))
+        se = end_spread.sd_R * math.sqrt(1.0 / v.size + 1.0 / base_end.size)
+        a.p_at_end = p = float(2 * student_t.sf(abs(d_r) / se, end_spread.dof))
         tested.append((a, d_r, p))
     return tested
 
@@ -269,7 +268,7 @@ def decide_verdicts(
     opts: FitOptions,
     unidentified: list[ArmResult],
     at_end: dict[str, np.ndarray],
-    end_spread: dict[str, Any] | None,
+    end_spread: EndSpread | None,
     bases: dict[str, ArmResult] | None = None,
     me: MinEffect | None = None,
     x: str = "",
@@ -307,4 +306,4 @@ def decide_verdicts(
     first = 3 * len(compared) if floor is not None else 0
     if end_spread is not None:
         for k, (a, d_r, p) in enumerate(tested):
-            _call_at_end(a, d_r, p, end_spread["at"], found[first + k])
+            _call_at_end(a, d_r, p, end_spread.at, found[first + k])

@@ -44,8 +44,8 @@ def rule_text(ranking: Ranking) -> str:
     at_end = ""
     if end and any(a.verdict == "not_identified" for a in ranking.arms):
         at_end = (
-            f"; not-identified arms: pass rates at {end['at']:g} (the end of the shared window) against their "
-            f"seed spread (sd {end['sd_R']:.4f}, {end['dof']} dof)"
+            f"; not-identified arms: pass rates at {end.at:g} (the end of the shared window) against their "
+            f"seed spread (sd {end.sd_R:.4f}, {end.dof} dof)"
         )
     tests = (
         "ceiling and efficiency t-tests and equivalence tests (TOST), false-discovery rate "
@@ -193,7 +193,7 @@ def rank_notes(ranking: Ranking, inputs: Sequence[Path]) -> list[str]:
             lines.append(f"  [yellow]note[/]: {esc(note)}")
     if any(a.verdict == "not_identified" for a in ranking.arms):
         where = (
-            f"; with seeds, they are also tested on the pass rate at {ranking.end_spread['at']:g}, the end of "
+            f"; with seeds, they are also tested on the pass rate at {ranking.end_spread.at:g}, the end of "
             "the window every arm covers (no extrapolation)"
             if ranking.end_spread
             else ""
