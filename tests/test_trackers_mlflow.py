@@ -53,9 +53,12 @@ ON_SERVER = pytest.mark.xdist_group("mlflow-server")
 """The tests that use the server run in one xdist worker (`make test` runs `--dist loadgroup`), so it starts once."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    """A real tracking server (the .venv's `mlflow server`, one worker, a SQLite backend): its URI."""
+    """A real tracking server (the .venv's `mlflow server`, one worker, a SQLite backend): its URI. Session-wide: a
+    worker runs other modules' tests between these, which would stop and start a module-wide server each time (its
+    start, the store's migrations included, takes a good part of a minute on 2 cores); every test makes runs of its
+    own, so they share it safely."""
     root = tmp_path_factory.mktemp("mlflow-server")
     port = _free_port()
     cmd = [str(MLFLOW_BIN), "server", "--backend-store-uri", f"sqlite:///{root / 'db'}", "--host", "127.0.0.1"]

@@ -1,11 +1,14 @@
 """The one vocabulary of run states, shared by the run directory (run.json), the ledger, `ablate status`, the
-launchers, the prune monitor and the fits. A `StrEnum`: a member is the very string written to disk and compared in
-JSON, so files written before it existed read the same. What each state means: docs/run-directory.md, "Run states".
+launchers, the prune monitor and the fits; and `RunSummary`, how a run ended. A `StrEnum`: a member is the very
+string written to disk and compared in JSON, so files written before it existed read the same. What each state
+means: docs/run-directory.md, "Run states".
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class RunState(StrEnum):
@@ -55,3 +58,40 @@ TERMINAL = frozenset(
     {RunState.DONE, RunState.DIVERGED, RunState.FAILED, RunState.PREEMPTED, RunState.PRUNED, RunState.UNSTABLE}
 )
 """States a run does not leave by itself."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """How one run ended, as `ablate.train.run` returns it and `ablate train` prints it: `status` (done, preempted
+    or diverged), the step it reached, its R0 and last pass rate, why it stopped, the compute it spent, its health
+    warnings and how stale its rollouts ran (`max_lag`). The numbers are None when a data-parallel run's worker 0
+    could not give them. As JSON (`to_json`), it is what a job function returns to the launcher."""
+
+    status: RunState
+    step: int | None = None
+    r0: float | None = None
+    val_pass_rate: float | None = None
+    reason: str | None = None
+    gpu_hours: float | None = None
+    samples: float | None = None
+    warnings: tuple[str, ...] = ()
+    max_lag: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": str(self.status),
+            "step": self.step,
+            "r0": self.r0,
+            "val_pass_rate": self.val_pass_rate,
+            "reason": self.reason,
+            "gpu_hours": self.gpu_hours,
+            "samples": self.samples,
+            "warnings": list(self.warnings),
+            "max_lag": self.max_lag,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunSummary:
+        """Read back what `to_json` wrote (a spawned worker 0 hands its summary over as JSON)."""
+        fields = {k: d.get(k) for k in ("step", "r0", "val_pass_rate", "reason", "gpu_hours", "samples", "max_lag")}
+        return cls(status=RunState(d["status"]), warnings=tuple(d.get("warnings") or ()), **fields)

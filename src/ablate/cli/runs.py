@@ -15,6 +15,7 @@ from ablate.cli.deciding import SWEEP_BUDGET, SWEEP_DECIDE, SWEEP_MAX_SEEDS, SWE
 from ablate.cli.errors import checked
 from ablate.cli.options import executor_name, positive_seconds, torch_threads
 from ablate.errors import UserError
+from ablate.states import RunState
 
 STATUS_SWEEP = typer.Argument(
     None, help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root."
@@ -322,8 +323,8 @@ def train(
     from ablate.compose.recipe import compose_run
     from ablate.render.runs import run_end
     from ablate.storage import store
-    from ablate.train import run as run_train
     from ablate.train.foreground import prepare_run_dir, resume_command
+    from ablate.train.loop import run as run_train
     from ablate.train.stopping import Stop, stop_on_signals
 
     config = compose_run(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
@@ -338,9 +339,9 @@ def train(
         typer.echo(f"interrupted; resume from the last checkpoint with: {again}", err=True)
         raise typer.Exit(130) from None
     typer.echo(run_end(summary))
-    if summary["status"] == "diverged":
+    if summary.status == RunState.DIVERGED:
         raise typer.Exit(3)
-    if summary["status"] == "preempted" and isinstance(stop, Stop) and stop.signum is not None:  # not finished
-        at = f" at step {summary['step']}" if summary.get("step") is not None else ""
+    if summary.status == RunState.PREEMPTED and isinstance(stop, Stop) and stop.signum is not None:  # not finished
+        at = f" at step {summary.step}" if summary.step is not None else ""
         typer.echo(f"stopped by {signal.Signals(stop.signum).name}{at}; resume with: {again}", err=True)
         raise typer.Exit(stop.exit_code())  # the shell's convention (Stop.exit_code)

@@ -18,6 +18,7 @@ from ablate.text import counted, safe
 
 if TYPE_CHECKING:
     from ablate.compose.sweep import Sweep
+    from ablate.states import RunSummary
 
 
 def run_cells(sweep: Sweep) -> list[tuple[str, str, str, str]]:
@@ -78,15 +79,15 @@ def print_trainers(console: Console) -> None:
     console.print(f"The base recipe under TRL: ablate train recipes/base.yaml {esc(PRESET_HINT)}", soft_wrap=True)
 
 
-def run_end(summary: dict[str, Any]) -> str:
+def run_end(summary: RunSummary) -> str:
     """`ablate train`'s last line: how the run ended, where, and its last pass rate."""
 
     def rate(v: Any) -> str:  # a pass rate to 4 decimals (a float32 read back prints 17 digits otherwise)
         return f"{v:.4f}" if isinstance(v, float) else str(v)
 
     return (
-        f"{summary['status']}: step {summary['step']}, R0 {rate(summary['r0'])}, "
-        f"val_pass_rate {rate(summary['val_pass_rate'])}" + (f" ({summary['reason']})" if summary.get("reason") else "")
+        f"{summary.status}: step {summary.step}, R0 {rate(summary.r0)}, "
+        f"val_pass_rate {rate(summary.val_pass_rate)}" + (f" ({summary.reason})" if summary.reason else "")
     )
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from typing import Any
 
 from ablate.errors import UserError
-from ablate.states import RunState
+from ablate.states import RunState, RunSummary
 from ablate.storage import failure_reports
 from ablate.storage.failure_reports import FailureReport
 from ablate.storage.rundir import RunDir
@@ -42,22 +41,12 @@ def peer_failure(rd: RunDir, world: World, wait_s: float = 5.0) -> FailureReport
         time.sleep(0.1)
 
 
-def ended_early(status: str, reason: str) -> dict[str, Any]:
+def ended_early(status: RunState, reason: str) -> RunSummary:
     """The summary of a data-parallel run whose worker 0 could not give one."""
-    return {
-        "status": status,
-        "reason": reason,
-        "step": None,
-        "r0": None,
-        "val_pass_rate": None,
-        "gpu_hours": None,
-        "samples": None,
-        "warnings": [],
-        "max_lag": None,
-    }
+    return RunSummary(status, reason=reason)
 
 
-def peer_diverged(rd: RunDir, report: FailureReport) -> dict[str, Any]:
+def peer_diverged(rd: RunDir, report: FailureReport) -> RunSummary:
     """A worker that found a divergence alone (its report says so): the run ended diverged; recorded, summarised."""
     reason = f"rank {report.rank}: {report.message}"
     rd.ended(RunState.DIVERGED, reason=reason, diverged_reason=reason)
@@ -73,7 +62,7 @@ def peer_error(report: FailureReport, size: int) -> RankFailed:
     )
 
 
-def spawned_outcome(rd: RunDir, size: int, sp: Spawned, *, stopped: bool) -> dict[str, Any]:
+def spawned_outcome(rd: RunDir, size: int, sp: Spawned, *, stopped: bool) -> RunSummary:
     """Worker 0 gave no summary: what broke first, from the workers' reports and the exits by a signal, by time.
     Recorded in run.json (worker 0 may have been killed before it could) and raised; a summary when the run
     ended without an error (a divergence, a stop that came before a worker was ready)."""

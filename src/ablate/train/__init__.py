@@ -7,10 +7,12 @@ Kept import-free on purpose: `import ablate.train` must not pull torch or a mode
 
 
 def run(config, run_dir, *, threads: int = 1, stop=None):
-    """Execute one RL run (see `ablate.train.loop.run`); imported lazily so `import ablate.train` stays light."""
+    """The default job function (`ablate.train:run`): execute one RL run (see `ablate.train.loop.run`) and return
+    how it ended as JSON (`states.RunSummary.to_json`), which the launcher records and hands back through the
+    scheduler as any job function's result. Imported lazily so `import ablate.train` stays light."""
     from ablate.train.loop import run as _run
 
-    return _run(config, run_dir, threads=threads, stop=stop)
+    return _run(config, run_dir, threads=threads, stop=stop).to_json()
 
 
 def preflight(config, run_dir):

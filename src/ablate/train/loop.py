@@ -27,7 +27,7 @@ import torch
 from ablate.config.schema import RunConfig
 from ablate.errors import UserError
 from ablate.registry import Registry
-from ablate.states import RunState
+from ablate.states import RunState, RunSummary
 from ablate.storage import failure_reports
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.storage.runinfo import cause_of, no_space
@@ -52,11 +52,9 @@ if TYPE_CHECKING:  # the lazy entries are not type-checked: mypy checks here tha
     _CLASSES: tuple[TrainerClass, ...] = (BuiltinTrainer, TRLTrainer)
 
 
-def run(
-    config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threading.Event | None = None
-) -> dict[str, Any]:
-    """Execute (or resume) one run in `run_dir`. Returns a summary: status (done | preempted | diverged), step,
-    val_pass_rate, r0, reason, gpu_hours, samples, warnings, max_lag.
+def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threading.Event | None = None) -> RunSummary:
+    """Execute (or resume) one run in `run_dir`; how it ended (status done, preempted or diverged, the step, the
+    last pass rate, the compute spent).
 
     `stop`: an event the caller sets to stop the run at the next step boundary; without one, SIGTERM/SIGINT/
     SIGUSR1/SIGUSR2 stop it. Raises UserError on bad input (nothing written when it is found before the run starts)
@@ -89,15 +87,15 @@ def run_worker(
     world: World, config: dict[str, Any], run_dir: str, threads: int, stop: threading.Event
 ) -> dict[str, Any]:
     """What a spawned worker runs (the target `_start_workers` gives topology.workers.spawn): the config comes
-    as plain JSON."""
+    as plain JSON, and so does the summary go back."""
     from ablate.config.schema import validate
 
-    return run(validate(config), run_dir, threads=threads, stop=stop)
+    return run(validate(config), run_dir, threads=threads, stop=stop).to_json()
 
 
 def _lead(
     world: World, config: RunConfig, run_dir: Path | str, threads: int, stop: threading.Event | None
-) -> dict[str, Any]:
+) -> RunSummary:
     """Worker 0 (or the one process): the writer of the run directory."""
     trainer = TRAINERS.get(config.trainer.name)
     rd = preflight(config, run_dir, trainer)
@@ -108,7 +106,7 @@ def _lead(
 
 def _follow(
     world: World, config: RunConfig, run_dir: Path | str, threads: int, stop: threading.Event | None
-) -> dict[str, Any]:
+) -> RunSummary:
     """A worker other than 0: the same trainer, writing nothing but its own log (and a report when it fails)."""
     rd = RunDir(run_dir)
     torch.set_num_threads(int(threads))
@@ -122,8 +120,8 @@ def _follow(
         with stop_on_signals(stop) as stop_event:
             session = RunSession(config, rd, stop_event, world)
             summary = session.run(TRAINERS.get(config.trainer.name)(session))
-        if summary["status"] == RunState.DIVERGED:  # perhaps found here alone (a sampler's logits): worker 0 reads it
-            failure_reports.write(rd, world.rank, Diverged(summary["reason"]), status=RunState.DIVERGED)
+        if summary.status == RunState.DIVERGED:  # perhaps found here alone (a sampler's logits): worker 0 reads it
+            failure_reports.write(rd, world.rank, Diverged(summary.reason or ""), status=RunState.DIVERGED)
         return summary
     except BaseException as e:
         failure_reports.write(rd, world.rank, e)
@@ -133,9 +131,7 @@ def _follow(
         detach_log(handler)
 
 
-def _start_workers(
-    config: RunConfig, run_dir: Path | str, *, threads: int, stop: threading.Event | None
-) -> dict[str, Any]:
+def _start_workers(config: RunConfig, run_dir: Path | str, *, threads: int, stop: threading.Event | None) -> RunSummary:
     """Start the run's workers on this machine, wait for them, and return worker 0's summary (see
     topology.workers.spawn); when worker 0 gives none, say (and record) what ended the run
     (topology.failure.spawned_outcome)."""
@@ -167,11 +163,11 @@ def _start_workers(
             stop=stop_event,
         )
     if sp.result is not None:
-        return sp.result
+        return RunSummary.from_json(sp.result)
     return failure.spawned_outcome(rd, res.world, sp, stopped=stop_event.is_set())
 
 
-def _guarded(session: RunSession, trainer: TrainerClass) -> dict[str, Any]:
+def _guarded(session: RunSession, trainer: TrainerClass) -> RunSummary:
     """The run, with whatever stops it recorded in run.json (nothing may stay "running"). In a data-parallel run
     a crash here may be a peer's: when another worker reported first, its error (or divergence) is recorded."""
     rd = session.rd

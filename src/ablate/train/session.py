@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from ablate.config.identity import arm_id, canonical, run_id
 from ablate.config.schema import RunConfig
 from ablate.errors import UserError
-from ablate.states import RunState
+from ablate.states import RunState, RunSummary
 from ablate.storage import store
 from ablate.storage.rundir import METRICS, DirectoryGone, RunDir
 from ablate.topology.world import World
@@ -338,9 +338,8 @@ class RunSession:
             f" (resuming at {self.step})" if resumed else "",
         )
 
-    def run(self, trainer: Trainer) -> dict[str, Any]:
-        """Resume, train and end the run with `trainer`. Returns the summary: status (done | preempted |
-        diverged), step, val_pass_rate, r0, reason, gpu_hours, samples, warnings, max_lag."""
+    def run(self, trainer: Trainer) -> RunSummary:
+        """Resume, train and end the run with `trainer`; how it ended."""
         resumed = self._resume(trainer)
         self._record_start(resumed, trainer)
         status = RunState.DONE
@@ -352,17 +351,17 @@ class RunSession:
             status, reason = RunState.DIVERGED, str(e) if isinstance(e, Diverged) else f"{e} at step {self.step}"
             log.error("diverged: %s", reason)
         self.compute.tick()
-        summary = {
-            "status": status,
-            "step": self.step,
-            "r0": self.health.r0,
-            "val_pass_rate": self.last_eval["val_pass_rate"] if self.last_eval else None,
-            "reason": reason,
-            "gpu_hours": self.compute.gpu_hours,
-            "samples": self.compute.samples,
-            "warnings": self.health.warnings,
-            "max_lag": trainer.max_lag,
-        }
+        summary = RunSummary(
+            status=status,
+            step=self.step,
+            r0=self.health.r0,
+            val_pass_rate=self.last_eval["val_pass_rate"] if self.last_eval else None,
+            reason=reason,
+            gpu_hours=self.compute.gpu_hours,
+            samples=self.compute.samples,
+            warnings=tuple(self.health.warnings),
+            max_lag=trainer.max_lag,
+        )
         if self.lead:
             self.rd.ended(
                 status,
