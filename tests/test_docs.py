@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from ablate.states import RUN_JSON as RUN_STATES
-from ablate.storage.rundir import METRICS
+from ablate.storage.metricsfile import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ablate.errors import UserError
-from ablate.storage.rundir import TRUNCATION_WARN
+from ablate.storage.metricsfile import TRUNCATION_WARN
 from ablate.train.length import (
     draw_think_budgets,
     ends_with_phrase,

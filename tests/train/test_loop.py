@@ -23,7 +23,7 @@ from ablate.compose.recipe import compose_run
 from ablate.compose.resources import RECIPES_DIR
 from ablate.errors import UserError
 from ablate.storage import store
-from ablate.storage.rundir import METRICS, REQUIRED_METRICS
+from ablate.storage.metricsfile import METRICS, REQUIRED_METRICS
 from ablate.train import run
 from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
 

@@ -22,7 +22,7 @@ from ablate.compose.resources import RECIPES_DIR
 from ablate.config.sections import ModelConfig
 from ablate.errors import UserError
 from ablate.storage import store
-from ablate.storage.rundir import METRICS, REQUIRED_METRICS
+from ablate.storage.metricsfile import METRICS, REQUIRED_METRICS
 from ablate.train import run
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import SampleSpec, TorchSampler

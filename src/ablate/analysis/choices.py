@@ -205,7 +205,7 @@ def prune_settings(
 ) -> Any:
     """`sweep --prune`'s settings (ablate.prune.rules.PruneSettings), or None without --prune: --prune-x and --prune-to
     checked, and --prune-x auto made the axis launch_axis picks for the sweep's runs (said through `echo`)."""
-    from ablate.storage.rundir import COMPUTE_AXES
+    from ablate.storage.metricsfile import COMPUTE_AXES
 
     if x not in (*COMPUTE_AXES, AUTO):
         raise UserError(f"--prune-x {x}: unknown compute axis; valid: auto, {', '.join(COMPUTE_AXES)}")

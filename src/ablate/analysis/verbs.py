@@ -316,7 +316,7 @@ def check_calibration_axis(calibration: Path) -> None:
     """A calibration plans a sweep file, whose runs log the compute axes of a run directory (COMPUTE_AXES): its
     axis must be one of them (any other name, read from the file, is refused in one line)."""
     from ablate.storage.measurements import load_calibration
-    from ablate.storage.rundir import COMPUTE_AXES
+    from ablate.storage.metricsfile import COMPUTE_AXES
     from ablate.text import safe
 
     x = load_calibration(calibration).x

@@ -279,7 +279,7 @@ def check_saved_axis(x: str, save_calibration: Path | None) -> None:
     """--save-calibration writes a file that plans a sweep file (verbs.check_calibration_axis): refused, before any
     work, for an --x that is not a compute axis a sweep's runs log."""
     from ablate.analysis.choices import AUTO
-    from ablate.storage.rundir import COMPUTE_AXES
+    from ablate.storage.metricsfile import COMPUTE_AXES
 
     if save_calibration is not None and x not in (AUTO, *COMPUTE_AXES):
         raise UserError(

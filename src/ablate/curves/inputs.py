@@ -29,7 +29,8 @@ from ablate.curves.tables import VAL_N, as_name, fmt_lines, number, read_rows
 from ablate.errors import UserError
 from ablate.fit.curve import Curve, NotFitted
 from ablate.storage import reading
-from ablate.storage.rundir import COMPUTE_AXES, RunDir, sweep_run_dirs
+from ablate.storage.metricsfile import COMPUTE_AXES
+from ablate.storage.rundir import RunDir, sweep_run_dirs
 
 MLFLOW = "mlflow"
 """The input format of an MLflow experiment (`mlflow:EXPERIMENT`, or an mlflow.db file: docs/run-directory.md)."""

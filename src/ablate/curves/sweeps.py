@@ -20,7 +20,8 @@ from ablate.errors import UserError
 from ablate.fit.curve import Curve, NotFitted, RunFacts
 from ablate.states import STOPPED, RunState
 from ablate.storage import store
-from ablate.storage.rundir import COMPUTE_AXES, TRUNCATION_WARN, RunDir
+from ablate.storage.metricsfile import COMPUTE_AXES, TRUNCATION_WARN
+from ablate.storage.rundir import RunDir
 from ablate.storage.runinfo import RunInfo
 
 PARTIAL = frozenset({RunState.PENDING, RunState.RUNNING, RunState.PREEMPTED})

@@ -23,80 +23,24 @@ import submitit
 
 from ablate.compose.spec import RunSpec
 from ablate.errors import UserError
+from ablate.launch.jobenv import (
+    crashpoint,
+    job_env,
+    num_tasks,
+    process_age,
+    set_threads,
+    tell_ranks,
+    watch_stop_requests,
+)
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job, takes_stop
 from ablate.launch.liveness import finished_event
 from ablate.states import FINISHED, STOPPED, TERMINAL, RunState
 from ablate.storage import store
-from ablate.storage.ledger import Ledger, RunRecord, hostname, me, proc_start
+from ablate.storage.ledger import Ledger, RunRecord, hostname, me
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.storage.runinfo import cause_of, error_record
 
 log = logging.getLogger("ablate.launch")
-
-
-def _set_threads(n: int) -> None:
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(n)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(n)
-
-
-def _job_env() -> tuple[str | None, dict[str, str]]:
-    """(job id, log paths) from submitit's environment in the job process."""
-    try:
-        env = submitit.JobEnvironment()
-        job_id = env.job_id
-    except RuntimeError:
-        return None, {}
-    try:
-        paths = env.paths
-        return job_id, {"stdout": str(paths.stdout), "stderr": str(paths.stderr)}
-    except KeyError:
-        return job_id, {}
-
-
-def _num_tasks() -> int:
-    """Tasks of this submitit job (1 outside submitit)."""
-    try:
-        return submitit.JobEnvironment().num_tasks
-    except RuntimeError:
-        return 1
-
-
-def _tell_ranks(world: Any, go: bool) -> None:
-    """Task 0 of a data-parallel job tells the other tasks whether the claim succeeded."""
-    if world is not None and world.size > 1:
-        import torch.distributed as dist
-
-        dist.broadcast_object_list([go], src=0)
-
-
-def _watch_stop_requests(rd: RunDir, stop: threading.Event, done: threading.Event, every_s: float = 1.0) -> None:
-    """Set `stop` once the run directory holds a stop request (the prune monitor's); return when `done` is set."""
-    while not done.wait(every_s):
-        request = rd.stop_request()
-        if request is not None:
-            log.warning("stop requested (%s): the run checkpoints at its next step boundary", request.reason)
-            stop.set()
-            return
-
-
-def crashpoint(name: str) -> None:
-    """Fault injection for the robustness tests: SIGKILL this process at the point named by ABLATE_CRASHPOINT.
-    Submission: after_submitting, after_spawn (launch/submit.py). A job recording its end: job_after_ended (run.json
-    says how it ended, the ledger not yet), job_after_finished (both)."""
-    if os.environ.get("ABLATE_CRASHPOINT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _process_age() -> float | None:
-    """Seconds since this process started (submitit times a job from its process start, too)."""
-    try:
-        start = proc_start(os.getpid())
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return uptime - start / os.sysconf("SC_CLK_TCK") if start is not None else None
-    except (OSError, ValueError):
-        return None
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -159,7 +103,7 @@ class RunJob(submitit.helpers.Checkpointable):
             return self._call_tasks()
 
     def _call_tasks(self) -> dict[str, Any]:
-        tasks = _num_tasks()
+        tasks = num_tasks()
         if tasks <= 1:
             return self._run()
         from ablate.topology import world as distributed
@@ -189,7 +133,7 @@ class RunJob(submitit.helpers.Checkpointable):
     def _call(self, stop: threading.Event) -> tuple[Any, Callable[..., Any] | None]:
         """Call the job function on this run (with `stop`, USR2 intercepted, when it takes one); returns its
         summary and submitit's USR2 handler to hand the signal to afterwards (None when not intercepted)."""
-        _set_threads(self.threads)
+        set_threads(self.threads)
         fn = resolve_job(self.job)
         kwargs: dict[str, Any] = {"threads": self.threads}
         handover = None
@@ -202,7 +146,7 @@ class RunJob(submitit.helpers.Checkpointable):
         """The job (task 0 of a data-parallel one): claim, run, record."""
         self._t0 = time.time()
         ledger = Ledger(self.sweep_dir)
-        job_id, logs = _job_env()
+        job_id, logs = job_env()
         log_path = logs.get("stderr")
         rec, skipped = self._claim(ledger, world, job_id, log_path)
         if rec is None:
@@ -213,7 +157,7 @@ class RunJob(submitit.helpers.Checkpointable):
         stop = threading.Event()
         finished = threading.Event()
         threading.Thread(
-            target=_watch_stop_requests, args=(rd, stop, finished), daemon=True, name="ablate-stop-watch"
+            target=watch_stop_requests, args=(rd, stop, finished), daemon=True, name="ablate-stop-watch"
         ).start()
         try:
             summary, handover = self._call(stop)
@@ -258,12 +202,12 @@ class RunJob(submitit.helpers.Checkpointable):
                 rec = ledger.fold().get(self.run_id)
                 if rec is None or rec.batch != self.batch or rec.state in TERMINAL:
                     told = True
-                    _tell_ranks(world, False)
+                    tell_ranks(world, False)
                     return None, {"run_id": self.run_id, "skipped": "superseded"}
                 finished = finished_event(ledger, rec)
                 if finished is not None:  # an earlier job of it finished it, then died before the ledger said so
                     told = True
-                    _tell_ranks(world, False)
+                    tell_ranks(world, False)
                     ledger.append(finished)
                     return None, {"run_id": self.run_id, "skipped": "finished"}
                 events = []
@@ -279,9 +223,9 @@ class RunJob(submitit.helpers.Checkpointable):
                 self._sweep_inode = (st.st_dev, st.st_ino)
         except BaseException:
             if not told:
-                _tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
+                tell_ranks(world, False)  # the other tasks must not wait on a claim that will not come
             raise
-        _tell_ranks(world, True)
+        tell_ranks(world, True)
         return rec, {}
 
     def _how_it_ended(
@@ -350,7 +294,7 @@ class RunJob(submitit.helpers.Checkpointable):
         if self._sweep_moved():
             return
         ledger = Ledger(self.sweep_dir)
-        job_id, _ = _job_env()
+        job_id, _ = job_env()
         err = error_record(exc)
         self._run_dir().try_failed(cause, exc, log=log_path)  # run.json first: it agrees once the ledger says failed
         with ledger.lock(timeout=5):
@@ -377,9 +321,9 @@ class RunJob(submitit.helpers.Checkpointable):
         if self._sweep_moved():
             return None  # another launch owns that path now: no record, no requeue
         ledger = Ledger(self.sweep_dir)
-        job_id, _ = _job_env()
+        job_id, _ = job_env()
         started = self._loaded_at or self._t0  # a job run in this process (debug) was never unpickled
-        elapsed = time.time() - started if started else (_process_age() or 0.0)
+        elapsed = time.time() - started if started else (process_age() or 0.0)
         limit = self.timeout_min * 60  # same rule as submitit's SignalHandler.has_timed_out
         reason = "timeout" if elapsed >= min(0.8 * limit, limit - 600) else "preemption"
         self.timeouts += int(reason == "timeout")

@@ -15,7 +15,8 @@ from ablate.launch.liveness import current_states
 from ablate.states import STOPPED, TERMINAL, RunState
 from ablate.storage import store
 from ablate.storage.ledger import Ledger
-from ablate.storage.rundir import TRUNCATION_WARN, RunDir, sweep_dir, sweep_run_dirs
+from ablate.storage.metricsfile import TRUNCATION_WARN
+from ablate.storage.rundir import RunDir, sweep_dir, sweep_run_dirs
 from ablate.text import safe
 
 COUNTED = (

@@ -33,7 +33,8 @@ import submitit
 from ablate.compose.project import git_commit
 from ablate.compose.spec import RunSpec
 from ablate.errors import UserError
-from ablate.launch.job import RunJob, crashpoint
+from ablate.launch.job import RunJob
+from ablate.launch.jobenv import crashpoint
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
 from ablate.launch.liveness import current_states, record_deaths
 from ablate.launch.local import spawn_runner

@@ -22,7 +22,7 @@ from ablate.fit.settings import DEFAULT_N_BOOT, Analysis
 from ablate.prune.outlook import ArmOutlook, RunEnd, Standing, running_arms
 from ablate.states import RunState
 from ablate.storage import store
-from ablate.storage.rundir import TRUNCATION_WARN
+from ablate.storage.metricsfile import TRUNCATION_WARN
 
 
 @dataclass

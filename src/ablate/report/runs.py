@@ -47,7 +47,7 @@ def run_statuses(sweep: Path) -> list[RunStatus]:
 
 def status_from_run_json(rd: RunDir) -> RunStatus:
     """A run's status row from its own files only (run.json and the tail of metrics.jsonl)."""
-    from ablate.storage.rundir import TRUNCATION_WARN
+    from ablate.storage.metricsfile import TRUNCATION_WARN
 
     info = rd.info()
     m = rd.last_metrics() or {}

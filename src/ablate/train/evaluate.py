@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ablate.storage.rundir import TRUNCATION_WARN
+from ablate.storage.metricsfile import TRUNCATION_WARN
 from ablate.topology.world import worker_seed
 from ablate.train.step import Diverged, Learner
 

@@ -25,7 +25,8 @@ from ablate.config.schema import RunConfig
 from ablate.errors import UserError
 from ablate.states import RunState, RunSummary
 from ablate.storage import store
-from ablate.storage.rundir import METRICS, DirectoryGone, RunDir
+from ablate.storage.metricsfile import METRICS
+from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.topology.world import World
 from ablate.train.build import warmup_record
 from ablate.train.checkpoint import metric_steps
