@@ -213,32 +213,31 @@ RUN = [*TRL, "train.val_size=400", "optim.lr=2e-4", "optim.lr_warmup_steps=0"]
 def test_a_trl_run_writes_the_run_directory_and_its_pass_rate_moves(tmp_path):
     from ablate.train import run as train_run
 
-    cfg = compose_run(RECIPE, [*RUN, "train.max_steps=50", "train.eval_every=25", "train.checkpoint_every=25"])
+    cfg = compose_run(RECIPE, [*RUN, "train.max_steps=100", "train.eval_every=25", "train.checkpoint_every=50"])
     summary = train_run(cfg, tmp_path / "run")
-    assert summary["status"] == "done" and summary["step"] == 50
+    assert summary["status"] == "done" and summary["step"] == 100
     info = store.read_json(tmp_path / "run" / "run.json")
     assert info["status"] == "done" and info["trainer"] == "trl" and info["run_id"] == run_id(cfg)
     recs = store.read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in recs] == [0, 25, 50]
+    assert [r["step"] for r in recs] == [0, 25, 50, 75, 100]
     for r in recs:
         assert set(REQUIRED_METRICS) <= set(r) and r["val_n"] == 1600
     for r in recs[1:]:
         assert {"train_reward", "truncation_rate", "mean_response_len", "entropy", "grad_norm", "is_clip_frac"} <= set(
             r
         )
-    assert [r["samples"] for r in recs] == [0, 6400, 12800]  # 32 prompts x 8 per step
+    assert [r["samples"] for r in recs] == [0, 6400, 12800, 19200, 25600]  # 32 prompts x 8 per step
     assert all(a["gpu_hours"] < b["gpu_hours"] and a["flops"] < b["flops"] for a, b in itertools.pairwise(recs))
     assert sorted(p.name for p in (tmp_path / "run" / "ckpt").glob("checkpoint-*")) == [
-        "checkpoint-25",
+        "checkpoint-100",
         "checkpoint-50",
     ]
-    # the pass rate moves: the last evaluation is above R0 by more than 4 binomial standard errors (this seed's
-    # run: 0.453, 0.507, 0.527 against a bar of 0.502; 100 steps reach 0.564)
-    r0 = recs[0]["val_pass_rate"]
+    # the pass rate moves: the last evaluations are above R0 by more than 4 binomial standard errors
+    r0, late = recs[0]["val_pass_rate"], (recs[-2]["val_pass_rate"] + recs[-1]["val_pass_rate"]) / 2
     se = (r0 * (1 - r0) / 1600) ** 0.5
-    assert recs[-1]["val_pass_rate"] > r0 + 4 * se, [r["val_pass_rate"] for r in recs]
+    assert late > r0 + 4 * se, [r["val_pass_rate"] for r in recs]
     curve = curve_from_run_dir(tmp_path / "run", x="samples")  # what rank/extrapolate read
-    assert isinstance(curve, Curve) and list(curve.x) == [0, 6400, 12800]
+    assert isinstance(curve, Curve) and list(curve.x) == [0, 6400, 12800, 19200, 25600]
 
 
 def _metric_steps(run_dir: Path) -> list[int]:
