@@ -77,8 +77,8 @@ def plan_seeds(shape: str, noise: str, trials: int, seed: int) -> dict[str, int 
     m = shape_model(shape, noise)
     got = {}
     for q in ("ceiling", "efficiency"):
-        best = design(m, q, rungs=(1.0,), trials=trials, seed=seed)["best"]
-        got[q] = None if best is None else int(best["seeds"])
+        best = design(m, q, rungs=(1.0,), trials=trials, seed=seed).best
+        got[q] = None if best is None else int(best.seeds)
     return got
 
 

@@ -83,14 +83,14 @@ def timed_plan(source: Path, engine: str, questions: list[str], trials: int) -> 
 def side_by_side(fast: planner.PlanResult, exact: planner.PlanResult) -> list[dict]:
     rows = []
     for df, de in zip(fast.designs, exact.designs):
-        for rf, re_ in zip(df["rungs"], de["rungs"]):
+        for rf, re_ in zip(df.rungs, de.rungs):
             rows.append(
                 {
-                    "question": df["question"],
-                    "multiple": rf["multiple"],
-                    "compute": rf["compute"],
-                    "fast": {"seeds": rf["seeds"], "power": rf["power"], "tried": rf["tried"]},
-                    "exact": {"seeds": re_["seeds"], "power": re_["power"], "tried": re_["tried"]},
+                    "question": df.question,
+                    "multiple": rf.multiple,
+                    "compute": rf.compute,
+                    "fast": {"seeds": rf.seeds, "power": rf.power, "tried": [t.to_json() for t in rf.tried]},
+                    "exact": {"seeds": re_.seeds, "power": re_.power, "tried": [t.to_json() for t in re_.tried]},
                 }
             )
     return rows
@@ -121,12 +121,11 @@ def main() -> None:
     for r in rows:
         print(f"{r['question']:<11} {r['compute']:>10.4g}  {_cell(r['fast']):>20}  {_cell(r['exact']):>21}")
     for name, res in (("fast", fast), ("exact", exact)):
-        best = {d["question"]: d["best"] for d in res.designs}
+        best = {d.question: d.best for d in res.designs}
         print(
             f"{name} cheapest: "
             + "; ".join(
-                f"{q}: " + ("none" if b is None else f"{b['seeds']} seeds x {b['compute']:.4g}")
-                for q, b in best.items()
+                f"{q}: " + ("none" if b is None else f"{b.seeds} seeds x {b.compute:.4g}") for q, b in best.items()
             )
         )
     if args.json:

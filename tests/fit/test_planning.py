@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ablate.compose.resources import RECIPES_DIR
-from ablate.fit import exact, planning, power
+from ablate.fit import exact, measured_model, planning, power
 from ablate.fit.arms import CHANGED
 from ablate.fit.batch_verdicts import CODES
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end
@@ -84,28 +84,28 @@ def _truth_power(truth: TaskModel, question: str, seeds: int, compute: float, tr
 def test_following_the_plan_reaches_the_stated_power(question, kw, rungs):
     curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=5)
     ranking = rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base")
-    model = planning.from_ranking(ranking, budget=c, seeds=3)
+    model = measured_model.from_ranking(ranking, budget=c, seeds=3)
     assert model.arms == 3 and model.seed_dof >= 2
     plan = planning.design(model, question, trials=100, rungs=rungs, seed=1, **kw)
-    best = plan["best"]
+    best = plan.best
     assert best is not None, plan
     # fresh sweeps from the truth, run as the plan says: the power reached is at least the stated goal, within the
     # simulation error of both estimates
     n = 400
-    achieved = _truth_power(_truth(c, 3), question, best["seeds"], best["compute"], n, 99, **kw)
-    se = np.sqrt(0.8 * 0.2 / n + best["se"] ** 2)
+    achieved = _truth_power(_truth(c, 3), question, best.seeds, best.compute, n, 99, **kw)
+    se = np.sqrt(0.8 * 0.2 / n + best.se**2)
     assert achieved >= 0.8 - 2.5 * se, (best, achieved)
     # and the plan is not a blanket "as many seeds as possible": the smaller designs it tried fall short
-    assert best["seeds"] < SEED_LADDER[-1]
-    tried = next(r for r in plan["rungs"] if r["compute"] == best["compute"])["tried"]
-    assert any(t["seeds"] < best["seeds"] and t["power"] < 0.8 for t in tried), tried
+    assert best.seeds < SEED_LADDER[-1]
+    tried = next(r for r in plan.rungs if r.compute == best.compute).tried
+    assert any(t.seeds < best.seeds and t.power < 0.8 for t in tried), tried
 
 
 def test_null_arms_are_not_called_in_planned_sweeps():
     """The plan's own trials keep the false-discovery rate: an arm with no effect is rarely given a changed
     verdict (400 sweeps, 4 seeds an arm, the model measured on a pilot)."""
     curves, c = _pilot(arms=3, seeds=3, f=0.9, seed=6)
-    model = planning.from_ranking(
+    model = measured_model.from_ranking(
         rank(curves, FitOptions(n_boot=200, target=2 * c), baseline="base"), budget=c, seeds=3
     )
     rung = power.rung_for(model, c, {}, 400, 3, seed=3)

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from ablate.errors import UserError
-from ablate.fit import planning
+from ablate.fit import measured_model, planning
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
 from ablate.fit.settings import Analysis
 from ablate.fit.spread import MinEffect
-from ablate.fit.taskmodel import MAX_SCALE, MIN_SCALE, TaskModel
+from ablate.fit.taskmodel import MAX_SCALE, MIN_SCALE, Design, TaskModel
 from ablate.prune.outlook import ArmOutlook, RunEnd, run_ends, running_arms
 from ablate.storage.measurements import load_calibration, load_noise
 
@@ -31,13 +31,17 @@ from ablate.storage.measurements import load_calibration, load_noise
 @dataclass
 class PlanResult:
     model: TaskModel
-    designs: list[dict[str, Any]]
+    designs: list[Design]
     arms: list[ArmOutlook] = field(default_factory=list)
     """The running arms (none when the source has no runs of its own)."""
     ranking: Ranking | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model.to_json(), "questions": self.designs, "arms": [a.to_json() for a in self.arms]}
+        return {
+            "model": self.model.to_json(),
+            "questions": [d.to_json() for d in self.designs],
+            "arms": [a.to_json() for a in self.arms],
+        }
 
 
 def _median(values) -> float | None:
@@ -96,7 +100,7 @@ def plan_measured(
     seeds = max((a.seeds for a in ranking.arms), default=1)
     steps_per_x = _median(e.step / e.x_now for e in ends.values() if e.step and e.x_now > 0)
     ghx = 1.0 if x == "gpu_hours" else _median(e.gpu_hours_per_x for e in ends.values())
-    model = planning.from_ranking(
+    model = measured_model.from_ranking(
         ranking,
         budget=budget,
         seeds=seeds,

@@ -3,8 +3,8 @@ simulation, never by a closed-form guess. Two engines give a design's power (ENG
 default: every trial of a compute rung simulated and fitted at once, the verdicts by `rank`'s rules in closed form)
 and `exact` (each simulated sweep ranked by `compare.rank` itself: the reference, minutes instead of seconds).
 
-The task model (`TaskModel`) is what the simulation draws from, measured on real runs (`from_ranking`) or read
-from a stored file (`--calibration`, written by `--save-calibration`):
+The task model (`TaskModel`) is what the simulation draws from, measured on real runs (fit/measured_model.py) or
+read from a stored file (`--calibration`, written by `--save-calibration`):
 - the baseline arm's fitted curve (R0, A, B, C_mid) on the compute axis `x`;
 - the evaluation noise (`val_n` graded samples per evaluation: binomial) and the drift (AR(1): sd and
   autocorrelation per evaluation), pooled over every run's measured noise;
@@ -31,28 +31,21 @@ Running arms, whether more compute would change their verdicts: fit/futures.py.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ablate.errors import SettingError, UserError
 from ablate.fit import power
-from ablate.fit.arms import Ranking
-from ablate.fit.compare import rank
 from ablate.fit.decide import SEED_LADDER
-from ablate.fit.exact import exact_cell, sim_options
+from ablate.fit.exact import exact_cell
 from ablate.fit.sigmoid import gain_fraction
 from ablate.fit.spread import FDR, MinEffect, NoiseFloor
-from ablate.fit.taskmodel import MAX_SIM_ARMS, QUESTIONS, WANTED, TaskModel, effect_of, simulate_runs
-from ablate.fit.verdicts import measured_floor
+from ablate.fit.taskmodel import MAX_SIM_ARMS, QUESTIONS, WANTED, Cheapest, Design, Rung, TaskModel, Tried, effect_of
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-__all__ = ["COMPUTE_RUNGS", "ENGINES", "design", "from_ranking"]
+__all__ = ["COMPUTE_RUNGS", "ENGINES", "design"]
 
 COMPUTE_RUNGS = (0.5, 1.0, 2.0, 4.0)
 """Compute per run tried, as multiples of the budget (the compute a run reaches at its max_steps)."""
@@ -218,7 +211,7 @@ def design(
     progress: Callable[[str], None] | None = None,
     engine: str = "fast",
     min_effect: MinEffect | None = None,
-) -> dict[str, Any]:
+) -> Design:
     """For each compute rung (multiples of the budget), the fewest seeds per arm that reach `goal` power, by
     bisection over `ladder` (power grows with seeds). Rungs whose window cannot pass C_mid are reported, not
     simulated; a rung that could not be cheaper than the best found so far is skipped. Seed counts are tried
@@ -242,140 +235,19 @@ def design(
     finally:
         if pool:
             pool.shutdown()
-    for row in rows:
-        row["tried"] = sorted(
-            ({"seeds": t["seeds"], "power": t["power"], "trials": t["trials"]} for t in row["tried"]),
-            key=lambda t: t["seeds"],
-        )
-    return {
-        "question": question,
-        "effect": effect_of(question, delta_a, ratio),
-        "goal": goal,
-        "fdr": FDR,
-        "engine": engine,
-        "rungs": rows,
-        "best": best,
-    }
-
-
-# ---- the model, from a ranking ----
-
-
-def _fit_error(m: TaskModel, seeds: int, compute: float, sims: int, seed: int) -> tuple[float, float]:
-    """The spread between seeds' fitted A and log compute that fit error alone gives at this design (the same
-    model without seed spread), as the variances `measured_floor` would report."""
-    rng = np.random.default_rng([seed, 7])
-    va, vc = [], []
-    for i in range(sims):
-        curves = []
-        for k in range(max(2, min(m.arms, 3))):
-            curves += simulate_runs(m, m.a, m.b, m.c_mid, seeds, compute, rng, f"arm{k}", 0.0, 0.0)
-        r = rank(curves, sim_options(compute, seed * 31 + i), baseline="arm0")
-        floor = measured_floor(r.arms)
-        if floor is not None:
-            va.append(floor.sd_A**2)
-            vc.append(floor.sd_logc**2)
-    return (float(np.mean(va)) if va else 0.0, float(np.mean(vc)) if vc else 0.0)
-
-
-def _no_spread(ranking: Ranking) -> NoReturn:
-    """Why a ranking measured no seed spread to plan with, as the one-line error that says what to do."""
-    if ranking.baseline is None:
-        raise SettingError(
-            "no baseline arm to plan against: the seed spread is measured in comparisons with it; give {baseline} ARM",
-            "baseline",
-        )
-    seeded = [a for a in ranking.arms if a.seeds >= 2]
-    if seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
-        why = "; ".join(dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
-        raise SettingError(
-            f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
-            "run longer (a larger train.max_steps) or give {noise} FILE",
-            "noise",
-        )
-    if seeded:
-        raise SettingError(
-            "no seed spread to plan with: the seeds measured none (identical seeds, or no compute ratio could be "
-            "read from them); give {noise} FILE",
-            "noise",
-        )
-    raise SettingError(
-        "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
-        "(seed=0,1,2) or give {noise} FILE",
-        "noise",
+    return Design(
+        question=question,
+        effect=effect_of(question, delta_a, ratio),
+        goal=goal,
+        fdr=FDR,
+        engine=engine,
+        rungs=tuple(_rung(row) for row in rows),
+        best=None if best is None else Cheapest(**best),
     )
 
 
-def from_ranking(
-    ranking: Ranking,
-    *,
-    budget: float,
-    seeds: int,
-    gpu_hours_per_x: float | None = None,
-    steps_per_x: float | None = None,
-    source: str = "",
-    seed: int = 0,
-) -> TaskModel:
-    """The task model measured on a ranked sweep (see the module docstring). `budget`: the compute a run reaches at
-    its max_steps; `seeds`: seeds per arm the sweep ran (the design the seed spread was measured at)."""
-    if not ranking.arms:
-        raise UserError("nothing to plan from: no arm could be fitted")
-    by = {a.arm: a for a in ranking.arms}
-    notes = []
-    base = by.get(ranking.baseline or "")
-    if base is None:
-        ident = [a for a in ranking.arms if a.fit.identifiable] or ranking.arms
-        base = ident[0]
-        notes.append(f"no baseline: the curve simulated is arm {base.arm!r}'s")
-    f = base.fit
-    if not f.identifiable:
-        notes.append(
-            f"arm {base.arm!r}'s A is not identified: its point fit (A {f.A:.3f}) is what is simulated; "
-            "run longer to measure it"
-        )
-    floor = ranking.floor
-    if floor is None:
-        _no_spread(ranking)
-    est = [e for a in ranking.arms for e in (a.fit.noise or [])]
-    if est:
-        drift_sd = math.sqrt(float(np.median([e.drift_var for e in est])))
-        rho = float(np.median([e.rho for e in est]))
-        known = all(e.eval_known for e in est)
-    else:
-        drift_sd, rho, known = 0.0, 0.0, False
-        notes.append(
-            "no drift measured (the fits' noise estimates are missing): only the evaluation noise and the "
-            "seed spread are simulated"
-        )
-    curves = [c for a in ranking.arms for c in a.fit.curves]
-    ns = [float(np.median(c.n)) for c in curves if c.n is not None]
-    val_n = float(np.median(ns)) if ns and known else None
-    steps = [float(np.median(np.diff(c.x[c.x > 0]))) for c in curves if (c.x > 0).sum() >= 2]
-    eval_every = float(np.median(steps)) if steps else budget / 40
-    m = TaskModel(
-        x=ranking.x,
-        r0=f.R0,
-        a=f.A,
-        b=f.B,
-        c_mid=f.C_mid,
-        val_n=val_n,
-        eval_every=eval_every,
-        drift_sd=drift_sd,
-        drift_rho=rho,
-        seed_sd_a=floor.sd_A,
-        seed_sd_logc=floor.sd_logc,
-        seed_dof=floor.dof,
-        fit_sd_a=0.0,
-        fit_sd_logc=0.0,
-        budget=budget,
-        arms=len({a.arm for a in ranking.arms} | {d.arm or d.label for d in ranking.not_fitted}),
-        gpu_hours_per_x=gpu_hours_per_x,
-        steps_per_x=steps_per_x,
-        source=f"{source}; seed spread: {floor.source}",
-        notes=notes,
-    )
-    # how much of the measured spread is the fits' own error at the window it was measured on
-    window = max(float(c.x.max()) for c in curves)
-    err_a, err_c = _fit_error(m, max(2, seeds), window, sims=12, seed=seed)
-    m.fit_sd_a, m.fit_sd_logc = math.sqrt(err_a), math.sqrt(err_c)
-    return m
+def _rung(row: dict[str, Any]) -> Rung:
+    """A rung's search record as the plan returns it: the cells tried in seed order."""
+    tried = sorted((Tried(t["seeds"], t["power"], t["trials"]) for t in row["tried"]), key=lambda t: t.seeds)
+    keys = ("multiple", "compute", "gain_fraction", "seeds", "power", "se", "trials")
+    return Rung(**{k: row[k] for k in keys}, tried=tuple(tried), why=row.get("why"))

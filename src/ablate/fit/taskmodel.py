@@ -144,3 +144,92 @@ def effect_of(question: str, delta_a: float, ratio: float) -> dict[str, float]:
     if question == "efficiency":
         return {"c_mid": 1.0 / ratio}
     raise ValueError(question)
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One (compute, seeds) cell a plan simulated: the power its trials reached."""
+
+    seeds: int
+    power: float
+    trials: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seeds": self.seeds, "power": self.power, "trials": self.trials}
+
+
+@dataclass(frozen=True)
+class Cheapest:
+    """A question's cheapest design: `seeds` per arm at `compute` per run (`multiple` of the budget), its power
+    and that power's standard error over the trials."""
+
+    multiple: float
+    compute: float
+    seeds: int
+    power: float
+    se: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "multiple": self.multiple,
+            "compute": self.compute,
+            "seeds": self.seeds,
+            "power": self.power,
+            "se": self.se,
+        }
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One compute rung of a design: the fewest seeds per arm that reach the goal there (None: none in the ladder,
+    or the rung was not simulated, and `why`), with every cell tried."""
+
+    multiple: float
+    compute: float
+    gain_fraction: float
+    seeds: int | None
+    power: float | None
+    se: float | None
+    trials: int
+    tried: tuple[Tried, ...]
+    why: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "multiple": self.multiple,
+            "compute": self.compute,
+            "gain_fraction": self.gain_fraction,
+            "seeds": self.seeds,
+            "power": self.power,
+            "se": self.se,
+            "trials": self.trials,
+            "tried": [t.to_json() for t in self.tried],
+        }
+        if self.why is not None:
+            out["why"] = self.why
+        return out
+
+
+@dataclass(frozen=True)
+class Design:
+    """What one question needs (`planning.design`): every rung, and the cheapest design that reaches `goal` power
+    (None when none in the ladder does). docs/json.md, `ablate plan --json`."""
+
+    question: str
+    effect: dict[str, float]
+    goal: float
+    fdr: float
+    engine: str
+    rungs: tuple[Rung, ...]
+    best: Cheapest | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "effect": dict(self.effect),
+            "goal": self.goal,
+            "fdr": self.fdr,
+            "engine": self.engine,
+            "rungs": [r.to_json() for r in self.rungs],
+            "best": None if self.best is None else self.best.to_json(),
+        }

@@ -19,7 +19,7 @@ from ablate.text import safe
 
 if TYPE_CHECKING:  # the fit stack imports scipy: keep start-up light
     from ablate.analysis.plan import PlanResult
-    from ablate.fit.taskmodel import TaskModel
+    from ablate.fit.taskmodel import Design, TaskModel
 
 STANDING_STYLE = {Standing.SETTLED: "green", Standing.OPEN: "yellow"}
 
@@ -34,40 +34,40 @@ def design_rows(result: PlanResult) -> list[dict[str, Any]]:
     m = result.model
     rows = []
     for d in result.designs:
-        best = d["best"]
-        for r in d["rungs"]:
-            s = r["seeds"]
+        best = d.best
+        for r in d.rungs:
+            s = r.seeds
             rows.append(
                 {
-                    "question": d["question"],
-                    "compute": r["compute"],
-                    "steps": None if not m.steps_per_x else round(r["compute"] * m.steps_per_x),
+                    "question": d.question,
+                    "compute": r.compute,
+                    "steps": None if not m.steps_per_x else round(r.compute * m.steps_per_x),
                     "seeds": s,
-                    "power": r["power"],
-                    "se": r["se"],
-                    "why": r.get("why", ""),
-                    "gpu_hours_arm": None if s is None else gpu_hours(m, r["compute"], s),
-                    "gpu_hours_sweep": None if s is None else gpu_hours(m, r["compute"], s * m.arms),
-                    "best": best is not None and best["compute"] == r["compute"] and best["seeds"] == s,
+                    "power": r.power,
+                    "se": r.se,
+                    "why": r.why or "",
+                    "gpu_hours_arm": None if s is None else gpu_hours(m, r.compute, s),
+                    "gpu_hours_sweep": None if s is None else gpu_hours(m, r.compute, s * m.arms),
+                    "best": best is not None and best.compute == r.compute and best.seeds == s,
                 }
             )
     return rows
 
 
-def question_text(d: dict[str, Any]) -> str:
+def question_text(d: Design) -> str:
     """A question as the tables name it: the effect it is planned to detect."""
-    e = d["effect"]
-    if d["question"] == "ceiling":
+    e = d.effect
+    if d.question == "ceiling":
         return f"ceiling ΔA +{e['a']:g}"
     return f"efficiency {1.0 / e['c_mid']:.3g}x"
 
 
 def designs_title(result: PlanResult) -> str:
     """The designs table's title: the sweep, the power asked for and how power was simulated (without markup)."""
-    goal = result.designs[0]["goal"] if result.designs else 0.8
+    goal = result.designs[0].goal if result.designs else 0.8
     how = (
         "simulated through ablate rank"
-        if result.designs and result.designs[0].get("engine") == "exact"
+        if result.designs and result.designs[0].engine == "exact"
         else "simulated sweeps given verdicts by ablate rank's rules"
     )
     return f"what a sweep of {result.model.arms} arms needs: {goal:.0%} power, 5% false-discovery rate ({how})"
@@ -92,7 +92,7 @@ def designs_table(result: PlanResult) -> Table:
     t = Table(title=esc(designs_title(result)), header_style="bold")
     for col in designs_columns(esc(result.model.x)):
         t.add_column(col, justify="left" if col in ("question", "note") else "right")
-    qtext = {d["question"]: question_text(d) for d in result.designs}
+    qtext = {d.question: question_text(d) for d in result.designs}
     for r in design_rows(result):
         t.add_row(
             Text(qtext[r["question"]]),
@@ -168,10 +168,10 @@ def print_plan(result: PlanResult, console: Console, saved: Path | None = None) 
     )
     for n in m.notes:
         console.print(Text(safe(f"  note: {n}"), style="yellow"))
-    goal = result.designs[0]["goal"] if result.designs else 0.8
+    goal = result.designs[0].goal if result.designs else 0.8
     console.print(designs_table(result))
     for d in result.designs:
-        b = d["best"]
+        b = d.best
         if b is None:
             console.print(
                 Text(
@@ -181,13 +181,13 @@ def print_plan(result: PlanResult, console: Console, saved: Path | None = None) 
                 )
             )
             continue
-        gh = gpu_hours(m, b["compute"], b["seeds"] * m.arms)
+        gh = gpu_hours(m, b.compute, b.seeds * m.arms)
         console.print(
             Text(
-                f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {x} per arm "
-                f"= {b['seeds'] * m.arms} runs"
+                f"{question_text(d)}: {b.seeds} seeds x {b.compute:.4g} {x} per arm "
+                f"= {b.seeds * m.arms} runs"
                 + (f", {gh:.3g} GPU-hours in all" if gh is not None else "")
-                + f" (power {b['power']:.2f} ±{b['se']:.2f})"
+                + f" (power {b.power:.2f} ±{b.se:.2f})"
             )
         )
     if result.arms and not any(a.running for a in result.arms):

@@ -158,9 +158,9 @@ def plan_context(data: ReportData) -> dict[str, Any] | None:
     if result is None:
         return None
     m = result.model
-    goal = result.designs[0]["goal"] if result.designs else 0.8
+    goal = result.designs[0].goal if result.designs else 0.8
     steps = f" ({round(m.budget * m.steps_per_x)} steps)" if m.steps_per_x else ""
-    qtext = {d["question"]: question_text(d) for d in result.designs}
+    qtext = {d.question: question_text(d) for d in result.designs}
 
     designs = [
         {
@@ -172,7 +172,7 @@ def plan_context(data: ReportData) -> dict[str, Any] | None:
     ]
     answers = []
     for d in result.designs:
-        b = d["best"]
+        b = d.best
         if b is None:
             answers.append(
                 (
@@ -182,12 +182,12 @@ def plan_context(data: ReportData) -> dict[str, Any] | None:
                 )
             )
             continue
-        gh = gpu_hours(m, b["compute"], b["seeds"] * m.arms)
+        gh = gpu_hours(m, b.compute, b.seeds * m.arms)
         answers.append(
             (
-                f"{question_text(d)}: {b['seeds']} seeds x {b['compute']:.4g} {m.x} per arm = {b['seeds'] * m.arms} "
-                f"runs" + (f", {gh:.3g} GPU-hours in all" if gh is not None else "") + f" (power {b['power']:.2f} "
-                f"±{b['se']:.2f})",
+                f"{question_text(d)}: {b.seeds} seeds x {b.compute:.4g} {m.x} per arm = {b.seeds * m.arms} "
+                f"runs" + (f", {gh:.3g} GPU-hours in all" if gh is not None else "") + f" (power {b.power:.2f} "
+                f"±{b.se:.2f})",
                 False,
             )
         )
