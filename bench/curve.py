@@ -90,7 +90,6 @@ def main() -> None:
         rd = a.out / f"seed{seed}"
         curve = curve_from_run_dir(rd, x="samples")
         assert isinstance(curve, Curve), curve  # else: why the run can't be fitted
-        meta = curve.meta
         recs = store.read_jsonl(rd / "metrics.jsonl")
         ys = [r["val_pass_rate"] for r in recs]
         res = fit_curves([curve], opts, name=f"seed{seed}")
@@ -98,7 +97,7 @@ def main() -> None:
         rows.append(
             {
                 "seed": seed,
-                "status": meta.get("status"),
+                "status": None if curve.facts is None else curve.facts.status,
                 "R0": ys[0],
                 "last": ys[-1],
                 "best": max(ys),

@@ -126,7 +126,7 @@ def test_prune_axis_follows_where_the_runs_will_train():
 
 def test_the_wall_clock_warning_names_a_seed_whose_clock_ran_3x_slower(tmp_path):
     busy, _ = curves_from_sweep(cpu_sweep(tmp_path, "busy", slow_seed=3.0))
-    assert all(set(c.meta["end"]) == {"gpu_hours", "samples", "step", "flops"} for c in busy)
+    assert all(set(c.facts.end) == {"gpu_hours", "samples", "step", "flops"} for c in busy)
     note = wall_clock_note(busy, "gpu_hours")
     assert note is not None and "3.0x in gpu_hours per sample in 2 arms" in note and "--x samples" in note
     assert wall_clock_note(busy, "samples") is None  # a load-independent axis: nothing to warn about

@@ -19,7 +19,7 @@ from ablate.curves import inputs as curves_mod
 from ablate.curves.inputs import curves_from_sweep, load_inputs, write_csv
 from ablate.fit.analysis import group_arms
 from ablate.fit.compare import rank
-from ablate.fit.curve import Curve
+from ablate.fit.curve import Curve, RunFacts
 from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store
@@ -158,7 +158,7 @@ def test_a_sweeps_arms_are_read_from_its_configs(configured):
     curves, skipped = curves_from_sweep(configured)
     assert not skipped and len(curves) == 12
     launched = {r.run_id: r.arm_id for r in load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,1,2"]).runs}
-    assert {c.meta["run_id"]: c.meta["arm_id"] for c in curves} == launched  # config.yaml hashes to the launch ids
+    assert {c.run_id: c.arm_id for c in curves} == launched  # config.yaml hashes to the launch ids
     assert {k: len(v) for k, v in group_arms(curves).items()} == {
         f"loss={x}": 3 for x in ("grpo", "dapo", "gspo", "cispo")
     }
@@ -207,11 +207,11 @@ def test_one_label_over_two_configs_is_two_arms(tmp_path):
     arms = group_arms(curves)
     assert len(arms) == 8 and all(len(v) == 3 for v in arms.values())
     dapo = sorted(k for k in arms if k.startswith("loss=dapo@"))
-    assert len(dapo) == 2 and len({c.meta["arm_id"] for k in dapo for c in arms[k]}) == 2
+    assert len(dapo) == 2 and len({c.arm_id for k in dapo for c in arms[k]}) == 2
     assert all(c.run.startswith("loss=dapo,seed=") and "@" in c.run for k in dapo for c in arms[k])
     again = load_sweep(RECIPES_DIR / "loss.yaml", ["seed=0,1,2", "train.max_steps=500"])
     relaunched = next(r.arm_id for r in again.runs if r.label.startswith("loss=dapo,"))
-    first, up = sorted(dapo, key=lambda k: arms[k][0].meta["arm_id"] == relaunched)
+    first, up = sorted(dapo, key=lambda k: arms[k][0].arm_id == relaunched)
     ranking = rank([c for k in dapo for c in arms[k]], FitOptions(n_boot=300), baseline=first)
     assert {a.arm: a.verdict for a in ranking.arms} == {first: "baseline", up: "ceiling_up"}
 
@@ -236,7 +236,8 @@ def test_group_arms_keeps_two_configs_under_one_name_apart():
     cs = []
     for i in range(4):
         c = synthetic_curve(a=0.61, **BASE, seed=i, run=f"r{i}", group="arm")
-        c.meta["arm_id"] = "aaaaaaaaaaaa" if i < 2 else "bbbbbbbbbbbb"
+        arm_id = "aaaaaaaaaaaa" if i < 2 else "bbbbbbbbbbbb"
+        c.facts = RunFacts(run_id=None, arm_id=arm_id, status=None, baseline=False, partial=False)
         cs.append(c)
     assert {k: [c.run for c in v] for k, v in group_arms(cs).items()} == {
         "arm@aaaaaaaa": ["r0", "r1"],

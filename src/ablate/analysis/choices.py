@@ -172,7 +172,7 @@ def launch_axis(runs: list[Any], executor: str | None, flag: str = "--prune") ->
 def _per_work(curves: list[Curve]) -> tuple[float, str] | None:
     """max/min over one arm's seeds of gpu_hours per sample at their last point (per step where samples are not
     logged), with the unit; None when fewer than two seeds say both."""
-    ends = [c.meta.get("end") or {} for c in curves]
+    ends = [{} if c.facts is None else c.facts.end for c in curves]
     for axis, unit in (("samples", "sample"), ("step", "step")):
         rates = [e["gpu_hours"] / e[axis] for e in ends if e.get("gpu_hours", 0) > 0 and e.get(axis, 0) > 0]
         if len(rates) >= 2 and len(rates) == len(ends):

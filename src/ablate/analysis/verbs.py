@@ -190,7 +190,7 @@ def grown_in_waves(inputs: Inputs) -> int:
     from ablate.curves.inputs import bare_sweep
     from ablate.storage.ledger import Ledger
 
-    arm_of = {c.meta["run_id"]: c.group for c in inputs.curves if isinstance(c.meta.get("run_id"), str)}
+    arm_of = {c.run_id: c.group for c in inputs.curves if isinstance(c.run_id, str)}
     waves = 1
     for path in map(bare_sweep, inputs.paths):  # `ablate rank loss` reads sweeps/loss
         if not (path / "ledger.jsonl").is_file():

@@ -126,12 +126,12 @@ def run_decide(
     def look(ids: list[str], level: float) -> tuple[Any, dict[str, float]]:
         curves, skipped = curves_from_sweep(sdir, x=x)
         keep = set(ids)
-        curves = [c for c in curves if c.meta.get("run_id") in keep]
+        curves = [c for c in curves if c.run_id in keep]
         skipped = [s for s in skipped if s.facts is not None and s.facts.run_id in keep]
         inputs = verbs.Inputs([], curves, skipped, x, None)
         opts = verbs.fit_options(n_boot=settings.n_boot, level=level, ci=1.0 - level)  # sizes held to the level
         ranking = verbs.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
-        return ranking, {str(c.meta["run_id"]): float(c.x[-1]) for c in curves if len(c.x)}
+        return ranking, {str(c.run_id): float(c.x[-1]) for c in curves if len(c.x)}
 
     outcome = waves.decide(expanded, sdir, settings, launch=submit, wait=wait, look=look, echo=typer.echo)
     for line in waves.summary(outcome, settings):

@@ -188,8 +188,8 @@ def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
     with no label of their own (named after their directory) are left as they are, each its own arm."""
     by_id: dict[str, list[tuple[Path, Curve]]] = {}
     for p, c in runs:
-        if c.meta.get("arm_id"):
-            by_id.setdefault(c.meta["arm_id"], []).append((p, c))
+        if c.arm_id:
+            by_id.setdefault(c.arm_id, []).append((p, c))
     for aid, members in by_id.items():
         labels: dict[frozenset[str], list[tuple[Path, Curve]]] = {}
         for p, c in members:  # a label's parts in any order name one arm, as a sweep's baseline does
@@ -207,9 +207,9 @@ def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
             c.group = name
     ids_of: dict[str, set[str]] = {}
     for _, c in runs:
-        ids_of.setdefault(str(c.group), set()).add(c.meta.get("arm_id") or "")
+        ids_of.setdefault(str(c.group), set()).add(c.arm_id or "")
     for _, c in runs:
-        arm = c.meta.get("arm_id")
+        arm = c.arm_id
         if arm and len(ids_of[str(c.group)]) > 1:
             c.group, c.run = f"{c.group}@{arm[:8]}", f"{c.run}@{arm[:8]}"
 

@@ -179,7 +179,7 @@ def to_curves(
             ys.append(vy)
         if not xs:
             raise UserError(_no_points(source, name, steps, x, y, per_step))
-        curves.append(Curve(run=name, group=name, x=np.array(xs), y=np.array(ys), meta={"format": fmt}))
+        curves.append(Curve(run=name, group=name, x=np.array(xs), y=np.array(ys)))
     return curves
 
 

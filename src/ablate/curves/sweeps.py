@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +162,10 @@ def curve_from_run_dir(
 ) -> Curve | NotFitted:
     """One run directory's curve, or why it can't be fitted (with the run's facts).
 
-    The curve's meta: run_id, arm_id, label, arm, status, baseline, partial (the run may still add points),
+    The curve's `facts` (RunFacts): run_id, arm_id, status, baseline, partial (the run may still add points),
     truncation_warning and end (each compute axis the run logged at its last point). arm_id is the hash of the
-    run's config.yaml when it has one (a run.json that
-    disagrees with it is a UserError naming the directory), else what run.json says. The evaluation at step 0 is
+    run's config.yaml when it has one (a run.json that disagrees with it is a UserError naming the directory), else
+    what run.json says. The evaluation at step 0 is
     the run's R0 point: its compute is 0 by definition, whatever the clock said. Non-finite values are dropped; a
     null or a string in x or y is a UserError.
     """
@@ -174,19 +175,17 @@ def curve_from_run_dir(
     if ids is not None:
         _check_ids(rd, info, ids)
     label = info.label or rd.path.name
-    meta: dict[str, Any] = {
-        "run_id": info.run_id,
-        "arm_id": info.arm_id if ids is None else ids[1],
-        "label": label,
-        "arm": info.arm if info.label else label,
-        "status": info.status,
-        "baseline": info.baseline,
-        "partial": info.status in PARTIAL,
-    }
-    facts = RunFacts(meta["run_id"], meta["arm_id"], meta["status"], meta["baseline"], meta["partial"])
+    arm = info.arm if info.label else label
+    facts = RunFacts(
+        run_id=info.run_id,
+        arm_id=info.arm_id if ids is None else ids[1],
+        status=info.status,
+        baseline=info.baseline,
+        partial=info.status in PARTIAL,
+    )
 
     def not_fitted(reason: str, missing: tuple[str, str, tuple[str, ...]] | None = None) -> NotFitted:
-        return NotFitted(label, meta["arm"], reason, facts, missing)
+        return NotFitted(label, arm, reason, facts, missing)
 
     if info.status in ENDED_BADLY:
         return not_fitted(info.why())
@@ -229,11 +228,14 @@ def curve_from_run_dir(
         for r in recs
         if isinstance(r.get("truncation_rate"), (int, float)) and not isinstance(r.get("truncation_rate"), bool)
     ]
-    meta["truncation_warning"] = info.truncation_warning or (bool(trunc) and max(trunc) > TRUNCATION_WARN)
-    meta["end"] = _compute_at(dict(lines)[int(la[keep][-1])])
+    facts = replace(
+        facts,
+        truncation_warning=bool(info.truncation_warning or (bool(trunc) and max(trunc) > TRUNCATION_WARN)),
+        end=_compute_at(dict(lines)[int(la[keep][-1])]),
+    )
     n = na[keep] if np.all(np.isfinite(na[keep])) else None  # older runs did not log val_n: estimated then
     stopped = info.status if info.status in STOPPED else None  # a monitor's verdict, not the run's own end
-    return Curve(run=label, group=meta["arm"], x=xa[keep], y=ya[keep], meta=meta, n=n, stopped=stopped)
+    return Curve(run=label, group=arm, x=xa[keep], y=ya[keep], facts=facts, n=n, stopped=stopped)
 
 
 def _compute_at(rec: dict[str, Any]) -> dict[str, float]:

@@ -298,12 +298,12 @@ def rank_key(fit: FitResult) -> tuple[float, float, float]:
 def group_arms(curves: list[Curve]) -> dict[str, list[Curve]]:
     """Curves by arm: `group` (a sweep's arm label, or a file's --group column), else each run alone.
 
-    An arm is one config: curves under one name whose `arm_id`s (meta, from their run directories) differ are
+    An arm is one config: curves under one name whose `arm_id`s (from their run directories' facts) differ are
     different arms, kept apart as `<name>@<arm id>` (`curves.curves_from_sweep` names a sweep's so already), so no
     two configs' seeds pool into one arm's spread."""
     by_name: dict[str, dict[str | None, list[Curve]]] = {}
     for c in curves:
-        by_name.setdefault(c.group or c.run, {}).setdefault(c.meta.get("arm_id") or None, []).append(c)
+        by_name.setdefault(c.group or c.run, {}).setdefault(c.arm_id or None, []).append(c)
     arms: dict[str, list[Curve]] = {}
     for name, by_id in by_name.items():
         known = [aid for aid in by_id if aid is not None]

@@ -43,11 +43,11 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | NotFitted
         return NotFitted(label, label, str(e))
     return ArmResult(
         arm=label,
-        arm_id=cs[0].meta.get("arm_id"),
+        arm_id=cs[0].arm_id,
         fit=fit,
         seeds=len(cs),
-        partial=any(c.meta.get("partial") for c in cs),
-        truncation_warning=any(c.meta.get("truncation_warning") for c in cs),
+        partial=any(c.facts is not None and c.facts.partial for c in cs),
+        truncation_warning=any(c.facts is not None and c.facts.truncation_warning for c in cs),
         stopped=sorted({c.stopped for c in cs if c.stopped}),
     )
 
@@ -337,7 +337,7 @@ def rank(
     shared_a = parse_shared_a(shared_a)
     groups = group_arms(curves)
     if baseline is None:
-        flagged = {g for g, cs in groups.items() if any(c.meta.get("baseline") for c in cs)}
+        flagged = {g for g, cs in groups.items() if any(c.facts is not None and c.facts.baseline for c in cs)}
         baseline = flagged.pop() if len(flagged) == 1 else None
     elif baseline not in groups:
         raise SettingError(f"{{baseline}} {baseline!r}: no such arm; arms are: {', '.join(groups)}", "baseline")

@@ -13,6 +13,24 @@ from typing import Any
 import numpy as np
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What a sweep's run directory says of a run beside its points (None for a curve read from a file or a log).
+    docs/json.md, `not_fitted`, names the first five."""
+
+    run_id: str | None
+    arm_id: str | None
+    """The hash of the run's config.yaml (what seeds of one arm share), or what run.json says."""
+    status: str | None
+    """The run's state in its run.json."""
+    baseline: bool
+    partial: bool
+    """The run may still add points (it is running, or was stopped and can resume)."""
+    truncation_warning: bool = False
+    end: dict[str, float] = field(default_factory=dict)
+    """Each compute axis the run had spent at its last point."""
+
+
 @dataclass
 class Curve:
     run: str
@@ -22,8 +40,8 @@ class Curve:
     """Compute of each point ([n], strictly increasing)."""
     y: np.ndarray
     """Pass rate of each point ([n], in [0, 1])."""
-    meta: dict[str, Any] = field(default_factory=dict)
-    """Extra facts carried to reports (e.g. `truncation_warning`, `status`, `arm_id`, `partial`)."""
+    facts: RunFacts | None = None
+    """What the run's directory says of it (ids, state, baseline flag), for a run of a sweep."""
     n: np.ndarray | None = None
     """Graded samples behind each pass rate ([n]; `val_n` in a run's metrics), or None when unknown: the
     evaluation noise of a point is then estimated from the curve's residuals."""
@@ -32,22 +50,18 @@ class Curve:
     a stopped arm with the baseline on the stopped arm's window."""
 
     @property
+    def arm_id(self) -> str | None:
+        return None if self.facts is None else self.facts.arm_id
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.facts is None else self.facts.run_id
+
+    @property
     def r0(self) -> float | None:
         """Measured pass rate at compute 0, or None when the curve has no such point."""
         at0 = self.y[self.x == 0]
         return float(at0.mean()) if at0.size else None
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What a sweep's run directory says of a run that could not be fitted (docs/json.md, `not_fitted`)."""
-
-    run_id: str | None
-    arm_id: str | None
-    status: str | None
-    """The run's state in its run.json."""
-    baseline: bool
-    partial: bool
 
 
 @dataclass(frozen=True)

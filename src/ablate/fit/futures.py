@@ -66,7 +66,7 @@ def _continue(
         nf = np.concatenate([n, np.full(xf.size, float(k))])
     else:
         yf, nf = p, None
-    return replace(c, x=np.concatenate([c.x, xf]), y=np.concatenate([c.y, yf]), n=nf, meta=dict(c.meta))
+    return replace(c, x=np.concatenate([c.x, xf]), y=np.concatenate([c.y, yf]), n=nf)
 
 
 def change_bound(changes: int, n: int, level: float = 0.95) -> float:

@@ -16,7 +16,7 @@ import numpy as np
 from ablate.errors import UserError
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
-from ablate.fit.curve import NotFitted
+from ablate.fit.curve import NotFitted, RunFacts
 from ablate.fit.futures import verdict_key
 from ablate.fit.settings import DEFAULT_N_BOOT, Analysis
 from ablate.prune.outlook import ArmOutlook, RunEnd, Standing, running_arms
@@ -220,7 +220,7 @@ def simulate(
                     x=c.x[keep],
                     y=c.y[keep],
                     n=None if c.n is None else c.n[keep],
-                    meta={**c.meta, "baseline": k == 0},
+                    facts=RunFacts(run_id=None, arm_id=None, status=None, baseline=k == 0, partial=False),
                 )
             )
     s = settings or PruneSettings(x="gpu_hours", seed=seed)
