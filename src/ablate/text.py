@@ -50,3 +50,10 @@ def flag(setting: str) -> str:
     """The command line's spelling of a library setting: every verb spells `min_effect_compute` as
     `--min-effect-compute` (errors.SettingError and the settings an analysis is reproduced with name keywords)."""
     return "--" + setting.replace("_", "-")
+
+
+def as_cli(e: Exception) -> str:
+    """An error's message as the command line says it: a `SettingError`'s settings named by their flags."""
+    from ablate.errors import SettingError
+
+    return e.named(flag) if isinstance(e, SettingError) else str(e)

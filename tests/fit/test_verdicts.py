@@ -22,6 +22,7 @@ from ablate.fit.result import FitOptions
 from ablate.fit.sensitivity import window_sensitivity
 from ablate.fit.spread import MinEffect
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
+from ablate.text import as_cli
 
 runner = CliRunner()
 P = PAPER_CURVES["scalerl-8b"]
@@ -142,6 +143,7 @@ def test_single_seed_ranking_says_it_needs_seeds_and_how(tmp_path):
     with pytest.raises(SettingError) as refused:
         ablate.rank(path, min_effect=0.0)
     assert refused.value.settings == ("min_effect",) and str(refused.value).startswith("min_effect 0.0: the smallest")
+    assert as_cli(refused.value).startswith("--min-effect 0.0: the smallest")  # as the report page says it
 
 
 def test_window_sensitivity_marks_a_fit_that_moves_with_the_window(tmp_path):

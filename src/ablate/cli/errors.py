@@ -13,8 +13,8 @@ from typing import Any, NoReturn, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from ablate.errors import SettingError, UserError
-from ablate.text import flag, safe
+from ablate.errors import UserError
+from ablate.text import as_cli, safe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,10 +23,8 @@ def fail(e: UserError) -> NoReturn:
     """`error: <message>` on stderr and exit 2. The message often quotes a file (a run name, a label, a value): its
     control characters are shown, not obeyed, and it stays one line (a config's several errors: one line each)."""
     each = getattr(e, "errors", None)  # config.ConfigErrors: several problems, one line each
-    if isinstance(e, SettingError):  # the library names a setting by its keyword; here it is the verb's flag
-        lines = [safe(e.named(flag))]
-    else:
-        lines = [safe(m) for m in each] if isinstance(each, list) and each else [safe(e)]
+    # a SettingError names its settings by their keywords (`min_effect`); here they are the verb's flags
+    lines = [safe(m) for m in each] if isinstance(each, list) and each else [safe(as_cli(e))]
     typer.echo("error: " + "\nerror: ".join(lines), err=True)
     raise typer.Exit(2) from None
 

@@ -28,6 +28,7 @@ from ablate.storage import locks, store
 from ablate.storage.ledger import Ledger, RunRecord, proc_alive, proc_start
 from ablate.storage.rundir import RunDir
 from ablate.storage.runinfo import RunInfo
+from ablate.text import as_cli
 from ablate.topology.process import start_module
 
 LIVENESS_EVERY_S = 30.0
@@ -121,7 +122,7 @@ class Monitor:
         try:
             curves, skipped = curves_from_sweep(self.sdir, x=self.s.x)
         except UserError as e:
-            self.log(f"settled check skipped: {e}")
+            self.log(f"settled check skipped: {as_cli(e)}")
             return
         if not curves:
             return
@@ -139,7 +140,7 @@ class Monitor:
         try:
             ranking, arms = settled(curves, ends, self.target, self.s, skipped)
         except UserError as e:
-            self.log(f"settled check skipped: {e}")
+            self.log(f"settled check skipped: {as_cli(e)}")
             return
         if ranking.baseline is None:
             self.log("settled check skipped: the sweep has no baseline arm to read verdicts against")

@@ -20,7 +20,7 @@ from ablate.launch.status import RunStatus
 from ablate.report.runs import SweptArm, run_statuses, swept_arms
 from ablate.storage import store
 from ablate.storage.ledger import Ledger
-from ablate.text import counted
+from ablate.text import as_cli, counted
 from ablate.version import installed
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
     try:
         inputs = verbs.read_inputs([sweep], reading)
     except UserError as e:
-        ranking_missing = extrapolation_missing = f"no curves to fit: {e}"
+        ranking_missing = extrapolation_missing = f"no curves to fit: {as_cli(e)}"
     else:
         analysis, source = page_analysis(inputs, n_boot)
         opts = analysis.options(given_to(analysis.to))
@@ -116,12 +116,12 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
             ranking = rank(inputs, opts, analysis)
             elsewhere = verbs.decided_elsewhere(ranking, inputs)
         except UserError as e:
-            ranking_missing = str(e)
+            ranking_missing = as_cli(e)
         progress("extrapolating the winner, checked on held-out points")
         try:
             extrapolation, fit_until = extrapolate(inputs, opts, ranking)
         except UserError as e:
-            extrapolation_missing = str(e)
+            extrapolation_missing = as_cli(e)
     launches = recorded_launches(sweep)
     planned, plan_missing = None, None
     if plan is not None and ranking is not None and any(a.verdict in UNDECIDED for a in ranking.arms):
@@ -129,7 +129,7 @@ def gather(sweep: Path, *, n_boot: int, command: str, progress: Progress, plan: 
         try:
             planned = plan(sweep)
         except UserError as e:
-            plan_missing = str(e)
+            plan_missing = as_cli(e)
     return ReportData(
         sweep=sweep,
         name=sweep.resolve().name,
