@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ablate.errors import SettingError, UserError
+from ablate.errors import UserError
 from ablate.fit.curve import Curve
 from ablate.fit.identify import fit_status, not_identified
 from ablate.fit.noise import NoiseEstimate
@@ -56,10 +56,9 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str) -> WindowPoi
         where = (
             f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
         )
-        raise SettingError(
-            f"{name}: no points in the fit window {opts.window_text()}{where}; widen {{fit_from}}/{{fit_until}}",
-            "fit_from",
-            "fit_until",
+        # kept as text: it becomes an arm's not-fitted reason, carried into rank's JSON as a string
+        raise UserError(
+            f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until"
         )
     counts = [v for v in ns if v is not None]
     n = np.concatenate(counts) if len(counts) == len(ns) else None
@@ -135,11 +134,7 @@ def _point_fit(
     x, y, run_index, n_eval, _ = pts
     if opts.method == "paper":
         if r0 is None:
-            raise SettingError(
-                f"{name}: {{method}} paper holds R0 fixed; the data has no point at compute 0, so give {{r0}}",
-                "method",
-                "r0",
-            )
+            raise UserError(f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0")
         pf, grid_note = fit_paper(x, y, r0=r0)
         if grid_note:
             notes.append(Note("other", grid_note))

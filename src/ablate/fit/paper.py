@@ -61,9 +61,29 @@ def _batch_b(x: np.ndarray, y: np.ndarray, r0: float, a: np.ndarray, c_mid: np.n
 def _candidates(x, y, r0: float, a_grid, cmid_grid) -> list[tuple[float, float]]:
     """The SHORTLIST grid points with the lowest SSE by `_batch_b`, in the paper's grid order (A, then C_mid)."""
     a, c_mid = (g.ravel() for g in np.meshgrid(np.asarray(a_grid, float), np.asarray(cmid_grid, float), indexing="ij"))
-    sse = _batch_b(x, y, r0, a, c_mid)
+    chunk = max(1, BATCH_VALUES // max(len(x), 1))  # grid points per batch: memory bounded whatever the run length
+    sse = np.concatenate([_batch_b(x, y, r0, a[i : i + chunk], c_mid[i : i + chunk]) for i in range(0, a.size, chunk)])
     keep = np.sort(np.argsort(sse, kind="stable")[:SHORTLIST])
     return [(a_grid[k // len(cmid_grid)], cmid_grid[k % len(cmid_grid)]) for k in keep]
+
+
+def _curve_fit_b(x, y, r0: float, points) -> tuple[float, tuple[float, float, float] | None]:
+    """The paper's step at each (A, C_mid) of `points`, in order: `curve_fit` for B from 1.0; the lowest SSE wins
+    (the first on a tie). Returns (SSE, (A, B, C_mid)), or (inf, None) when it converged nowhere."""
+    best_sse, best = np.inf, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for a, c_mid in points:
+            f = lambda c, b, a=a, c_mid=c_mid: sigmoid(c, r0, a, b, c_mid)  # noqa: E731
+            try:
+                (b,), _ = curve_fit(f, x, y, p0=[1.0])
+            except RuntimeError:  # curve_fit did not converge at this grid point
+                continue
+            sse = float(((f(x, b) - y) ** 2).sum())
+            if sse < best_sse:
+                best_sse, best = sse, (a, b, c_mid)
+    return best_sse, best
 
 
 def paper_grid(x, y, r0: float) -> tuple[np.ndarray, np.ndarray, str | None]:
@@ -90,6 +110,8 @@ def paper_grid(x, y, r0: float) -> tuple[np.ndarray, np.ndarray, str | None]:
 
 
 SHORTLIST = 8
+BATCH_VALUES = 1 << 20
+"""Grid points x data points per batch of `_batch_b` (each of its few arrays is then 8 MiB)."""
 """Grid points whose B `curve_fit` fits, the best of the whole grid by the batched fit (`_candidates`)."""
 
 
@@ -106,19 +128,9 @@ def fit_paper(x, y, *, r0: float, a_grid=None, cmid_grid=None) -> tuple[PointFit
     note = None
     if a_grid is None or cmid_grid is None:
         a_grid, cmid_grid, note = paper_grid(x, y, r0)
-    best_sse, best = np.inf, None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", OptimizeWarning)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for a, c_mid in _candidates(x, y, r0, a_grid, cmid_grid):
-            f = lambda c, b, a=a, c_mid=c_mid: sigmoid(c, r0, a, b, c_mid)  # noqa: E731
-            try:
-                (b,), _ = curve_fit(f, x, y, p0=[1.0])
-            except RuntimeError:  # curve_fit did not converge at this grid point
-                continue
-            sse = float(((f(x, b) - y) ** 2).sum())
-            if sse < best_sse:
-                best_sse, best = sse, (a, b, c_mid)
+    best_sse, best = _curve_fit_b(x, y, r0, _candidates(x, y, r0, a_grid, cmid_grid))
+    if best is None:  # curve_fit failed at every point of the shortlist: the paper's full loop, as it runs it
+        best_sse, best = _curve_fit_b(x, y, r0, [(a, c_mid) for a in a_grid for c_mid in cmid_grid])
     if best is None:
         return PointFit(
             r0=r0,
