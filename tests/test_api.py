@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,24 @@ def test_rank_from_python_is_rank_json(sweep):
     by = {a.arm: a for a in ranking.arms}
     assert ranking.baseline == BASE and by["loss=gspo"].verdict == "ceiling_up"
     assert by["loss=gspo"].delta_A_ci[0] > 0 and by["loss=gspo"].fit.A_ci is not None
+
+
+def test_what_the_verbs_return_is_frozen(sweep):
+    """A returned ranking, its arms, their fits and an extrapolation cannot be changed in place: a notebook that
+    wants another view makes a copy with `dataclasses.replace`, and the ranking it printed stays what it was."""
+    import ablate
+
+    ranking = ablate.rank(sweep, x="gpu_hours")
+    arm = next(a for a in ranking.arms if a.arm == "loss=gspo")
+    for record, field in [(ranking, "baseline"), (arm, "verdict"), (arm.fit, "A"), (arm, "fit")]:
+        with pytest.raises(FrozenInstanceError):
+            setattr(record, field, None)
+    ex = ablate.extrapolate(sweep, x="gpu_hours", fit_until=8000)
+    with pytest.raises(FrozenInstanceError):
+        ex.subject = "other"  # type: ignore[misc]
+    changed = replace(arm, verdict="inconclusive")
+    assert changed.verdict == "inconclusive" and arm.verdict == "ceiling_up"
+    changed.effect = "a copy is the caller's own, to fill in"
 
 
 def test_fit_extrapolate_read_and_status_from_python(sweep):

@@ -5,6 +5,7 @@
 import itertools
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from sweep_writer import write_sweep
@@ -287,10 +288,13 @@ def test_the_longest_verdicts_and_effects_still_fit_two_lines(loss_sweeps):
         ("equivalent", "negligible", None),
         ("not_identified", None, None),
     ]
-    others = [a for a in ranking.arms if a.verdict != "baseline"]
-    for a, (verdict, practical, decide) in zip(others, worst):
-        a.verdict, a.practical, a.decide = verdict, practical, decide
-        a.effect = "ΔA -0.050 [-0.145, +0.045]; 10.61x [10.35, 11.04]"
+    effect = "ΔA -0.050 [-0.145, +0.045]; 10.61x [10.35, 11.04]"
+    others = [
+        replace(a, verdict=verdict, practical=practical, decide=decide, effect=effect)
+        for a, (verdict, practical, decide) in zip([a for a in ranking.arms if a.verdict != "baseline"], worst)
+    ]
+    by_arm = {a.arm: a for a in others}
+    ranking = replace(ranking, arms=[by_arm.get(a.arm, a) for a in ranking.arms])
     assert max(row_heights(rank_table(ranking))) <= 2
     shown = {a.arm: verdict_cell(a).plain for a in others}
     assert shown[others[0].arm] == "inconclusive · >32 seeds" and shown[others[1].arm] == "inconclusive · ~24 seeds"
@@ -363,7 +367,7 @@ def test_rank_says_with_which_settings_a_prune_monitor_settled_the_stopped_arms(
     try:
         (sweep / "prune" / "decisions.jsonl").write_text(json.dumps({"x": ranking.x, "target": 256000.0}) + "\n")
         assert decided_elsewhere(ranking, inputs) is None  # no arm was stopped
-        ranking.arms[-1].stopped = ["pruned"]
+        ranking = replace(ranking, arms=[*ranking.arms[:-1], replace(ranking.arms[-1], stopped=["pruned"])])
         found = decided_elsewhere(ranking, inputs)
         assert found is not None and found.sweep == sweep and found.by == "--prune monitor"
         assert found.differences == [

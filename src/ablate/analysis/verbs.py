@@ -175,12 +175,15 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
         from ablate.prune.waves import record_path
 
         decided = any(record_path(bare_sweep(p)).is_file() for p in inputs.paths)
-        ranking.notes.append(Note("decided", DECIDED_TEXT) if decided else Note("other", waves_text(waves)))
-    ranking.target_source = target_source  # how --to was chosen, and why x is what it is (choices.py)
-    ranking.axis_note = "; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None
+        notes = [*ranking.notes, Note("decided", DECIDED_TEXT) if decided else Note("other", waves_text(waves))]
+        ranking = replace(ranking, notes=notes)
+    ranking = replace(
+        ranking,
+        target_source=target_source,  # how --to was chosen, and why x is what it is (choices.py)
+        axis_note="; ".join(n for n in (inputs.axis_text, inputs.axis_note) if n) or None,
+    )
     if settings.window:
-        for a in ranking.arms:
-            window_sensitivity(a.fit, opts)
+        ranking = replace(ranking, arms=[a.refitted(window_sensitivity(a.fit, opts)) for a in ranking.arms])
     return ranking
 
 
@@ -308,7 +311,7 @@ def extrapolate_inputs(
     check_reach(arms[arm], target, x, fit_until)
     ex = extrapolate(arms[arm], opts, subject=arm, target_source=target_text)
     if window:
-        window_sensitivity(ex.fit, opts)
+        ex = replace(ex, fit=window_sensitivity(ex.fit, opts))
     return ExtrapolationReport(ex, opts, target_text, by_rank)
 
 

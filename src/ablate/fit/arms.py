@@ -4,7 +4,7 @@ verdict means."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -120,6 +120,9 @@ class SeedsToDecide:
 
 @dataclass
 class ArmResult:
+    """One arm's fit and its verdict against the baseline. `rank` fills it in stages (the fit, the comparison, the
+    tests) and seals it before it returns: from then on it is frozen, and a changed copy is made with `replace`."""
+
     arm: str
     arm_id: str | None
     fit: FitResult
@@ -157,6 +160,21 @@ class ArmResult:
     """Each seed's log compute to three quarters of its gain (sigmoid.GAIN_SHARE) under the shared A."""
     base_log_compute_seeds: list[float] | None = field(default=None, repr=False)
     """The baseline's seeds' log compute to that share under this pair's shared A (each pair has its own)."""
+    _sealed: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_sealed", False):
+            raise FrozenInstanceError(f"cannot assign to field {name!r}: a ranked arm is frozen (use replace)")
+        super().__setattr__(name, value)
+
+    def seal(self) -> ArmResult:
+        """Freeze this arm (rank's last stage); returns it."""
+        object.__setattr__(self, "_sealed", True)
+        return self
+
+    def refitted(self, fit: FitResult) -> ArmResult:
+        """A sealed copy with another fit of the same arm (the window-sensitivity refits)."""
+        return replace(self, fit=fit).seal()
 
     @property
     def seed_A(self) -> list[float]:
@@ -200,7 +218,7 @@ class ArmResult:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Ranking:
     arms: list[ArmResult]
     baseline: str | None

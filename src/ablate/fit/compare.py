@@ -350,7 +350,7 @@ def rank(
         judged = _judge(arms, baseline, opts, a_margin, shared_a, noise, min_effect, x, jobs)
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(
-        arms=arms,
+        arms=[a.seal() for a in arms],
         baseline=baseline,
         margin_source=judged.source,
         target=opts.target,

@@ -21,7 +21,7 @@ def is_interpolation(to: float, top: float) -> bool:
     return to <= top
 
 
-@dataclass
+@dataclass(frozen=True)
 class Extrapolation:
     subject: str
     fit: FitResult

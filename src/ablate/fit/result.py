@@ -91,7 +91,7 @@ class FitOptions:
         return f"[{lo}, {hi}]"
 
 
-@dataclass
+@dataclass(frozen=True)
 class FitResult:
     run: str
     group: str | None

@@ -13,6 +13,10 @@ from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
 
 SENSITIVITY_CUTOFFS = (0.5, 0.75, 1.0)
+UNSTABLE = (
+    "unstable: A fitted on an earlier part of the window and A fitted on all of it have intervals that do not "
+    "overlap (see the window-sensitivity table)"
+)
 
 
 def _row(frac: float, f: FitResult) -> dict[str, Any]:
@@ -34,8 +38,8 @@ def window_sensitivity(
     """Refit `result`'s curves with the window cut at fractions of its compute (50% of a 100k window: fit up to 50k,
     as the paper's window-sensitivity table does) and record A (with its interval), B, C_mid and the prediction at
     each. The fit is marked unstable when, at an earlier cutoff where A is identified, A's interval and this fit's
-    do not overlap: where the window ends then decides the answer, beyond what the noise explains. Returns
-    `result`, updated."""
+    do not overlap: where the window ends then decides the answer, beyond what the noise explains. Returns a new
+    FitResult: `result` with its `sensitivity` rows, `unstable` and, when unstable, a note."""
     hi = result.window[1]
     rows: list[dict[str, Any]] = []
     n_boot = min(opts.n_boot, 300)  # intervals at the cutoffs: enough to compare, at a fraction of the cost
@@ -62,20 +66,13 @@ def window_sensitivity(
             )
             continue
         rows.append(_row(frac, f))
-    result.sensitivity = rows
+    unstable, notes = None, result.notes
     if result.A_ci is not None and result.identifiable:
         lo, hi_a = result.A_ci
-        result.unstable = any(
+        unstable = any(
             r["identifiable"] and r["A_ci"] is not None and (r["A_ci"][1] < lo or r["A_ci"][0] > hi_a)
             for r in rows[:-1]
         )
-        if result.unstable:
-            result.notes.append(
-                Note(
-                    "other",
-                    "unstable: A fitted on an earlier part of the window and A fitted on all "
-                    "of it have intervals that do not overlap (see the window-sensitivity "
-                    "table)",
-                )
-            )
-    return result
+        if unstable:
+            notes = [*notes, Note("other", UNSTABLE)]
+    return replace(result, sensitivity=rows, unstable=unstable, notes=notes)
