@@ -419,7 +419,10 @@ def test_rank_format_md_is_the_verdict_table_as_markdown(loss_sweeps):
     assert "baseline: loss=cispo" in before and "smallest effect that matters: ±0.02 on A" in before
     assert "[" not in before.replace("\\[0, end\\]", "") and "inconclusive: neither a change" in after
     ranking = ranked([loss_sweeps["three"]])
-    ranking.arms[0].arm = "lr=1|2 <b>x</b> ![i](http://e.x/p.png) *e* `c`"
+    ranking = replace(
+        ranking,
+        arms=[replace(ranking.arms[0], arm="lr=1|2 <b>x</b> ![i](http://e.x/p.png) *e* `c`"), *ranking.arms[1:]],
+    )
     header, *rows = markdown_rows(rank_markdown(ranking, [loss_sweeps["three"]], None))
     # shown as written: no HTML tag, no external image or live URL (a zero-width space after its scheme), no emphasis
     # or code span, and the pipe stays in its cell
