@@ -216,7 +216,7 @@ def stored_floor(shape: Shape, noise: Noise, f: float, opts: FitOptions, rng: np
     curves = []
     for name in ("s1", "s2"):
         curves += simulate_arm(shape, noise, {}, 4, f, rng, name)[0]
-    ranking = rank(curves, opts, baseline="s1")
+    ranking = rank(curves, opts, baseline="s1", decide=False)
     floor = measured_floor(ranking.arms)
     return floor or NoiseFloor(sd_A=1.0, sd_logc=10.0, dof=1, source="unmeasurable: seeds not identified")
 
@@ -262,7 +262,12 @@ def run_cell(
         base, base_truth = simulate_arm(shape, noise, {}, seeds, f, rng, "base")
         arm, _ = simulate_arm(shape, noise, EFFECTS[effect], seeds, f, rng, "arm")
         ranking = rank(
-            base + arm, replace(opts, seed=seed * 100003 + t), baseline="base", noise=stored, min_effect=min_effect
+            base + arm,
+            replace(opts, seed=seed * 100003 + t),
+            baseline="base",
+            noise=stored,
+            min_effect=min_effect,
+            decide=False,
         )
         by = {a.arm: a for a in ranking.arms}
         v = verdict_key(by["arm"]) if "arm" in by else "not_fitted"  # not identified: with its end-of-window call

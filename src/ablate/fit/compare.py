@@ -244,12 +244,12 @@ def _tested(
     base: ArmResult,
     bases: dict[str, ArmResult | str],
     opts: FitOptions,
-    noise: NoiseFloor | None,
-    min_effect: MinEffect,
+    tests: tuple[NoiseFloor | None, MinEffect, bool],
     x: str,
     out: _Judgement,
 ) -> None:
     """The calibrated tests: the seed spread measured (or stored) and every compared arm's verdict (fills `out`)."""
+    noise, min_effect, decide = tests
     measured = measured_floor(arms)
     # the stored spread (--noise) when it rests on more seeds than this ranking's own
     floor = noise if noise is not None and (measured is None or noise.dof > measured.dof) else measured
@@ -272,6 +272,7 @@ def _tested(
         {k: v for k, v in bases.items() if isinstance(v, ArmResult)},
         min_effect,
         x,
+        decide=decide,
     )
     if floor is None and compared:
         out.notes.append(_needs_seeds(compared, base))
@@ -283,13 +284,13 @@ def _judge(
     opts: FitOptions,
     a_margin: float | None,
     shared_a: str | float | None,
-    noise: NoiseFloor | None,
-    min_effect: MinEffect,
+    tests: tuple[NoiseFloor | None, MinEffect, bool],
     x: str,
     jobs: int,
 ) -> _Judgement:
     """Every arm's verdict against the baseline arm: by the paper's threshold rule when `a_margin` is set, else by
-    the calibrated tests."""
+    the calibrated tests (`tests`: the stored seed spread, the smallest effect that matters, and whether to work out
+    the seeds that would decide an inconclusive arm)."""
     out = _Judgement()
     base = next(a for a in arms if a.arm == baseline)
     base.verdict, base.detail, base.effect = Verdict.BASELINE, "the reference arm", "reference"
@@ -306,7 +307,7 @@ def _judge(
         for a in compared:
             paper_verdict(a, a_margin, opts)
     else:
-        _tested(arms, compared, base, bases, opts, noise, min_effect, x, out)
+        _tested(arms, compared, base, bases, opts, tests, x, out)
     for a in arms:
         if isinstance(bases.get(a.arm), ArmResult):
             a.detail += f"; read against the baseline's first {_x_end(a):.4g} {x} (this arm was stopped there)"
@@ -325,13 +326,15 @@ def rank(
     jobs: int = 1,
     shared_a: str | float | None = None,
     min_effect: MinEffect | None = None,
+    decide: bool = True,
 ) -> Ranking:
     """Fit every arm (seeds pooled) and give each a verdict against the baseline arm, best first (see the module
     docstring). `margin`: the paper's threshold rule instead of the tests; `noise`: a stored seed spread for arms
     without seeds of their own; `shared_a`: "all" or a value refits every arm at one A for the efficiency
     comparison (the paper's way) instead of one A per pair; `min_effect`: the smallest effect that matters (default
-    the paper's +-0.02 on A, +-15% compute). Arms are independent fits: with many arms they run on `jobs` worker
-    processes."""
+    the paper's +-0.02 on A, +-15% compute); `decide=False` leaves out the seeds that would decide an inconclusive
+    arm (a simulation of its own, which callers that read only the verdicts skip). Arms are independent fits: with
+    many arms they run on `jobs` worker processes."""
     min_effect = min_effect or MinEffect()
     a_margin = parse_margin(margin)
     shared_a = parse_shared_a(shared_a)
@@ -347,7 +350,7 @@ def rank(
         for a in arms:
             own_log_compute_seeds(a, opts)
     else:
-        judged = _judge(arms, baseline, opts, a_margin, shared_a, noise, min_effect, x, jobs)
+        judged = _judge(arms, baseline, opts, a_margin, shared_a, (noise, min_effect, decide), x, jobs)
     arms.sort(key=lambda a: rank_key(a.fit), reverse=True)
     return Ranking(
         arms=[a.seal() for a in arms],

@@ -64,7 +64,9 @@ def trial(
         curves += simulate_runs(
             m, m.a, m.b, m.c_mid, seeds, compute, rng, "base" if i == 0 else f"null{i}", sd_a, sd_logc
         )
-    ranking = rank(curves, sim_options(compute, seed, to), baseline="base", noise=noise, min_effect=min_effect)
+    ranking = rank(
+        curves, sim_options(compute, seed, to), baseline="base", noise=noise, min_effect=min_effect, decide=False
+    )
     by = {a.arm: a for a in ranking.arms}
     arm = by.get("arm")
     if arm is None:

@@ -148,6 +148,7 @@ def futures(
                 noise=noise,
                 x=ranking.x,
                 min_effect=ranking.min_effect,
+                decide=False,
             )
         except UserError:  # the baseline can't be fitted: no arm keeps its verdict
             return None

@@ -26,7 +26,7 @@ def _fit_error(m: TaskModel, seeds: int, compute: float, sims: int, seed: int) -
         curves = []
         for k in range(max(2, min(m.arms, 3))):
             curves += simulate_runs(m, m.a, m.b, m.c_mid, seeds, compute, rng, f"arm{k}", 0.0, 0.0)
-        r = rank(curves, sim_options(compute, seed * 31 + i), baseline="arm0")
+        r = rank(curves, sim_options(compute, seed * 31 + i), baseline="arm0", decide=False)
         floor = measured_floor(r.arms)
         if floor is not None:
             va.append(floor.sd_A**2)

@@ -180,16 +180,15 @@ def _conclude(
     t: _Tests,
     found: tuple[bool, bool, bool],
     me: MinEffect,
-    opts: FitOptions,
     floor: NoiseFloor,
-    among: tuple[int, Family],
+    among: tuple[int, Family] | None,
     x: str,
 ) -> None:
     """An arm's verdict from which of its tests (`found`: ceiling, efficiency, equivalence) survived the
     false-discovery control, with `practical`, the short effect and the long detail. A ceiling change shown
     negligible does not hide an efficiency change that may matter: the arm is then read on its efficiency, and the
     detail says the ceiling moved by less than matters. `among`: the number of arms compared, and the ranking's
-    other tests (an inconclusive arm's seeds to decide it are simulated among them)."""
+    other tests (an inconclusive arm's seeds to decide it are simulated among them; None: not worked out)."""
     ceiling, efficiency, equivalent = found
     d_a, shared = a.comparison()
     ci = t.delta_A_ci
@@ -220,8 +219,11 @@ def _conclude(
     else:
         a.verdict, a.practical = Verdict.INCONCLUSIVE, "unclear"
         a.effect = short_effect(a, "both")
-        a.decide = seeds_to_decide(a, floor, me, among[0], x, family=among[1])
-        parts.append(eq + "; neither a change nor equivalence is shown: " + a.decide.text)
+        shown = eq + "; neither a change nor equivalence is shown"
+        if among is not None:
+            a.decide = seeds_to_decide(a, floor, me, among[0], x, family=among[1])
+            shown += ": " + a.decide.text
+        parts.append(shown)
     if a.practical is not None and a.verdict in CHANGED:
         size = {
             "material": f"beyond the smallest effect that matters ({me.describe()})",
@@ -272,6 +274,8 @@ def decide_verdicts(
     bases: dict[str, ArmResult] | None = None,
     me: MinEffect | None = None,
     x: str = "",
+    *,
+    decide: bool = True,
 ) -> None:
     """Per compared arm: t-tests of dA and of the log compute ratio against 0, and the equivalence test (TOST)
     against the smallest effect that matters `me`; for the arms whose A is not identified, a test of the pass rate at
@@ -279,7 +283,7 @@ def decide_verdicts(
     be a discovery among the tests of change alone, so that arms shown equivalent never make a change easier to call;
     equivalence must be a discovery among all the tests of the ranking. `bases`: the baseline each arm is read
     against where it is not `base` (a stopped arm: the baseline fitted on its window); `x`: the compute axis' name,
-    for the seeds-to-decide text."""
+    for the seeds-to-decide text; `decide=False`: no seeds to decide an inconclusive arm."""
     me = me or MinEffect()
     pvals: list[float] = []
     tests: list[_Tests] = []
@@ -302,7 +306,7 @@ def decide_verdicts(
             others = [k for k in range(len(pvals)) if k // 3 != i or k >= 3 * len(compared)]
             family = Family(tuple(pvals[k] for k in others), tuple(is_eq[k] for k in others), opts.level)
             found_i = (found[3 * i], found[3 * i + 1], found[3 * i + 2])
-            _conclude(a, t, found_i, me, opts, floor, (len(compared), family), x)
+            _conclude(a, t, found_i, me, floor, (len(compared), family) if decide else None, x)
     first = 3 * len(compared) if floor is not None else 0
     if end_spread is not None:
         for k, (a, d_r, p) in enumerate(tested):

@@ -150,8 +150,8 @@ def replay(curves: list, target: float, s: PruneSettings) -> Replay:
                 for c in next(r for r in ranking.arms if r.arm == a.arm).fit.curves:
                     stopped[c.run] = share
     opts = s.analysis(target).options(target)
-    full = rank(curves, opts, x=s.x)
-    pruned = rank([cut(c, stopped.get(c.run, 1.0), c.run in stopped) for c in curves], opts, x=s.x)
+    full = rank(curves, opts, x=s.x, decide=False)
+    pruned = rank([cut(c, stopped.get(c.run, 1.0), c.run in stopped) for c in curves], opts, x=s.x, decide=False)
     total = sum(end.values())
     return Replay(
         stopped=stopped,
