@@ -69,7 +69,17 @@ def main() -> None:
             seed, core = pending.pop(0), free.pop(0)
             rd = a.out / f"seed{seed}"
             shutil.rmtree(rd, ignore_errors=True)
-            cmd = [sys.executable, "-m", "ablate", "train", str(recipe), f"seed={seed}", *a.overrides, "--out", str(rd)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "ablate",
+                "train",
+                str(recipe),
+                f"seed={seed}",
+                *a.overrides,
+                "--run-dir",
+                str(rd),
+            ]
             if pin:
                 cmd = ["taskset", "-c", str(core), *cmd]
             with open(a.out / f"seed{seed}.log", "w") as log:  # the run keeps its own copy of the descriptor

@@ -71,7 +71,7 @@ timeout 240 "$PY" -m ablate train recipes/base.yaml \
   batch.prompts=8 batch.generations=8 length.max_new_tokens=4 length.think_budget_min=1 length.think_budget_max=2 \
   train.warmup.max_steps=300 train.warmup.lr=3e-3 train.warmup.batch=32 train.warmup.target_pass_rate=0.2 \
   train.warmup.check_every=10 offpolicy=pipeline offpolicy.k=2 optim.lr=5e-4 optim.lr_warmup_steps=0 train.max_steps=30 train.eval_every=10 \
-  train.device=cuda --out "$OUT/gpu-run"
+  train.device=cuda --run-dir "$OUT/gpu-run"
 timeout 30 "$PY" - "$OUT/gpu-run" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -94,7 +94,7 @@ if [ "$NGPU" -ge 2 ]; then
     batch.prompts=8 batch.generations=8 length.max_new_tokens=4 length.think_budget_min=1 length.think_budget_max=2 \
     train.warmup.max_steps=300 train.warmup.lr=3e-3 train.warmup.batch=32 train.warmup.target_pass_rate=0.2 \
     train.warmup.check_every=10 offpolicy=ppo offpolicy.k=1 optim.lr=5e-4 optim.lr_warmup_steps=0 train.max_steps=30 \
-    train.eval_every=10 train.device=cuda resources.nproc=2 --out "$OUT/gpu-dp"
+    train.eval_every=10 train.device=cuda resources.nproc=2 --run-dir "$OUT/gpu-dp"
   timeout 30 "$PY" - "$OUT/gpu-dp" <<'EOF'
 import json, sys
 from pathlib import Path

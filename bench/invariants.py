@@ -55,7 +55,7 @@ def run_ids(work: Path) -> dict[str, list[list[str]]]:
 
 def twenty_steps(work: Path) -> list[dict[str, object]]:
     base = next(p for p in recipe_files() if p.endswith("/base.yaml"))
-    ablate("train", base, "train.max_steps=20", "--out", str(work / "run20"), cwd=work)
+    ablate("train", base, "train.max_steps=20", "--run-dir", str(work / "run20"), cwd=work)
     lines = (work / "run20" / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k not in CLOCK} for line in lines]
 

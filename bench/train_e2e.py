@@ -41,7 +41,7 @@ from train import COMPAT
 def command(trainer: str, steps: int, out: Path, threads: int, extra: list[str]) -> list[str]:
     every = [f"train.max_steps={steps}", f"train.eval_every={steps}", "train.val_size=32"]
     every += [f"train.checkpoint_every={steps}", f"trainer={trainer}", *COMPAT, *extra]
-    return ["ablate", "train", "recipes/base.yaml", *every, "--out", str(out), "--threads", str(threads)]
+    return ["ablate", "train", "recipes/base.yaml", *every, "--run-dir", str(out), "--threads", str(threads)]
 
 
 def timed(trainer: str, steps: int, threads: int, extra: list[str]) -> dict:

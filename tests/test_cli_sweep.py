@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
 from ablate.compose.sweep import load_sweep
+from jobs import one_error
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")
@@ -141,3 +142,19 @@ def test_help_shows_flags_without_a_value_placeholder(verb, monkeypatch):
     assert res.exit_code == 0
     flag_rows = [ln for ln in res.output.splitlines() if "--help" not in ln and "<bool>" in ln]
     assert flag_rows == []  # a flag takes no value: Typer's `<bool>` placeholder would say it does
+
+
+def test_out_is_the_file_a_verb_writes_and_a_run_directory_is_run_dir(tmp_path):
+    """One meaning per option across the verbs: `--out` is a file the verb writes (report's page, calibrate's JSON),
+    and train's run directory is `--run-dir`; train's old `--out` is refused in one line that names the new flag."""
+    import typer
+
+    for verb in ("report", "calibrate"):
+        help_ = " ".join(runner.invoke(app, [verb, "--help"]).output.split())
+        assert "--out" in help_ and "--run-dir" not in help_
+    assert "--run-dir" in " ".join(runner.invoke(app, ["train", "--help"]).output.split())
+    train = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
+    assert "--out" not in {o for p in train.params if not getattr(p, "hidden", False) for o in p.opts}
+    res = runner.invoke(app, ["train", str(RECIPES_DIR / "base.yaml"), "--out", str(tmp_path / "r")])
+    line = one_error(res, f"--run-dir {tmp_path / 'r'}")
+    assert line.startswith(f"error: --out {tmp_path / 'r'}") and not (tmp_path / "r").exists()

@@ -166,7 +166,7 @@ def test_the_installed_wheel_shows_sweeps_trains_and_ranks_from_any_folder(insta
             "recipes/base.yaml",
             "train.max_steps=5",
             "train.warmup.max_steps=0",
-            "--out",
+            "--run-dir",
             tmp_path / "run",
         ],
         work,

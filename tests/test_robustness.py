@@ -42,12 +42,12 @@ def test_train_out_at_a_file_under_a_file_or_holding_an_unreadable_config(tmp_pa
     f = tmp_path / "file"
     f.write_text("x")
     for out, part in ((f, "is a file"), (f / "run", "which is a file")):
-        one_error(runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--out", str(out)]), str(out), part)
+        one_error(runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)]), str(out), part)
     assert f.read_text() == "x"
     d = tmp_path / "other"
     d.mkdir()
     (d / "config.yaml").write_bytes(b"\xff\xfe: [")
-    one_error(runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--out", str(d)]), "config.yaml: unreadable")
+    one_error(runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)]), "config.yaml: unreadable")
     assert sorted(p.name for p in d.iterdir()) == ["config.yaml"]  # nothing written beside it
 
 
@@ -290,7 +290,7 @@ def test_a_run_whose_directory_is_replaced_stops_with_one_line(tmp_path):
         *SMALL_TRAIN,
         "train.max_steps=1000000",
         "train.eval_every=2",
-        "--out",
+        "--run-dir",
         str(d),
     ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -374,7 +374,7 @@ def tiny_disk(tmp_path):
 
 def test_a_full_disk_is_one_error_and_leaves_nothing_stale(tiny_disk):
     d = tiny_disk / "r"
-    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--out", str(d)])
+    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)])
     one_error_line = [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
     assert res.exit_code == 2 and len(one_error_line) == 1 and "no space left" in one_error_line[0], res.output
     assert "Traceback" not in res.output

@@ -111,7 +111,7 @@ def test_make_dirs_ignores_a_permissive_umask_and_inherits_the_parent_s_privacy(
 def test_train_group_read_makes_the_run_directory_group_readable(tmp_path):
     out = tmp_path / "run"
     res = runner.invoke(
-        app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "--out", str(out), "--group-read"]
+        app, ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "--run-dir", str(out), "--group-read"]
     )
     assert res.exit_code == 0, res.output
     for d in (out, out / "ckpt", out / "logs"):
@@ -178,7 +178,7 @@ def test_cli_train_into_a_directory_someone_else_controls_is_one_line(tmp_path, 
         out.chmod(0o777)
     else:
         os.chown(out, 65534, 65534)
-    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--out", str(out)])
+    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)])
     one_error(res, str(out), "chmod go-w" if how == "writable" else "use a directory of your own")
     assert list(out.iterdir()) == []
 

@@ -134,7 +134,7 @@ def test_a_resolver_in_a_sweep_files_grid_runs_or_overrides_is_refused(tmp_path)
 )
 def test_a_command_line_override_goes_through_the_same_check(tmp_path, override):
     sweep_writes_nothing(tmp_path, RECIPE, override, "task.name=jsonl")
-    res = runner.invoke(app, ["train", str(RECIPE), override, "--out", str(tmp_path / "run")])
+    res = runner.invoke(app, ["train", str(RECIPE), override, "--run-dir", str(tmp_path / "run")])
     one_error(res)
     assert not (tmp_path / "run").exists()
 

@@ -59,7 +59,7 @@ def test_a_recipe_that_chooses_a_tracker_or_its_destination_is_refused(tmp_path,
     assert res.exit_code == 2 and "cannot choose trackers" in res.output, res.output
     assert not root.exists()  # nothing launched, nothing written
     out = tmp_path / "run"
-    res = runner.invoke(app, ["train", base, "--out", str(out)])
+    res = runner.invoke(app, ["train", base, "--run-dir", str(out)])
     assert res.exit_code == 2 and "cannot choose trackers" in res.output and not out.exists(), res.output
 
 

@@ -289,7 +289,7 @@ def test_runs_that_start_together_create_one_store(tmp_path, monkeypatch):
 
 def _train(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *extra, "--track", "mlflow"] + [
-        "--out",
+        "--run-dir",
         str(out),
     ]
 

@@ -170,7 +170,7 @@ def test_a_two_rank_run_stops_on_sigterm_and_resumes_without_gap_or_duplicate(tm
         *SMALL_TRAIN,
         *LONG,
         f"train.sharding={sharding}",
-        "--out",
+        "--run-dir",
         str(out),
     ]
     p = _stop_after(cmd, out, 4)  # 4 eval lines: past the first periodic checkpoint (step 3)
@@ -331,7 +331,7 @@ def test_a_stop_that_arrives_while_the_ranks_start_is_a_clean_preemption(tmp_pat
     """SIGTERM as soon as the ranks are spawned (their spec file is written), before they have imported torch:
     they keep the request and stop at the first step boundary; the run is preempted (resumable), never failed."""
     out = tmp_path / "r"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--out", str(out)]
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--run-dir", str(out)]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     until(lambda: (out / "logs" / "ranks.json").exists() or p.poll() is not None, "the ranks to be spawned")
     p.send_signal(signal.SIGTERM)
@@ -347,7 +347,7 @@ def test_a_second_launch_on_a_running_two_rank_run_is_refused_and_leaves_it_alon
     """`ablate train` again on the directory of a live two-rank run: one line naming the writer, exit 2, and the
     live run goes on untouched (no report planted, its ranks still writing)."""
     out = tmp_path / "r"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--out", str(out)]
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--run-dir", str(out)]
     live = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     until(lambda: live.poll() is not None or (out.exists() and len(_steps(out)) >= 2), "two evaluations")
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -149,7 +149,7 @@ def test_a_signal_mid_run_checkpoints_and_a_rerun_resumes_without_gap_or_duplica
     """SIGTERM and Ctrl-C (SIGINT) alike: the run saves where it is, run.json says preempted (not running), and a
     re-run resumes there. The run is far too long to finish; each stop follows an observed evaluation."""
     out = tmp_path / "r"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL, *LONG, "--out", str(out)]
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL, *LONG, "--run-dir", str(out)]
     p = _stop_after(cmd, out, 4, sig)  # 4 eval lines: past the first periodic checkpoint (step 3)
     assert p.returncode == 128 + sig  # the shell's status for a signal (130 for Ctrl-C): the run did not finish
     meta = store.read_json(out / "run.json")
@@ -243,7 +243,7 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
             *SMALL[len(TASK) :],
             "task=jsonl",
             f"task.path={bad}",
-            "--out",
+            "--run-dir",
             str(tmp_path / "b"),
         ],
         cwd=ROOT,

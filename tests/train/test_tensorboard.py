@@ -45,7 +45,7 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path):
         "train.eval_every=2",
         "train.checkpoint_every=1000000",
         "--tensorboard",
-        "--out",
+        "--run-dir",
         str(out),
     ]
 
@@ -78,7 +78,15 @@ def test_mirror_shows_each_step_once_after_a_crash_and_resume(tmp_path):
 def test_without_the_flag_nothing_is_mirrored(tmp_path):
     res = CliRunner().invoke(
         app,
-        ["train", str(RECIPE), *SMALL_TRAIN, "train.max_steps=2", "train.eval_every=1", "--out", str(tmp_path / "run")],
+        [
+            "train",
+            str(RECIPE),
+            *SMALL_TRAIN,
+            "train.max_steps=2",
+            "train.eval_every=1",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert _steps(tmp_path / "run") == [0, 1, 2] and not (tmp_path / "run" / "tb").exists()

@@ -46,7 +46,7 @@ def _env(tmp_path: Path, mode: str) -> dict[str, str]:
 
 
 def _train(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "ablate", "train", RECIPE, *SMALL_TRAIN, *extra, "--out", str(out)]
+    return [sys.executable, "-m", "ablate", "train", RECIPE, *SMALL_TRAIN, *extra, "--run-dir", str(out)]
 
 
 def _steps(out: Path) -> list[int]:
@@ -113,7 +113,7 @@ def test_wandb_offline_mirrors_each_step_once_across_a_stop_a_crash_and_a_resume
     attempt(crashed + 4, signal.SIGTERM)
     info = store.read_json(out / "run.json")
     assert info["resumed_from"] == stopped and info["status"] == "preempted"
-    assert f"resume with: ablate train {RECIPE}" in errors[0] and f"--out {out} --track wandb\n" in errors[0]
+    assert f"resume with: ablate train {RECIPE}" in errors[0] and f"--run-dir {out} --track wandb\n" in errors[0]
     # one offline folder per attempt; the newest (the last attempt's, the one its sync line names) alone holds
     # every step of metrics.jsonl once, although the crashed attempt's folder may have lost its lines
     folders = [f.resolve() for f in sorted((out / "wandb").glob("offline-run-*"))]

@@ -131,7 +131,7 @@ def test_a_step_past_the_recorded_metrics_is_refused(finished, tmp_path):
     d = _copy(finished, tmp_path)
     store.write_jsonl(d / "metrics.jsonl", [r for r in store.read_jsonl(d / "metrics.jsonl") if r["step"] <= 2])
     _damage(d / "ckpt" / "prev.pt", _missing_key)  # (so that only last.pt, step 6, is left to judge)
-    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--out", str(d)])
+    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--run-dir", str(d)])
     line = one_error(
         res,
         "no usable checkpoint",
@@ -148,7 +148,7 @@ def test_every_checkpoint_bad_with_training_recorded_is_one_line_and_changes_not
     for name in ("last.pt", "prev.pt"):
         _damage(d / "ckpt" / name, _wrong_shape)
     before = (d / "metrics.jsonl").read_bytes()
-    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--out", str(d)])
+    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--run-dir", str(d)])
     one_error(res, "no usable checkpoint", "last.pt and prev.pt: RuntimeError", "model.norm.weight", stream="stderr")
     assert (d / "metrics.jsonl").read_bytes() == before  # the recorded curve is kept, not restarted silently
     assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["last.pt", "prev.pt"]
@@ -261,7 +261,7 @@ def test_trl_with_no_usable_checkpoint_and_training_recorded_is_one_line(trl_fin
     d = _copy(trl_finished, tmp_path)
     _drop_weight(d / "ckpt" / "checkpoint-6")
     _crafted_step(d / "ckpt" / "checkpoint-4")
-    res = runner.invoke(app, ["train", str(RECIPE), *TRL, *TRL_SMALL, *CKPT, "--out", str(d)])
+    res = runner.invoke(app, ["train", str(RECIPE), *TRL, *TRL_SMALL, *CKPT, "--run-dir", str(d)])
     one_error(
         res,
         "no usable checkpoint",
@@ -361,7 +361,7 @@ def test_a_cache_others_can_write_is_refused_in_one_line(tmp_path, monkeypatch):
     (cache / "warmup").mkdir(parents=True)
     os.chmod(cache / "warmup", 0o777)  # noqa: S103 (world-writable on purpose: it must be refused)
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
-    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *QUICK, "--out", str(tmp_path / "r")])
+    res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *QUICK, "--run-dir", str(tmp_path / "r")])
     one_error(res, str(cache / "warmup"), "not private", stream="stderr")
     assert os.listdir(cache / "warmup") == []  # nothing built or loaded from it
 
@@ -434,7 +434,7 @@ def _signal_after(cmd: list[str], out: Path, n_lines: int, sig: int) -> tuple[in
 
 def test_ctrl_c_stops_ablate_train_with_130_and_says_how_to_resume(tmp_path):
     out = tmp_path / "r"
-    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--out", str(out)]
+    cmd = [sys.executable, "-m", "ablate", "train", str(RECIPE), *SMALL_TRAIN, *LONG, "--run-dir", str(out)]
     rc, err = _signal_after(cmd, out, 1, signal.SIGINT)
     assert rc == 130, err[-2000:]
     assert "Traceback" not in err

@@ -184,7 +184,7 @@ def test_what_trl_lacks_is_refused_one_line_each_and_nothing_is_written(tmp_path
             compose_run(RECIPE, [*TRL, *extra])
         assert len(e.value.errors) == 1 and e.value.errors[0].startswith(culprit), e.value.errors
     out = tmp_path / "run"
-    res = runner.invoke(app, ["train", str(RECIPE), "trainer=trl", "--out", str(out)])
+    res = runner.invoke(app, ["train", str(RECIPE), "trainer=trl", "--run-dir", str(out)])
     assert res.exit_code == 2 and "error: aggregation=prompt" in res.output
     assert not out.exists()
 
@@ -269,7 +269,7 @@ def test_sigterm_mid_run_checkpoints_and_the_next_train_resumes_there(tmp_path):
         "train.max_steps=1000000",
         "train.eval_every=2",
         "train.checkpoint_every=1000000",
-        "--out",
+        "--run-dir",
         str(out),
     ]
 
@@ -311,7 +311,7 @@ def test_two_ranks_train_one_step_together_stop_together_and_resume(tmp_path):
         "train.max_steps=1000000",
         "train.eval_every=2",
         "train.checkpoint_every=1000000",
-        "--out",
+        "--run-dir",
         str(out),
     ]
 

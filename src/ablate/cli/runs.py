@@ -308,7 +308,10 @@ TRAIN_GROUP_READ = typer.Option(
 def train(
     recipe: Path = typer.Argument(..., help="Recipe (recipes/base.yaml) or sweep file narrowed to one run."),
     overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
-    out: Path | None = typer.Option(None, "--out", help="Run directory (default: sweeps/train/runs/<run_id>)."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Run directory to write (default: sweeps/train/runs/<run_id>)."
+    ),
+    old_out: Path | None = typer.Option(None, "--out", hidden=True),
     threads: int = TRAIN_THREADS,
     track: list[str] | None = TRAIN_TRACK,
     tensorboard: bool = TRAIN_TENSORBOARD,
@@ -316,7 +319,7 @@ def train(
 ) -> None:
     """Execute one RL run in the foreground and write its run directory (resumes it if it has a checkpoint).
 
-    Example: ablate train recipes/base.yaml loss=dapo train.max_steps=100 --out /tmp/run1
+    Example: ablate train recipes/base.yaml loss=dapo train.max_steps=100 --run-dir /tmp/run1
     """
     import signal
 
@@ -327,8 +330,10 @@ def train(
     from ablate.train.loop import run as run_train
     from ablate.train.stopping import Stop, stop_on_signals
 
+    if old_out is not None:  # --out is the file report and calibrate write; a run's directory has its own name
+        raise UserError(f"--out {old_out}: train writes a run directory; give it as --run-dir {old_out}")
     config = compose_run(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
-    run_dir = prepare_run_dir(config, out, group_read=group_read)
+    run_dir = prepare_run_dir(config, run_dir, group_read=group_read)
     typer.echo(f"run directory: {run_dir}")
     trackers = [*(track or []), *(["tensorboard"] if tensorboard else [])]
     again = resume_command(recipe, list(overrides or []), run_dir, threads=threads, trackers=trackers)

@@ -56,7 +56,7 @@ def _foreign(path: Path | str, st: os.stat_result) -> str | None:
     return None
 
 
-def check_owned_dir(path: Path | str, *, chain: bool = True, choose: str = "--root / --out") -> None:
+def check_owned_dir(path: Path | str, *, chain: bool = True, choose: str = "--root / --run-dir") -> None:
     """Refuse (UserError), before anything is written, to launch into directory `path` when someone else could
     change what is in it, and so plant a file ablate later loads (a job's pickle, a runner's queue) or link one
     of its files elsewhere: `path` (when it exists) must belong to this user and not be writable by group (unless

@@ -107,7 +107,7 @@ class RunDir(MetricsFile):
         return self
 
     def make(self, folder: Path | None = None) -> Path:
-        """Make the run directory (owner-only when it is the top: `ablate train --out`; in a sweep, as the sweep
+        """Make the run directory (owner-only when it is the top: `ablate train --run-dir`; in a sweep, as the sweep
         is) and `folder` in it, which takes the run directory's permissions; links refused. Returns the folder."""
         self.at(self.path)
         store.make_dirs(self.path, store.DIR_MODE if self.top == self.path else None)

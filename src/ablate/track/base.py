@@ -62,7 +62,7 @@ class TrackContext:
 
     run_dir: Path
     sweep_dir: Path | None
-    """The sweep's directory; None for a run outside a sweep (`ablate train --out DIR`)."""
+    """The sweep's directory; None for a run outside a sweep (`ablate train --run-dir DIR`)."""
     sweep: str | None
     """The sweep's name: W&B's group, MLflow's experiment (a run outside a sweep: its directory's name)."""
     arm_id: str

@@ -40,7 +40,7 @@ def resume_command(recipe: Path, overrides: list[str], run_dir: Path, *, threads
             "train",
             str(recipe),
             *overrides,
-            "--out",
+            "--run-dir",
             str(run_dir),
             *(["--threads", str(threads)] if threads != 1 else []),
             *[arg for name in dict.fromkeys(trackers) for arg in ("--track", name)],

@@ -106,7 +106,7 @@ def _check_directory(path: Path) -> None:
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             where = "is a file" if p == path else f"is under {p}, which is a file"
-            raise UserError(f"{path}: {where}; give a directory for the run (--out)")
+            raise UserError(f"{path}: {where}; give a directory for the run (--run-dir)")
         if p.exists():
             break
 
@@ -126,7 +126,7 @@ def check_config(config: RunConfig, rd: RunDir) -> None:
             "another directory or remove it"
         ) from None
     if not same:
-        raise UserError(f"{rd.path} holds a run of another config; pick another --out or remove it")
+        raise UserError(f"{rd.path} holds a run of another config; pick another --run-dir or remove it")
 
 
 class _LogFile(logging.FileHandler):
