@@ -261,14 +261,8 @@ def run_cell(
     for t in range(trials):
         base, base_truth = simulate_arm(shape, noise, {}, seeds, f, rng, "base")
         arm, _ = simulate_arm(shape, noise, EFFECTS[effect], seeds, f, rng, "arm")
-        ranking = rank(
-            base + arm,
-            replace(opts, seed=seed * 100003 + t),
-            baseline="base",
-            noise=stored,
-            min_effect=min_effect,
-            decide=False,
-        )
+        trial = replace(opts, seed=seed * 100003 + t)
+        ranking = rank(base + arm, trial, baseline="base", noise=stored, min_effect=min_effect, decide=False)
         by = {a.arm: a for a in ranking.arms}
         v = verdict_key(by["arm"]) if "arm" in by else "not_fitted"  # not identified: with its end-of-window call
         verdicts[v] = verdicts.get(v, 0) + 1
