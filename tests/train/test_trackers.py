@@ -24,7 +24,8 @@ from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
 from ablate.config.identity import run_id
 from ablate.config.schema import validate
-from ablate.curves.readers import read_wandb, wandb_files
+from ablate.curves.readers import wandb_files
+from ablate.curves.tracked import read_wandb
 from ablate.storage import store
 from ablate.storage.rundir import RunDir
 from ablate.track import fanout
@@ -58,10 +59,10 @@ def _records(folder: Path, kind: str) -> list[Any]:
     """Every W&B record of `kind` in a W&B folder, attempt by attempt (W&B's own record schema)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from ablate.curves import readers
+    from ablate.curves import tracked
 
     # the raw records (read_wandb merges what attempts logged at one step: here each step must be there once)
-    records = (r for f in wandb_files(folder) for r in readers._wandb_records(f, pb))
+    records = (r for f in wandb_files(folder) for r in tracked._wandb_records(f, pb))
     return [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
 
 
@@ -338,7 +339,7 @@ def test_an_interrupt_while_the_trackers_close_still_lets_go_of_train_log(tmp_pa
         def close(self, state: str) -> None:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(fanout, "open_fanout", lambda config, rd: Interrupted())
+    monkeypatch.setattr(fanout, "open_fanout", lambda config, rd, device: Interrupted())
     rd = RunDir(tmp_path / "run")
     rd.make()
     log = logging.getLogger("ablate.train")

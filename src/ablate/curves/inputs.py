@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.curves import logs, readers
+from ablate.curves import logs, readers, tracked
 from ablate.curves.sweeps import curve_from_run_dir
 from ablate.curves.tables import VAL_N, as_name, fmt_lines, number, read_rows
 from ablate.errors import UserError
@@ -116,14 +116,17 @@ def load_curves(
 
 def recorded_devices(paths: list[Path]) -> list[str | None] | None:
     """The device each run of these inputs trained on, as its run.json records it (the trainer writes `device`,
-    e.g. "cpu" or "cuda:0", when it starts; None for a run that has not started). None when an input is not a
-    sweep or run directory (a table or another tool's log records no device)."""
+    e.g. "cpu" or "cuda:0", when it starts; None for a run that has not started) or its tracker copy's tags say
+    (ablate.curves.tracked). None when an input is neither (a table or another tool's log records no device)."""
     devices: list[str | None] = []
     for p in (bare_sweep(Path(p)) for p in paths):
         if p.is_dir() and _is_sweep(p):
             runs = sweep_run_dirs(p)
         elif p.is_dir() and _is_run_dir(p):
             runs = [RunDir(p).check_links()]
+        elif tracked.is_mlflow(p) or readers.wandb_files(p):
+            devices += tracked.devices(p, MLFLOW if tracked.is_mlflow(p) else "wandb")
+            continue
         else:
             return None
         for r in runs:
@@ -270,11 +273,22 @@ def load_inputs(
     skipped: list[NotFitted] = []
     paths = [bare_sweep(Path(p)) for p in paths]
     _check_present(paths)
+    if len(paths) > 1 and fmt in ("auto", "wandb") and group is None and run == "run" and _wandb_copies(paths):
+        runs = tracked.read_wandb(*paths)  # a sweep's runs/*/wandb: one copy, its arms as the sweep's
+        return logs.to_curves(runs, " ".join(map(str, paths)), x=x, y=y, per_step=per_step, fmt="wandb"), []
     names = input_names(paths)
     for p, name in zip(paths, names):
         reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
-        kind = ours if fmt == "auto" and ours else fmt if fmt != "auto" else MLFLOW if _is_mlflow(p) else logs.detect(p)
+        kind = (
+            ours
+            if fmt == "auto" and ours
+            else fmt
+            if fmt != "auto"
+            else MLFLOW
+            if tracked.is_mlflow(p)
+            else logs.detect(p)
+        )
         if ours and kind != ours:
             raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}")
         if per_step and kind not in (*logs.FOREIGN, MLFLOW):
@@ -300,7 +314,7 @@ def load_inputs(
         elif kind == "table":
             cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
         elif kind == MLFLOW:
-            cs, sk = _mlflow_curves(p, x=x, y=y, per_step=per_step), []
+            cs, sk = logs.to_curves(tracked.read_mlflow(p), p, x=x, y=y, per_step=per_step, fmt=MLFLOW), []
         else:
             cs, sk = logs.load(p, kind, x=x, y=y, per_step=per_step), []
         if len(paths) > 1:
@@ -311,23 +325,12 @@ def load_inputs(
     return curves, skipped
 
 
-def _is_mlflow(p: Path) -> bool:
-    """`mlflow:EXPERIMENT` (at $MLFLOW_TRACKING_URI), or an SQLite file (MLflow's local store, e.g. a sweep's
-    mlflow.db)."""
-    if str(p).startswith("mlflow:"):
-        return True
-    if not p.is_file():  # a folder, no file, or a device or pipe (opening a pipe would block): detect says which
-        return False
-    return reading.read_head(p, 16) == b"SQLite format 3\x00"
-
-
-def _mlflow_curves(p: Path, *, x: str, y: str, per_step: dict[str, float]) -> list[Curve]:
-    """An MLflow experiment's runs as curves, grouped into arms by their `ablate.arm` tag (so rank ranks arms)."""
-    runs = readers.read_mlflow(p)
-    curves = logs.to_curves(runs, p, x=x, y=y, per_step=per_step, fmt=MLFLOW)
-    for c in curves:
-        c.group = runs.arms.get(c.run, c.run)
-    return curves
+def _wandb_copies(paths: list[Path]) -> bool:
+    """Every input is W&B run files (each run's wandb/ folder of a sweep, say), none a sweep or run directory."""
+    return all(
+        not (p.is_dir() and (_is_sweep(p) or _is_run_dir(p))) and not tracked.is_mlflow(p) and readers.wandb_files(p)
+        for p in paths
+    )
 
 
 def _check_present(paths: list[Path]) -> None:

@@ -13,23 +13,28 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ablate.curves.readers import (
     CONSOLE_STEP,
-    READERS,
     TB_PREFIX,
     Runs,
     WrongFormat,
     csv_kind,
     event_files,
+    read_tensorboard,
+    read_trl,
+    read_verl,
+    read_wandb_csv,
     trainer_state_file,
     wandb_files,
 )
+from ablate.curves.tracked import Tracked, read_mlflow, read_wandb
 from ablate.errors import UserError
-from ablate.fit.curve import Curve
+from ablate.fit.curve import Curve, RunFacts
 from ablate.storage.reading import MAX_STEP, SCAN_BYTES, check_regular, read_head
 
 FORMATS = ("table", "tensorboard", "wandb", "wandb-csv", "trl", "verl")
@@ -180,6 +185,15 @@ def to_curves(
         if not xs:
             raise UserError(_no_points(source, name, steps, x, y, per_step))
         curves.append(Curve(run=name, group=name, x=np.array(xs), y=np.array(ys)))
+    return _armed(curves, runs) if isinstance(runs, Tracked) else curves
+
+
+def _armed(curves: list[Curve], runs: Tracked) -> list[Curve]:
+    """A tracker copy's runs in the arms their tags name, the baseline arm's seeds marked as a sweep marks them."""
+    for c in curves:
+        c.group = runs.arms.get(c.run, c.run)
+        if c.run in runs.baseline:
+            c.facts = RunFacts(run_id=None, arm_id=None, status=None, baseline=True, partial=False)
     return curves
 
 
@@ -197,6 +211,16 @@ def _no_points(
             "steps with --samples-per-step or --gpu-hours-per-step"
         )
     return f"{where} never logs a finite '{x}' and '{y}' at the same step; choose another --x (e.g. --x step)"
+
+
+READERS: dict[str, Callable[[Path], Runs]] = {
+    "tensorboard": read_tensorboard,
+    "wandb": read_wandb,
+    "wandb-csv": read_wandb_csv,
+    "trl": read_trl,
+    "verl": read_verl,
+    "mlflow": read_mlflow,
+}
 
 
 def load(

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ Runs = dict[str, dict[float, dict[str, float]]]
 CONSOLE_STEP = re.compile(r"(?<![\w/.-])step:\s*(\d+)\s+-\s+(.*\S)")
 _NUMBER = re.compile(r"^(?:np\.\w+\()?([^()]*)\)?$")  # 0.41, or np.float64(0.41) as a newer numpy prints it
 TB_PREFIX = "events.out.tfevents"
-_WANDB_BLOCK, _WANDB_HEADER = 32768, 7
 
 
 class WrongFormat(Exception):
@@ -99,7 +96,7 @@ def _put(runs: Runs, run: str, step: float, metric: str, value: float) -> None:
     runs.setdefault(run, {}).setdefault(key, {})[metric] = value
 
 
-def _value(v: Any) -> float | None:
+def scalar(v: Any) -> float | None:
     """A logged value as a float, or None when it is not a number (a string, a histogram, a table)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -114,7 +111,7 @@ def _step(v: Any) -> float | None:
     a number."""
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_STEP:
         return math.inf
-    return _value(v)
+    return scalar(v)
 
 
 def _f32(v: float) -> float:
@@ -161,83 +158,6 @@ def read_tensorboard(p: Path) -> Runs:
                 v = a.reshape(())
                 _put(runs, name, ev.step, tag, _f32(v) if a.dtype == np.float32 else float(v))
     return runs
-
-
-def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
-    """The records of a W&B transaction log (LevelDB's log format under a `:W&B` header), stopping at a torn end
-    (a run still writing); a bad checksum before the end is a UserError."""
-    data = read_whole(f, "a W&B run file")
-    if data[:4] != b":W&B":
-        raise WrongFormat(f, "wandb", "no :W&B header")
-    pos, chunks = _WANDB_HEADER, b""
-    while pos + 7 <= len(data):
-        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
-        if left < 7:  # a block's zero-filled trailer
-            pos += left
-            continue
-        crc, n, kind = struct.unpack_from("<IHB", data, pos)
-        body = data[pos + 7 : pos + 7 + n]
-        if kind == 0 and n == 0:  # preallocated space
-            pos += left
-            continue
-        if len(body) < n:
-            return
-        if zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
-            if pos + 7 + n >= len(data):
-                return
-            raise UserError(f"{f}: damaged at byte {pos} (bad checksum); the run's later history can't be read")
-        pos += 7 + n
-        chunks = body if kind in (1, 2) else chunks + body  # FULL, FIRST | MIDDLE, LAST
-        if kind in (1, 4):
-            rec = pb.Record()
-            try:
-                rec.ParseFromString(chunks)
-            except Exception as e:  # protobuf's DecodeError: a record that passed its checksum but is not one
-                raise UserError(
-                    f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history can't be read"
-                ) from None
-            yield rec
-
-
-def read_wandb(p: Path) -> Runs:
-    files = wandb_files(p)
-    if not files:
-        where = " in it, its runs' folders or wandb/" if p.is_dir() else ""
-        raise WrongFormat(p, "wandb", "no run-*.wandb file" + where)
-    try:
-        from wandb.proto import wandb_internal_pb2 as pb
-    except ImportError:
-        raise UserError(f"{p}: reading W&B runs needs the wandb package: pip install wandb") from None
-    except Exception as e:  # a wandb whose protobuf schema does not load with the installed protobuf
-        raise UserError(
-            f"{p}: the installed wandb cannot load its record schema ({type(e).__name__}: {e}); "
-            "reinstall it (pip install -U wandb protobuf)"
-        ) from None
-    by_id: dict[str, tuple[str, dict[float, dict[str, float]]]] = {}
-    for f in files:
-        run_id, name = f.stem.removeprefix("run-"), None
-        steps: dict[float, dict[str, float]] = {}
-        for rec in _wandb_records(f, pb):
-            kind = rec.WhichOneof("record_type")
-            if kind == "run":
-                run_id, name = rec.run.run_id or run_id, rec.run.display_name or None
-            elif kind == "history":
-                row: dict[str, float] = {}
-                for item in rec.history.item:
-                    key = item.key or ".".join(item.nested_key)
-                    try:
-                        v = _value(json.loads(item.value_json))
-                    except (ValueError, RecursionError):  # not a number: a media object, or nested past reading
-                        v = None
-                    if v is not None:
-                        row[key] = v
-                step = row.pop("_step", float(rec.history.step.num))
-                steps.setdefault(step, {}).update(row)
-        old = by_id.setdefault(run_id, (name or run_id, {}))  # a resumed run: one more file, the same id
-        for step, row in steps.items():
-            old[1].setdefault(step, {}).update(row)
-    names = [n for n, _ in by_id.values()]
-    return {(n if names.count(n) == 1 else f"{n} ({i})"): s for i, (n, s) in by_id.items()}
 
 
 def read_wandb_csv(p: Path) -> Runs:
@@ -304,7 +224,7 @@ def read_trl(p: Path) -> Runs:
         if step is None:
             continue
         for k, v in entry.items():
-            if k != "step" and (fv := _value(v)) is not None:
+            if k != "step" and (fv := scalar(v)) is not None:
                 _put(runs, name, step, k, fv)
     return runs
 
@@ -321,7 +241,7 @@ def read_verl(p: Path) -> Runs:
             if not isinstance(data, dict) or step is None:
                 raise WrongFormat(p, "verl", f'line {ln} is not {{"step": N, "data": {{...}}}}')
             for k, v in data.items():
-                if (fv := _value(v)) is not None:
+                if (fv := scalar(v)) is not None:
                     _put(runs, name, step, k, fv)
         return runs
     matched = False
@@ -351,41 +271,3 @@ def _text_lines(p: Path) -> Iterator[str]:
     with open_regular(p) as f:
         for i, raw in enumerate(f):
             yield from raw.decode("utf-8-sig" if i == 0 else "utf-8", errors="replace").splitlines()
-
-
-class ArmedRuns(dict[str, dict[float, dict[str, float]]]):
-    """Runs whose log names their arms: `arms` maps a run to its arm (MLflow's `ablate.arm` tag)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arms: dict[str, str] = {}
-
-
-def read_mlflow(p: Path) -> ArmedRuns:
-    """`mlflow:EXPERIMENT` or an MLflow SQLite file: each run named by its run name (prefixed by its experiment when
-    the store holds several), in the arm its `ablate.arm` tag names (`label@arm id` when two configs share a label)."""
-    from ablate.track.mlflow_read import read_back
-
-    logged = read_back(p)
-    several = len({r.experiment for r in logged}) > 1
-    names = [f"{r.experiment}/{r.name}" if several else r.name for r in logged]
-    ids: dict[str | None, set[str | None]] = {}
-    for r in logged:
-        ids.setdefault(r.arm, set()).add(r.arm_id)
-    runs = ArmedRuns()
-    for r, name in zip(logged, names):
-        key = name if names.count(name) == 1 else f"{name} ({r.run_id[:8]})"
-        runs[key] = r.steps
-        arm = key if r.arm is None else r.arm if len(ids[r.arm]) == 1 else f"{r.arm}@{(r.arm_id or '')[:8]}"
-        runs.arms[key] = f"{r.experiment}/{arm}" if several and r.arm is not None else arm
-    return runs
-
-
-READERS = {
-    "tensorboard": read_tensorboard,
-    "wandb": read_wandb,
-    "wandb-csv": read_wandb_csv,
-    "trl": read_trl,
-    "verl": read_verl,
-    "mlflow": read_mlflow,
-}

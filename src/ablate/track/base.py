@@ -76,8 +76,29 @@ class TrackContext:
     """The resolved recipe (RunConfig.to_dict())."""
     options: Any
     """The recipe's `track` section (project, entity, wandb_mode, mlflow_uri; ablate.config.sections.TrackConfig)."""
+    baseline: bool = False
+    """The run is a seed of its sweep's baseline arm: tagged, so that `ablate rank` reads the copy against it."""
+    device: str | None = None
+    """The kind of device the run trains on (`cpu`, `cuda`; None: not known), tagged so that `--x auto` picks the
+    axis for the copy that it picks for the sweep."""
     note: Callable[[str], None] = field(default=say, compare=False)
     """Where a tracker writes a line for the user (train.log and stderr)."""
+
+
+@dataclass
+class Logged:
+    """One run read back from a tracker (an MLflow store, W&B run files): where it is (the experiment or W&B group,
+    i.e. the sweep), its name and id, what ablate tagged it with (arm, arm id, baseline, device; None when the run
+    was not mirrored by ablate) and its metrics (step -> name -> value)."""
+
+    experiment: str
+    name: str
+    run_id: str
+    arm: str | None = None
+    arm_id: str | None = None
+    baseline: bool = False
+    device: str | None = None
+    steps: dict[float, dict[str, float]] = field(default_factory=dict)
 
 
 class Tracker(Protocol):

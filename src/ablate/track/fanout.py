@@ -167,9 +167,10 @@ class FanOut:
             _record_unsent(path, [], state, sent=self.names)
 
 
-def context(config: Any, rd: RunDir) -> TrackContext:
-    """What a tracker is told about the run in `rd` (its ids, names and sweep read from run.json, which the launcher
-    wrote; a run outside a sweep is named after its directory)."""
+def context(config: Any, rd: RunDir, device: str | None = None) -> TrackContext:
+    """What a tracker is told about the run in `rd` (its ids, names, sweep and whether it is a baseline seed read
+    from run.json, which the launcher wrote; a run outside a sweep is named after its directory), and the kind of
+    `device` it trains on."""
     info = rd.info()
     path = rd.path.absolute()
     in_sweep = info.sweep is not None and path.parent.name == "runs" and path.parent.parent.name == info.sweep
@@ -183,6 +184,8 @@ def context(config: Any, rd: RunDir) -> TrackContext:
         label=info.label or path.name,
         config=config.to_dict(),
         options=config.track,
+        baseline=info.baseline,
+        device=device,
     )
 
 
@@ -211,12 +214,13 @@ def build(names: Sequence[str]) -> list[Tracker]:
     return trackers
 
 
-def open_fanout(config: Any, rd: RunDir) -> FanOut | None:
-    """The fan-out of the recipe's `track.to` for the run in `rd`, or None when it mirrors to no tracker. Called on
-    the main thread: the trackers' environment is set here, before their threads start."""
+def open_fanout(config: Any, rd: RunDir, device: str | None = None) -> FanOut | None:
+    """The fan-out of the recipe's `track.to` for the run in `rd` (training on a `device` of that kind), or None
+    when it mirrors to no tracker. Called on the main thread: the trackers' environment is set here, before their
+    threads start."""
     set_environment(config.track.to)
     trackers = build(config.track.to)
-    return FanOut(context(config, rd), trackers) if trackers else None
+    return FanOut(context(config, rd, device), trackers) if trackers else None
 
 
 def _record_unsent(path: Path, names: Sequence[str], state: str, *, sent: Sequence[str]) -> None:

@@ -27,10 +27,14 @@ ARTIFACTS = "mlflow-artifacts"
 """Next to a SQLite store: the artifact root of the experiments ablate creates there (nothing is logged to it; MLflow
 would otherwise name ./mlruns in the working directory), and the directory locked while the store is created."""
 
-TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.compose.sweep")
+TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.compose.sweep", "ablate.baseline", "ablate.device")
 STATE_TAG = "ablate.state"
 ARM_TAG = "ablate.arm"
 ARM_ID_TAG = "ablate.arm_id"
+BASELINE_TAG = "ablate.baseline"
+"""`true` on the runs of the sweep's baseline arm (`false` on the others)."""
+DEVICE_TAG = "ablate.device"
+"""The kind of device the run trains on: cpu, cuda (no tag when not known)."""
 ENDS: dict[str, str] = {
     RunState.DONE: "FINISHED",
     RunState.FAILED: "FAILED",
@@ -173,7 +177,8 @@ class MlflowTracker:
         from mlflow.entities import Param
 
         experiment = self._experiment(ctx.sweep or ctx.run_dir.name, db)
-        tags = dict(zip(TAGS, (ctx.arm_id, ctx.arm_label, ctx.run_id, ctx.sweep or "")))
+        facts = (ctx.arm_id, ctx.arm_label, ctx.run_id, ctx.sweep or "", str(ctx.baseline).lower(), ctx.device)
+        tags = {k: v for k, v in zip(TAGS, facts) if v is not None}
         run = self._client.create_run(experiment, run_name=ctx.label, tags=tags)
         params = [Param(k, v) for k, v in flatten(ctx.config).items()]
         for i in range(0, len(params), PARAMS_PER_BATCH):

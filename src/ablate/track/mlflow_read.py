@@ -7,26 +7,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.errors import UserError
 from ablate.storage.reading import metric_row, text_field
 from ablate.text import safe
-from ablate.track.base import set_environment
-from ablate.track.mlflow import ARM_ID_TAG, ARM_TAG, said, sqlite_path
-
-
-@dataclass
-class Logged:
-    """One MLflow run as read back: its experiment, run name and id, the arm its tags name, and its metrics."""
-
-    experiment: str
-    name: str
-    run_id: str
-    arm: str | None = None
-    arm_id: str | None = None
-    steps: dict[float, dict[str, float]] = field(default_factory=dict)
+from ablate.track.base import Logged, set_environment
+from ablate.track.mlflow import ARM_ID_TAG, ARM_TAG, BASELINE_TAG, DEVICE_TAG, said, sqlite_path
 
 
 def read_back(source: Path) -> list[Logged]:
@@ -58,7 +45,8 @@ def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
     try:
         with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as con:
             found = con.execute(query, (experiment, experiment)).fetchall()
-            tags = con.execute("SELECT run_uuid, key, value FROM tags WHERE key IN (?, ?)", (ARM_TAG, ARM_ID_TAG))
+            keys = (ARM_TAG, ARM_ID_TAG, BASELINE_TAG, DEVICE_TAG)
+            tags = con.execute("SELECT run_uuid, key, value FROM tags WHERE key IN (?, ?, ?, ?)", keys)
             arms = {(run, k): text_field(where, f"tag {k} of run {run}", v, BAD_STORE) for run, k, v in tags}
             if experiment and not found:
                 names = [n for (n,) in con.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
@@ -70,6 +58,8 @@ def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
                 exp = text_field(where, f"the experiment of run {r}", e, BAD_STORE, optional=False)
                 name = text_field(where, f"the name of run {r}", n, BAD_STORE) or r
                 runs[r] = Logged(exp, name, r, arms.get((r, ARM_TAG)), arms.get((r, ARM_ID_TAG)))
+                runs[r].baseline = arms.get((r, BASELINE_TAG)) == "true"
+                runs[r].device = arms.get((r, DEVICE_TAG))
             for run, key, step, value, is_nan in con.execute("SELECT run_uuid, key, step, value, is_nan FROM metrics"):
                 if run in runs:
                     got = metric_row(where, f"run {run}", key, step, value, is_nan, BAD_STORE)
@@ -100,7 +90,8 @@ def _read_server(uri: str, experiment: str) -> list[Logged]:
             for r in page:
                 tags = r.data.tags
                 got = Logged(exp.name, r.info.run_name or r.info.run_id, r.info.run_id, tags.get(ARM_TAG))
-                got.arm_id = tags.get(ARM_ID_TAG)
+                got.arm_id, got.device = tags.get(ARM_ID_TAG), tags.get(DEVICE_TAG)
+                got.baseline = tags.get(BASELINE_TAG) == "true"
                 for key in r.data.metrics:
                     for m in client.get_metric_history(r.info.run_id, key):
                         got.steps.setdefault(float(m.step), {})[key] = float(m.value)

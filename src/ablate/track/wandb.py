@@ -1,5 +1,5 @@
 """The Weights & Biases tracker: one W&B run per ablate run (id = the run id, group = the sweep, job_type = the arm,
-name = the label), continued across resumes with each step logged once (docs/trackers.md, "W&B")."""
+name = the label, tags: `tags`), continued across resumes with each step logged once (docs/trackers.md, "W&B")."""
 
 from __future__ import annotations
 
@@ -28,6 +28,21 @@ NO_CREDENTIALS = (
     "no W&B API key (WANDB_API_KEY, or `wandb login`): set one, or log offline with track.wandb_mode=offline "
     "(WANDB_MODE=offline) and upload later with `wandb sync`"
 )
+
+
+ARM_ID_TAG, BASELINE_TAG, DEVICE_TAG = "ablate.arm_id:", "ablate.baseline", "ablate.device:"
+"""The W&B tags ablate puts on a run (besides group = sweep and job type = arm): its arm id, whether it is a seed of
+the baseline arm, and the kind of device it trains on, which `ablate rank` reads back (ablate.curves.tracked)."""
+
+
+def tags(ctx: TrackContext) -> list[str]:
+    """`ablate.arm_id:<id>`, `ablate.baseline` (baseline seeds only) and `ablate.device:<cpu|cuda>` (when known)."""
+    out = [ARM_ID_TAG + ctx.arm_id]
+    if ctx.baseline:
+        out.append(BASELINE_TAG)
+    if ctx.device:
+        out.append(DEVICE_TAG + ctx.device)
+    return out
 
 
 def mode(options: Any) -> str:
@@ -135,6 +150,7 @@ class WandbTracker:
                 group=ctx.sweep,
                 job_type=ctx.arm_label,
                 name=ctx.label,
+                tags=tags(ctx),
                 config=ctx.config,
                 resume=resume,
                 mode=how,

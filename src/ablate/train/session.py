@@ -167,7 +167,7 @@ def writing(config: RunConfig, rd: RunDir) -> Iterator[None]:
         check_config(config, rd)  # again, now that no one else can write it
         store.atomic_write_text(rd.config_path, OmegaConf.to_yaml(OmegaConf.create(config.to_dict())))
         handler = attach_log(rd.train_log)
-        rd.mirror = fanout = open_fanout(config, rd)
+        rd.mirror = fanout = open_fanout(config, rd, _device_kind(config))
         gone = False
         try:
             yield
@@ -181,6 +181,17 @@ def writing(config: RunConfig, rd: RunDir) -> Iterator[None]:
                     fanout.close(RunState.FAILED if gone else end_state(rd))
             finally:  # a Ctrl-C during the trackers' wait still lets go of train.log
                 detach_log(handler)
+
+
+def _device_kind(config: RunConfig) -> str | None:
+    """The kind of device `train.device` resolves to here (cpu, cuda), which the trackers tag the run with; None
+    when it does not resolve (the run itself then says why)."""
+    from ablate.train.step import resolve_device
+
+    try:
+        return resolve_device(config.train.device).type
+    except UserError:
+        return None
 
 
 class RunSession:

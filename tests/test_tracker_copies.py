@@ -1,0 +1,110 @@
+"""A sweep's tracker copies read back as the sweep: the runs of a sweep mirrored by the real W&B (offline) and MLflow
+(SQLite) trackers, with the context a sweep's run gives them, rank to the same arms, baseline, compute axis and
+verdicts as the sweep directory itself."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.fit.synthetic import synthetic_curve
+from ablate.storage import store
+from ablate.storage.rundir import sweep_run_dirs
+from ablate.track.base import TrackContext, set_environment
+
+sys.path.insert(0, str(Path(__file__).parent / "fit"))
+from sweep_writer import write_sweep
+
+BASE = "loss=cispo"
+ARMS = {BASE: (0.60, 2500.0), "loss=gspo": (0.68, 2500.0), "loss=dapo": (0.60, 2500.0)}
+
+
+def _ctx(copy: Path, run_dir: Path, baseline: bool) -> TrackContext:
+    info = store.read_json(run_dir / "run.json")
+    arm = info["label"].rsplit(",seed=", 1)[0]
+    options = SimpleNamespace(wandb_mode="offline", project="copies", entity=None, mlflow_uri=None)
+    return TrackContext(
+        run_dir=copy / "runs" / run_dir.name,
+        sweep_dir=copy,
+        sweep="loss",
+        arm_id=info["arm_id"],
+        arm_label=arm,
+        run_id=run_dir.name,
+        label=info["label"],
+        config={"seed": int(info["label"].rsplit("=", 1)[1])},
+        options=options,
+        baseline=baseline,
+        device="cpu",
+    )
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory):
+    """A CPU sweep of three arms x three seeds, and its copy as the W&B and MLflow trackers made it."""
+    from ablate.track.mlflow import MlflowTracker
+    from ablate.track.wandb import WandbTracker
+
+    root = tmp_path_factory.mktemp("copies")
+    arms = {
+        arm: [synthetic_curve(a=a, b=1.9, c_mid=c_mid, c_max=16000, n_points=40, seed=10 * k + s) for s in range(3)]
+        for k, (arm, (a, c_mid)) in enumerate(ARMS.items())
+    }
+    sweep = write_sweep(root, "loss", arms, baseline=BASE)
+    copy = root / "copy"
+    mp = pytest.MonkeyPatch()
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mp.setenv("WANDB_MODE", "offline")
+    set_environment(["wandb", "mlflow"])
+    try:
+        for rd in sweep_run_dirs(sweep):
+            info = store.read_json(rd.info_path)
+            store.write_json(rd.info_path, {**info, "device": "cpu"})  # what the trainer records as it starts
+            ctx = _ctx(copy, rd.path, info["baseline"])
+            for tracker in (WandbTracker(), MlflowTracker()):
+                tracker.start(ctx, None)
+                for record in store.read_jsonl(rd.metrics_path):
+                    tracker.log(record)
+                tracker.finish("done")
+    finally:
+        mp.undo()
+    return sweep, copy
+
+
+def _rank(*inputs: Path) -> dict:
+    res = CliRunner().invoke(app, ["rank", *map(str, inputs), "--n-boot", "300", "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_the_w_and_b_and_mlflow_copies_rank_as_the_sweep(mirrored):
+    sweep, copy = mirrored
+    own = _rank(sweep)
+    assert own["x"] == "samples" and own["baseline"] == BASE  # a CPU sweep: ranked on samples
+    verdicts = {a["arm"]: a["verdict"] for a in own["arms"]}
+    assert verdicts["loss=gspo"] == "ceiling_up"  # a ranking that decides something, so that parity means it
+    wandb_dirs = sorted((copy / "runs").glob("*/wandb"))
+    assert len(wandb_dirs) == 9
+    for inputs in ([copy / "mlflow.db"], wandb_dirs):
+        got = _rank(*inputs)
+        assert (got["x"], got["baseline"]) == (own["x"], own["baseline"]), inputs[0]
+        assert {a["arm"]: a["verdict"] for a in got["arms"]} == verdicts, inputs[0]
+        assert {a["arm"]: a["seeds"] for a in got["arms"]} == {a["arm"]: a["seeds"] for a in own["arms"]}
+        for mine, theirs in zip(own["arms"], got["arms"]):  # the same points: the same fits
+            assert theirs["A"] == pytest.approx(mine["A"], rel=1e-6), inputs[0]
+
+
+def test_a_copy_without_tags_is_read_as_any_other_tools_log(mirrored, tmp_path):
+    """Runs that ablate did not mirror (no arm, baseline or device tags): each is its own arm, on gpu_hours."""
+    from ablate.curves.tracked import Tracked, tracked
+    from ablate.track.base import Logged
+
+    runs = tracked([Logged("", "a", "1", steps={0.0: {"x": 1.0}}), Logged("", "a", "2")])
+    assert isinstance(runs, Tracked) and set(runs) == {"a (1)", "a (2)"}
+    assert runs.arms == {"a (1)": "a (1)", "a (2)": "a (2)"} and not runs.baseline
+    assert set(runs.devices.values()) == {None}
