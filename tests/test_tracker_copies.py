@@ -108,3 +108,33 @@ def test_a_copy_without_tags_is_read_as_any_other_tools_log(mirrored, tmp_path):
     assert isinstance(runs, Tracked) and set(runs) == {"a (1)", "a (2)"}
     assert runs.arms == {"a (1)": "a (1)", "a (2)": "a (2)"} and not runs.baseline
     assert set(runs.devices.values()) == {None}
+
+
+def test_sweep_says_where_the_copies_are_and_its_rank_commands_paste(mirrored, tmp_path, monkeypatch):
+    """`ablate sweep --track ...` ends with one line per tracker copy; the rank command each gives, pasted into a
+    shell (its glob expanded there), ranks the copy as the sweep."""
+    import shlex
+    import subprocess
+
+    from ablate.compose.resources import RECIPES_DIR
+    from ablate.track.hints import copy_hints
+    from jobs import TOY_JOB
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    args = ["sweep", str(RECIPES_DIR / "loss.yaml"), "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
+    res = CliRunner().invoke(app, [*args, "--track", "mlflow", "--track", "wandb", "track.wandb_mode=offline"])
+    assert res.exit_code == 0, res.output
+    sdir = shlex.quote(str(tmp_path / "loss"))
+    assert f"wandb sync {sdir}/runs/*/wandb/latest-run" in res.output
+    assert f"ablate rank {sdir}/mlflow.db" in res.output and "mlflow ui --backend-store-uri sqlite:///" in res.output
+
+    sweep, copy = mirrored
+    own = {a["arm"]: a["verdict"] for a in _rank(sweep)["arms"]}
+    tracks = [SimpleNamespace(to=["mlflow", "wandb"], wandb_mode="offline", mlflow_uri=None, project=None)]
+    lines = copy_hints(tracks, copy, "loss")
+    assert len(lines) == 2
+    for line in lines:
+        cmd = line.split("rank it with: " if "MLflow" in line else "rank its run files with: ")[1]
+        shell = cmd.replace("ablate rank", f"{shlex.quote(sys.executable)} -m ablate rank", 1) + " --json"
+        out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True).stdout
+        assert {a["arm"]: a["verdict"] for a in json.loads(out)["arms"]} == own, cmd

@@ -218,6 +218,7 @@ def sweep(
         **launch,
     )
     _send_unsent(root / expanded.name, [*submitted.submit, *submitted.running])
+    _copy_hints(expanded, root / expanded.name)
     shown = f"ablate status {expanded.name}" + (f" --root {root}" if root != Path("sweeps") else "")
     if follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
@@ -248,6 +249,15 @@ def followed_end(ended: list[Any], shown: str) -> None:
         states = ", ".join(f"{n} {st}" for st, n in Counter(str(s.state) for s in bad).items())
         typer.echo(f"error: {len(bad)} of {len(ended)} followed run(s) did not finish ({states}): {shown}", err=True)
         raise typer.Exit(1)
+
+
+def _copy_hints(expanded: Any, sdir: Path) -> None:
+    """Where the runs' tracker copies are, and how to browse, upload and rank them (track.hints)."""
+    from ablate.text import safe
+    from ablate.track.hints import copy_hints
+
+    for line in copy_hints([r.config.track for r in expanded.runs], sdir, expanded.name):
+        typer.echo(safe(line))
 
 
 def _send_unsent(sdir: Path, busy: list[str]) -> None:
