@@ -47,7 +47,8 @@ def main() -> None:
     if a.seeds < 4:
         raise SystemExit("aa: give --seeds 4 or more")
     sys.path.insert(0, str(ROOT / "src"))
-    from ablate.curves.inputs import curves_from_sweep, write_csv
+    from ablate.curves.inputs import curves_from_sweep
+    from ablate.curves.tables import write_csv
 
     seeds = ",".join(str(s) for s in range(a.seeds))
     ablate("sweep", "recipes/base.yaml", f"seed={seeds}", "--root", str(a.root), "--follow")

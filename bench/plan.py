@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.analysis import plan as planner
-from ablate.curves.inputs import write_csv
+from ablate.curves.tables import write_csv
 from ablate.fit.calibrate import SHAPES, window_end
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from ablate.analysis.choices import CPU_AXIS_TEXT, choose_axis, choose_target, launch_axis, wall_clock_note
 from ablate.cli import app
-from ablate.curves.inputs import curves_from_sweep, write_csv
+from ablate.curves.inputs import curves_from_sweep
+from ablate.curves.tables import write_csv
 from ablate.fit.curve import Curve
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store

@@ -21,7 +21,7 @@ import pytest
 from ablate.compose.project import init_project
 from ablate.compose.resources import PACKAGED, PROFILES_DIR, RECIPES_DIR, YOUR_FOLDER, find_recipe
 from ablate.compose.sweep import load_sweep
-from ablate.curves.inputs import write_csv
+from ablate.curves.tables import write_csv
 from ablate.errors import UserError
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR, profile_path
 from ablate.curves import logs
-from ablate.curves.inputs import write_csv
+from ablate.curves.tables import write_csv
 from ablate.errors import UserError
 from ablate.fit.synthetic import synthetic_curve
 from ablate.render.markdown import md_text

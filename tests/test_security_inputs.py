@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
-from ablate.curves.inputs import write_csv
+from ablate.curves.tables import write_csv
 from ablate.fit.spread import LOG_COMPUTE
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store

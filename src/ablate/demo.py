@@ -82,7 +82,7 @@ def paper_curves_demo(out: Path = OUT) -> None:
     """The fitting core on the ScaleRL paper's Table 1 curves: fit to 8k GPU-hours, check at 16k."""
     import numpy as np
 
-    from ablate.curves.inputs import load_curves, write_csv
+    from ablate.curves.tables import load_curves, write_csv
     from ablate.fit.analysis import fit_table
     from ablate.fit.result import FitOptions
     from ablate.fit.sigmoid import sigmoid

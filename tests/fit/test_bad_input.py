@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.curves.inputs import write_csv
+from ablate.curves.tables import write_csv
 from ablate.fit.analysis import fit_curves
 from ablate.fit.curve import Curve
 from ablate.fit.result import FitOptions

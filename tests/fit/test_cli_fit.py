@@ -12,7 +12,7 @@ from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.curves.inputs import write_csv
+from ablate.curves.tables import write_csv
 from ablate.fit.settings import Difference
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
 from ablate.storage import store

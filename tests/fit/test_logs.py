@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.curves import logs
-from ablate.curves.inputs import load_inputs, write_csv
+from ablate.curves.inputs import load_inputs
+from ablate.curves.tables import write_csv
 from ablate.fit.synthetic import synthetic_curve
 
 runner = CliRunner()

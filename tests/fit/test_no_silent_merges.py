@@ -16,7 +16,8 @@ from ablate.compose.resources import RECIPES_DIR
 from ablate.compose.sweep import load_sweep
 from ablate.config.identity import arm_id, canonical, run_id
 from ablate.curves import inputs as curves_mod
-from ablate.curves.inputs import curves_from_sweep, load_inputs, write_csv
+from ablate.curves.inputs import curves_from_sweep, load_inputs
+from ablate.curves.tables import write_csv
 from ablate.fit.analysis import group_arms
 from ablate.fit.compare import rank
 from ablate.fit.curve import Curve, RunFacts

@@ -206,7 +206,7 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     from typer.testing import CliRunner
 
     from ablate.cli import app
-    from ablate.curves.inputs import write_csv
+    from ablate.curves.tables import write_csv
 
     runner = CliRunner()
     curves, _ = _pilot(arms=3, seeds=3, f=0.9, seed=5)
@@ -245,7 +245,7 @@ def test_plan_on_seeds_that_end_too_early_asks_for_longer_runs_not_seeds(tmp_pat
     from typer.testing import CliRunner
 
     from ablate.cli import app
-    from ablate.curves.inputs import write_csv
+    from ablate.curves.tables import write_csv
 
     runner = CliRunner()
     for seeds, says in ((2, "run longer"), (1, "run the sweep with seeds")):

@@ -7,7 +7,8 @@ from sweep_writer import write_sweep
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.curves.inputs import curves_from_sweep, write_csv
+from ablate.curves.inputs import curves_from_sweep
+from ablate.curves.tables import write_csv
 from ablate.fit.compare import rank
 from ablate.fit.result import FitOptions
 from ablate.fit.spread import PAPER_A_MARGIN

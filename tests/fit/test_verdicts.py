@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import ablate
 from ablate.cli import app
-from ablate.curves.inputs import load_curves, write_csv
+from ablate.curves.tables import load_curves, write_csv
 from ablate.errors import SettingError
 from ablate.fit.analysis import fit_curves
 from ablate.fit.calibrate import NOISES, SHAPES, simulate_arm, window_end

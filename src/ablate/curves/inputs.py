@@ -5,27 +5,25 @@ The fitting core (`ablate.fit`) takes arrays; this module is where files are rea
 becomes one `UserError` line naming the file, the line and the fix. Run directories are read through
 `ablate.storage.rundir.RunDir` only (run.json via `.info()`, metrics.jsonl via `.metric_lines()`).
 
-    load_curves(path, x=, y=, run=, group=)     one CSV/JSONL file, one row per (run, evaluation) -> [Curve]
+    load_curves(path, x=, y=, run=, group=)     one CSV/JSONL file, one row per (run, evaluation) -> [Curve]:
+                                                ablate.curves.tables
     curve_from_run_dir(run_dir, x=, y=)         one run directory -> its Curve, or NotFitted with the reason:
                                                 ablate.curves.sweeps
     curves_from_sweep(sweep_dir, x=, y=)        every run of a sweep -> ([Curve], [runs not fitted, with why])
     load_inputs(paths, x=, y=, run=, group=,    any mix of the three and other tools' logs (`ablate.curves.logs`)
                 fmt=, per_step=)                -> ([Curve], [runs not fitted])
-    write_csv(curves, path, x=, y=)             curves as a long CSV that `load_curves` reads back
+    write_csv(curves, path, x=, y=)             curves as a long CSV that `load_curves` reads back (tables)
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from pathlib import Path
 
-import numpy as np
-
 from ablate.curves import logs, readers, tracked
 from ablate.curves.sweeps import curve_from_run_dir
-from ablate.curves.tables import VAL_N, as_name, fmt_lines, number, read_rows
+from ablate.curves.tables import load_curves
 from ablate.errors import UserError
 from ablate.fit.curve import Curve, NotFitted
 from ablate.storage import reading
@@ -34,84 +32,6 @@ from ablate.storage.rundir import RunDir, sweep_run_dirs
 
 MLFLOW = "mlflow"
 """The input format of an MLflow experiment (`mlflow:EXPERIMENT`, or an mlflow.db file: docs/run-directory.md)."""
-
-
-def load_curves(
-    path: Path | str,
-    *,
-    x: str = "gpu_hours",
-    y: str = "val_pass_rate",
-    run: str | None = "run",
-    group: str | None = None,
-) -> list[Curve]:
-    """Read curves from a CSV or JSONL file with one row per (run, evaluation).
-
-    `run` names the column that tells runs apart (if the file has no such column and it is the default,
-    the whole file is one run named after the file); `group` names the column of arms/seeds, optional, and
-    must be the same on every row of a run. Each Curve's x, y are [n_run] arrays in file order, which must
-    increase in compute. Raises UserError with one line naming the culprit and the fix for any bad input.
-    """
-    path = Path(path)
-    columns, rows = read_rows(path)
-    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
-        if col not in columns:
-            raise UserError(f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})")
-    if run is not None and run not in columns:
-        if run != "run":
-            raise UserError(f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)")
-        run = None  # the default run column is optional: one curve per file
-
-    xs = np.array([number(f"{path} line {ln}", x, r.get(x)) for ln, r in rows])
-    ys = np.array([number(f"{path} line {ln}", y, r.get(y)) for ln, r in rows])
-    lines = [ln for ln, _ in rows]
-    for name, vals in ((x, xs), (y, ys)):
-        bad = [ln for ln, v in zip(lines, vals) if not math.isfinite(v)]
-        if bad:
-            raise UserError(
-                f"{path}: missing, NaN or infinite values in '{name}' at line(s) {fmt_lines(bad)}; fix or drop "
-                "those rows"
-            )
-    bad = [ln for ln, v in zip(lines, ys) if not 0.0 <= v <= 1.0]
-    if bad:
-        hint = " (percentages? divide by 100)" if ys.max() <= 100 else ""
-        raise UserError(f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {fmt_lines(bad)}{hint}")
-    bad = [ln for ln, v in zip(lines, xs) if v < 0]
-    if bad:
-        raise UserError(f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}")
-    ns = None
-    if VAL_N in columns:  # graded samples behind each pass rate: the evaluation noise is then known, not estimated
-        ns = np.array([number(f"{path} line {ln}", VAL_N, r.get(VAL_N)) for ln, r in rows])
-        if not np.all(np.isfinite(ns) & (ns > 0)):
-            ns = None
-
-    members: dict[str, list[int]] = {}  # run -> row indices, in order of first appearance
-    groups: dict[str, tuple[str | None, int]] = {}  # run -> (group, line it was first seen on)
-    for i, (ln, r) in enumerate(rows):
-        where = f"{path} line {ln}"
-        key = as_name(where, run, "--run", r.get(run)) if run is not None else path.stem
-        g = as_name(where, group, "--group", r.get(group)) if group else None
-        if key not in members:
-            members[key] = []
-            groups[key] = (g, ln)
-        elif g != groups[key][0]:
-            raise UserError(
-                f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
-                f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group"
-            )
-        members[key].append(i)
-    curves = []
-    for key, picked in members.items():
-        idx = np.array(picked)
-        cx, cy = xs[idx], ys[idx]
-        steps = np.nonzero(np.diff(cx) <= 0)[0]
-        if steps.size:
-            k = steps[0]
-            raise UserError(
-                f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
-                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
-            )
-        curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
-    return curves
 
 
 def recorded_devices(paths: list[Path]) -> list[str | None] | None:
@@ -302,27 +222,33 @@ def load_inputs(
                 f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
                 "its arms; --run and --group name columns of CSV/JSONL tables: drop it"
             )
-        if kind == "sweep":
-            cs, sk = curves_from_sweep(p, x=x, y=y)
-        elif kind == "run":
-            if x not in COMPUTE_AXES:
-                raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
-            got = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
-            if isinstance(got, NotFitted):
-                raise UserError(f"{p}: {got.reason}")
-            cs, sk = [got], []
-        elif kind == "table":
-            cs, sk = load_curves(p, x=x, y=y, run=run, group=group), []
-        elif kind == MLFLOW:
-            cs, sk = logs.to_curves(tracked.read_mlflow(p), p, x=x, y=y, per_step=per_step, fmt=MLFLOW), []
-        else:
-            cs, sk = logs.load(p, kind, x=x, y=y, per_step=per_step), []
+        cs, sk = _read_one(p, kind, x=x, y=y, run=run, group=group, per_step=per_step)
         if len(paths) > 1:
             for c in cs:
                 c.group = f"{name}:{c.group or c.run}"
         curves += cs
         skipped += sk
     return curves, skipped
+
+
+def _read_one(
+    p: Path, kind: str, *, x: str, y: str, run: str | None, group: str | None, per_step: dict[str, float]
+) -> tuple[list[Curve], list[NotFitted]]:
+    """One input's curves and the runs that can't be fitted, read as `kind` (sweep, run, table, mlflow or a log)."""
+    if kind == "sweep":
+        return curves_from_sweep(p, x=x, y=y)
+    if kind == "run":
+        if x not in COMPUTE_AXES:
+            raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+        got = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
+        if isinstance(got, NotFitted):
+            raise UserError(f"{p}: {got.reason}")
+        return [got], []
+    if kind == "table":
+        return load_curves(p, x=x, y=y, run=run, group=group), []
+    if kind == MLFLOW:
+        return logs.to_curves(tracked.read_mlflow(p), p, x=x, y=y, per_step=per_step, fmt=MLFLOW), []
+    return logs.load(p, kind, x=x, y=y, per_step=per_step), []
 
 
 def _wandb_copies(paths: list[Path]) -> bool:
@@ -378,16 +304,3 @@ def input_names(paths: list[Path]) -> list[str]:
             k += 1
         names.append(Path(*own[-k:]).as_posix())
     return names
-
-
-def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
-    """Write curves as a long CSV: run, group, x, y, and val_n when every curve knows it (labels like
-    `loss=dapo,seed=0` are quoted)."""
-    with_n = all(c.n is not None and len(c.n) == len(c.x) for c in curves)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "group", x, y] + ([VAL_N] if with_n else []))
-        for c in curves:
-            for i, (xi, yi) in enumerate(zip(c.x, c.y)):
-                n = [f"{c.n[i]:g}"] if with_n and c.n is not None else []
-                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"] + n)

@@ -1,5 +1,6 @@
 """CSV/JSONL curve tables, read row by row: every bad byte, row or value is one `UserError` line naming the file,
-the line and the fix. `curves.load_curves` makes curves of them; `logs` reads W&B's CSV exports with them.
+the line and the fix. `load_curves` makes curves of them (`write_csv` writes curves back as one); `logs` reads
+W&B's CSV exports with them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ablate.errors import UserError
+from ablate.fit.curve import Curve
 from ablate.storage import reading, store
 
 VAL_N = "val_n"
@@ -117,3 +121,94 @@ def as_name(where: str, col: str, flag: str, v: Any) -> str:
             f"{where}: {show(v)} in the {flag[2:]} column '{col}' is not a name; choose the column with {flag}"
         )
     return str(v)
+
+
+def load_curves(
+    path: Path | str,
+    *,
+    x: str = "gpu_hours",
+    y: str = "val_pass_rate",
+    run: str | None = "run",
+    group: str | None = None,
+) -> list[Curve]:
+    """Read curves from a CSV or JSONL file with one row per (run, evaluation).
+
+    `run` names the column that tells runs apart (if the file has no such column and it is the default,
+    the whole file is one run named after the file); `group` names the column of arms/seeds, optional, and
+    must be the same on every row of a run. Each Curve's x, y are [n_run] arrays in file order, which must
+    increase in compute. Raises UserError with one line naming the culprit and the fix for any bad input.
+    """
+    path = Path(path)
+    columns, rows = read_rows(path)
+    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
+        if col not in columns:
+            raise UserError(f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})")
+    if run is not None and run not in columns:
+        if run != "run":
+            raise UserError(f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)")
+        run = None  # the default run column is optional: one curve per file
+
+    xs = np.array([number(f"{path} line {ln}", x, r.get(x)) for ln, r in rows])
+    ys = np.array([number(f"{path} line {ln}", y, r.get(y)) for ln, r in rows])
+    lines = [ln for ln, _ in rows]
+    for name, vals in ((x, xs), (y, ys)):
+        bad = [ln for ln, v in zip(lines, vals) if not math.isfinite(v)]
+        if bad:
+            raise UserError(
+                f"{path}: missing, NaN or infinite values in '{name}' at line(s) {fmt_lines(bad)}; fix or drop "
+                "those rows"
+            )
+    bad = [ln for ln, v in zip(lines, ys) if not 0.0 <= v <= 1.0]
+    if bad:
+        hint = " (percentages? divide by 100)" if ys.max() <= 100 else ""
+        raise UserError(f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {fmt_lines(bad)}{hint}")
+    bad = [ln for ln, v in zip(lines, xs) if v < 0]
+    if bad:
+        raise UserError(f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}")
+    ns = None
+    if VAL_N in columns:  # graded samples behind each pass rate: the evaluation noise is then known, not estimated
+        ns = np.array([number(f"{path} line {ln}", VAL_N, r.get(VAL_N)) for ln, r in rows])
+        if not np.all(np.isfinite(ns) & (ns > 0)):
+            ns = None
+
+    members: dict[str, list[int]] = {}  # run -> row indices, in order of first appearance
+    groups: dict[str, tuple[str | None, int]] = {}  # run -> (group, line it was first seen on)
+    for i, (ln, r) in enumerate(rows):
+        where = f"{path} line {ln}"
+        key = as_name(where, run, "--run", r.get(run)) if run is not None else path.stem
+        g = as_name(where, group, "--group", r.get(group)) if group else None
+        if key not in members:
+            members[key] = []
+            groups[key] = (g, ln)
+        elif g != groups[key][0]:
+            raise UserError(
+                f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
+                f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group"
+            )
+        members[key].append(i)
+    curves = []
+    for key, picked in members.items():
+        idx = np.array(picked)
+        cx, cy = xs[idx], ys[idx]
+        steps = np.nonzero(np.diff(cx) <= 0)[0]
+        if steps.size:
+            k = steps[0]
+            raise UserError(
+                f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
+                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
+            )
+        curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
+    return curves
+
+
+def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
+    """Write curves as a long CSV: run, group, x, y, and val_n when every curve knows it (labels like
+    `loss=dapo,seed=0` are quoted)."""
+    with_n = all(c.n is not None and len(c.n) == len(c.x) for c in curves)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "group", x, y] + ([VAL_N] if with_n else []))
+        for c in curves:
+            for i, (xi, yi) in enumerate(zip(c.x, c.y)):
+                n = [f"{c.n[i]:g}"] if with_n and c.n is not None else []
+                w.writerow([c.run, c.group or c.run, f"{xi:.6g}", f"{yi:.6g}"] + n)

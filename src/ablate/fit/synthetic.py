@@ -1,6 +1,6 @@
 """Realistic synthetic training curves with known sigmoid parameters (for the demo, tests and benchmarks).
 
-Generation only: `ablate.curves.inputs.write_csv` writes curves as a file, and the tests write sweep directories.
+Generation only: `ablate.curves.tables.write_csv` writes curves as a file, and the tests write sweep directories.
 
 Noise model: the validation set is a fixed set of `n_prompts` prompts of varied difficulty (per-prompt
 pass probabilities at the quantiles of a Beta distribution whose mean is R(C)), each scored mean@k, so an
