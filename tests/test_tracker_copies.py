@@ -138,3 +138,36 @@ def test_sweep_says_where_the_copies_are_and_its_rank_commands_paste(mirrored, t
         shell = cmd.replace("ablate rank", f"{shlex.quote(sys.executable)} -m ablate rank", 1) + " --json"
         out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True).stdout
         assert {a["arm"]: a["verdict"] for a in json.loads(out)["arms"]} == own, cmd
+
+
+def test_a_bad_w_and_b_file_among_the_copies_is_one_line(tmp_path):
+    """A run file without W&B's header (a run killed as it started) among several folders: one error line, exit 2,
+    whichever path reads it first (the axis choice or the curves)."""
+    for name in ("a", "b"):
+        (tmp_path / name / "wandb").mkdir(parents=True)
+        (tmp_path / name / "wandb" / f"run-{name}.wandb").write_bytes(b"not a W&B log")
+    for extra in ([], ["--x", "step"]):
+        res = CliRunner().invoke(app, ["rank", str(tmp_path / "a" / "wandb"), str(tmp_path / "b" / "wandb"), *extra])
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.output
+        assert "run-a.wandb" in lines[0] and "W&B" in lines[0], lines[0]
+
+
+def test_w_and_b_runs_ablate_did_not_mirror_stay_their_own_arms(tmp_path, monkeypatch):
+    """Runs logged by another tool (a job type, no ablate tags): each its own arm, whatever its job type, and
+    --samples-per-step still makes their compute axis."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    set_environment(["wandb"])
+    for seed in range(2):
+        run = wandb.init(dir=str(tmp_path / f"r{seed}"), project="other", job_type="train", name=f"r{seed}")
+        for step in range(1, 6):
+            run.log({"val_pass_rate": 0.1 * step}, step=step)
+        run.finish()
+    args = ["rank", str(tmp_path / "r0" / "wandb"), str(tmp_path / "r1" / "wandb"), "--samples-per-step", "256"]
+    res = CliRunner().invoke(app, [*args, "--n-boot", "200", "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["x"] == "samples" and got["baseline"] is None  # compute made from steps; no baseline tag
+    assert sorted(a["arm"] for a in got["arms"]) == ["r0", "r1"] and all(a["seeds"] == 1 for a in got["arms"])

@@ -126,9 +126,10 @@ def choose_axis(paths: list[Path], x: str, per_step: dict[str, float | None] | N
     """The compute axis for `--x` (unchanged unless it is `auto`), and the line that says why when the choice is
     not the paper's gpu_hours.
 
-    Sweep and run directories: samples when any run ran on CPU (its gpu_hours is wall-clock x 1 device: the
-    machine's load, as much as the recipe's work), gpu_hours when they ran on GPUs or did not record where.
-    Other inputs: gpu_hours, as before (samples when only --samples-per-step makes compute from steps)."""
+    Sweep and run directories, and a sweep's tracker copies (by the device ablate tagged its runs with): samples
+    when any run ran on CPU (its gpu_hours is wall-clock x 1 device: the machine's load, as much as the recipe's
+    work), gpu_hours when they ran on GPUs or did not record where. Other inputs: gpu_hours (samples when only
+    --samples-per-step makes compute from steps)."""
     if x != AUTO:
         return x, None
     from ablate.curves.inputs import recorded_devices

@@ -44,8 +44,14 @@ def recorded_devices(paths: list[Path]) -> list[str | None] | None:
             runs = sweep_run_dirs(p)
         elif p.is_dir() and _is_run_dir(p):
             runs = [RunDir(p).check_links()]
-        elif tracked.is_mlflow(p) or readers.wandb_files(p):
-            devices += tracked.devices(p, MLFLOW if tracked.is_mlflow(p) else "wandb")
+        elif tracked.is_mlflow(p) or _is_wandb(p):
+            try:
+                tagged = tracked.devices(p, MLFLOW if tracked.is_mlflow(p) else "wandb")
+            except readers.WrongFormat:  # reading it for its curves says what is wrong, in one line
+                return None
+            if not any(tagged):  # a copy ablate did not tag (another tool's runs): no device, as any other log
+                return None
+            devices += tagged
             continue
         else:
             return None
@@ -194,7 +200,10 @@ def load_inputs(
     paths = [bare_sweep(Path(p)) for p in paths]
     _check_present(paths)
     if len(paths) > 1 and fmt in ("auto", "wandb") and group is None and run == "run" and _wandb_copies(paths):
-        runs = tracked.read_wandb(*paths)  # a sweep's runs/*/wandb: one copy, its arms as the sweep's
+        try:
+            runs = tracked.read_wandb(*paths)  # a sweep's runs/*/wandb: one copy, its arms as the sweep's
+        except readers.WrongFormat as e:
+            raise logs.wrong_format(e.path, e.fmt, e.why) from None
         return logs.to_curves(runs, " ".join(map(str, paths)), x=x, y=y, per_step=per_step, fmt="wandb"), []
     names = input_names(paths)
     for p, name in zip(paths, names):
@@ -251,12 +260,19 @@ def _read_one(
     return logs.load(p, kind, x=x, y=y, per_step=per_step), []
 
 
+def _is_wandb(p: Path) -> bool:
+    """W&B run files, as `--from auto` tells them (neither a sweep nor a run directory, nor an MLflow store)."""
+    if (p.is_dir() and (_is_sweep(p) or _is_run_dir(p))) or tracked.is_mlflow(p) or not readers.wandb_files(p):
+        return False
+    try:
+        return logs.detect(p) == "wandb"  # a TRL output folder that holds a wandb/ too is TRL's
+    except UserError:
+        return False
+
+
 def _wandb_copies(paths: list[Path]) -> bool:
-    """Every input is W&B run files (each run's wandb/ folder of a sweep, say), none a sweep or run directory."""
-    return all(
-        not (p.is_dir() and (_is_sweep(p) or _is_run_dir(p))) and not tracked.is_mlflow(p) and readers.wandb_files(p)
-        for p in paths
-    )
+    """Every input is W&B run files (each run's wandb/ folder of a sweep, say)."""
+    return all(_is_wandb(p) for p in paths)
 
 
 def _check_present(paths: list[Path]) -> None:

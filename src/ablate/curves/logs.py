@@ -117,7 +117,7 @@ def detect(path: Path | str) -> str:
     )
 
 
-def _wrong(p: Path, fmt: str, why: str) -> UserError:
+def wrong_format(p: Path, fmt: str, why: str) -> UserError:
     """A forced --from that does not fit the input: say what it looks like instead."""
     try:
         found = detect(p)
@@ -242,5 +242,5 @@ def load(
     try:
         runs = READERS[fmt](p)
     except WrongFormat as e:
-        raise _wrong(e.path, e.fmt, e.why) from None
+        raise wrong_format(e.path, e.fmt, e.why) from None
     return to_curves(runs, p, x=x, y=y, per_step=per_step, fmt=fmt)

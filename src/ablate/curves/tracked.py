@@ -32,12 +32,13 @@ class Tracked(dict[str, dict[float, dict[str, float]]]):
         self.devices: dict[str, str | None] = {}
 
 
-def tracked(logged: list[Logged], id_chars: int = 8) -> Tracked:
-    """`logged` as named runs: each by its name (prefixed by its experiment, the sweep, when they come from several;
-    its first `id_chars` of id added when two share a name), in the arm its tag names (`label@arm id` when two
-    configs share a label; the run itself when untagged)."""
+def tracked(logged: list[Logged], id_chars: int = 8, *, prefix_names: bool = True) -> Tracked:
+    """`logged` as named runs: each by its name (prefixed by its experiment, the sweep, when they come from several
+    and `prefix_names`; its first `id_chars` of id added when two share a name), in the arm its tag names (`label@arm
+    id` when two configs share a label; prefixed by its sweep when there are several; the run itself when
+    untagged)."""
     several = len({r.experiment for r in logged}) > 1
-    names = [f"{r.experiment}/{r.name}" if several else r.name for r in logged]
+    names = [f"{r.experiment}/{r.name}" if several and prefix_names else r.name for r in logged]
     ids: dict[str | None, set[str | None]] = {}
     for r in logged:
         ids.setdefault(r.arm, set()).add(r.arm_id)
@@ -176,6 +177,14 @@ def read_wandb_runs(p: Path) -> list[Logged]:
         _tag_facts(run, tags, job_type)
         old = by_id.setdefault(run.run_id, run)  # a resumed run: one more file, the same id
         old.name = old.name or run.name or run.run_id
+        if run.arm is not None:  # a later attempt tagged by ablate: its tags hold (the files come oldest first)
+            old.experiment, old.arm, old.arm_id, old.baseline, old.device = (
+                run.experiment,
+                run.arm,
+                run.arm_id,
+                run.baseline,
+                run.device,
+            )
         for step, row in steps.items():
             old.steps.setdefault(step, {}).update(row)
     return list(by_id.values())
@@ -184,7 +193,7 @@ def read_wandb_runs(p: Path) -> list[Logged]:
 def read_wandb(*paths: Path) -> Tracked:
     """W&B run files as runs, in the arms their job types name (the runs' ids added to names two runs share); with
     several paths (each run's wandb/ folder), their runs together."""
-    return tracked([r for p in paths for r in read_wandb_runs(p)], id_chars=64)
+    return tracked([r for p in paths for r in read_wandb_runs(p)], id_chars=64, prefix_names=False)
 
 
 def devices(p: Path, fmt: str) -> list[str | None]:

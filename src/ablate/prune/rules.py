@@ -83,7 +83,7 @@ def settled(
 ) -> tuple[Ranking, list[ArmOutlook]]:
     """The settled check on curves as they stand: the ranking (at `target`) and each arm's outlook, whose advice
     is Standing.SETTLED for the arms to stop."""
-    ranking = rank(curves, s.analysis(target).options(target), x=s.x, not_fitted=not_fitted)
+    ranking = rank(curves, s.analysis(target).options(target), x=s.x, not_fitted=not_fitted, decide=False)
     if ranking.baseline is None:
         return ranking, []
     return ranking, running_arms(ranking, ends, s.futures, s.seed, None, bound=s.settled_bound, settle_only=True)
