@@ -209,15 +209,7 @@ def load_inputs(
     for p, name in zip(paths, names):
         reading.refuse_special(p)  # a device, a pipe or a socket: refused unopened, whatever --from says
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
-        kind = (
-            ours
-            if fmt == "auto" and ours
-            else fmt
-            if fmt != "auto"
-            else MLFLOW
-            if tracked.is_mlflow(p)
-            else logs.detect(p)
-        )
+        kind = fmt if fmt != "auto" else ours or (MLFLOW if tracked.is_mlflow(p) else logs.detect(p))
         if ours and kind != ours:
             raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}")
         if per_step and kind not in (*logs.FOREIGN, MLFLOW):

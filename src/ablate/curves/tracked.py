@@ -10,6 +10,7 @@ import json
 import struct
 import zlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,15 +177,9 @@ def read_wandb_runs(p: Path) -> list[Logged]:
                 steps.setdefault(step, {}).update(row)
         _tag_facts(run, tags, job_type)
         old = by_id.setdefault(run.run_id, run)  # a resumed run: one more file, the same id
+        if old is not run and run.arm is not None:  # a later attempt tagged by ablate: its facts hold (oldest first)
+            by_id[run.run_id] = old = replace(run, name=old.name, steps=old.steps)
         old.name = old.name or run.name or run.run_id
-        if run.arm is not None:  # a later attempt tagged by ablate: its tags hold (the files come oldest first)
-            old.experiment, old.arm, old.arm_id, old.baseline, old.device = (
-                run.experiment,
-                run.arm,
-                run.arm_id,
-                run.baseline,
-                run.device,
-            )
         for step, row in steps.items():
             old.steps.setdefault(step, {}).update(row)
     return list(by_id.values())
