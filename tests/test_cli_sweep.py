@@ -144,6 +144,37 @@ def test_help_shows_flags_without_a_value_placeholder(verb, monkeypatch):
     assert flag_rows == []  # a flag takes no value: Typer's `<bool>` placeholder would say it does
 
 
+def test_each_verbs_options_are_one_settings_class_whose_field_docs_are_the_help():
+    """Every verb is built from one settings dataclass: its parameters are the class's fields (names, defaults),
+    each option's flags and help are the field's, and a setting several verbs share (--x, --json, --from) is one
+    field with one help everywhere (calibrate's --n-boot is its own: it takes 50 to 10,000)."""
+    import dataclasses
+
+    import typer
+
+    from ablate.cli import VERBS
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    helps: dict[str, set[str]] = {}
+    for verb in VERBS:
+        cls = verb.settings
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+        params = {p.name: p for p in commands[verb.__name__].params if p.name != "help"}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(params) == set(fields), verb.__name__
+        for name, f in fields.items():
+            p = params[name]
+            assert p.help == f.metadata["doc"], (verb.__name__, name)
+            if not f.metadata.get("argument"):
+                assert set(p.opts + p.secondary_opts) == {
+                    part for flag in f.metadata["flags"] for part in flag.split("/")
+                }
+                assert p.default == f.default, (verb.__name__, name)
+                helps.setdefault(p.opts[0], set()).add(p.help)
+    for flag in ("--x", "--json", "--from", "--group", "--run"):
+        assert len(helps[flag]) == 1, (flag, helps[flag])
+
+
 def test_out_is_the_file_a_verb_writes_and_a_run_directory_is_run_dir(tmp_path):
     """One meaning per option across the verbs: `--out` is a file the verb writes (report's page, calibrate's JSON),
     and train's run directory is `--run-dir`; train's old `--out` is refused in one line that names the new flag."""

@@ -4,32 +4,39 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from ablate.cli.commands import option
 from ablate.errors import UserError
 
-SWEEP_DECIDE = typer.Option(
-    False,
-    "--decide",
-    help="Grow the sweep by waves of seeds until each arm is decided: after every wave, rank the open arms and stop "
-    "those settled (equivalent, or changed by a clear amount); the tests of each look are held to 5% / looks so the "
-    "whole procedure errs at most 5% (docs/verdicts.md, Deciding by waves). Chooses the seeds itself and waits in the "
-    "foreground; run the same command again to carry on.",
-)
-SWEEP_WAVE = typer.Option(3, "--wave", help="--decide: seeds an open arm gets per wave.", min=2)
-SWEEP_MAX_SEEDS = typer.Option(
-    12, "--max-seeds", help="--decide: the most seeds an arm may get (fixes the looks: one per wave).", min=2
-)
-SWEEP_BUDGET = typer.Option(
-    None,
-    "--budget",
-    help="--decide: the compute the sweep may spend, summed over its runs, in units of its compute axis (samples on "
-    "CPU, gpu_hours on GPUs); after the first wave (which always runs: it measures a run's cost), no wave starts "
-    "that would pass it.",
-)
+
+@dataclass(frozen=True, kw_only=True)
+class DecideOptions:
+    """`ablate sweep`'s options for growing a sweep by waves (--decide)."""
+
+    decide: bool = option(
+        False,
+        "--decide",
+        doc="Grow the sweep by waves of seeds until each arm is decided: after every wave, rank the open arms and stop "
+        "those settled (equivalent, or changed by a clear amount); the tests of each look are held to 5% / looks so "
+        "the whole procedure errs at most 5% (docs/verdicts.md, Deciding by waves). Chooses the seeds itself and "
+        "waits in the foreground; run the same command again to carry on.",
+    )
+    wave: int = option(3, "--wave", doc="--decide: seeds an open arm gets per wave.", min=2)
+    max_seeds: int = option(
+        12, "--max-seeds", doc="--decide: the most seeds an arm may get (fixes the looks: one per wave).", min=2
+    )
+    budget: float | None = option(
+        None,
+        "--budget",
+        doc="--decide: the compute the sweep may spend, summed over its runs, in units of its compute axis (samples "
+        "on CPU, gpu_hours on GPUs); after the first wave (which always runs: it measures a run's cost), no wave "
+        "starts that would pass it.",
+    )
 
 
 def check_decide_flags(

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ablate.cli.commands import option
 from ablate.cli.errors import checked
 from ablate.errors import UserError
+
+if TYPE_CHECKING:
+    from ablate.analysis.verbs import Reading
+    from ablate.fit.result import FitOptions
 
 # How much work one command may be asked for. Past these a command would not finish in a working day or would
 # not fit in memory, and no answer needs more (they are 10x to 20x the defaults):
@@ -85,87 +91,115 @@ def executor_name(value: str | None) -> str | None:
     return value
 
 
-# Options of fit, rank and extrapolate.
-X_OPT = typer.Option(
-    "auto",
-    "--x",
-    help="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for "
-    "other tools' logs a logged metric, or step (made into compute by --samples-per-step / "
-    "--gpu-hours-per-step). auto: samples for runs that ran on CPU (where gpu_hours is wall-clock: the machine's "
-    "load), else gpu_hours.",
-)
-Y_OPT = typer.Option("val_pass_rate", "--y", help="Pass-rate column or metric (values in [0, 1]).")
-RUN_OPT = typer.Option(
-    "run", "--run", help="Column of curve files naming the run (optional: without it a file is one run)."
-)
-GROUP_OPT = typer.Option(
-    None,
-    "--group",
-    help="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the interval.",
-)
-FIT_FROM_OPT = typer.Option(
-    None, "--fit-from", help="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours)."
-)
-FIT_UNTIL_OPT = typer.Option(
-    None, "--fit-until", help="Fit only points up to this compute; later points check the extrapolation."
-)
-TO_OPT = typer.Option(
-    None,
-    "--to",
-    help="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and "
-    "extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data "
-    "ends below it (within 1000x), else twice the largest compute fitted.",
-    show_default=False,
-)
-TARGET_R_OPT = typer.Option(None, "--target-r", help="Also report the compute needed to reach this pass rate.")
-N_BOOT_OPT = typer.Option(
-    1000,
-    "--n-boot",
-    help="Bootstrap resamples for the fits' intervals (at most 10,000; 0: none, which rank and report refuse, "
-    "their verdicts resting on intervals).",
-    callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY),
-)
-CI_OPT = typer.Option(0.95, "--ci", help="Interval level.")
-JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of the table (keys: docs/json.md).")
-PLOT_OPT = typer.Option(None, "--plot", help="Write a figure to this file (.png, .pdf, .svg, ...).")
-SEED_OPT = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).")
-R0_OPT = typer.Option(
-    None, "--r0", help="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted)."
-)
-FROM_OPT = typer.Option(
-    "auto",
-    "--from",
-    help="Input format: auto (told by content), table (CSV/JSONL; csv and jsonl say the same), tensorboard, wandb "
-    "(offline run folder), wandb-csv (W&B CSV export), trl (trainer_state.json), verl (JSONL or console log) or "
-    "mlflow (mlflow:EXPERIMENT, or an mlflow.db file); sweep and run directories are read as such.",
-)
-OUTPUT_FORMAT_OPT = typer.Option(
-    None,
-    "--format",
-    help="Output: table (the default) or json (= --json). The input format is --from.",
-    show_default=False,
-)
-RANK_FORMAT_OPT = typer.Option(
-    None,
-    "--format",
-    help="Output: table (the default), json (= --json) or md (the table as Markdown, for a pull request). The "
-    "input format is --from.",
-    show_default=False,
-)
-SAMPLES_PER_STEP_OPT = typer.Option(
-    None, "--samples-per-step", help="Other tools' logs only: add the column samples = step x this (then --x samples)."
-)
-GPU_HOURS_PER_STEP_OPT = typer.Option(
-    None,
-    "--gpu-hours-per-step",
-    help="Other tools' logs only: add the column gpu_hours = step x this (the default --x).",
-)
-WINDOW_OPT = typer.Option(
-    False,
-    "--window-sensitivity",
-    help="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier "
-    "cutoff's A interval does not overlap the full fit's.",
-)
+# The settings fit, rank and extrapolate share (plan, calibrate and report take some of them), one base class per
+# concern: a verb's settings class inherits them (ablate.cli.commands).
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadingOptions:
+    """How the inputs are read: the compute axis, the pass-rate column, the runs and arms, the input format."""
+
+    x: str = option(
+        "auto",
+        "--x",
+        doc="Compute: a column of curve files; for sweep and run directories gpu_hours, flops, samples or step; for "
+        "other tools' logs a logged metric, or step (made into compute by --samples-per-step / "
+        "--gpu-hours-per-step). auto: samples for runs that ran on CPU (where gpu_hours is wall-clock: the machine's "
+        "load), else gpu_hours.",
+    )
+    y: str = option("val_pass_rate", "--y", doc="Pass-rate column or metric (values in [0, 1]).")
+    run: str = option(
+        "run", "--run", doc="Column of curve files naming the run (optional: without it a file is one run)."
+    )
+    group: str | None = option(
+        None,
+        "--group",
+        doc="Column of curve files naming the arm; its runs (seeds) are fitted together and resampled for the "
+        "interval.",
+    )
+    fmt: str = option(
+        "auto",
+        "--from",
+        doc="Input format: auto (told by content), table (CSV/JSONL; csv and jsonl say the same), tensorboard, wandb "
+        "(offline run folder), wandb-csv (W&B CSV export), trl (trainer_state.json), verl (JSONL or console log) or "
+        "mlflow (mlflow:EXPERIMENT, or an mlflow.db file); sweep and run directories are read as such.",
+    )
+    samples_per_step: float | None = option(
+        None,
+        "--samples-per-step",
+        doc="Other tools' logs only: add the column samples = step x this (then --x samples).",
+    )
+    gpu_hours_per_step: float | None = option(
+        None,
+        "--gpu-hours-per-step",
+        doc="Other tools' logs only: add the column gpu_hours = step x this (the default --x).",
+    )
+
+    def reading(self, fmt: str) -> Reading:
+        """How the library reads the inputs, in the input format `fmt` (--from, or --format's old meaning)."""
+        from ablate.analysis.verbs import Reading
+
+        return Reading(self.x, self.y, self.run, self.group, fmt, self.samples_per_step, self.gpu_hours_per_step)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowOptions:
+    """The fit: its window, R0, the compute it predicts at, its resamples, interval level and seed."""
+
+    fit_from: float | None = option(
+        None, "--fit-from", doc="Drop points below this compute (ScaleRL drops ~1.5k of 16k GPU-hours)."
+    )
+    fit_until: float | None = option(
+        None, "--fit-until", doc="Fit only points up to this compute; later points check the extrapolation."
+    )
+    r0: float | None = option(
+        None, "--r0", doc="R0 to hold fixed when the data has no point at compute 0 (else R0 is fitted)."
+    )
+    to: float | None = option(
+        None,
+        "--to",
+        doc="Compute at which to predict the pass rate, in the units of --x (rank orders arms by it; rank and "
+        "extrapolate refuse more than 1000x the data). Default: the paper's 16000 when --x is gpu_hours and the data "
+        "ends below it (within 1000x), else twice the largest compute fitted.",
+        show_default=False,
+    )
+    n_boot: int = option(
+        1000,
+        "--n-boot",
+        doc="Bootstrap resamples for the fits' intervals (at most 10,000; 0: none, which rank and report refuse, "
+        "their verdicts resting on intervals).",
+        callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY),
+    )
+    ci: float = option(0.95, "--ci", doc="Interval level.")
+    window: bool = option(
+        False,
+        "--window-sensitivity",
+        doc="Also refit with the window cut at 50% and 75% of its compute; a fit is marked unstable when an earlier "
+        "cutoff's A interval does not overlap the full fit's.",
+    )
+    seed: int = option(0, "--seed", doc="Bootstrap seed (>= 0).")
+
+    def fit_options(self, **extra: Any) -> FitOptions:
+        """The fit's options from these settings (and the verb's own, `extra`), checked before any data is read."""
+        from ablate.analysis import verbs
+        from ablate.analysis.choices import given_to
+
+        window = {"fit_from": self.fit_from, "fit_until": self.fit_until, "r0": self.r0, "n_boot": self.n_boot}
+        return verbs.fit_options(**window, ci=self.ci, target=given_to(self.to), seed=self.seed, **extra)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions:
+    """What the verb prints or writes: a table or JSON, and a figure."""
+
+    output: str | None = option(
+        None,
+        "--format",
+        doc="Output: table (the default) or json (= --json). The input format is --from.",
+        show_default=False,
+    )
+    as_json: bool = option(False, "--json", doc="Print JSON instead of the table (keys: docs/json.md).")
+    plot: Path | None = option(None, "--plot", doc="Write a figure to this file (.png, .pdf, .svg, ...).")
 
 
 def output_and_input(output: str | None, source: str, as_json: bool, outputs: tuple[str, ...]) -> tuple[str, str]:

@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from ablate.cli.commands import argument, option, shared, verb
 from ablate.cli.errors import checked
 from ablate.cli.options import (
     BOOT_WHY,
-    FROM_OPT,
-    GROUP_OPT,
-    JSON_OPT,
     MAX_CALIBRATE_CELLS,
     MAX_FUTURES,
     MAX_N_BOOT,
     MAX_TRIALS,
-    OUTPUT_FORMAT_OPT,
-    RUN_OPT,
-    X_OPT,
+    OutputOptions,
+    ReadingOptions,
     at_most,
     limited,
     output_and_input,
@@ -75,54 +73,52 @@ def calibration_grid(name: str) -> Callable[[], Any]:
     return valid
 
 
-CALIBRATE_SHAPES = typer.Option(
-    "scalerl-8b,embedded",
-    "--shapes",
-    help="Curve shapes: scalerl-8b, scalerl-scout, embedded.",
-    callback=names_of("--shapes", calibration_grid("SHAPES")),
-)
-CALIBRATE_NOISES = typer.Option(
-    "eval,ar0.5,ar0.9,jumps,seeds",
-    "--noises",
-    help="Noise models: eval, ar0.5, ar0.9, jumps, seeds.",
-    callback=names_of("--noises", calibration_grid("NOISES")),
-)
-CALIBRATE_FS = typer.Option(
-    "0.5,0.8,0.95", "--f", help="Gain fractions the windows reach.", callback=numbers_of("--f", float, 0.05, 0.99)
-)
-CALIBRATE_EFFECTS = typer.Option(
-    "null,a+0.05,cmid/2",
-    "--effects",
-    help="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5; at the smallest effect that matters: a+0.02, a-0.02, "
-    "cmid*1.15, a+0.02@end.",
-    callback=names_of("--effects", calibration_grid("EFFECTS")),
-)
-CALIBRATE_TRIALS = typer.Option(
-    50,
-    "--trials",
-    help="Simulated comparisons per cell (at most 1,000).",
-    callback=limited("--trials", MAX_TRIALS, "each trial is a simulated comparison", least=1),
-)
-CALIBRATE_N_BOOT = typer.Option(
-    300,
-    "--n-boot",
-    help="Bootstrap resamples per fit (50 to 10,000).",
-    callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY, least=50),
-)
+@dataclass(frozen=True, kw_only=True)
+class CalibrateSettings:
+    """`ablate calibrate`'s options."""
+
+    shapes: str = option(
+        "scalerl-8b,embedded",
+        "--shapes",
+        doc="Curve shapes: scalerl-8b, scalerl-scout, embedded.",
+        callback=names_of("--shapes", calibration_grid("SHAPES")),
+    )
+    noises: str = option(
+        "eval,ar0.5,ar0.9,jumps,seeds",
+        "--noises",
+        doc="Noise models: eval, ar0.5, ar0.9, jumps, seeds.",
+        callback=names_of("--noises", calibration_grid("NOISES")),
+    )
+    seeds: str = option("1,2,3,5", "--seeds", doc="Seeds per arm.", callback=numbers_of("--seeds", int, 1, 20))
+    fs: str = option(
+        "0.5,0.8,0.95", "--f", doc="Gain fractions the windows reach.", callback=numbers_of("--f", float, 0.05, 0.99)
+    )
+    effects: str = option(
+        "null,a+0.05,cmid/2",
+        "--effects",
+        doc="Effects: null, a+0.03, a+0.05, cmid/2, b*1.5; at the smallest effect that matters: a+0.02, a-0.02, "
+        "cmid*1.15, a+0.02@end.",
+        callback=names_of("--effects", calibration_grid("EFFECTS")),
+    )
+    trials: int = option(
+        50,
+        "--trials",
+        doc="Simulated comparisons per cell (at most 1,000).",
+        callback=limited("--trials", MAX_TRIALS, "each trial is a simulated comparison", least=1),
+    )
+    n_boot: int = option(
+        300,
+        "--n-boot",
+        doc="Bootstrap resamples per fit (50 to 10,000).",
+        callback=limited("--n-boot", MAX_N_BOOT, BOOT_WHY, least=50),
+    )
+    as_json: bool = shared(OutputOptions, "as_json")
+    out: Path | None = option(None, "--out", doc="Also write the rows as JSON to this file.")
+    seed: int = option(0, "--seed", doc="Bootstrap seed (>= 0).", callback=limited("--seed", least=0))
 
 
-def calibrate(
-    shapes: str = CALIBRATE_SHAPES,
-    noises: str = CALIBRATE_NOISES,
-    seeds: str = typer.Option("1,2,3,5", "--seeds", help="Seeds per arm.", callback=numbers_of("--seeds", int, 1, 20)),
-    fs: str = CALIBRATE_FS,
-    effects: str = CALIBRATE_EFFECTS,
-    trials: int = CALIBRATE_TRIALS,
-    n_boot: int = CALIBRATE_N_BOOT,
-    as_json: bool = JSON_OPT,
-    out: Path | None = typer.Option(None, "--out", help="Also write the rows as JSON to this file."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).", callback=limited("--seed", least=0)),
-) -> None:
+@verb(CalibrateSettings)
+def calibrate(s: CalibrateSettings) -> None:
     """Measure, on simulated arms with known truth, how often intervals cover and verdicts are right.
 
     Each cell (shape x noise x seeds x window x effect) simulates a baseline arm and an effect arm through the
@@ -139,28 +135,30 @@ def calibrate(
     from ablate.storage import store
     from ablate.storage.paths import check_writable_output
 
-    grid: dict[str, Any] = dict(shapes=shapes, noises=noises, seeds=seeds, fs=fs, effects=effects)  # parsed lists
+    grid: dict[str, Any] = dict(
+        shapes=s.shapes, noises=s.noises, seeds=s.seeds, fs=s.fs, effects=s.effects
+    )  # parsed lists
     cells = math.prod(len(v) for v in grid.values())
     if cells > MAX_CALIBRATE_CELLS:
         raise UserError(
             f"--shapes x --noises x --seeds x --f x --effects: {cells:,} cells, at most "
             f"{MAX_CALIBRATE_CELLS:,}; give fewer values (the default grid has 360)"
         )
-    if out is not None:
-        check_writable_output(out, "--out")
-    with counting_bar("calibrating", cells, disable=as_json) as progress:
+    if s.out is not None:
+        check_writable_output(s.out, "--out")
+    with counting_bar("calibrating", cells, disable=s.as_json) as progress:
         rows = run_calibration(
             **grid,
-            trials=trials,
-            seed=seed,
-            n_boot=n_boot,
+            trials=s.trials,
+            seed=s.seed,
+            n_boot=s.n_boot,
             jobs=store.cpu_count(),
             progress=lambda i, n, row: progress(i),
         )
-    result = {"grid": grid, "trials": trials, "rows": rows}
-    if out is not None:
-        store.write_json(out, result)
-    if as_json:
+    result = {"grid": grid, "trials": s.trials, "rows": rows}
+    if s.out is not None:
+        store.write_json(s.out, result)
+    if s.as_json:
         typer.echo(terminal.dump_json(result))
         return
     terminal.console().print(calibration_table(rows))
@@ -196,85 +194,6 @@ def questions(text: str) -> list[str]:
     return qs
 
 
-PLAN_SOURCE = typer.Argument(
-    ...,
-    help="A sweep directory (sweeps/NAME) or curves `rank` reads: plan from what they measured. Or a sweep file "
-    "(recipes/NAME.yaml) with --calibration: plan before any run.",
-)
-PLAN_OVERRIDES = typer.Argument(
-    None, help="With a sweep file: Hydra overrides, as `ablate sweep` takes them (e.g. train.max_steps=2000)."
-)
-PLAN_DELTA_A = typer.Option(
-    0.02,
-    "--delta-a",
-    help="Ceiling change to detect (the paper's ±0.02 on A).",
-    callback=in_range("--delta-a", lambda v: 0 < v < 0.5),
-)
-PLAN_RATIO = typer.Option(
-    1.25,
-    "--ratio",
-    help="Efficiency change to detect: the arm needs 1/ratio of the compute.",
-    callback=in_range("--ratio", lambda v: 1.0 < v <= 10.0),
-)
-PLAN_POWER = typer.Option(
-    0.8, "--power", help="Power the plan must reach.", callback=in_range("--power", lambda v: 0.5 <= v < 1.0)
-)
-PLAN_QUESTION = typer.Option(
-    "ceiling,efficiency",
-    "--question",
-    help="Which questions to plan: ceiling, efficiency or both.",
-    callback=checked(questions),
-)
-PLAN_BASELINE = typer.Option(
-    None, "--baseline", help="Arm the others are compared with (default: the sweep file's baseline)."
-)
-PLAN_TO = typer.Option(
-    None,
-    "--to",
-    help="Compute the verdicts rank at (default: twice the budget), in the units of --x.",
-    callback=in_range("--to", lambda v: v is None or (math.isfinite(v) and v > 0)),
-)
-PLAN_NOISE = typer.Option(
-    None, "--noise", help="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds."
-)
-PLAN_CALIBRATION = typer.Option(
-    None, "--calibration", help="A stored task model (--save-calibration) to plan a sweep file from, before any run."
-)
-PLAN_SAVE_CALIBRATION = typer.Option(
-    None,
-    "--save-calibration",
-    help="Write the task model measured on SOURCE to this file (for --calibration).",
-    callback=writable("--save-calibration"),
-)
-PLAN_TRIALS = typer.Option(
-    100,
-    "--trials",
-    help="Most simulated sweeps per design (with --exact a design stops early once its power is clearly above or "
-    "below the goal; at most 1,000).",
-    callback=in_range("--trials", lambda v: v >= 20, MAX_TRIALS, "each trial is a simulated sweep"),
-)
-PLAN_FUTURES = typer.Option(
-    40,
-    "--futures",
-    help="Simulated futures per running arm (0: skip the running arms; at most 1,000).",
-    callback=in_range("--futures", lambda v: v >= 0, MAX_FUTURES, "each future is a simulated sweep"),
-)
-PLAN_MIN_EFFECT = typer.Option(
-    0.02, "--min-effect", help="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02)."
-)
-PLAN_MIN_EFFECT_COMPUTE = typer.Option(
-    1.15,
-    "--min-effect-compute",
-    help="The smallest compute ratio that matters, either way, as `rank` reads it (the paper's ±15%: 1.15).",
-)
-PLAN_EXACT = typer.Option(
-    False,
-    "--exact",
-    help="Rank every simulated sweep with `ablate rank` itself (minutes; the reference the default fast engine is "
-    "checked against).",
-)
-
-
 def check_saved_axis(x: str, save_calibration: Path | None) -> None:
     """--save-calibration writes a file that plans a sweep file (verbs.check_calibration_axis): refused, before any
     work, for an --x that is not a compute axis a sweep's runs log."""
@@ -288,31 +207,97 @@ def check_saved_axis(x: str, save_calibration: Path | None) -> None:
         )
 
 
-def plan(
-    source: Path = PLAN_SOURCE,
-    overrides: list[str] | None = PLAN_OVERRIDES,
-    delta_a: float = PLAN_DELTA_A,
-    ratio: float = PLAN_RATIO,
-    power: float = PLAN_POWER,
-    question: str = PLAN_QUESTION,
-    x: str = X_OPT,
-    run: str = RUN_OPT,
-    group: str | None = GROUP_OPT,
-    fmt: str = FROM_OPT,
-    baseline: str | None = PLAN_BASELINE,
-    to: float | None = PLAN_TO,
-    noise: Path | None = PLAN_NOISE,
-    calibration: Path | None = PLAN_CALIBRATION,
-    save_calibration: Path | None = PLAN_SAVE_CALIBRATION,
-    trials: int = PLAN_TRIALS,
-    futures: int = PLAN_FUTURES,
-    min_effect: float = PLAN_MIN_EFFECT,
-    min_effect_compute: float = PLAN_MIN_EFFECT_COMPUTE,
-    exact: bool = PLAN_EXACT,
-    output: str | None = OUTPUT_FORMAT_OPT,
-    as_json: bool = JSON_OPT,
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (>= 0).", callback=in_range("--seed", lambda v: v >= 0)),
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class PlanSettings:
+    """`ablate plan`'s options."""
+
+    source: Path = argument(
+        "A sweep directory (sweeps/NAME) or curves `rank` reads: plan from what they measured. Or a sweep file "
+        "(recipes/NAME.yaml) with --calibration: plan before any run."
+    )
+    overrides: list[str] | None = argument(
+        "With a sweep file: Hydra overrides, as `ablate sweep` takes them (e.g. train.max_steps=2000).", default=None
+    )
+    delta_a: float = option(
+        0.02,
+        "--delta-a",
+        doc="Ceiling change to detect (the paper's ±0.02 on A).",
+        callback=in_range("--delta-a", lambda v: 0 < v < 0.5),
+    )
+    ratio: float = option(
+        1.25,
+        "--ratio",
+        doc="Efficiency change to detect: the arm needs 1/ratio of the compute.",
+        callback=in_range("--ratio", lambda v: 1.0 < v <= 10.0),
+    )
+    power: float = option(
+        0.8, "--power", doc="Power the plan must reach.", callback=in_range("--power", lambda v: 0.5 <= v < 1.0)
+    )
+    question: str = option(
+        "ceiling,efficiency",
+        "--question",
+        doc="Which questions to plan: ceiling, efficiency or both.",
+        callback=checked(questions),
+    )
+    x: str = shared(ReadingOptions, "x")
+    run: str = shared(ReadingOptions, "run")
+    group: str | None = shared(ReadingOptions, "group")
+    fmt: str = shared(ReadingOptions, "fmt")
+    baseline: str | None = option(
+        None, "--baseline", doc="Arm the others are compared with (default: the sweep file's baseline)."
+    )
+    to: float | None = option(
+        None,
+        "--to",
+        doc="Compute the verdicts rank at (default: twice the budget), in the units of --x.",
+        callback=in_range("--to", lambda v: v is None or (math.isfinite(v) and v > 0)),
+    )
+    noise: Path | None = option(
+        None, "--noise", doc="A seed spread measured before (--save-noise of `ablate rank`), for sweeps without seeds."
+    )
+    calibration: Path | None = option(
+        None, "--calibration", doc="A stored task model (--save-calibration) to plan a sweep file from, before any run."
+    )
+    save_calibration: Path | None = option(
+        None,
+        "--save-calibration",
+        doc="Write the task model measured on SOURCE to this file (for --calibration).",
+        callback=writable("--save-calibration"),
+    )
+    trials: int = option(
+        100,
+        "--trials",
+        doc="Most simulated sweeps per design (with --exact a design stops early once its power is clearly above or "
+        "below the goal; at most 1,000).",
+        callback=in_range("--trials", lambda v: v >= 20, MAX_TRIALS, "each trial is a simulated sweep"),
+    )
+    futures: int = option(
+        40,
+        "--futures",
+        doc="Simulated futures per running arm (0: skip the running arms; at most 1,000).",
+        callback=in_range("--futures", lambda v: v >= 0, MAX_FUTURES, "each future is a simulated sweep"),
+    )
+    min_effect: float = option(
+        0.02, "--min-effect", doc="The smallest change of A that matters, as `rank` reads it (the paper's ±0.02)."
+    )
+    min_effect_compute: float = option(
+        1.15,
+        "--min-effect-compute",
+        doc="The smallest compute ratio that matters, either way, as `rank` reads it (the paper's ±15%: 1.15).",
+    )
+    exact: bool = option(
+        False,
+        "--exact",
+        doc="Rank every simulated sweep with `ablate rank` itself (minutes; the reference the default fast engine is "
+        "checked against).",
+    )
+    output: str | None = shared(OutputOptions, "output")
+    as_json: bool = shared(OutputOptions, "as_json")
+    seed: int = option(0, "--seed", doc="Bootstrap seed (>= 0).", callback=in_range("--seed", lambda v: v >= 0))
+
+
+@verb(PlanSettings)
+def plan(s: PlanSettings) -> None:
     """How many seeds and how much compute per arm a question needs, and where running arms can stop.
 
     Every answer is simulated: sweeps drawn from the measured curve and noise (evaluation noise, drift, seed
@@ -329,39 +314,39 @@ def plan(
     from ablate.render.plan import plan_notices, print_plan
     from ablate.storage import store
 
-    output, fmt = output_and_input(output, fmt, as_json, ("table", "json"))
-    check_saved_axis(x, save_calibration)
+    output, fmt = output_and_input(s.output, s.fmt, s.as_json, ("table", "json"))
+    check_saved_axis(s.x, s.save_calibration)
     progress, axis_line = plan_notices(quiet=output == "json")
     common = dict(
-        questions=question,
-        delta_a=delta_a,
-        ratio=ratio,
-        goal=power,
-        trials=trials,
-        seed=seed,
+        questions=s.question,
+        delta_a=s.delta_a,
+        ratio=s.ratio,
+        goal=s.power,
+        trials=s.trials,
+        seed=s.seed,
         jobs=store.cpu_count(),
-        noise=noise,
-        engine="exact" if exact else "fast",
+        noise=s.noise,
+        engine="exact" if s.exact else "fast",
         progress=progress,
-        min_effect=MinEffect(a=min_effect, ratio=min_effect_compute),
+        min_effect=MinEffect(a=s.min_effect, ratio=s.min_effect_compute),
     )
     result = verbs.plan_any(
-        source,
-        list(overrides or []),
-        calibration,
-        x=x,
-        baseline=baseline,
-        to=to,
-        futures=futures,
+        s.source,
+        list(s.overrides or []),
+        s.calibration,
+        x=s.x,
+        baseline=s.baseline,
+        to=s.to,
+        futures=s.futures,
         fmt=fmt,
-        run=run,
-        group=group,
+        run=s.run,
+        group=s.group,
         common=common,
         axis_line=axis_line,
     )
-    if save_calibration is not None:
-        store.write_json(save_calibration, result.model.to_json())
+    if s.save_calibration is not None:
+        store.write_json(s.save_calibration, result.model.to_json())
     if output == "json":
         typer.echo(terminal.dump_json(result.to_json()))
         return
-    print_plan(result, terminal.console(), saved=save_calibration)
+    print_plan(result, terminal.console(), saved=s.save_calibration)

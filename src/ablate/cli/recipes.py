@@ -4,34 +4,38 @@ recipes/README.md."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
+from ablate.cli.commands import argument, option, verb
 from ablate.errors import UserError
 
-SHOW_RECIPE = typer.Argument(
-    None, help="Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo)."
-)
-SHOW_TRAINERS = typer.Option(
-    False,
-    "--trainers",
-    help="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
-)
-SHOW_KEYS = typer.Option(
-    False,
-    "--keys",
-    help="Print every key a recipe or override can set, with its type, default, choices and meaning, instead of a "
-    "config; RECIPE then names a section (loss) or a key (loss.eps_max) to print alone.",
-)
+
+@dataclass(frozen=True, kw_only=True)
+class ShowSettings:
+    """`ablate show`'s options."""
+
+    recipe: Path | None = argument(
+        "Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo).", default=None
+    )
+    overrides: list[str] | None = argument("Hydra overrides, one value per key: key=value.", default=None)
+    trainers: bool = option(
+        False,
+        "--trainers",
+        doc="Print which options each trainer (trainer=ablate, trainer=trl) supports, instead of a config.",
+    )
+    keys: bool = option(
+        False,
+        "--keys",
+        doc="Print every key a recipe or override can set, with its type, default, choices and meaning, instead of a "
+        "config; RECIPE then names a section (loss) or a key (loss.eps_max) to print alone.",
+    )
 
 
-def show(
-    recipe: Path | None = SHOW_RECIPE,
-    overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
-    trainers: bool = SHOW_TRAINERS,
-    keys: bool = SHOW_KEYS,
-) -> None:
+@verb(ShowSettings)
+def show(s: ShowSettings) -> None:
     """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
 
     The first line names the recipe file read: recipes/X.yaml is yours when your folder has it, else ablate's
@@ -45,22 +49,28 @@ def show(
     from ablate.render.terminal import console
     from ablate.text import safe
 
-    if trainers:
+    if s.trainers:
         print_trainers(console())
         return
-    if keys:
-        print_keys(str(recipe) if recipe is not None else None)
+    if s.keys:
+        print_keys(str(s.recipe) if s.recipe is not None else None)
         return
-    if recipe is None:
+    if s.recipe is None:
         raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")
-    config = config_yaml(compose_run(recipe, overrides or []))
-    found, source = find_recipe(recipe)
+    config = config_yaml(compose_run(s.recipe, s.overrides or []))
+    found, source = find_recipe(s.recipe)
     typer.echo(f"# recipe: {safe(found)} ({source})\n{config}", nl=False)
 
 
-def init(
-    folder: Path = typer.Argument(Path("."), help="The project's folder (created if missing; default: here)."),
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class InitSettings:
+    """`ablate init`'s options."""
+
+    folder: Path = argument("The project's folder (created if missing; default: here).", default=Path("."))
+
+
+@verb(InitSettings)
+def init(s: InitSettings) -> None:
     """Start a project of your own: an editable copy of ablate's recipes (DIR/recipes/) and an example SLURM
     profile (DIR/slurm/example.yaml). Refuses, writing nothing, when any of those files exists already.
 
@@ -69,5 +79,5 @@ def init(
     from ablate.compose.project import init_project
     from ablate.render.runs import written
 
-    for line in written(folder, init_project(folder)):
+    for line in written(s.folder, init_project(s.folder)):
         typer.echo(line)

@@ -5,37 +5,44 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from ablate.cli.options import N_BOOT_OPT
+from ablate.cli.commands import argument, option, shared, verb
+from ablate.cli.options import WindowOptions
 from ablate.errors import UserError
 from ablate.text import safe
 
 if TYPE_CHECKING:
     from ablate.analysis.plan import PlanResult
 
-REPORT_SWEEP = typer.Argument(..., help="The sweep's directory (sweeps/NAME), or its name under ./sweeps.")
-REPORT_OUT = typer.Option(
-    None,
-    "--out",
-    help="The HTML file to write (default: report-NAME.html in the current folder, NAME the sweep directory's "
-    "name; never inside the sweep, which may be another user's). Written owner-only (mode 0600): send it on.",
-    show_default=False,
-)
-REPORT_PLAN = typer.Option(
-    True,
-    "--plan/--no-plan",
-    help="When an arm is undecided, run `ablate plan SWEEP` (its defaults; tens of seconds) to say what would "
-    "decide it; --no-plan: the ranking's own seed estimate only.",
-)
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSettings:
+    """`ablate report`'s options."""
+
+    sweep: Path = argument("The sweep's directory (sweeps/NAME), or its name under ./sweeps.")
+    out: Path | None = option(
+        None,
+        "--out",
+        doc="The HTML file to write (default: report-NAME.html in the current folder, NAME the sweep directory's "
+        "name; never inside the sweep, which may be another user's). Written owner-only (mode 0600): send it on.",
+        show_default=False,
+    )
+    n_boot: int = shared(WindowOptions, "n_boot")
+    plan: bool = option(
+        True,
+        "--plan/--no-plan",
+        doc="When an arm is undecided, run `ablate plan SWEEP` (its defaults; tens of seconds) to say what would "
+        "decide it; --no-plan: the ranking's own seed estimate only.",
+    )
 
 
-def report(
-    sweep: Path = REPORT_SWEEP, out: Path | None = REPORT_OUT, n_boot: int = N_BOOT_OPT, plan: bool = REPORT_PLAN
-) -> None:
+@verb(ReportSettings)
+def report(s: ReportSettings) -> None:
     """Write one self-contained HTML page of a sweep: what was swept, every run's status, the ranking with what each
     verdict means, the interactive fits, the efficiency view, the extrapolation with its held-out check, what would
     decide the undecided arms, and where it all came from. It needs no network to view: send the file.
@@ -47,26 +54,26 @@ def report(
     """
     from ablate.report import build_report, sweep_folder
 
-    if n_boot == 0:
+    if s.n_boot == 0:
         raise UserError("--n-boot 0: the ranking's verdicts rest on intervals; give --n-boot of 200 or more")
-    folder = sweep_folder(sweep)
-    target = default_out(folder) if out is None else out
+    folder = sweep_folder(s.sweep)
+    target = default_out(folder) if s.out is None else s.out
     check_out(target)
     command = shlex.join(
         [
             "ablate",
             "report",
-            str(sweep),
-            *(["--out", str(out)] if out is not None else []),
-            *([] if plan else ["--no-plan"]),
+            str(s.sweep),
+            *(["--out", str(s.out)] if s.out is not None else []),
+            *([] if s.plan else ["--no-plan"]),
         ]
     )
 
     def progress(step: str) -> None:
         typer.echo(f"report: {step}", err=True)
 
-    planner = default_plan(progress) if plan else None
-    written = build_report(folder, target, n_boot=n_boot, command=command, progress=progress, plan=planner)
+    planner = default_plan(progress) if s.plan else None
+    written = build_report(folder, target, n_boot=s.n_boot, command=command, progress=progress, plan=planner)
     typer.echo(str(written))
 
 
@@ -100,18 +107,19 @@ def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult
     from ablate.storage import store
 
     def run(sweep: Path) -> PlanResult:
+        d = planning.PlanSettings(source=sweep)  # every other setting at its default
         common = dict(
-            questions=planning.questions(planning.PLAN_QUESTION.default),
-            delta_a=planning.PLAN_DELTA_A.default,
-            ratio=planning.PLAN_RATIO.default,
-            goal=planning.PLAN_POWER.default,
-            trials=planning.PLAN_TRIALS.default,
+            questions=planning.questions(d.question),
+            delta_a=d.delta_a,
+            ratio=d.ratio,
+            goal=d.power,
+            trials=d.trials,
             seed=0,
             jobs=store.cpu_count(),
             noise=None,
             engine="fast",
             progress=None,
-            min_effect=MinEffect(a=planning.PLAN_MIN_EFFECT.default, ratio=planning.PLAN_MIN_EFFECT_COMPUTE.default),
+            min_effect=MinEffect(a=d.min_effect, ratio=d.min_effect_compute),
         )
         return verbs.plan_any(
             sweep,
@@ -120,7 +128,7 @@ def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult
             x="auto",
             baseline=None,
             to=None,
-            futures=planning.PLAN_FUTURES.default,
+            futures=d.futures,
             fmt="auto",
             run="run",
             group=None,

@@ -6,32 +6,37 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from ablate.cli.deciding import SWEEP_BUDGET, SWEEP_DECIDE, SWEEP_MAX_SEEDS, SWEEP_WAVE, check_decide_flags, run_decide
+from ablate.cli.commands import argument, option, shared, verb
+from ablate.cli.deciding import DecideOptions, check_decide_flags, run_decide
 from ablate.cli.errors import checked
-from ablate.cli.options import executor_name, positive_seconds, torch_threads
+from ablate.cli.options import OutputOptions, executor_name, positive_seconds, torch_threads
 from ablate.errors import UserError
 from ablate.states import RunState
 
-STATUS_SWEEP = typer.Argument(
-    None, help="Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root."
-)
-STATUS_INTERVAL = typer.Option(
-    5.0, "--interval", help="Seconds between refreshes with --watch.", callback=checked(positive_seconds)
-)
+
+@dataclass(frozen=True, kw_only=True)
+class StatusSettings:
+    """`ablate status`'s options."""
+
+    sweep: str | None = argument(
+        "Sweep name (sweeps/<name>/) or a sweep directory's path; default: every sweep under --root.", default=None
+    )
+    root: Path = option(Path("sweeps"), "--root", doc="Folder holding the sweeps.")
+    watch: bool = option(False, "--watch", doc="Refresh until every run has ended (Ctrl-C to stop).")
+    interval: float = option(
+        5.0, "--interval", doc="Seconds between refreshes with --watch.", callback=checked(positive_seconds)
+    )
+    as_json: bool = shared(OutputOptions, "as_json")
 
 
-def status(
-    sweep: str | None = STATUS_SWEEP,
-    root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps."),
-    watch: bool = typer.Option(False, "--watch", help="Refresh until every run has ended (Ctrl-C to stop)."),
-    interval: float = STATUS_INTERVAL,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
-) -> None:
+@verb(StatusSettings)
+def status(s: StatusSettings) -> None:
     """Show every run of a sweep: state, job id, progress, latest pass rate, GPU-hours, truncation warnings.
 
     Reads the files only (plus one batched sacct call per refresh on SLURM); works from any shell.
@@ -40,6 +45,7 @@ def status(
     from ablate.render.status import show_status
     from ablate.train.stopping import ctrl_c
 
+    root, sweep = s.root, s.sweep
     if sweep is not None and "/" in sweep and (Path(sweep) / "ledger.jsonl").exists():
         root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
     elif sweep is not None and "/" in sweep:
@@ -47,45 +53,9 @@ def status(
             f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory (sweeps/NAME)"
         )
     with ctrl_c() as interrupted:
-        show_status(root, sweep, watch=watch, interval=interval, as_json=as_json)
+        show_status(root, sweep, watch=s.watch, interval=s.interval, as_json=s.as_json)
     if interrupted.is_set():
         raise typer.Exit(130)  # Ctrl-C: the shell's status for it, not success
-
-
-SWEEP_OVERRIDES = typer.Argument(
-    None,
-    help="Hydra overrides for every run: key=value; a sweep value (a,b / range(..) / choice(..)) adds or replaces "
-    "a grid axis; seed=0,1,2 replaces the seeds.",
-)
-SWEEP_DRY_RUN = typer.Option(
-    False, "--dry-run", help="Print the runs (label, run id, arm id, overrides vs base) and launch nothing."
-)
-SWEEP_EXECUTOR = typer.Option(
-    None,
-    "--executor",
-    "-e",
-    help="local | slurm | debug | auto (default: the recipe's launcher.name).",
-    callback=checked(executor_name),
-)
-SWEEP_MAX_PARALLEL = typer.Option(
-    None,
-    "--max-parallel",
-    help="Runs of this sweep at once (default: launcher.max_parallel, else as many as the cores hold).",
-    show_default=False,
-)
-SWEEP_PROFILE = typer.Option(
-    None,
-    "--profile",
-    help="slurm: cluster resources: NAME is ablate's own slurm/NAME.yaml, a path (./slurm/x.yaml) exactly that "
-    "file (default: ablate's slurm/local.yaml). Only the command line names a profile, never a recipe or the "
-    "working directory.",
-)
-SWEEP_RETRY_FAILED = typer.Option(
-    False, "--retry-failed", help="Also resubmit failed runs (they resume from their checkpoints)."
-)
-SWEEP_FORCE = typer.Option(
-    False, "--force", help="Re-run every run not queued or running, from scratch (old run dirs are archived)."
-)
 
 
 def tracker_names(values: list[str] | None) -> list[str] | None:
@@ -109,73 +79,95 @@ TRACK_HELP = (
     "track.to; not part of run ids). Trackers and where they send data are chosen here, by track.* overrides on the "
     "command line and by the WANDB_*/MLFLOW_* variables, never by a recipe (docs/trackers.md)."
 )
-SWEEP_TRACK = typer.Option(
-    None, "--track", help=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
-)
-SWEEP_TENSORBOARD = typer.Option(
-    False,
-    "--tensorboard",
-    help="Same as --track tensorboard: event files in each run's tb/. View a sweep with: tensorboard --logdir "
-    "sweeps/NAME/runs",
-)
-SWEEP_PRUNE = typer.Option(
-    False,
-    "--prune",
-    help="Stop runs that can no longer decide anything while the sweep runs: arms whose verdict against the "
-    "baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken "
-    "runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both "
-    "keep their files; see `ablate status`.",
-)
-SWEEP_PRUNE_X = typer.Option(
-    "auto",
-    "--prune-x",
-    help="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is "
-    "load-independent on a shared CPU). auto: samples when the runs train on CPU, else gpu_hours.",
-)
-SWEEP_PRUNE_TO = typer.Option(
-    None,
-    "--prune-to",
-    help="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run "
-    "reaches at max_steps).",
-)
-SWEEP_RESUME_PRUNED = typer.Option(
-    False,
-    "--resume-pruned",
-    help="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not "
-    "pruned again).",
-)
-SWEEP_GROUP_READ = typer.Option(
-    False,
-    "--group-read",
-    help="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, "
-    "and an existing owner-only sweep is opened to the group (g+rx).",
-)
 
 
-def sweep(
-    recipe: Path = typer.Argument(..., help="Sweep file (recipes/loss.yaml) or recipe (recipes/base.yaml)."),
-    overrides: list[str] | None = SWEEP_OVERRIDES,
-    dry_run: bool = SWEEP_DRY_RUN,
-    executor: str | None = SWEEP_EXECUTOR,
-    max_parallel: int | None = SWEEP_MAX_PARALLEL,
-    profile: str | None = SWEEP_PROFILE,
-    retry_failed: bool = SWEEP_RETRY_FAILED,
-    force: bool = SWEEP_FORCE,
-    follow: bool = typer.Option(False, "--follow", help="Wait with a progress bar until the submitted runs end."),
-    root: Path = typer.Option(Path("sweeps"), "--root", help="Folder holding the sweeps (results in <root>/<sweep>/)."),
-    job: str = typer.Option("ablate.train:run", "--job", help="The run function, module:function or file.py:function."),
-    track: list[str] | None = SWEEP_TRACK,
-    tensorboard: bool = SWEEP_TENSORBOARD,
-    prune: bool = SWEEP_PRUNE,
-    prune_x: str = SWEEP_PRUNE_X,
-    prune_to: float | None = SWEEP_PRUNE_TO,
-    resume_pruned: bool = SWEEP_RESUME_PRUNED,
-    group_read: bool = SWEEP_GROUP_READ,
-    decide: bool = SWEEP_DECIDE,
-    wave: int = SWEEP_WAVE,
-    max_seeds: int = SWEEP_MAX_SEEDS,
-    budget: float | None = SWEEP_BUDGET,
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings(DecideOptions):
+    """`ablate sweep`'s options."""
+
+    recipe: Path = argument("Sweep file (recipes/loss.yaml) or recipe (recipes/base.yaml).")
+    overrides: list[str] | None = argument(
+        "Hydra overrides for every run: key=value; a sweep value (a,b / range(..) / choice(..)) adds or replaces "
+        "a grid axis; seed=0,1,2 replaces the seeds.",
+        default=None,
+    )
+    dry_run: bool = option(
+        False, "--dry-run", doc="Print the runs (label, run id, arm id, overrides vs base) and launch nothing."
+    )
+    executor: str | None = option(
+        None,
+        "--executor",
+        "-e",
+        doc="local | slurm | debug | auto (default: the recipe's launcher.name).",
+        callback=checked(executor_name),
+    )
+    max_parallel: int | None = option(
+        None,
+        "--max-parallel",
+        doc="Runs of this sweep at once (default: launcher.max_parallel, else as many as the cores hold).",
+        show_default=False,
+    )
+    profile: str | None = option(
+        None,
+        "--profile",
+        doc="slurm: cluster resources: NAME is ablate's own slurm/NAME.yaml, a path (./slurm/x.yaml) exactly that "
+        "file (default: ablate's slurm/local.yaml). Only the command line names a profile, never a recipe or the "
+        "working directory.",
+    )
+    retry_failed: bool = option(
+        False, "--retry-failed", doc="Also resubmit failed runs (they resume from their checkpoints)."
+    )
+    force: bool = option(
+        False, "--force", doc="Re-run every run not queued or running, from scratch (old run dirs are archived)."
+    )
+    follow: bool = option(False, "--follow", doc="Wait with a progress bar until the submitted runs end.")
+    root: Path = option(Path("sweeps"), "--root", doc="Folder holding the sweeps (results in <root>/<sweep>/).")
+    job: str = option("ablate.train:run", "--job", doc="The run function, module:function or file.py:function.")
+    track: list[str] | None = option(
+        None, "--track", doc=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
+    )
+    tensorboard: bool = option(
+        False,
+        "--tensorboard",
+        doc="Same as --track tensorboard: event files in each run's tb/. View a sweep with: tensorboard --logdir "
+        "sweeps/NAME/runs",
+    )
+    prune: bool = option(
+        False,
+        "--prune",
+        doc="Stop runs that can no longer decide anything while the sweep runs: arms whose verdict against the "
+        "baseline is settled (identified, and unchanged in simulated futures to max_steps) end `pruned`; broken "
+        "runs (truncation >10% at 3 evaluations in a row, pass rate collapsed below R0) end `unstable`. Both "
+        "keep their files; see `ablate status`.",
+    )
+    prune_x: str = option(
+        "auto",
+        "--prune-x",
+        doc="--prune: the compute axis verdicts are ranked on (gpu_hours, flops, samples or step; samples is "
+        "load-independent on a shared CPU). auto: samples when the runs train on CPU, else gpu_hours.",
+    )
+    prune_to: float | None = option(
+        None,
+        "--prune-to",
+        doc="--prune: the compute verdicts are ranked at, in units of --prune-x (default: twice the compute a run "
+        "reaches at max_steps).",
+    )
+    resume_pruned: bool = option(
+        False,
+        "--resume-pruned",
+        doc="Also resubmit pruned and unstable runs: they resume from their checkpoints and run to max_steps (not "
+        "pruned again).",
+    )
+    group_read: bool = option(
+        False,
+        "--group-read",
+        doc="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, "
+        "and an existing owner-only sweep is opened to the group (g+rx).",
+    )
+
+
+@verb(SweepSettings)
+def sweep(s: SweepSettings) -> None:
     """Expand a sweep into validated runs and launch them; safe to run again at any time.
 
     Re-running says how many runs are done, running, failed and new, and submits only new and preempted runs.
@@ -192,41 +184,48 @@ def sweep(
     from ablate.text import safe
     from ablate.train.stopping import ctrl_c
 
-    launch: dict[str, Any] = {"max_parallel": max_parallel, "profile": profile, "retry_failed": retry_failed}
-    launch |= {"force": force, "job": job, "group_read": group_read, "command": typed_command(recipe, overrides)}
-    every = [*(overrides or []), *track_overrides(track, tensorboard)]
-    refused = {"--prune": prune, "--dry-run": dry_run, "--force": force}
-    if check_decide_flags(decide, every, (wave, max_seeds, budget), refused=refused):
-        return run_decide(recipe, every, root=root, executor=executor, looks=(wave, max_seeds, budget), launch=launch)
-    expanded = load_sweep(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
-    if dry_run:
-        flags = {"retry_failed": retry_failed, "force": force, "resume_pruned": resume_pruned}
-        return show_dry_run(expanded, root / expanded.name, executor or "auto", flags)
-    settings = prune_settings(expanded, prune=prune, x=prune_x, to=prune_to, executor=executor, echo=typer.echo)
-    check_writable_output(root / expanded.name, "--root", folder=True)  # before any run is submitted
-    check_ledger(root / expanded.name)
+    launch: dict[str, Any] = {"max_parallel": s.max_parallel, "profile": s.profile, "retry_failed": s.retry_failed}
+    launch |= {
+        "force": s.force,
+        "job": s.job,
+        "group_read": s.group_read,
+        "command": typed_command(s.recipe, s.overrides),
+    }
+    every = [*(s.overrides or []), *track_overrides(s.track, s.tensorboard)]
+    refused = {"--prune": s.prune, "--dry-run": s.dry_run, "--force": s.force}
+    if check_decide_flags(s.decide, every, (s.wave, s.max_seeds, s.budget), refused=refused):
+        return run_decide(
+            s.recipe, every, root=s.root, executor=s.executor, looks=(s.wave, s.max_seeds, s.budget), launch=launch
+        )
+    expanded = load_sweep(s.recipe, [*(s.overrides or []), *track_overrides(s.track, s.tensorboard)])
+    if s.dry_run:
+        flags = {"retry_failed": s.retry_failed, "force": s.force, "resume_pruned": s.resume_pruned}
+        return show_dry_run(expanded, s.root / expanded.name, s.executor or "auto", flags)
+    settings = prune_settings(expanded, prune=s.prune, x=s.prune_x, to=s.prune_to, executor=s.executor, echo=typer.echo)
+    check_writable_output(s.root / expanded.name, "--root", folder=True)  # before any run is submitted
+    check_ledger(s.root / expanded.name)
     for note in expanded.notes:
         typer.echo(f"note: {safe(note)}")
     submitted = launch_sweep(
         expanded,
-        root=root,
-        executor=executor,
+        root=s.root,
+        executor=s.executor,
         echo=typer.echo,
         monitored=settings is not None,
         after_submit=monitor_hook(settings),
-        resume_pruned=resume_pruned,
+        resume_pruned=s.resume_pruned,
         **launch,
     )
-    _send_unsent(root / expanded.name, [*submitted.submit, *submitted.running])
-    _copy_hints(expanded, root / expanded.name)
-    shown = f"ablate status {expanded.name}" + (f" --root {root}" if root != Path("sweeps") else "")
-    if follow and (submitted.submit or submitted.running):
+    _send_unsent(s.root / expanded.name, [*submitted.submit, *submitted.running])
+    _copy_hints(expanded, s.root / expanded.name)
+    shown = f"ablate status {expanded.name}" + (f" --root {s.root}" if s.root != Path("sweeps") else "")
+    if s.follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
-            ended = follow_runs(root, expanded.name, submitted.submit + submitted.running, status_cmd=shown)
+            ended = follow_runs(s.root, expanded.name, submitted.submit + submitted.running, status_cmd=shown)
         if interrupted.is_set():
             raise typer.Exit(130)  # Ctrl-C stopped the following, not the runs (follow_runs said so)
         followed_end(ended, shown)
-    elif not follow:
+    elif not s.follow:
         typer.echo(f"follow with: {shown}")
 
 
@@ -295,38 +294,38 @@ def monitor_hook(settings: Any) -> Callable[[Path], None] | None:
     return start_hook(settings, echo=typer.echo)
 
 
-TRAIN_THREADS = typer.Option(
-    1,
-    "--threads",
-    help="torch threads for this run (several runs can share a machine).",
-    callback=checked(torch_threads),
-)
-TRAIN_TRACK = typer.Option(
-    None, "--track", help=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
-)
-TRAIN_TENSORBOARD = typer.Option(
-    False, "--tensorboard", help="Same as --track tensorboard: TensorBoard event files in the run's tb/."
-)
-TRAIN_GROUP_READ = typer.Option(
-    False,
-    "--group-read",
-    help="Let your group read (never write) the run directory: it is made 0750 instead of owner-only 0700, and an "
-    "existing owner-only one is opened to the group (g+rx).",
-)
+@dataclass(frozen=True, kw_only=True)
+class TrainSettings:
+    """`ablate train`'s options."""
+
+    recipe: Path = argument("Recipe (recipes/base.yaml) or sweep file narrowed to one run.")
+    overrides: list[str] | None = argument("Hydra overrides, one value per key: key=value.", default=None)
+    run_dir: Path | None = option(
+        None, "--run-dir", doc="Run directory to write (default: sweeps/train/runs/<run_id>)."
+    )
+    old_out: Path | None = option(None, "--out", doc="", hidden=True)
+    threads: int = option(
+        1,
+        "--threads",
+        doc="torch threads for this run (several runs can share a machine).",
+        callback=checked(torch_threads),
+    )
+    track: list[str] | None = option(
+        None, "--track", doc=TRACK_HELP, callback=checked(tracker_names), show_default=False, metavar="NAME"
+    )
+    tensorboard: bool = option(
+        False, "--tensorboard", doc="Same as --track tensorboard: TensorBoard event files in the run's tb/."
+    )
+    group_read: bool = option(
+        False,
+        "--group-read",
+        doc="Let your group read (never write) the run directory: it is made 0750 instead of owner-only 0700, and an "
+        "existing owner-only one is opened to the group (g+rx).",
+    )
 
 
-def train(
-    recipe: Path = typer.Argument(..., help="Recipe (recipes/base.yaml) or sweep file narrowed to one run."),
-    overrides: list[str] | None = typer.Argument(None, help="Hydra overrides, one value per key: key=value."),
-    run_dir: Path | None = typer.Option(
-        None, "--run-dir", help="Run directory to write (default: sweeps/train/runs/<run_id>)."
-    ),
-    old_out: Path | None = typer.Option(None, "--out", hidden=True),
-    threads: int = TRAIN_THREADS,
-    track: list[str] | None = TRAIN_TRACK,
-    tensorboard: bool = TRAIN_TENSORBOARD,
-    group_read: bool = TRAIN_GROUP_READ,
-) -> None:
+@verb(TrainSettings)
+def train(s: TrainSettings) -> None:
     """Execute one RL run in the foreground and write its run directory (resumes it if it has a checkpoint).
 
     Example: ablate train recipes/base.yaml loss=dapo train.max_steps=100 --run-dir /tmp/run1
@@ -340,16 +339,16 @@ def train(
     from ablate.train.loop import run as run_train
     from ablate.train.stopping import Stop, stop_on_signals
 
-    if old_out is not None:  # --out is the file report and calibrate write; a run's directory has its own name
-        raise UserError(f"--out {old_out}: train writes a run directory; give it as --run-dir {old_out}")
-    config = compose_run(recipe, [*(overrides or []), *track_overrides(track, tensorboard)])
-    run_dir = prepare_run_dir(config, run_dir, group_read=group_read)
+    if s.old_out is not None:  # --out is the file report and calibrate write; a run's directory has its own name
+        raise UserError(f"--out {s.old_out}: train writes a run directory; give it as --run-dir {s.old_out}")
+    config = compose_run(s.recipe, [*(s.overrides or []), *track_overrides(s.track, s.tensorboard)])
+    run_dir = prepare_run_dir(config, s.run_dir, group_read=s.group_read)
     typer.echo(f"run directory: {run_dir}")
-    trackers = [*(track or []), *(["tensorboard"] if tensorboard else [])]
-    again = resume_command(recipe, list(overrides or []), run_dir, threads=threads, trackers=trackers)
+    trackers = [*(s.track or []), *(["tensorboard"] if s.tensorboard else [])]
+    again = resume_command(s.recipe, list(s.overrides or []), run_dir, threads=s.threads, trackers=trackers)
     try:  # a signal stops the run at a step boundary; its number is the exit status
         with stop_on_signals() as stop, store.sweep_umask(store.group_readable(run_dir)):
-            summary = run_train(config, run_dir, threads=threads, stop=stop)
+            summary = run_train(config, run_dir, threads=s.threads, stop=stop)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once
         typer.echo(f"interrupted; resume from the last checkpoint with: {again}", err=True)
         raise typer.Exit(130) from None

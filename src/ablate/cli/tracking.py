@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
+from ablate.cli.commands import argument, verb
 
-def sync(path: Path = typer.Argument(..., help="A sweep directory (sweeps/NAME) or a run directory.")) -> None:
+
+@dataclass(frozen=True, kw_only=True)
+class SyncSettings:
+    """`ablate sync`'s options."""
+
+    path: Path = argument("A sweep directory (sweeps/NAME) or a run directory.")
+
+
+@verb(SyncSettings)
+def sync(s: SyncSettings) -> None:
     """Send each tracker the metrics lines it has not received: the end of runs whose tracker could not keep up (a
     busy node, a slow server) or failed. Each run's tracker run is reopened and sent only what it lacks, then
     finished with the run's state; `ablate sweep` does this too for the ended runs of a sweep it re-runs. The
@@ -18,18 +29,18 @@ def sync(path: Path = typer.Argument(..., help="A sweep directory (sweeps/NAME) 
     from ablate.text import safe
     from ablate.track.sync import sync as send
 
-    synced = send(path, echo=lambda line: typer.echo(line, err=True))
-    behind = [s for s in synced if s.left]
-    for s in synced:
-        if s.skipped:
-            typer.echo(f"{safe(s.run.name)}: left for later ({safe(s.skipped)})", err=True)
-        elif s.left:
+    synced = send(s.path, echo=lambda line: typer.echo(line, err=True))
+    behind = [one for one in synced if one.left]
+    for one in synced:
+        if one.skipped:
+            typer.echo(f"{safe(one.run.name)}: left for later ({safe(one.skipped)})", err=True)
+        elif one.left:
             typer.echo(
-                f"{safe(s.run.name)}: {', '.join(s.left)} still behind (the warning above says why); run this again "
-                "once that is fixed",
+                f"{safe(one.run.name)}: {', '.join(one.left)} still behind (the warning above says why); run this "
+                "again once that is fixed",
                 err=True,
             )
-    sent = len(synced) - len(behind) - sum(1 for s in synced if s.skipped)
+    sent = len(synced) - len(behind) - sum(1 for one in synced if one.skipped)
     typer.echo(f"{sent} run(s) sent in full, {len(behind)} still behind" if synced else "nothing left unsent")
     if behind:
         raise typer.Exit(1)
