@@ -11,6 +11,7 @@ that step), trunc (truncation rate to report).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from ablate.compose.resources import RECIPES_DIR
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.storage.rundir import RunDir
 
@@ -248,16 +250,36 @@ def small_config(*extra: str):
     return compose_run(RECIPE, SMALL_TRAIN + list(extra))
 
 
-def one_error(res, *parts: str, stream: str = "output") -> str:
-    """A CLI result (typer's CliRunner) of bad input: exit 2, exactly one `error:` line holding every part, and no
-    traceback. `stream="stderr"` reads stderr alone (for verbs that print to stdout before they fail)."""
+def error_kind(line: str) -> ErrorKind:
+    """The kind a refusal's line names: `error[recipe]: ...` -> ErrorKind.RECIPE."""
+    assert line.startswith("error[") and "]: " in line, line
+    return ErrorKind(line[len("error[") : line.index("]: ")])
+
+
+def one_error(res, kind: ErrorKind, *culprits: str, stream: str = "output") -> str:
+    """A CLI result (typer's CliRunner) of bad input: exit 2, exactly one `error[KIND]:` line of this `kind`, naming
+    every culprit (the path, key, flag or value at fault), and no traceback. `stream="stderr"` reads stderr alone (for
+    verbs that print to stdout before they fail). Tests tell refusals apart by their kind, never by their wording."""
     assert res.exit_code == 2, (res.output, res.exception)
     lines = [ln for ln in getattr(res, stream).splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert len(lines) == 1 and lines[0].startswith("error["), res.output
     assert "Traceback" not in res.output
-    for p in parts:
+    assert error_kind(lines[0]) is kind, (kind, lines[0])
+    for p in culprits:
         assert p in lines[0], (p, lines[0])
     return lines[0]
+
+
+@contextlib.contextmanager
+def refused(kind: ErrorKind, match: str | None = None):
+    """`pytest.raises(UserError, match=...)` that also checks the error's kind."""
+    import pytest
+
+    from ablate.errors import UserError
+
+    with pytest.raises(UserError, match=match) as info:
+        yield info
+    assert info.value.kind is kind, (kind, info.value.kind, str(info.value))
 
 
 def calibration(**change) -> dict:

@@ -13,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ErrorKind
 from ablate.fit.synthetic import synthetic_curve
+from jobs import refused
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
@@ -86,10 +88,13 @@ def test_fit_extrapolate_read_and_status_from_python(sweep):
 
 def test_bad_input_from_python_is_the_commands_one_line(tmp_path):
     import ablate
-    from ablate.errors import UserError
 
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         ablate.rank(tmp_path / "nope")
     assert "\n" not in str(e.value) and "nope" in str(e.value)
-    with pytest.raises(UserError):
+    with refused(ErrorKind.SETTING):
         ablate.rank()
+    with refused(ErrorKind.SETTING) as e:  # docs/api.md's example: the kind, not the words
+        ablate.rank("sweeps/loss", to=-1)
+    res = CliRunner().invoke(app, ["rank", "sweeps/loss", "--to", "-1"])
+    assert res.stderr == f"error[setting]: {e.value.named(lambda s: '--' + s)}\n"  # the same refusal, as a line

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
 from ablate.compose.sweep import load_sweep
-from jobs import one_error
+from ablate.errors import ErrorKind
+from jobs import error_kind, one_error
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")
@@ -61,28 +62,26 @@ def test_loo_dry_run_lists_scalerl_plus_the_papers_seven_arms():
 
 
 @pytest.mark.parametrize(
-    "args,messages",
+    "args,kind,culprits",
     [
-        (["loss.eps_mx=4"], ["error: loss.eps_mx: unknown key (did you mean 'loss.eps_max'?)"]),
-        (["loss=cispoo"], ["no such option (did you mean 'cispo'?)"]),
-        (["batch.prompts=abc"], ["error: batch.prompts: expected int, got 'abc'"]),
-        (
-            ["offpolicy.k=0", "batch.generations=1"],
-            ["error: offpolicy.k: must be >= 1, got 0", "error: batch.generations: must be >= 2, got 1"],
-        ),
-        (["aggregation=token"], ["error: arm loss=gspo: loss=gspo with aggregation=token"]),
-        (["model=hf"], ["error: model=hf needs model.path"]),
-        (["--executor", "nope"], ["error: --executor nope: unknown; choose one of local, slurm, debug, auto"]),
+        (["loss.eps_mx=4"], ErrorKind.RECIPE, [["loss.eps_mx", "'loss.eps_max'"]]),
+        (["loss=cispoo"], ErrorKind.RECIPE, [["'cispo'"]]),
+        (["batch.prompts=abc"], ErrorKind.RECIPE, [["batch.prompts", "'abc'"]]),
+        (["offpolicy.k=0", "batch.generations=1"], ErrorKind.RECIPE, [["offpolicy.k"], ["batch.generations"]]),
+        (["aggregation=token"], ErrorKind.RECIPE, [["loss=gspo", "aggregation=token"]]),
+        (["model=hf"], ErrorKind.RECIPE, [["model=hf", "model.path"]]),
+        (["--executor", "nope"], ErrorKind.SETTING, [["--executor nope", "local, slurm, debug, auto"]]),
     ],
 )
 @pytest.mark.parametrize("dry", [True, False])
-def test_bad_input_is_one_line_per_error_and_launches_nothing(in_tmp, args, messages, dry):
+def test_bad_input_is_one_line_per_error_and_launches_nothing(in_tmp, args, kind, culprits, dry):
+    """One `error[KIND]:` line per problem, each naming its culprits (the key, the value, the choices)."""
     res = runner.invoke(app, ["sweep", LOSS, *args] + (["--dry-run"] if dry else []))
     assert res.exit_code == 2
     err_lines = res.stderr.strip().splitlines()
-    assert len(err_lines) == len(messages) and all(ln.startswith("error: ") for ln in err_lines)
-    for m in messages:
-        assert any(m in ln for ln in err_lines), (m, res.stderr)
+    assert len(err_lines) == len(culprits) and all(error_kind(ln) is kind for ln in err_lines), res.stderr
+    for names in culprits:
+        assert any(all(n in ln for n in names) for ln in err_lines), (names, res.stderr)
     assert res.stdout == ""  # no plan printed
     assert list(in_tmp.iterdir()) == []  # nothing submitted
 
@@ -112,7 +111,7 @@ def test_show_names_the_recipe_it_read_your_folder_first(tmp_path, monkeypatch):
     assert mine.output.splitlines()[0] == "# recipe: recipes/base.yaml (your folder)"
     assert mine.output.splitlines()[1:] == packaged.output.splitlines()[1:]  # the same recipe: the same run
     again = runner.invoke(app, ["init"])
-    assert again.exit_code == 2 and again.output.startswith("error: ") and "already exists" in again.output
+    one_error(again, ErrorKind.FILE, "already exists")
 
 
 def test_show_one_run_of_a_sweep_matches_the_plan():
@@ -124,15 +123,10 @@ def test_show_one_run_of_a_sweep_matches_the_plan():
 
 
 def test_show_errors():
-    res = runner.invoke(app, ["show", LOSS])
-    assert res.exit_code == 2 and "expands to 4 runs" in res.stderr
+    one_error(runner.invoke(app, ["show", LOSS]), ErrorKind.RECIPE, "4 runs", "loss=gspo")
     res = runner.invoke(app, ["show", str(RECIPES_DIR / "base.yaml"), "loss=dapo", "loss.eps_max=4"])
-    assert res.exit_code == 2
-    assert res.stderr.strip() == (
-        "error: loss.eps_max: not a parameter of loss=dapo (its parameters: eps_low, eps_high); use it with loss=cispo"
-    )
-    res = runner.invoke(app, ["show", "no/such.yaml"])
-    assert res.exit_code == 2 and "no such file" in res.stderr
+    one_error(res, ErrorKind.RECIPE, "loss.eps_max", "loss=dapo", "eps_low, eps_high", "loss=cispo")
+    one_error(runner.invoke(app, ["show", "no/such.yaml"]), ErrorKind.FILE, "no/such.yaml")
 
 
 @pytest.mark.parametrize("verb", ["sweep", "rank", "plan", "report", "status"])
@@ -187,5 +181,5 @@ def test_out_is_the_file_a_verb_writes_and_a_run_directory_is_run_dir(tmp_path):
     train = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
     assert "--out" not in {o for p in train.params if not getattr(p, "hidden", False) for o in p.opts}
     res = runner.invoke(app, ["train", str(RECIPES_DIR / "base.yaml"), "--out", str(tmp_path / "r")])
-    line = one_error(res, f"--run-dir {tmp_path / 'r'}")
-    assert line.startswith(f"error: --out {tmp_path / 'r'}") and not (tmp_path / "r").exists()
+    line = one_error(res, ErrorKind.SETTING, f"--run-dir {tmp_path / 'r'}")
+    assert error_kind(line) is ErrorKind.SETTING and f"--out {tmp_path / 'r'}" in line and not (tmp_path / "r").exists()

@@ -17,7 +17,8 @@ from ablate.config import schema
 from ablate.config.combinations import OPTION_PARAMS
 from ablate.config.schema import ConfigErrors, validate
 from ablate.config.sections import WarmupConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
+from jobs import refused
 
 BASE = RECIPES_DIR / "base.yaml"
 GROUPS = [
@@ -194,7 +195,7 @@ def test_compose_errors_are_one_line_user_errors():
         ("a==",): ["cannot parse override 'a=='"],
     }
     for overrides, parts in cases.items():
-        with pytest.raises(UserError) as e:
+        with refused(ErrorKind.RECIPE) as e:
             compose_run(BASE, list(overrides))
         msg = str(e.value)
         assert "\n" not in msg, msg

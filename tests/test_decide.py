@@ -90,7 +90,7 @@ def test_a_record_made_with_other_settings_is_refused_in_one_line(sweep_here):
     res = runner.invoke(app, ARGS)
     assert res.exit_code == 2
     line = res.output.strip().splitlines()[-1]
-    assert line.startswith("error: ") and "max_seeds 12 (now 6)" in line and "looks.jsonl" in line
+    assert line.startswith("error[") and "max_seeds 12 (now 6)" in line and "looks.jsonl" in line
     assert not (sweep_here / "runs").exists()
 
 

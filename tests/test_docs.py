@@ -92,3 +92,19 @@ def test_every_exit_status_a_command_raises_is_in_the_readmes_table():
     signals = {n for n in raised if n > 128 and f" {n} " in table}
     assert raised - signals <= documented, raised - documented
     assert {0, 1, 2, 3} <= documented and {130, 141} <= signals
+
+
+def test_the_readmes_error_kinds_are_the_codes_kinds_and_every_refusal_has_one():
+    """README.md's table of `error[KIND]:` lines names exactly the kinds of ablate.errors.ErrorKind, and every
+    UserError the package raises says its kind (the constructor requires it: a refusal without one fails here)."""
+    import ast
+    import re
+
+    from ablate.errors import ErrorKind
+
+    readme = (ROOT / "README.md").read_text()
+    assert set(re.findall(r"^\| `error\[(\w+)\]:` \|", readme, re.M)) == {k.value for k in ErrorKind}
+    for path in (ROOT / "src" / "ablate").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "UserError":
+                assert any(k.arg == "kind" for k in node.keywords), f"{path}:{node.lineno}"

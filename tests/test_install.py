@@ -22,8 +22,9 @@ from ablate.compose.project import init_project
 from ablate.compose.resources import PACKAGED, PROFILES_DIR, RECIPES_DIR, YOUR_FOLDER, find_recipe
 from ablate.compose.sweep import load_sweep
 from ablate.curves.tables import write_csv
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.fit.synthetic import PAPER_CURVES, synthetic_curve
+from jobs import refused
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -37,9 +38,9 @@ def test_a_recipe_path_resolves_in_your_folder_first_then_among_the_packaged_rec
     (tmp_path / "recipes" / "loss.yaml").write_text("base: base\n")
     assert find_recipe("recipes/loss.yaml") == (Path("recipes/loss.yaml"), YOUR_FOLDER)
     for missing in ("recipes/nope.yaml", "recipes/../../pyproject.toml"):
-        with pytest.raises(UserError, match=r"no such file \(in this folder or among ablate's packaged .*ablate init"):
+        with refused(ErrorKind.FILE, match=r"no such file \(in this folder or among ablate's packaged .*ablate init"):
             find_recipe(missing)
-    with pytest.raises(UserError, match=r"absent\.yaml: no such file; check the path$"):
+    with refused(ErrorKind.FILE, match=r"absent\.yaml: no such file; check the path$"):
         find_recipe(tmp_path / "absent.yaml")  # an absolute path is only ever itself
     assert find_recipe(RECIPES_DIR / "base.yaml") == (RECIPES_DIR / "base.yaml", PACKAGED)  # named where it lies
 
@@ -57,7 +58,7 @@ def test_init_writes_an_editable_copy_and_never_overwrites(tmp_path):
     copied = load_sweep(proj / "recipes" / "loss.yaml").runs
     assert [r.run_id for r in copied] == [r.run_id for r in load_sweep(RECIPES_DIR / "loss.yaml").runs]
     (proj / "recipes" / "loss.yaml").unlink()
-    with pytest.raises(UserError, match=r"recipes/README\.md: already exists; .*move it away"):
+    with refused(ErrorKind.FILE, match=r"recipes/README\.md: already exists; .*move it away"):
         init_project(proj)
     assert not (proj / "recipes" / "loss.yaml").exists()  # refused before writing anything
 
@@ -67,14 +68,14 @@ def test_init_never_writes_through_a_link_and_never_stops_half_way(tmp_path):
     dangling = tmp_path / "dangling"
     (dangling / "slurm").mkdir(parents=True)
     (dangling / "slurm" / "example.yaml").symlink_to(outside)  # a dangling link where init writes the profile
-    with pytest.raises(UserError, match=r"slurm/example\.yaml: already exists"):
+    with refused(ErrorKind.FILE, match=r"slurm/example\.yaml: already exists"):
         init_project(dangling)
     assert not outside.exists() and not (dangling / "recipes").exists()
 
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "slurm").write_text("a file where init makes a folder")
-    with pytest.raises(UserError, match=r"blocked/slurm: a link or a file where ablate init makes a folder"):
+    with refused(ErrorKind.FILE, match=r"blocked/slurm: a link or a file where ablate init makes a folder"):
         init_project(blocked)
     assert not (blocked / "recipes").exists()  # refused before the recipes were written
 
@@ -82,7 +83,7 @@ def test_init_never_writes_through_a_link_and_never_stops_half_way(tmp_path):
     linked.mkdir()
     (tmp_path / "elsewhere").mkdir()
     (linked / "recipes").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(UserError, match=r"linked/recipes: a link or a file"):
+    with refused(ErrorKind.FILE, match=r"linked/recipes: a link or a file"):
         init_project(linked)
     assert list((tmp_path / "elsewhere").iterdir()) == []
 

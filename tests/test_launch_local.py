@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from ablate.compose.resources import RECIPES_DIR
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.launch.slurm import load_profile
 from ablate.launch.status import sweep_status, wait_for
 from ablate.launch.submit import launch_sweep, resolve_executor
 from ablate.storage import store
 from ablate.storage.ledger import Ledger, proc_alive
-from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
+from jobs import GUARD, TOY_JOB, assert_complete, executions, refused, run_dir, toy_sweep, until
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 TESTS = str(Path(__file__).resolve().parent)
@@ -250,16 +250,16 @@ def test_two_launchers_at_once_submit_each_run_once(tmp_path):
 
 
 def test_executor_and_profile_errors(tmp_path):
-    with pytest.raises(UserError, match="unknown executor 'sge'"):
+    with refused(ErrorKind.SETTING, match="unknown executor 'sge'"):
         resolve_executor("sge")
     assert resolve_executor("local") == "local"
     bad = tmp_path / "p.yaml"
     bad.write_text("partition: gpu\ncpus_per_tsk: 4\n")
-    with pytest.raises(UserError, match="did you mean 'cpus_per_task'"):
+    with refused(ErrorKind.RECIPE, match="did you mean 'cpus_per_task'"):
         load_profile(str(bad))
     assert load_profile("local")["partition"] == "debug"
     assert load_profile("example-cluster")["mem"] == "120G"
-    with pytest.raises(UserError, match="profile 'nope' not found"):
+    with refused(ErrorKind.RECIPE, match="profile 'nope' not found"):
         load_profile("nope")
 
 

@@ -10,13 +10,13 @@ import subprocess
 
 import pytest
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.launch.slurm import squeue_states
 from ablate.launch.status import wait_for
 from ablate.launch.submit import launch_sweep, resolve_executor
 from ablate.storage import store
 from ablate.storage.ledger import Ledger, proc_alive
-from jobs import GUARD, TOY_JOB, assert_complete, executions, run_dir, toy_sweep, until
+from jobs import GUARD, TOY_JOB, assert_complete, executions, refused, run_dir, toy_sweep, until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -94,7 +94,7 @@ def test_sbatch_refusal_is_one_error_and_the_runs_stay_new(tmp_path):
     profile = tmp_path / "bad.yaml"
     profile.write_text("partition: nope\n")
     sw = toy_sweep(tmp_path, seeds=(0,))
-    with pytest.raises(UserError, match=r"submitting 2 runs via slurm failed: .*partition"):
+    with refused(ErrorKind.ENVIRONMENT, match=r"submitting 2 runs via slurm failed: .*partition"):
         launch_sweep(sw, root=tmp_path, executor="slurm", profile=str(profile), job=TOY_JOB, echo=None)
     assert {e["cause"] for e in Ledger(tmp_path / "toy").events() if e["event"] == "failed"} == {"submit"}
     plan = launch(sw, tmp_path)  # fixed profile: the refused runs are new, not failed

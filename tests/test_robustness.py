@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.recipe import compose_run
 from ablate.config.schema import ConfigErrors
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.launch.status import sweep_status
 from ablate.storage import store
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.train import run
-from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, small_config, toy_sweep, until
+from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, refused, small_config, toy_sweep, until
 
 RECIPES = RECIPE.parent
 runner = CliRunner()
@@ -42,25 +42,43 @@ def test_train_out_at_a_file_under_a_file_or_holding_an_unreadable_config(tmp_pa
     f = tmp_path / "file"
     f.write_text("x")
     for out, part in ((f, "is a file"), (f / "run", "which is a file")):
-        one_error(runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)]), str(out), part)
+        one_error(
+            runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)]),
+            ErrorKind.FILE,
+            str(out),
+            part,
+        )
     assert f.read_text() == "x"
     d = tmp_path / "other"
     d.mkdir()
     (d / "config.yaml").write_bytes(b"\xff\xfe: [")
-    one_error(runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)]), "config.yaml: unreadable")
+    one_error(
+        runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)]),
+        ErrorKind.FILE,
+        "config.yaml: unreadable",
+    )
     assert sorted(p.name for p in d.iterdir()) == ["config.yaml"]  # nothing written beside it
 
 
 def test_threads_max_parallel_and_job_are_checked_before_anything_runs(tmp_path):
-    one_error(runner.invoke(app, ["train", str(RECIPE), "--threads", "0"]), "--threads 0")
+    one_error(runner.invoke(app, ["train", str(RECIPE), "--threads", "0"]), ErrorKind.SETTING, "--threads 0")
     loss = str(RECIPES / "loss.yaml")
-    one_error(runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--max-parallel", "0"]), "--max-parallel 0")
+    one_error(
+        runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--max-parallel", "0"]),
+        ErrorKind.SETTING,
+        "--max-parallel 0",
+    )
     one_error(
         runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "no_such_module:run"]),
+        ErrorKind.SETTING,
         "no_such_module",
         "cannot import",
     )
-    one_error(runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "ablate.train:nope"]), "'nope'")
+    one_error(
+        runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "ablate.train:nope"]),
+        ErrorKind.SETTING,
+        "'nope'",
+    )
     assert not (tmp_path / "loss").exists()  # nothing launched, nothing written
 
 
@@ -74,7 +92,7 @@ def test_out_of_range_and_non_finite_values_are_refused_by_validation():
     with pytest.raises(ConfigErrors, match=r"train.max_steps: must be at most"):
         compose_run(RECIPE, ["train.max_steps=99999999999999999999999"])
     res = runner.invoke(app, ["sweep", str(RECIPES / "loss.yaml"), "seed=0,4294967296", "--dry-run"])
-    one_error(res, "seeds must be integers in [0, 4294967295]")
+    one_error(res, ErrorKind.RECIPE, "seeds must be integers in [0, 4294967295]")
 
 
 def test_an_empty_sweep_file_and_a_sweep_name_that_is_not_a_plain_name(tmp_path):
@@ -84,11 +102,15 @@ def test_an_empty_sweep_file_and_a_sweep_name_that_is_not_a_plain_name(tmp_path)
             shutil.copytree(f, tmp_path / f.name)
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    one_error(runner.invoke(app, ["sweep", str(empty), "--dry-run"]), "an empty sweep file")
+    one_error(runner.invoke(app, ["sweep", str(empty), "--dry-run"]), ErrorKind.RECIPE, "an empty sweep file")
     dots = tmp_path / "...yaml"
     dots.write_text("base: base\ngrid: {loss: [grpo]}\n")
     root = tmp_path / "root"
-    one_error(runner.invoke(app, ["sweep", str(dots), "--root", str(root), "--job", TOY_JOB]), "sweep name '..'")
+    one_error(
+        runner.invoke(app, ["sweep", str(dots), "--root", str(root), "--job", TOY_JOB]),
+        ErrorKind.RECIPE,
+        "sweep name '..'",
+    )
     assert not root.exists() and not (tmp_path / "runs").exists()
 
 
@@ -116,7 +138,7 @@ def test_markup_in_labels_and_values_is_printed_literally(tmp_path):
 def test_slurm_without_a_controller_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # neither scontrol nor sbatch
     res = runner.invoke(app, ["sweep", str(RECIPES / "loss.yaml"), "--root", str(tmp_path / "r"), "-e", "slurm"])
-    one_error(res, "no SLURM controller answers", "-e local")
+    one_error(res, ErrorKind.ENVIRONMENT, "no SLURM controller answers", "-e local")
     assert not (tmp_path / "r").exists()
 
 
@@ -217,7 +239,7 @@ def test_a_second_writer_on_a_run_directory_is_refused(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "writing"
-        with pytest.raises(UserError, match=f"is being written by pid {holder.pid}"):
+        with refused(ErrorKind.STATE, match=f"is being written by pid {holder.pid}"):
             run(small_config(), d)
         assert not (d / "config.yaml").exists() and not (d / "metrics.jsonl").exists()
     finally:
@@ -318,7 +340,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert [r["step"] for r in store.read_jsonl(d / "metrics.jsonl")] == [0, 2, 4, 6]
     for name in ("last.pt", "prev.pt"):
         (d / "ckpt" / name).write_bytes(b"")
-    with pytest.raises(UserError, match="no usable checkpoint"):
+    with refused(ErrorKind.STATE, match="no usable checkpoint"):
         run(cfg, d)
     assert store.read_json(d / "run.json")["status"] == "failed"
 
@@ -338,7 +360,7 @@ def test_a_crafted_checkpoint_cannot_run_code_on_resume(tmp_path):
     MARK.unlink(missing_ok=True)
     for name in ("last.pt", "prev.pt"):
         torch.save({"step": 6, "model": _Payload()}, d / "ckpt" / name)
-    with pytest.raises(UserError, match="no usable checkpoint"):
+    with refused(ErrorKind.STATE, match="no usable checkpoint"):
         run(cfg, d)
     assert not MARK.exists(), "loading a checkpoint ran code"
 
@@ -375,7 +397,7 @@ def tiny_disk(tmp_path):
 def test_a_full_disk_is_one_error_and_leaves_nothing_stale(tiny_disk):
     d = tiny_disk / "r"
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)])
-    one_error_line = [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
+    one_error_line = [ln for ln in res.output.splitlines() if ln.startswith("error[")]
     assert res.exit_code == 2 and len(one_error_line) == 1 and "no space left" in one_error_line[0], res.output
     assert "Traceback" not in res.output
     info = store.read_json(d / "run.json")
@@ -392,7 +414,7 @@ def test_a_recipe_cannot_name_a_slurm_profile(tmp_path):
         compose_run(RECIPE, ["launcher.profile=/tmp/evil.yaml"])
     f = tmp_path / "evil.yaml"
     f.write_text(f"base: {RECIPE}\ngrid: {{loss: [grpo]}}\noverrides: [launcher.profile=/tmp/evil.yaml]\n")
-    one_error(runner.invoke(app, ["sweep", str(f), "--dry-run"]), "launcher.profile")
+    one_error(runner.invoke(app, ["sweep", str(f), "--dry-run"]), ErrorKind.RECIPE, "launcher.profile")
 
 
 def test_recipes_may_not_call_resolvers_and_the_compose_cache_is_private(tmp_path, monkeypatch):

@@ -18,11 +18,11 @@ from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR, profile_path
 from ablate.curves import logs
 from ablate.curves.tables import write_csv
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.fit.synthetic import synthetic_curve
 from ablate.render.markdown import md_text
 from ablate.track.mlflow_read import read_back
-from jobs import calibration, one_error
+from jobs import calibration, one_error, refused
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
@@ -57,8 +57,13 @@ def fifo(tmp_path):
 def test_a_pipe_or_a_device_is_refused_before_it_is_opened(fifo, fmt):
     for source in (fifo, Path("/dev/zero")):
         for verb in ("fit", "rank", "extrapolate"):
-            one_error(runner.invoke(app, [verb, str(source), "--from", fmt, "--x", "step"]), str(source), NOT_REGULAR)
-    with pytest.raises(UserError, match="not a regular file"):
+            one_error(
+                runner.invoke(app, [verb, str(source), "--from", fmt, "--x", "step"]),
+                ErrorKind.FILE,
+                str(source),
+                NOT_REGULAR,
+            )
+    with refused(ErrorKind.FILE, match="not a regular file"):
         logs.detect(fifo)
 
 
@@ -70,7 +75,7 @@ def test_a_pipe_among_a_tensorboard_folders_event_files_is_refused(tmp_path):
     run.mkdir(parents=True)
     (run / "events.out.tfevents.1.host").write_bytes(b"")  # a real (empty) event file: the folder is a TB log
     os.mkfifo(run / "events.out.tfevents.2.host")
-    with pytest.raises(UserError, match=r"tfevents\.2\.host: not a regular file"):
+    with refused(ErrorKind.FILE, match=r"tfevents\.2\.host: not a regular file"):
         read_tensorboard(tmp_path / "tb")
 
 
@@ -84,7 +89,7 @@ def test_detection_reads_a_bounded_prefix(tmp_path):
         f.truncate(reading.SCAN_BYTES + (1 << 20))  # sparse: NUL bytes, no newline, past the prefix
         f.seek(0, os.SEEK_END)
         f.write(b"\n" + CONSOLE.format(1).encode() + CONSOLE.format(2).encode())
-    with pytest.raises(UserError, match=r"can't tell what this file is.*pass --from"):
+    with refused(ErrorKind.FILE, match=r"can't tell what this file is.*pass --from"):
         logs.detect(p)
     runs = logs.READERS["verl"](p)
     assert runs == {"console": {1.0: {"val_pass_rate": 0.5, "loss": 1.0}, 2.0: {"val_pass_rate": 0.5, "loss": 1.0}}}
@@ -95,13 +100,25 @@ def test_a_file_over_the_size_limit_is_refused_naming_its_size(tmp_path, monkeyp
     log = tmp_path / "big.log"
     log.write_text("".join(CONSOLE.format(i) for i in range(200)))
     size = f"{log.stat().st_size:,} bytes, over the 4,096 bytes"
-    one_error(runner.invoke(app, ["fit", str(log), "--from", "verl", "--x", "step"]), str(log), size, "cut the file")
+    one_error(
+        runner.invoke(app, ["fit", str(log), "--from", "verl", "--x", "step"]),
+        ErrorKind.FILE,
+        str(log),
+        size,
+        "cut the file",
+    )
     state = tmp_path / "trainer_state.json"
     state.write_text(json.dumps({"log_history": [{"step": i, "val_pass_rate": 0.5} for i in range(200)]}))
-    one_error(runner.invoke(app, ["fit", str(state), "--x", "step"]), "over the 4,096 bytes a trainer_state.json")
+    one_error(
+        runner.invoke(app, ["fit", str(state), "--x", "step"]),
+        ErrorKind.FILE,
+        "over the 4,096 bytes a trainer_state.json",
+    )
     wandb = tmp_path / "run-abc.wandb"
     wandb.write_bytes(b":W&B" + b"\0" * 5000)
-    one_error(runner.invoke(app, ["fit", str(wandb), "--x", "step"]), "over the 4,096 bytes a W&B run file")
+    one_error(
+        runner.invoke(app, ["fit", str(wandb), "--x", "step"]), ErrorKind.FILE, "over the 4,096 bytes a W&B run file"
+    )
     small = tmp_path / "small.log"
     small.write_text("".join(CONSOLE.format(i) for i in range(3)))
     assert logs.READERS["verl"](small)["small"][2.0] == {"val_pass_rate": 0.5, "loss": 1.0}  # under it: read
@@ -156,7 +173,9 @@ def test_a_well_formed_store_is_read(tmp_path):
 )
 def test_a_crafted_store_is_one_line_naming_the_field(tmp_path, row, part):
     db = store_with(tmp_path / "mlflow.db", [*GOOD, row])
-    line = one_error(runner.invoke(app, ["fit", str(db), "--x", "step"]), str(db), part, "not a store MLflow wrote")
+    line = one_error(
+        runner.invoke(app, ["fit", str(db), "--x", "step"]), ErrorKind.FILE, str(db), part, "not a store MLflow wrote"
+    )
     assert "\x1b" not in line
 
 
@@ -179,6 +198,7 @@ def test_a_real_mlflow_store_with_a_text_metric_is_one_line(tmp_path, monkeypatc
     con.close()
     one_error(
         runner.invoke(app, ["fit", str(db), "--x", "step"]),
+        ErrorKind.FILE,
         "metric 'val_pass_rate' step 3 is str 'twelve', not a finite number",
     )
 
@@ -248,6 +268,7 @@ def test_a_calibration_with_an_unknown_axis_is_one_line(tmp_path, axis):
     cal.write_text(json.dumps(calibration(x=axis)))
     line = one_error(
         runner.invoke(app, ["plan", str(RECIPES_DIR / "loss.yaml"), "--calibration", str(cal), *PLAN]),
+        ErrorKind.SETTING,
         f"--calibration {cal}: x is",
         "not a compute axis a sweep's runs log (gpu_hours, flops, samples, step)",
     )
@@ -258,6 +279,7 @@ def test_save_calibration_refuses_an_axis_it_could_not_read_back(tmp_path):
     path = curves_csv(tmp_path / "c.csv", ("base", "other"))
     one_error(
         runner.invoke(app, ["plan", str(path), "--x", "val_n", "--save-calibration", str(tmp_path / "cal.json")]),
+        ErrorKind.SETTING,
         "--save-calibration: --x val_n is not a compute axis",
     )
     assert not (tmp_path / "cal.json").exists()
@@ -273,7 +295,11 @@ def test_plan_finds_the_packaged_sweep_file_that_show_and_sweep_find(tmp_path, m
     res = runner.invoke(app, ["plan", "recipes/loss.yaml", "--calibration", str(cal), *PLAN, "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["model"]["arms"] > 1
-    one_error(runner.invoke(app, ["plan", "recipes/nope.yaml", "--calibration", str(cal)]), "among ablate's packaged")
+    one_error(
+        runner.invoke(app, ["plan", "recipes/nope.yaml", "--calibration", str(cal)]),
+        ErrorKind.FILE,
+        "among ablate's packaged",
+    )
 
 
 # ---- 7. a profile NAME never leaves the packaged profiles ----
@@ -281,6 +307,6 @@ def test_plan_finds_the_packaged_sweep_file_that_show_and_sweep_find(tmp_path, m
 
 @pytest.mark.parametrize("name", ["../recipes/base", "..", "x/../../y", "..\\x", ".hidden", "a b"])
 def test_a_profile_name_that_is_not_a_plain_name_is_refused(name):
-    with pytest.raises(UserError, match=r"not a profile name.*--profile \./slurm/mine\.yaml"):
+    with refused(ErrorKind.SETTING, match=r"not a profile name.*--profile \./slurm/mine\.yaml"):
         profile_path(name)
     assert profile_path("local").is_file()

@@ -148,7 +148,7 @@ def refused(args: list[str], *parts: str) -> str:
     res = runner.invoke(app, args)
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert len(lines) == 1 and lines[0].startswith("error["), res.output
     assert MARKER not in res.output and "Traceback" not in res.output
     for p in parts:
         assert p in lines[0], (p, lines[0])

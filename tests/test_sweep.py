@@ -20,8 +20,9 @@ from ablate.compose.sweep import load_sweep
 from ablate.config import schema
 from ablate.config.identity import arm_id, canonical, run_id
 from ablate.config.schema import ConfigErrors, validate
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.render.runs import run_cells
+from jobs import refused
 
 SWEEPS = sorted(p for p in RECIPES_DIR.glob("*.yaml") if p.name != "base.yaml")
 EXPECTED_SWEEPS = {
@@ -410,7 +411,7 @@ def tmp_recipes(tmp_path) -> Path:
 def test_bad_sweep_files(tmp_recipes, body, parts):
     f = tmp_recipes / "bad.yaml"
     f.write_text(body)
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.RECIPE) as e:
         load_sweep(f)
     msg = str(e.value)
     for p in parts:
@@ -426,7 +427,7 @@ def test_all_errors_of_all_runs_are_collected(tmp_recipes):
     assert "offpolicy.k: must be >= 1, got 0" in errs  # shared by every arm: printed once
     assert "batch.prompts: expected int, got 'x'" in errs
     assert any(m.startswith("arm loss=gspo: loss=gspo with aggregation=token") for m in errs)
-    assert len(errs) == 3 and str(e.value).count("\nerror: ") == 2
+    assert len(errs) == 3 and str(e.value).count("\n") == 2 and e.value.kind is ErrorKind.RECIPE
 
 
 def test_run_cells(loaded):

@@ -149,7 +149,7 @@ def test_a_bad_w_and_b_file_among_the_copies_is_one_line(tmp_path):
     for extra in ([], ["--x", "step"]):
         res = CliRunner().invoke(app, ["rank", str(tmp_path / "a" / "wandb"), str(tmp_path / "b" / "wandb"), *extra])
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
-        assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), res.output
+        assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error["), res.output
         assert "run-a.wandb" in lines[0] and "W&B" in lines[0], lines[0]
 
 

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.storage.rundir import RunDir
 from ablate.track import fanout
@@ -53,7 +54,7 @@ def test_a_recipe_that_chooses_a_tracker_or_its_destination_is_refused(tmp_path,
     else:
         path.write_text(path.read_text() + text)
     base = str(recipes / "base.yaml")
-    one_error(runner.invoke(app, ["show", base]), "a recipe or sweep file cannot choose trackers")
+    one_error(runner.invoke(app, ["show", base]), ErrorKind.RECIPE, "a recipe or sweep file cannot choose trackers")
     root = tmp_path / "sweeps"
     res = runner.invoke(app, ["sweep", base, "--root", str(root), "-e", "debug", "--job", TOY_JOB])
     assert res.exit_code == 2 and "cannot choose trackers" in res.output, res.output
@@ -75,7 +76,7 @@ def test_a_sweep_file_that_chooses_a_tracker_is_refused(tmp_path, body):
     recipes = _recipes(tmp_path)
     (recipes / "mine.yaml").write_text(f"base: base\nseeds: [0]\n{body}\n")
     res = runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"])
-    one_error(res, "mine.yaml", "track.", "cannot choose trackers")
+    one_error(res, ErrorKind.RECIPE, "mine.yaml", "track.", "cannot choose trackers")
 
 
 def test_the_command_line_chooses_trackers_and_their_destination(tmp_path):
@@ -242,17 +243,17 @@ def test_sync_sends_nothing_for_a_folder_others_could_have_changed(tmp_path, mon
     built: list[Any] = []
     monkeypatch.setattr(fanout, "build", lambda names: built.append(names) or [])
     sweep.chmod(0o777)
-    one_error(runner.invoke(app, ["sync", str(sweep)]), str(sweep), "can be written by", "of your own")
+    one_error(runner.invoke(app, ["sync", str(sweep)]), ErrorKind.FILE, str(sweep), "can be written by", "of your own")
     assert built == [] and unsent(rd.path) is not None
 
 
 def test_the_hint_for_a_tracker_name_is_a_flag_that_works(tmp_path):
     recipes = _recipes(tmp_path)
     (recipes / "mine.yaml").write_text("base: base\nseeds: [0]\noverrides: ['track.to=[mlflow]']\n")
-    line = one_error(runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"]))
+    line = one_error(runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"]), ErrorKind.RECIPE)
     assert "(--track NAME)" in line and "track.to=VALUE" not in line, line
     (recipes / "mine.yaml").write_text("base: base\nseeds: [0]\noverrides: ['track.project=p']\n")
-    line = one_error(runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"]))
+    line = one_error(runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"]), ErrorKind.RECIPE)
     assert "--track NAME track.project=VALUE" in line, line
 
 

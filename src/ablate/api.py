@@ -118,7 +118,7 @@ def status(sweep: PathLike) -> list[RunStatus]:
 
 def _paths(inputs: Sequence[PathLike]) -> list[Path]:
     if not inputs:
-        from ablate.errors import UserError
+        from ablate.errors import ErrorKind, UserError
 
-        raise UserError("no inputs: give a sweep directory, a run directory or a curves file")
+        raise UserError("no inputs: give a sweep directory, a run directory or a curves file", kind=ErrorKind.SETTING)
     return [Path(p) for p in inputs]

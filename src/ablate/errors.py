@@ -1,14 +1,41 @@
-"""Bad input as exceptions: the CLI prints the message on one line and exits 2, no traceback. A `SettingError`
-names the settings it is about as placeholders, so that the library speaks of `min_effect` (the Python API's
-keyword) and the CLI of `--min-effect` (cli/errors.fail fills them in)."""
+"""Bad input as exceptions: the CLI prints the message on one line, `error[KIND]: ...`, and exits 2, no traceback.
+The kind says what is wrong (ErrorKind), so that a script or a test can tell one refusal from another without
+reading its words. A `SettingError` names the settings it is about as placeholders, so that the library speaks of
+`min_effect` (the Python API's keyword) and the CLI of `--min-effect` (cli/errors.fail fills them in)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """What a refusal is about: the word in `error[KIND]:` (README, Exit status)."""
+
+    USAGE = "usage"
+    """The command line itself: an unknown option, a missing argument, a value of the wrong type."""
+    SETTING = "setting"
+    """An option's value, or options that do not go together."""
+    RECIPE = "recipe"
+    """A recipe, sweep file, override or profile: an unknown key, a value out of range, a bad sweep."""
+    FILE = "file"
+    """An input or output path: missing, unreadable, malformed, a link or special file, not writable."""
+    DATA = "data"
+    """Inputs that were read but cannot answer: no points in the window, nothing to fit, no seeds."""
+    STATE = "state"
+    """A sweep or run folder in a state that forbids it: another config there, a writer at work, a damaged record,
+    no usable checkpoint."""
+    ENVIRONMENT = "environment"
+    """The machine or a service: no SLURM controller, no CUDA device, a missing optional package, a tracker server."""
 
 
 class UserError(Exception):
-    """Bad input from the user (file, column, recipe key, value). The message names the culprit and the fix."""
+    """Bad input from the user (file, column, recipe key, value). The message names the culprit and the fix;
+    `kind` says what is wrong."""
+
+    def __init__(self, message: str, *, kind: ErrorKind) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class SettingError(UserError):
@@ -18,7 +45,7 @@ class SettingError(UserError):
 
     def __init__(self, template: str, *settings: str) -> None:
         self.template, self.settings = template, settings
-        super().__init__(self.named(lambda s: s))
+        super().__init__(self.named(lambda s: s), kind=ErrorKind.SETTING)
 
     def named(self, name: Callable[[str], str]) -> str:
         text = self.template

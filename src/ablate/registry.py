@@ -22,7 +22,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 T = TypeVar("T")
 
@@ -69,7 +69,7 @@ class Registry(Generic[T]):
         close = difflib.get_close_matches(str(name), self.names(), n=1)
         if close:
             msg += f" (did you mean {close[0]!r}?)"
-        raise UserError(msg)
+        raise UserError(msg, kind=ErrorKind.RECIPE)
 
     def names(self) -> list[str]:
         """The registered names, sorted."""

@@ -1,5 +1,5 @@
-"""Bad input to `ablate fit`, `rank` and `extrapolate`: one line `error: ...` naming the culprit and the fix, exit
-2, nothing written (no figure, nothing on stdout), never a traceback. And the inputs that look odd but are fine
+"""Bad input to `ablate fit`, `rank` and `extrapolate`: one line `error[KIND]: ...` naming the culprit and the fix,
+exit 2, nothing written (no figure, nothing on stdout), never a traceback. And the inputs that look odd but are fine
 (a UTF-8 BOM, names with markup in them, a very long curve) just work."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def fails(args: list[str], *expected: str, plot=None) -> str:
     res = runner.invoke(app, [str(a) for a in args])
     assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
     err = res.stderr
-    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert err.startswith("error[") and err.count("\n") == 1, err
     for e in expected:
         assert e in err, err
     assert res.stdout == "" and "Traceback" not in res.output
@@ -412,4 +412,4 @@ def test_a_usage_error_is_one_line_naming_the_culprit_and_the_help(args, culprit
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     (line,) = res.output.strip().splitlines()
-    assert line.startswith(f"error: {culprit}") and "--help`" in line, line
+    assert line.startswith(f"error[usage]: {culprit}") and "--help`" in line, line

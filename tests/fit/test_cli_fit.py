@@ -156,7 +156,7 @@ def test_bad_input_gives_one_clear_line(tmp_path, content, args, expected):
     res = runner.invoke(app, ["fit", str(path), *args])
     assert res.exit_code == 2, res.output
     assert expected in res.stderr, res.stderr
-    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("error[") and res.stderr.count("\n") == 1
     assert "Traceback" not in res.output
 
 
@@ -332,7 +332,7 @@ def test_rank_prints_shared_notes_once_and_explains_on_request(loss_sweeps):
 def test_a_bad_min_effect_is_one_line(loss_sweeps, flag, value, expected):
     res = runner.invoke(app, ["rank", str(loss_sweeps["one"]), flag, value])
     assert res.exit_code == 2, res.output
-    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and expected in res.stderr, res.stderr
+    assert res.stderr.startswith("error[") and res.stderr.count("\n") == 1 and expected in res.stderr, res.stderr
 
 
 def test_the_rank_tables_numbers_stand_over_their_intervals():

@@ -43,7 +43,7 @@ def ok_json(*args) -> dict:
 def one_line_error(*args) -> str:
     res = cli(*args)
     assert res.exit_code == 2, (res.output, res.exception)
-    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("error[") and res.stderr.count("\n") == 1, res.stderr
     assert res.stdout == "" and "Traceback" not in res.output
     return res.stderr
 

@@ -18,6 +18,7 @@ from ablate.config.identity import arm_id, canonical, run_id
 from ablate.curves import inputs as curves_mod
 from ablate.curves.inputs import curves_from_sweep, load_inputs
 from ablate.curves.tables import write_csv
+from ablate.errors import ErrorKind
 from ablate.fit.analysis import group_arms
 from ablate.fit.compare import rank
 from ablate.fit.curve import Curve, RunFacts
@@ -25,7 +26,7 @@ from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store
 from ablate.storage.rundir import RunDir
-from jobs import one_error
+from jobs import one_error, refused
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
@@ -104,8 +105,13 @@ def test_input_names_take_the_shortest_path_end_no_other_input_shares():
 def test_one_input_given_twice_is_refused(tmp_path, monkeypatch):
     sweep = write_sweep(tmp_path / "sweeps", "loss", {"base": seeds(0.61, 0, 2)}, baseline="base")
     monkeypatch.chdir(tmp_path)
-    one_error(runner.invoke(app, ["rank", "sweeps/loss", str(sweep), "--n-boot", "50"]), "given twice", "give it once")
-    one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), "given twice")
+    one_error(
+        runner.invoke(app, ["rank", "sweeps/loss", str(sweep), "--n-boot", "50"]),
+        ErrorKind.FILE,
+        "given twice",
+        "give it once",
+    )
+    one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), ErrorKind.FILE, "given twice")
 
 
 # ---- item 2: arms are configs ----
@@ -170,6 +176,7 @@ def test_a_label_moved_to_another_arm_is_refused_naming_the_run(configured):
     store.update_json(rd.info_path, label="loss=cispo,seed=2")  # the label of another arm, the config of its own
     one_error(
         runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
+        ErrorKind.FILE,
         str(rd.path),
         "'loss=cispo,seed=2'",
         "fix the label",
@@ -181,6 +188,7 @@ def test_a_run_json_of_another_arm_is_refused_naming_the_run(configured):
     store.update_json(rd.info_path, label=other.label, arm_id=other.arm_id)  # run.json says cispo: config is dapo
     one_error(
         runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
+        ErrorKind.FILE,
         str(rd.path),
         f"run.json says arm {other.arm_id}",
         "config.yaml is arm",
@@ -190,13 +198,18 @@ def test_a_run_json_of_another_arm_is_refused_naming_the_run(configured):
 def test_a_label_with_another_seed_is_refused(configured):
     rd = run_of(configured, "loss=dapo,seed=2")
     store.update_json(rd.info_path, label="loss=dapo,seed=1")  # would count as a second seed 1
-    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.path), "seed=2")
+    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), ErrorKind.FILE, str(rd.path), "seed=2")
 
 
 def test_a_run_json_copied_from_another_run_is_refused(configured):
     rd, other = run_of(configured, "loss=dapo,seed=2"), run_of(configured, "loss=dapo,seed=1")
     store.write_json(rd.info_path, store.read_json(other.info_path))
-    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.path), "run.json says run")
+    one_error(
+        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
+        ErrorKind.FILE,
+        str(rd.path),
+        "run.json says run",
+    )
 
 
 def test_one_label_over_two_configs_is_two_arms(tmp_path):
@@ -229,7 +242,12 @@ def test_runs_without_a_config_are_read_as_before(configured):
 def test_a_damaged_config_is_refused_in_one_line(configured):
     rd = run_of(configured, "loss=gspo,seed=0")
     rd.config_path.write_text("loss: [unclosed\n")
-    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), str(rd.config_path), "not valid YAML")
+    one_error(
+        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
+        ErrorKind.FILE,
+        str(rd.config_path),
+        "not valid YAML",
+    )
 
 
 def test_group_arms_keeps_two_configs_under_one_name_apart():
@@ -295,7 +313,6 @@ def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_exp
     """A sweep someone else can hand you is read, not trusted: a config.yaml whose aliases would expand it to a
     billion nodes, or nested past the parser's depth, is one line naming the file, and never expanded."""
     from ablate.curves.sweeps import config_ids
-    from ablate.errors import UserError
     from ablate.storage.rundir import RunDir
 
     bomb = (
@@ -311,6 +328,6 @@ def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_exp
         rd = RunDir(tmp_path / name)
         rd.path.mkdir()
         rd.config_path.write_text(text)
-        with pytest.raises(UserError) as e:
+        with refused(ErrorKind.FILE) as e:
             config_ids(rd)
         assert str(rd.config_path) in str(e.value) and "\n" not in str(e.value)

@@ -168,7 +168,7 @@ def test_bad_inputs(tmp_path, single_seed_sweep, setup, args, expected):
         path = single_seed_sweep
     res = runner.invoke(app, ["rank", str(path), *args])
     assert res.exit_code == 2, res.output
-    assert expected in res.stderr and res.stderr.startswith("error: ")
+    assert expected in res.stderr and res.stderr.startswith("error[")
 
 
 def test_rank_plots(single_seed_sweep, tmp_path):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.fit import power
 from ablate.fit.arms import ArmResult, SharedA
 from ablate.fit.calibrate import shape_model
 from ablate.fit.sequential import Looks, futile_arm, settled, simulate
 from ablate.fit.spread import MinEffect
+from jobs import refused
 
 TRIALS = 200
 
@@ -27,7 +28,7 @@ def test_the_looks_split_the_rate_equally_and_end_at_the_most_seeds():
     assert Looks(3, 12).seeds == (3, 6, 9, 12) and Looks(3, 12).level == pytest.approx(0.0125)
     assert Looks(3, 10).seeds == (3, 6, 9, 10) and Looks(4, 4).seeds == (4,)
     for bad in ({"wave": 1}, {"wave": 4, "max_seeds": 3}, {"q": 0.0}):
-        with pytest.raises(UserError):
+        with refused(ErrorKind.SETTING):
             Looks(**bad)
 
 

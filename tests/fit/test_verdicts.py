@@ -139,7 +139,9 @@ def test_single_seed_ranking_says_it_needs_seeds_and_how(tmp_path):
     assert res.exit_code == 2 and "--margin loose" in res.output
     # the library names a setting by its keyword and the command line by its flag: the same refusal, two spellings
     res = runner.invoke(app, ["rank", str(path), "--group", "group", "--min-effect", "0"])
-    assert res.exit_code == 2 and res.stderr.startswith("error: --min-effect 0.0: the smallest change"), res.output
+    assert res.exit_code == 2 and res.stderr.startswith("error[setting]: --min-effect 0.0: the smallest change"), (
+        res.output
+    )
     with pytest.raises(SettingError) as refused:
         ablate.rank(path, min_effect=0.0)
     assert refused.value.settings == ("min_effect",) and str(refused.value).startswith("min_effect 0.0: the smallest")

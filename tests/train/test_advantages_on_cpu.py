@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.train.advantages import NORMALIZATIONS, group_advantages
+from jobs import refused
 
 F64 = torch.float64
 # g0: one success in four; g1: all solved (zero variance); g2: signed rewards +1/-1
@@ -68,5 +69,5 @@ def test_zero_variance_group_gives_zero_not_nan_with_default_eps():
 
 
 def test_unknown_normalization_lists_valid_names():
-    with pytest.raises(UserError, match=r"^unknown normalization 'group'; valid: batch, none, prompt"):
+    with refused(ErrorKind.RECIPE, match=r"^unknown normalization 'group'; valid: batch, none, prompt"):
         group_advantages(REWARDS, GROUPS, "group")

@@ -25,12 +25,12 @@ import torch
 
 from ablate.compose.recipe import compose_run
 from ablate.compose.resources import RECIPES_DIR
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.topology import workers
 from ablate.train import run
 from ablate.train.step import Learner
-from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, refused, until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = RECIPES_DIR / "base.yaml"
@@ -250,7 +250,7 @@ def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
 def test_a_generator_thread_per_rank_with_a_shared_pool_is_refused_and_auto_takes_turns(tmp_path):
     """With no-positive-resampling, each rank's generator thread would draw from the shared pool at its own
     moment and the ranks would train on different prompts: refused in one line; `auto` picks `inline` there."""
-    with pytest.raises(UserError, match=re.escape("offpolicy.generator=thread with 2 ranks")):
+    with refused(ErrorKind.RECIPE, match=re.escape("offpolicy.generator=thread with 2 ranks")):
         _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2")
     _cfg(
         "offpolicy=pipeline",

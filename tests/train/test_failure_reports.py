@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from ablate.config.schema import ConfigErrors
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState
 from ablate.storage import failure_reports
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.storage.store import LinkRefused
 from ablate.topology import failure
 from ablate.topology.workers import Spawned
+from jobs import refused
 
 
 class NotAMemoryError(RuntimeError):
@@ -29,7 +30,7 @@ NotAMemoryError.__name__ = "OutOfMemoryError"
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [
-        (UserError("bad input"), "user_error"),
+        (UserError("bad input", kind=ErrorKind.RECIPE), "user_error"),
         (ConfigErrors(["x: bad"]), "user_error"),
         (torch.OutOfMemoryError("CUDA out of memory"), "out_of_memory"),
         (NotAMemoryError("boom"), "crash"),
@@ -63,7 +64,7 @@ def test_a_worker_that_failed_on_bad_input_is_a_user_error_and_nothing_else_is(t
     rd = RunDir(tmp_path / "run")
     failure_reports.write(rd, 1, ConfigErrors(["train.lr: must be > 0"]))
     done = Spawned(result=None, codes={0: 1, 1: 1}, ended_at={0: 0.0, 1: 0.0})
-    with pytest.raises(UserError) as e:
+    with refused(ErrorKind.RECIPE) as e:  # the worker's own kind, carried by its report
         failure.spawned_outcome(rd, 2, done, stopped=False)
     assert type(e.value) is UserError and "train.lr: must be > 0" in str(e.value)
     failure_reports.clear(rd)

@@ -21,11 +21,11 @@ import torch
 
 from ablate.compose.recipe import compose_run
 from ablate.compose.resources import RECIPES_DIR
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.storage.metricsfile import METRICS, REQUIRED_METRICS
 from ablate.train import run
-from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, refused, until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = RECIPES_DIR / "base.yaml"
@@ -72,7 +72,7 @@ def test_a_short_run_writes_a_valid_run_directory(tmp_path):
     assert [r["val_n"] for r in recs] == [32] * 4  # 16 validation prompts x mean@2
     # a rerun of a finished run changes nothing; a different config in the same directory is refused
     assert run(cfg, d)["step"] == 6 and _steps(d) == [0, 2, 4, 6]
-    with pytest.raises(UserError, match="another config"):
+    with refused(ErrorKind.STATE, match="another config"):
         run(_cfg("seed=5"), d)
 
 
@@ -229,7 +229,7 @@ def test_jsonl_task_runs_end_to_end(tmp_path):
 
 
 def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(UserError, match="no such file"):
+    with refused(ErrorKind.FILE, match="no such file"):
         run(_cfg("task=jsonl", f"task.path={tmp_path / 'missing.jsonl'}"), tmp_path / "a")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
@@ -252,7 +252,7 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2
-    assert f"error: {bad}:2: missing key 'answer'" in r.stderr
+    assert f"error[recipe]: {bad}:2: missing key 'answer'" in r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -261,7 +261,7 @@ def test_device_is_a_resource_choice_and_a_missing_accelerator_is_a_clear_error(
 
     assert run_id(_cfg("train.device=cpu")) == run_id(_cfg("train.device=auto"))  # where it runs is not what it is
     if not torch.cuda.is_available():
-        with pytest.raises(UserError, match=re.escape("train.device=cuda but no CUDA device")):
+        with refused(ErrorKind.ENVIRONMENT, match=re.escape("train.device=cuda but no CUDA device")):
             run(_cfg("train.device=cuda"), tmp_path / "r")
         assert not (tmp_path / "r").exists()  # refused before anything was written
     summary = run(_cfg("train.device=cpu", "train.max_steps=2"), tmp_path / "c")

@@ -12,11 +12,12 @@ import torch
 from ablate.compose.recipe import compose_run
 from ablate.compose.resources import RECIPES_DIR
 from ablate.config.sections import ModelConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.train.build import build_policy
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model, load_hf
 from ablate.train.tasks import build_task
 from ablate.train.warmup import warmed_up_folder, warmup_info, warmup_key
+from jobs import refused
 
 torch.set_num_threads(1)
 SMALL = ModelConfig(name="tiny", n_layers=2, hidden=32, n_heads=2, mlp=64)
@@ -43,9 +44,9 @@ def test_char_tokenizer_round_trip_and_specials(tmp_path):
 
 
 def test_missing_hf_folder_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match="not a Hugging Face model folder"):
+    with refused(ErrorKind.RECIPE, match="not a Hugging Face model folder"):
         load_hf(tmp_path)
-    with pytest.raises(UserError, match=re.escape("model=hf needs model.path")):
+    with refused(ErrorKind.RECIPE, match=re.escape("model=hf needs model.path")):
         compose_run(RECIPE, ["model=hf"])
 
 

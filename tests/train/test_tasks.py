@@ -11,9 +11,10 @@ from ablate.compose.recipe import compose_run
 from ablate.compose.resources import RECIPES_DIR
 from ablate.config.schema import ConfigErrors
 from ablate.config.sections import TaskConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind
 from ablate.train.tasks import addition_problem, final_answer, normalize_answer
 from ablate.train.tasks import build_task as _build
+from jobs import refused
 
 
 def build_task(cfg: dict, phrase: str):
@@ -116,19 +117,19 @@ def test_jsonl_task_on_a_small_file(tmp_path):
 )
 def test_bad_jsonl_row_names_file_and_line(tmp_path, line, message):
     f = _write(tmp_path / "math.jsonl", [{"prompt": "1+1", "answer": "2"}, line, {"prompt": "2+2", "answer": "4"}])
-    with pytest.raises(UserError, match=message.replace("*", r"\*")):
+    with refused(ErrorKind.FILE, match=message.replace("*", r"\*")):
         build_task({"name": "jsonl", "path": str(f), "val_size": 1}, "</think>")
 
 
 def test_missing_file_and_bad_settings_are_user_errors(tmp_path):
-    with pytest.raises(UserError, match="no such file"):
+    with refused(ErrorKind.FILE, match="no such file"):
         build_task({"name": "jsonl", "path": str(tmp_path / "nope.jsonl")}, "</think>")
-    with pytest.raises(UserError, match=re.escape("task.path is required")):
+    with refused(ErrorKind.RECIPE, match=re.escape("task.path is required")):
         build_task({"name": "jsonl", "path": None}, "</think>")
     f = _write(tmp_path / "m.jsonl", [{"prompt": "1+1", "answer": "2"}] * 3)
-    with pytest.raises(UserError, match="val_size"):
+    with refused(ErrorKind.RECIPE, match="val_size"):
         build_task({"name": "jsonl", "path": str(f), "val_size": 3}, "</think>")
-    with pytest.raises(UserError, match=r"unknown task 'synthetic_maths'.*did you mean 'synthetic_math'"):
+    with refused(ErrorKind.RECIPE, match=r"unknown task 'synthetic_maths'.*did you mean 'synthetic_math'"):
         build_task({"name": "synthetic_maths"}, ">")
-    with pytest.raises(UserError, match="unknown reward"):
+    with refused(ErrorKind.RECIPE, match="unknown reward"):
         build_task({"name": "synthetic_math", "reward": "dense"}, ">")

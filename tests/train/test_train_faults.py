@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.train import run
 from jobs import SMALL_TRAIN, TOY_JOB, one_error, small_config, until
@@ -134,6 +135,7 @@ def test_a_step_past_the_recorded_metrics_is_refused(finished, tmp_path):
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--run-dir", str(d)])
     line = one_error(
         res,
+        ErrorKind.STATE,
         "no usable checkpoint",
         "last.pt: its step 6 is past metrics.jsonl's last evaluation (step 2)",
         "prev.pt: ",
@@ -149,7 +151,14 @@ def test_every_checkpoint_bad_with_training_recorded_is_one_line_and_changes_not
         _damage(d / "ckpt" / name, _wrong_shape)
     before = (d / "metrics.jsonl").read_bytes()
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *CKPT, "--run-dir", str(d)])
-    one_error(res, "no usable checkpoint", "last.pt and prev.pt: RuntimeError", "model.norm.weight", stream="stderr")
+    one_error(
+        res,
+        ErrorKind.STATE,
+        "no usable checkpoint",
+        "last.pt and prev.pt: RuntimeError",
+        "model.norm.weight",
+        stream="stderr",
+    )
     assert (d / "metrics.jsonl").read_bytes() == before  # the recorded curve is kept, not restarted silently
     assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["last.pt", "prev.pt"]
     assert store.read_json(d / "run.json")["status"] == "failed"
@@ -264,6 +273,7 @@ def test_trl_with_no_usable_checkpoint_and_training_recorded_is_one_line(trl_fin
     res = runner.invoke(app, ["train", str(RECIPE), *TRL, *TRL_SMALL, *CKPT, "--run-dir", str(d)])
     one_error(
         res,
+        ErrorKind.STATE,
         "no usable checkpoint",
         "checkpoint-6: its weights lack model.norm.weight",
         "checkpoint-4: its ablate_state.json is for step -3, not 4",
@@ -362,7 +372,7 @@ def test_a_cache_others_can_write_is_refused_in_one_line(tmp_path, monkeypatch):
     os.chmod(cache / "warmup", 0o777)  # noqa: S103 (world-writable on purpose: it must be refused)
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, *QUICK, "--run-dir", str(tmp_path / "r")])
-    one_error(res, str(cache / "warmup"), "not private", stream="stderr")
+    one_error(res, ErrorKind.FILE, str(cache / "warmup"), "not private", stream="stderr")
     assert os.listdir(cache / "warmup") == []  # nothing built or loaded from it
 
 

@@ -185,7 +185,7 @@ def test_what_trl_lacks_is_refused_one_line_each_and_nothing_is_written(tmp_path
         assert len(e.value.errors) == 1 and e.value.errors[0].startswith(culprit), e.value.errors
     out = tmp_path / "run"
     res = runner.invoke(app, ["train", str(RECIPE), "trainer=trl", "--run-dir", str(out)])
-    assert res.exit_code == 2 and "error: aggregation=prompt" in res.output
+    assert res.exit_code == 2 and "error[recipe]: aggregation=prompt" in res.output
     assert not out.exists()
 
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ def check_reach(curves: list[Curve], to: float, x: str, fit_until: float | None)
         raise UserError(
             f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
             f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
-            f"({', '.join(a for a in ('gpu_hours', 'flops', 'samples', 'step') if a != x)})"
+            f"({', '.join(a for a in ('gpu_hours', 'flops', 'samples', 'step') if a != x)})",
+            kind=ErrorKind.SETTING,
         )
 
 
@@ -106,7 +107,8 @@ def with_target(
         raise UserError(
             f"--to {to:g} is below the first evaluation ({first:g} {x}): nothing has been learned there; "
             f"pass --to in {x} (e.g. --to {2 * fitted_top(curves, fit_until):.3g}), or choose the axis "
-            "with --x (gpu_hours, flops, samples, step)"
+            "with --x (gpu_hours, flops, samples, step)",
+            kind=ErrorKind.SETTING,
         )
     if reach:
         check_reach(curves, target, x, fit_until)
@@ -209,11 +211,13 @@ def prune_settings(
     from ablate.storage.metricsfile import COMPUTE_AXES
 
     if x not in (*COMPUTE_AXES, AUTO):
-        raise UserError(f"--prune-x {x}: unknown compute axis; valid: auto, {', '.join(COMPUTE_AXES)}")
+        raise UserError(
+            f"--prune-x {x}: unknown compute axis; valid: auto, {', '.join(COMPUTE_AXES)}", kind=ErrorKind.SETTING
+        )
     if to is not None and not (math.isfinite(to) and to > 0):
-        raise UserError(f"--prune-to {to:g}: a compute > 0, in units of --prune-x")
+        raise UserError(f"--prune-to {to:g}: a compute > 0, in units of --prune-x", kind=ErrorKind.SETTING)
     if (to is not None or x != AUTO) and not prune:
-        raise UserError("--prune-x / --prune-to set how --prune ranks; add --prune")
+        raise UserError("--prune-x / --prune-to set how --prune ranks; add --prune", kind=ErrorKind.SETTING)
     if not prune:
         return None
     from ablate.prune.rules import PruneSettings
@@ -221,7 +225,8 @@ def prune_settings(
     if sweep.baseline is None:
         raise UserError(
             f"--prune: sweep {sweep.name!r} has no baseline arm to read verdicts against; name one "
-            "with `baseline:` in the sweep file"
+            "with `baseline:` in the sweep file",
+            kind=ErrorKind.SETTING,
         )
     if x == AUTO:
         x, why = launch_axis(sweep.runs, executor)

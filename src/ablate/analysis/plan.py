@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit import measured_model, planning
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
@@ -157,7 +157,8 @@ def plan_from_file(
         raise UserError(
             f"{sweep_file}: a sweep file has no measurements yet; give --calibration FILE (written by "
             "`ablate plan SWEEP_DIR --save-calibration FILE` on a sweep of the same task that ran with "
-            "seeds), or plan from a sweep directory"
+            "seeds), or plan from a sweep directory",
+            kind=ErrorKind.SETTING,
         )
     model = load_calibration(calibration)
     model.arms = len(sweep.arms)
@@ -169,7 +170,8 @@ def plan_from_file(
                 f"--calibration {calibration}: steps_per_x {model.steps_per_x:g} makes {max_steps} steps "
                 f"a compute of {model.budget:g} {model.x}, outside [{MIN_SCALE:g}, "
                 f"{MAX_SCALE:g}]; write the calibration again with `ablate plan SWEEP_DIR "
-                "--save-calibration FILE`"
+                "--save-calibration FILE`",
+                kind=ErrorKind.SETTING,
             )
     else:
         model.notes.append(

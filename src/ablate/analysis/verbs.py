@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.analysis.choices import check_reach, choose_axis, choose_target, wall_clock_note, with_target
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs it
     from ablate.analysis.plan import PlanResult
@@ -144,7 +144,8 @@ def check_rank_settings(
         check_writable_output(save_noise, "--save-noise")
     if n_boot == 0:
         raise UserError(
-            "--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot of 200 or more"
+            "--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot of 200 or more",
+            kind=ErrorKind.SETTING,
         )
     return RankSettings(baseline, margin, mode, floor, smallest, window)
 
@@ -236,7 +237,8 @@ def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
     if measured is None:
         raise UserError(
             f"--save-noise {path}: no arm has 2 identified seeds, so there is no seed spread "
-            "to save; run the sweep with seed=0,1,2"
+            "to save; run the sweep with seed=0,1,2",
+            kind=ErrorKind.SETTING,
         )
     measured.source = f"{measured.source}, on '{inputs.x}': " + ", ".join(str(p) for p in inputs.paths)
     store.write_json(path, measured.to_json())
@@ -305,7 +307,7 @@ def extrapolate_inputs(
         at, _ = choose_target(inputs.curves, x, to, None)
         arm = winner(inputs.curves, FitOptions(fit_from=opts.fit_from, n_boot=0, target=at, r0=opts.r0))
     elif arm not in arms:
-        raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}")
+        raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}", kind=ErrorKind.SETTING)
     target, target_text = choose_target(arms[arm], x, to, fit_until)
     opts = replace(opts, target=target)
     check_reach(arms[arm], target, x, fit_until)
@@ -326,7 +328,8 @@ def check_calibration_axis(calibration: Path) -> None:
     if x not in COMPUTE_AXES:
         raise UserError(
             f"--calibration {calibration}: x is {safe(repr(x)[:60])}, not a compute axis a sweep's runs log "
-            f"({', '.join(COMPUTE_AXES)}); write it again with `ablate plan SWEEP_DIR --save-calibration FILE`"
+            f"({', '.join(COMPUTE_AXES)}); write it again with `ablate plan SWEEP_DIR --save-calibration FILE`",
+            kind=ErrorKind.SETTING,
         )
 
 
@@ -356,16 +359,20 @@ def plan_any(
     if not source.exists():
         raise UserError(
             f"{source}: no such file or directory; give a sweep directory (sweeps/NAME), a curves file, "
-            "or a sweep file with --calibration"
+            "or a sweep file with --calibration",
+            kind=ErrorKind.FILE,
         )
     if source.is_file() and source.suffix in (".yaml", ".yml"):
         if calibration is not None:
             check_calibration_axis(calibration)
         return plan.plan_from_file(source, overrides, calibration, to=to, **common)
     if overrides:
-        raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides")
+        raise UserError(f"overrides {' '.join(overrides)}: only a sweep file takes overrides", kind=ErrorKind.SETTING)
     if calibration is not None:
-        raise UserError("--calibration plans a sweep file before any run; SOURCE has measurements of its own")
+        raise UserError(
+            "--calibration plans a sweep file before any run; SOURCE has measurements of its own",
+            kind=ErrorKind.SETTING,
+        )
     x, axis_text = choose_axis([source], x)
     if axis_text and axis_line is not None:
         axis_line(axis_text)

@@ -1,7 +1,7 @@
 """The `ablate` command line: one thin command per verb, grouped by what they work on (fitting: fit, rank,
 extrapolate; planning: calibrate, plan; reporting: report; runs: status, sweep, train; recipes: show, init;
-tracking: sync). The work lives in the library, the printing in ablate.render; a bad input is one `error:` line and
-exit 2 (errors.user_errors). The commands and their options: README.md; the JSON they print: docs/json.md."""
+tracking: sync). The work lives in the library, the printing in ablate.render; a bad input is one `error[KIND]:`
+line and exit 2 (errors.user_errors). The commands and their options: README.md; the JSON they print: docs/json.md."""
 
 from __future__ import annotations
 

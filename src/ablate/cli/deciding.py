@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from ablate.cli.commands import option
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,18 +48,26 @@ def check_decide_flags(
     wave, max_seeds, budget = looks
     if not decide:
         if budget is not None or wave != 3 or max_seeds != 12:
-            raise UserError("--wave / --max-seeds / --budget set how --decide grows the sweep; add --decide")
+            raise UserError(
+                "--wave / --max-seeds / --budget set how --decide grows the sweep; add --decide", kind=ErrorKind.SETTING
+            )
         return False
     given = [flag for flag, on in refused.items() if on]
     if given:
         raise UserError(
             f"--decide stops settled arms itself, chooses the seeds and keeps the runs its looks read: leave out "
-            f"{' / '.join(given)}"
+            f"{' / '.join(given)}",
+            kind=ErrorKind.SETTING,
         )
     if any(o.split("=", 1)[0].strip().lstrip("+~") == "seed" for o in overrides):
-        raise UserError(f"--decide chooses the seeds itself (0 to {max_seeds - 1}); drop seed=... from the command")
+        raise UserError(
+            f"--decide chooses the seeds itself (0 to {max_seeds - 1}); drop seed=... from the command",
+            kind=ErrorKind.SETTING,
+        )
     if budget is not None and not (math.isfinite(budget) and budget > 0):
-        raise UserError(f"--budget {budget:g}: a finite compute > 0, in units of the sweep's compute axis")
+        raise UserError(
+            f"--budget {budget:g}: a finite compute > 0, in units of the sweep's compute axis", kind=ErrorKind.SETTING
+        )
     return True
 
 
@@ -93,10 +101,14 @@ def run_decide(
     expanded = load_sweep(recipe, [*overrides, f"seed={seeds}"])
     if expanded.baseline is None:
         raise UserError(
-            f"--decide: sweep {expanded.name!r} has no baseline arm to decide against; name one with `baseline:`"
+            f"--decide: sweep {expanded.name!r} has no baseline arm to decide against; name one with `baseline:`",
+            kind=ErrorKind.SETTING,
         )
     if len(expanded.arms) < 2:
-        raise UserError(f"--decide: sweep {expanded.name!r} has one arm; it needs a baseline and an arm to compare")
+        raise UserError(
+            f"--decide: sweep {expanded.name!r} has one arm; it needs a baseline and an arm to compare",
+            kind=ErrorKind.SETTING,
+        )
     x, why = launch_axis(expanded.runs, executor, flag="--decide")
     typer.echo(f"note: {why}")
     sdir = root / expanded.name

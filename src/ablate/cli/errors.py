@@ -13,24 +13,30 @@ from typing import Any, NoReturn, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.text import as_cli, safe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(e: UserError) -> NoReturn:
-    """`error: <message>` on stderr and exit 2. The message often quotes a file (a run name, a label, a value): its
-    control characters are shown, not obeyed, and it stays one line (a config's several errors: one line each)."""
+    """`error[KIND]: <message>` on stderr and exit 2 (KIND: what is wrong, ablate.errors.ErrorKind). The message
+    often quotes a file (a run name, a label, a value): its control characters are shown, not obeyed, and it stays
+    one line (a config's several errors: one line each)."""
     each = getattr(e, "errors", None)  # config.ConfigErrors: several problems, one line each
     # a SettingError names its settings by their keywords (`min_effect`); here they are the verb's flags
     lines = [safe(m) for m in each] if isinstance(each, list) and each else [safe(as_cli(e))]
-    typer.echo("error: " + "\nerror: ".join(lines), err=True)
+    typer.echo("\n".join(f"{prefix(e.kind)} {line}" for line in lines), err=True)
     raise typer.Exit(2) from None
 
 
+def prefix(kind: ErrorKind) -> str:
+    """How a refusal's line starts: `error[recipe]:`."""
+    return f"error[{kind}]:"
+
+
 def user_errors(fn: F) -> F:
-    """Print a UserError as one `error:` line per problem and exit 2 (fail). An OSError no check foresaw (a disk
+    """Print a UserError as one `error[KIND]:` line per problem and exit 2 (fail). An OSError no check foresaw (a disk
     that filled up, a file system remounted read-only) is one such line too, naming the path. Ctrl-C exits 130 and
     a closed output pipe 141, as a shell reports them."""
 
@@ -50,8 +56,8 @@ def user_errors(fn: F) -> F:
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
             typer.echo(
-                f"error: {safe(where)}{safe(e.strerror or e)}; check that path (free space, permissions, a "
-                "read-only file system)",
+                f"{prefix(ErrorKind.FILE)} {safe(where)}{safe(e.strerror or e)}; check that path (free space, "
+                "permissions, a read-only file system)",
                 err=True,
             )
             raise typer.Exit(2) from None
@@ -74,9 +80,9 @@ def checked(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 class OneLineUsage(TyperGroup):
     """The command group whose usage errors (a mistyped option, a bad value for one, a missing argument) are one
-    `error:` line naming the culprit and where the options are, exit status 2, like every other bad input; `ablate`
-    with no command still prints the help. Click's exceptions are told by class name: typer vendors its own click
-    in some versions and uses the click package in others."""
+    `error[usage]:` line naming the culprit and where the options are, exit status 2, like every other bad input;
+    `ablate` with no command still prints the help. Click's exceptions are told by class name: typer vendors its own
+    click in some versions and uses the click package in others."""
 
     def main(
         self,
@@ -101,6 +107,6 @@ class OneLineUsage(TyperGroup):
             message = safe(" ".join(e.format_message().split()).rstrip("."))  # type: ignore[attr-defined]
             ctx = getattr(e, "ctx", None)
             where = f"; see `{ctx.command_path} --help`" if "UsageError" in kinds and ctx is not None else ""
-            typer.echo(f"error: {message}{where}", err=True)
+            typer.echo(f"{prefix(ErrorKind.USAGE)} {message}{where}", err=True)
             sys.exit(2 if "UsageError" in kinds else getattr(e, "exit_code", 1))
         sys.exit(code if isinstance(code, int) else 0)

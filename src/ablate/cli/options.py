@@ -1,5 +1,5 @@
 """The options several verbs share, each declared once so that its flag, default and help agree everywhere, and the
-checks of single options, run as each option is read (errors.checked): a bad value is one `error:` line."""
+checks of single options, run as each option is read (errors.checked): a bad value is one `error[KIND]:` line."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import typer
 
 from ablate.cli.commands import option
 from ablate.cli.errors import checked
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 if TYPE_CHECKING:
     from ablate.analysis.verbs import Reading
@@ -38,7 +38,7 @@ BOOT_WHY = "more resamples do not sharpen an interval, and need memory"
 def at_most(flag: str, value: int, limit: int, why: str) -> None:
     """Refuse a request for more work than any answer needs (the MAX_ limits above)."""
     if value > limit:
-        raise UserError(f"{flag} {value}: at most {limit:,} ({why}); give a smaller number")
+        raise UserError(f"{flag} {value}: at most {limit:,} ({why}); give a smaller number", kind=ErrorKind.SETTING)
 
 
 def limited(flag: str, limit: int | None = None, why: str = "", least: int | None = None) -> Callable[[Any], Any]:
@@ -46,7 +46,7 @@ def limited(flag: str, limit: int | None = None, why: str = "", least: int | Non
 
     def check(value: int) -> int:
         if least is not None and value < least:
-            raise UserError(f"{flag} {value}: must be >= {least}")
+            raise UserError(f"{flag} {value}: must be >= {least}", kind=ErrorKind.SETTING)
         if limit is not None:
             at_most(flag, value, limit, why)
         return value
@@ -71,14 +71,16 @@ def writable(flag: str) -> Callable[[Any], Any]:
 def positive_seconds(value: float) -> float:
     """--interval: seconds between refreshes."""
     if not (math.isfinite(value) and value > 0):
-        raise UserError(f"--interval {value:g}: seconds between refreshes, a number > 0 (e.g. 5)")
+        raise UserError(
+            f"--interval {value:g}: seconds between refreshes, a number > 0 (e.g. 5)", kind=ErrorKind.SETTING
+        )
     return value
 
 
 def torch_threads(value: int) -> int:
     """--threads: torch threads for one run."""
     if not 1 <= value <= 1024:
-        raise UserError(f"--threads {value}: give a number of torch threads from 1 to 1024")
+        raise UserError(f"--threads {value}: give a number of torch threads from 1 to 1024", kind=ErrorKind.SETTING)
     return value
 
 
@@ -87,7 +89,7 @@ def executor_name(value: str | None) -> str | None:
     from ablate.launch.submit import EXECUTORS
 
     if value is not None and value not in EXECUTORS:
-        raise UserError(f"--executor {value}: unknown; choose one of {', '.join(EXECUTORS)}")
+        raise UserError(f"--executor {value}: unknown; choose one of {', '.join(EXECUTORS)}", kind=ErrorKind.SETTING)
     return value
 
 
@@ -211,16 +213,21 @@ def output_and_input(output: str | None, source: str, as_json: bool, outputs: tu
     choices = ", ".join(outputs)
     if output is not None and output not in outputs:
         if output not in ("auto", *FORMATS):
-            raise UserError(f"--format {output}: unknown; choose {choices} (the input format is --from)")
+            raise UserError(
+                f"--format {output}: unknown; choose {choices} (the input format is --from)", kind=ErrorKind.SETTING
+            )
         if source != "auto" and source != output:
-            raise UserError(f"--format {output} and --from {source}: give the input format once, with --from")
+            raise UserError(
+                f"--format {output} and --from {source}: give the input format once, with --from",
+                kind=ErrorKind.SETTING,
+            )
         typer.echo(
             f"note: --format {output} names the input format, now --from {output} (--format: {choices})", err=True
         )
         source = output
         output = None
     if as_json and output not in (None, "json"):
-        raise UserError(f"--json and --format {output}: give one output format")
+        raise UserError(f"--json and --format {output}: give one output format", kind=ErrorKind.SETTING)
     return ("json" if as_json else output or "table"), source
 
 

@@ -27,7 +27,7 @@ from ablate.cli.options import (
     output_and_input,
     writable,
 )
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 
 def names_of(flag: str, valid: Callable[[], Any]) -> Any:
@@ -38,7 +38,10 @@ def names_of(flag: str, valid: Callable[[], Any]) -> Any:
         known = valid()
         bad = [g for g in got if g not in known]
         if bad or not got:
-            raise UserError(f"{flag} {text!r}: unknown {bad[0] if bad else 'empty'}; valid: {', '.join(known)}")
+            raise UserError(
+                f"{flag} {text!r}: unknown {bad[0] if bad else 'empty'}; valid: {', '.join(known)}",
+                kind=ErrorKind.SETTING,
+            )
         return got
 
     return checked(check)
@@ -51,11 +54,14 @@ def numbers_of(flag: str, kind: type, lo: float, hi: float) -> Any:
         try:
             got = [kind(t) for t in text.split(",") if t.strip()]
         except ValueError:
-            raise UserError(f"{flag} {text!r}: give a comma-separated list of numbers") from None
+            raise UserError(
+                f"{flag} {text!r}: give a comma-separated list of numbers", kind=ErrorKind.SETTING
+            ) from None
         bad = [v for v in got if not lo <= v <= hi]
         if not got or bad:
             raise UserError(
-                f"{flag} {text!r}: {bad[0] if bad else 'empty'} is out of range; each must be in [{lo}, {hi}]"
+                f"{flag} {text!r}: {bad[0] if bad else 'empty'} is out of range; each must be in [{lo}, {hi}]",
+                kind=ErrorKind.SETTING,
             )
         return got
 
@@ -142,7 +148,8 @@ def calibrate(s: CalibrateSettings) -> None:
     if cells > MAX_CALIBRATE_CELLS:
         raise UserError(
             f"--shapes x --noises x --seeds x --f x --effects: {cells:,} cells, at most "
-            f"{MAX_CALIBRATE_CELLS:,}; give fewer values (the default grid has 360)"
+            f"{MAX_CALIBRATE_CELLS:,}; give fewer values (the default grid has 360)",
+            kind=ErrorKind.SETTING,
         )
     if s.out is not None:
         check_writable_output(s.out, "--out")
@@ -176,7 +183,7 @@ def in_range(flag: str, ok: Callable[[Any], bool], most: int | None = None, why:
 
     def check(value: Any) -> Any:
         if not ok(value):
-            raise UserError(f"{flag} {value}: {PLAN_RANGES}")
+            raise UserError(f"{flag} {value}: {PLAN_RANGES}", kind=ErrorKind.SETTING)
         if most is not None:
             at_most(flag, value, most, why)
         return value
@@ -190,7 +197,9 @@ def questions(text: str) -> list[str]:
 
     qs = [q.strip() for q in text.split(",") if q.strip()]
     if not qs or any(q not in QUESTIONS for q in qs):
-        raise UserError(f"--question {text!r}: give ceiling, efficiency or both (comma-separated)")
+        raise UserError(
+            f"--question {text!r}: give ceiling, efficiency or both (comma-separated)", kind=ErrorKind.SETTING
+        )
     return qs
 
 
@@ -203,7 +212,8 @@ def check_saved_axis(x: str, save_calibration: Path | None) -> None:
     if save_calibration is not None and x not in (AUTO, *COMPUTE_AXES):
         raise UserError(
             f"--save-calibration: --x {x} is not a compute axis a sweep's runs log ({', '.join(COMPUTE_AXES)}), "
-            "and a calibration plans a sweep file; choose one of them with --x, or drop --save-calibration"
+            "and a calibration plans a sweep file; choose one of them with --x, or drop --save-calibration",
+            kind=ErrorKind.SETTING,
         )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from ablate.cli.commands import argument, option, verb
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +56,10 @@ def show(s: ShowSettings) -> None:
         print_keys(str(s.recipe) if s.recipe is not None else None)
         return
     if s.recipe is None:
-        raise UserError("give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix")
+        raise UserError(
+            "give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix",
+            kind=ErrorKind.SETTING,
+        )
     config = config_yaml(compose_run(s.recipe, s.overrides or []))
     found, source = find_recipe(s.recipe)
     typer.echo(f"# recipe: {safe(found)} ({source})\n{config}", nl=False)

@@ -13,7 +13,7 @@ import typer
 
 from ablate.cli.commands import argument, option, shared, verb
 from ablate.cli.options import WindowOptions
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.text import safe
 
 if TYPE_CHECKING:
@@ -55,7 +55,9 @@ def report(s: ReportSettings) -> None:
     from ablate.report import build_report, sweep_folder
 
     if s.n_boot == 0:
-        raise UserError("--n-boot 0: the ranking's verdicts rest on intervals; give --n-boot of 200 or more")
+        raise UserError(
+            "--n-boot 0: the ranking's verdicts rest on intervals; give --n-boot of 200 or more", kind=ErrorKind.SETTING
+        )
     folder = sweep_folder(s.sweep)
     target = default_out(folder) if s.out is None else s.out
     check_out(target)
@@ -89,12 +91,14 @@ def check_out(target: Path) -> None:
 
     if target.is_dir():
         raise UserError(
-            f"--out {safe(target)}: is a directory; give a file name, e.g. --out {safe(target / 'report.html')}"
+            f"--out {safe(target)}: is a directory; give a file name, e.g. --out {safe(target / 'report.html')}",
+            kind=ErrorKind.FILE,
         )
     if target.is_symlink():
         raise UserError(
             f"--out {safe(target)}: is a symbolic link; the page is never written through one: remove it or "
-            "choose another path"
+            "choose another path",
+            kind=ErrorKind.FILE,
         )
     check_writable_output(target, "--out")
 

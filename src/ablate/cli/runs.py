@@ -16,7 +16,7 @@ from ablate.cli.commands import argument, option, shared, verb
 from ablate.cli.deciding import DecideOptions, check_decide_flags, run_decide
 from ablate.cli.errors import checked
 from ablate.cli.options import OutputOptions, executor_name, positive_seconds, torch_threads
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState
 
 
@@ -50,7 +50,8 @@ def status(s: StatusSettings) -> None:
         root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
     elif sweep is not None and "/" in sweep:
         raise UserError(
-            f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory (sweeps/NAME)"
+            f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory (sweeps/NAME)",
+            kind=ErrorKind.FILE,
         )
     with ctrl_c() as interrupted:
         show_status(root, sweep, watch=s.watch, interval=s.interval, as_json=s.as_json)
@@ -64,7 +65,9 @@ def tracker_names(values: list[str] | None) -> list[str] | None:
 
     for value in values or []:
         if value not in TRACKERS:
-            raise UserError(f"--track {value}: not a tracker; choose from {', '.join(TRACKERS)}")
+            raise UserError(
+                f"--track {value}: not a tracker; choose from {', '.join(TRACKERS)}", kind=ErrorKind.SETTING
+            )
     return values
 
 
@@ -340,7 +343,9 @@ def train(s: TrainSettings) -> None:
     from ablate.train.stopping import Stop, stop_on_signals
 
     if s.old_out is not None:  # --out is the file report and calibrate write; a run's directory has its own name
-        raise UserError(f"--out {s.old_out}: train writes a run directory; give it as --run-dir {s.old_out}")
+        raise UserError(
+            f"--out {s.old_out}: train writes a run directory; give it as --run-dir {s.old_out}", kind=ErrorKind.SETTING
+        )
     config = compose_run(s.recipe, [*(s.overrides or []), *track_overrides(s.track, s.tensorboard)])
     run_dir = prepare_run_dir(config, s.run_dir, group_read=s.group_read)
     typer.echo(f"run directory: {run_dir}")

@@ -38,7 +38,7 @@ from ablate.compose.safe_yaml import (
 from ablate.config import schema
 from ablate.config.schema import RunConfig, plain
 from ablate.config.validation import closest, type_hints
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import ownership, store
 
 SCHEMA_CONFIG = "ablate_schema"
@@ -160,7 +160,9 @@ class Composer:
         if (name, *overrides) in self._inside:
             return
         if leaves_folder(name) or "/" in name:
-            raise UserError(f"recipe {name!r}: not a recipe of {self.dir}; name a recipe file of that folder")
+            raise UserError(
+                f"recipe {name!r}: not a recipe of {self.dir}; name a recipe file of that folder", kind=ErrorKind.RECIPE
+            )
         for o in parse_overrides(overrides, "override"):
             group = o.key_or_group.lstrip("+~")
             value = o.value()
@@ -170,7 +172,8 @@ class Composer:
                 known = ", ".join(self.groups.get(group, [])) or "none"
                 raise UserError(
                     f"{o.input_line}: names a file outside the recipes folder {self.dir}; name an option of "
-                    f"recipes/{group}/ ({known})"
+                    f"recipes/{group}/ ({known})",
+                    kind=ErrorKind.RECIPE,
                 )
         self._inside.add((name, *overrides))
 
@@ -236,7 +239,8 @@ def _refuse_links_out(recipes_dir: Path) -> None:
             if not inside:
                 raise UserError(
                     f"{entry}: a link to {os.readlink(entry)}, outside the recipes folder {top} (or broken); "
-                    "copy the file into the folder instead"
+                    "copy the file into the folder instead",
+                    kind=ErrorKind.FILE,
                 )
 
 

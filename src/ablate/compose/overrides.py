@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 MAX_RUNS = 10_000
 """The most runs a sweep may expand to. A run costs a config composition (~0.1 s uncached), a run directory and a
@@ -26,20 +26,22 @@ def parse_overrides(overrides: Sequence[str], where: str) -> list[Any]:
     out = []
     for o in overrides:
         if not isinstance(o, str):
-            raise UserError(f"{where}: override {o!r} is not a 'key=value' string")
+            raise UserError(f"{where}: override {o!r} is not a 'key=value' string", kind=ErrorKind.RECIPE)
         try:
             parsed = parser.parse_overrides([o])
         except HydraException as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise UserError(
                 f"{where}: cannot parse override {o!r} ({first}); the grammar is Hydra's: key=value, "
-                "key=a,b,c, key=range(1,4), key=choice(a,b)"
+                "key=a,b,c, key=range(1,4), key=choice(a,b)",
+                kind=ErrorKind.RECIPE,
             ) from None
         for p in parsed:
             if p.is_hydra_override():  # hydra.searchpath would compose files from anywhere, unchecked
                 raise UserError(
                     f"{where}: {o!r} sets Hydra's own config; ablate composes recipes from the "
-                    "recipe's folder only: drop it"
+                    "recipe's folder only: drop it",
+                    kind=ErrorKind.RECIPE,
                 )
         out.extend(parsed)
     return out
@@ -74,9 +76,14 @@ def sweep_size(o: Any) -> int:
     v = o.value()
     if isinstance(v, ChoiceSweep):
         if not v.list:
-            raise UserError(f"{o.input_line}: a sweep of no values; supported: {SUPPORTED_SWEEPS}")
+            raise UserError(
+                f"{o.input_line}: a sweep of no values; supported: {SUPPORTED_SWEEPS}", kind=ErrorKind.RECIPE
+            )
         if any(isinstance(x, Sweep) for x in v.list):
-            raise UserError(f"{o.input_line}: a sweep inside a sweep; list the values in one: {SUPPORTED_SWEEPS}")
+            raise UserError(
+                f"{o.input_line}: a sweep inside a sweep; list the values in one: {SUPPORTED_SWEEPS}",
+                kind=ErrorKind.RECIPE,
+            )
         return len(v.list)
     if isinstance(v, RangeSweep) and v.start is not None and v.stop is not None:
         try:  # exact values, as Hydra's own float range steps through them
@@ -88,14 +95,19 @@ def sweep_size(o: Any) -> int:
             if n == 0:
                 raise UserError(
                     f"{o.input_line}: an empty range (no value from {v.start} to {v.stop} by {v.step}); "
-                    "e.g. range(0,3) is 0,1,2"
+                    "e.g. range(0,3) is 0,1,2",
+                    kind=ErrorKind.RECIPE,
                 )
             return n
-        raise UserError(f"{o.input_line}: a range needs finite bounds and a nonzero step; e.g. range(0,3) is 0,1,2")
+        raise UserError(
+            f"{o.input_line}: a range needs finite bounds and a nonzero step; e.g. range(0,3) is 0,1,2",
+            kind=ErrorKind.RECIPE,
+        )
     what = type(v).__name__.replace("Sweep", "").lower() if v is not None else "this"
     raise UserError(
         f"{o.input_line}: {'an' if what[0] in 'aeiou' else 'a'} {what} sweep does not expand to a list "
-        f"of runs; supported: {SUPPORTED_SWEEPS}"
+        f"of runs; supported: {SUPPORTED_SWEEPS}",
+        kind=ErrorKind.RECIPE,
     )
 
 
@@ -105,7 +117,8 @@ def check_runs(n: int, what: str) -> None:
         count = f"{n:,}" if n < 10**12 else f"about {n:.1e}"
         raise UserError(
             f"{what} expands to {count} runs, more than the {MAX_RUNS:,} a sweep may have; "
-            "narrow its axes or seeds (or split it into several sweeps)"
+            "narrow its axes or seeds (or split it into several sweeps)",
+            kind=ErrorKind.RECIPE,
         )
 
 
@@ -121,6 +134,7 @@ def sweep_values(o: Any) -> list[str]:
     except (HydraException, ValueError, TypeError, ArithmeticError) as e:
         raise UserError(
             f"{o.input_line}: cannot expand ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-            f"supported: {SUPPORTED_SWEEPS}"
+            f"supported: {SUPPORTED_SWEEPS}",
+            kind=ErrorKind.RECIPE,
         ) from None
     return [value_text(parse_overrides([f"{key}={v}"], "sweep")[0]) for v in texts]

@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 
 from ablate.compose.resources import PROFILES_DIR, RECIPES_DIR
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import store
 
 EXAMPLE_PROFILE = "example-cluster"
@@ -56,7 +56,7 @@ def init_project(folder: Path | str) -> list[Path]:
     pairs = _planned(folder)
     why = _obstacle(folder, pairs)
     if why is not None:
-        raise UserError(why)
+        raise UserError(why, kind=ErrorKind.FILE)
     for src, dst in pairs:
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd = store.open_fd(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -17,7 +17,7 @@ from ablate.compose.safe_yaml import load_yaml
 from ablate.compose.sweep import load_sweep
 from ablate.config import schema
 from ablate.config.schema import ConfigErrors, RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 
 def is_recipe(path: Path | str) -> bool:
@@ -38,13 +38,17 @@ def compose_run(recipe_path: Path | str, overrides: Sequence[str] = ()) -> RunCo
             labels = ", ".join(r.label for r in sweep.runs[:6]) + (", ..." if len(sweep.runs) > 6 else "")
             raise UserError(
                 f"{path} expands to {len(sweep.runs)} runs ({labels}); pick one with overrides, "
-                f"e.g. {sweep.runs[0].label.replace(',', ' ')}"
+                f"e.g. {sweep.runs[0].label.replace(',', ' ')}",
+                kind=ErrorKind.RECIPE,
             )
         return sweep.runs[0].config
     parsed = parse_overrides(overrides, str(path))
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     if sweeps:
-        raise UserError(f"{sweeps[0]}: a sweep value; one run takes one value per key (sweeps go to `ablate sweep`)")
+        raise UserError(
+            f"{sweeps[0]}: a sweep value; one run takes one value per key (sweeps go to `ablate sweep`)",
+            kind=ErrorKind.RECIPE,
+        )
     with hydra_context(path.parent) as hc:
         try:
             raw = hc.compose(path.stem, list(overrides))

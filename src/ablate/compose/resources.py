@@ -11,7 +11,7 @@ import re
 from importlib.resources import files
 from pathlib import Path
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 """What `--profile NAME` may be: a plain file name of ablate's profiles, without its .yaml."""
@@ -23,7 +23,10 @@ def _package_dir(name: str) -> Path:
     """A data folder of the installed package as a file-system path (Hydra composes from a real folder)."""
     found = files("ablate").joinpath(name)
     if not isinstance(found, Path):
-        raise UserError(f"ablate's {name} are inside an archive; install ablate as files (`pip install ablate`)")
+        raise UserError(
+            f"ablate's {name} are inside an archive; install ablate as files (`pip install ablate`)",
+            kind=ErrorKind.RECIPE,
+        )
     return found
 
 
@@ -41,14 +44,15 @@ def find_recipe(path: Path | str) -> tuple[Path, str]:
     if given.is_file():
         return given, PACKAGED if given.resolve().is_relative_to(RECIPES_DIR.resolve()) else YOUR_FOLDER
     if given.is_absolute():
-        raise UserError(f"{given}: no such file; check the path")
+        raise UserError(f"{given}: no such file; check the path", kind=ErrorKind.FILE)
     inside = Path(*given.parts[1:]) if given.parts[:1] == ("recipes",) else given
     packaged = RECIPES_DIR / inside
     if packaged.resolve().is_relative_to(RECIPES_DIR.resolve()) and packaged.is_file():
         return packaged, PACKAGED
     raise UserError(
         f"{given}: no such file (in this folder or among ablate's packaged recipes); check the path, "
-        "or run `ablate init` for a copy of the recipes to edit"
+        "or run `ablate init` for a copy of the recipes to edit",
+        kind=ErrorKind.FILE,
     )
 
 
@@ -65,6 +69,7 @@ def profile_path(name: str) -> Path:
         raise UserError(
             f"--profile {name!r}: not a profile name (letters, digits, _, - and inner dots); name one of ablate's "
             f"profiles ({', '.join(profile_names()) or 'none'}), or give a file of your own by path: "
-            "--profile ./slurm/mine.yaml"
+            "--profile ./slurm/mine.yaml",
+            kind=ErrorKind.SETTING,
         )
     return PROFILES_DIR / f"{name}.yaml"

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from omegaconf import OmegaConf
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 _CHECKED: set[bytes] = set()
 """Digests of recipe files that passed `check_recipe_file` in this process."""
@@ -134,7 +134,7 @@ def check_yaml(text: str, where: str) -> Any:
     try:
         root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except RecursionError:
-        raise UserError(f"{where}: YAML nested too deeply to read") from None
+        raise UserError(f"{where}: YAML nested too deeply to read", kind=ErrorKind.FILE) from None
     if root is None:
         return None
     distinct: set[int] = set()
@@ -154,7 +154,9 @@ def check_yaml(text: str, where: str) -> Any:
         if k in memo:
             return memo[k]
         if k in active:
-            raise UserError(f"{where}: a YAML alias refers to the node that holds it; write the value out")
+            raise UserError(
+                f"{where}: a YAML alias refers to the node that holds it; write the value out", kind=ErrorKind.FILE
+            )
         active.add(k)
         total = 1
         for c in _children(n):
@@ -168,11 +170,12 @@ def check_yaml(text: str, where: str) -> Any:
     try:
         expanded = size(root)
     except RecursionError:
-        raise UserError(f"{where}: YAML nested too deeply to read") from None
+        raise UserError(f"{where}: YAML nested too deeply to read", kind=ErrorKind.FILE) from None
     if expanded > cap:
         raise UserError(
             f"{where}: its YAML aliases (*name) expand it past {MAX_YAML_NODES:,} more nodes than it "
-            "holds; write the values out instead of repeating anchors"
+            "holds; write the values out instead of repeating anchors",
+            kind=ErrorKind.FILE,
         )
     return root
 
@@ -238,7 +241,8 @@ def check_recipe_file(path: Path, data: bytes) -> None:
     if hydra_node or re.search(r"^#\s*@package\s+.*\bhydra\b", data.decode("utf-8"), re.M):
         raise UserError(
             f"{path}: sets Hydra's own config (`hydra:`, e.g. a searchpath that would compose files from "
-            "anywhere); ablate composes recipes from this folder only: drop it"
+            "anywhere); ablate composes recipes from this folder only: drop it",
+            kind=ErrorKind.RECIPE,
         )
     todo = [root] if root is not None else []
     seen: set[int] = set()
@@ -250,18 +254,20 @@ def check_recipe_file(path: Path, data: bytes) -> None:
         if isinstance(n, yaml.ScalarNode) and isinstance(n.value, str):
             problem = interpolation_problem(n.value)
             if problem:
-                raise UserError(f"{path}:{n.start_mark.line + 1}: {n.value!r} {problem}; {ONLY_KEYS}")
+                raise UserError(
+                    f"{path}:{n.start_mark.line + 1}: {n.value!r} {problem}; {ONLY_KEYS}", kind=ErrorKind.RECIPE
+                )
         todo.extend(_children(n))
     outside = _defaults_problem(path, root)
     if outside:
-        raise UserError(outside)
+        raise UserError(outside, kind=ErrorKind.RECIPE)
     _CHECKED.add(digest)
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """A recipe or sweep file as plain containers; UserError when it is missing, not YAML or not a mapping."""
     if not path.is_file():
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{path}: no such file", kind=ErrorKind.FILE)
     try:
         text = path.read_text(encoding="utf-8")
         check_yaml(text, str(path))  # before OmegaConf expands any alias
@@ -269,12 +275,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
     except UserError:
         raise
     except Exception as e:  # yaml.YAMLError, omegaconf errors, UnicodeDecodeError
-        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        raise UserError(
+            f"{path}: not valid YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__})", kind=ErrorKind.FILE
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping at the top level")
+        raise UserError(f"{path}: expected a mapping at the top level", kind=ErrorKind.RECIPE)
     problem = interpolation_problems(data)  # a sweep file's grid, runs and overrides are recipes too
     if problem:
-        raise UserError(f"{path}: {problem}")
+        raise UserError(f"{path}: {problem}", kind=ErrorKind.RECIPE)
     return cast(dict[str, Any], data)  # YAML's keys as written (a sweep file's are names)

@@ -37,7 +37,7 @@ from ablate.compose.sweep_file import SweepSpec, read_sweep
 from ablate.config import schema
 from ablate.config.identity import arm_id, canonical_value, check_name, run_id
 from ablate.config.schema import ConfigErrors, RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.text import counted
 
 
@@ -160,7 +160,7 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
         try:
             base_cfg = schema.validate(hc.compose(spec.base, []))
         except ComposeError as e:
-            raise UserError(f"{where}: base recipe {spec.base!r}: {e}") from None
+            raise UserError(f"{where}: base recipe {spec.base!r}: {e}", kind=ErrorKind.RECIPE) from None
         except ConfigErrors as e:
             raise ConfigErrors([f"base recipe {spec.base!r}: {m}" for m in e.errors]) from None
         arms, errors, notes = _compose_arms(spec, hc)
@@ -170,13 +170,14 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     labels = [a for a, _, _ in arms]
     dup = next((lab for lab in labels if labels.count(lab) > 1), None)
     if dup:
-        raise UserError(f"{where}: two arms are labelled {dup!r}; give the runs distinct labels")
+        raise UserError(f"{where}: two arms are labelled {dup!r}; give the runs distinct labels", kind=ErrorKind.RECIPE)
     ids: dict[str, str] = {}
     for arm, _, cfg in arms:
         aid = arm_id(cfg)
         if aid in ids:
             raise UserError(
-                f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); drop one"
+                f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); drop one",
+                kind=ErrorKind.RECIPE,
             )
         ids[aid] = arm
 
@@ -189,7 +190,9 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
             notes.append(f"baseline {baseline!r} is not an arm of this expansion; give `ablate rank --baseline`")
             baseline = None
         else:
-            raise UserError(f"{where}: baseline {baseline!r} is not an arm; arms: {', '.join(labels)}")
+            raise UserError(
+                f"{where}: baseline {baseline!r} is not an arm; arms: {', '.join(labels)}", kind=ErrorKind.RECIPE
+            )
 
     runs: list[RunSpec] = []
     diffs: dict[str, list[str]] = {}

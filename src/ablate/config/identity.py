@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 ID_LEN = 12
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -109,7 +109,10 @@ def is_name(value: Any) -> TypeGuard[str]:
 def check_name(value: Any, what: str, fix: str = "") -> str:
     """`value` if it is safe as one path component (see `is_name`), else a UserError naming `what` and the fix."""
     if not is_name(value):
-        raise UserError(f"{what} {value!r}: use letters, digits, '_' and '-' only" + (f"; {fix}" if fix else ""))
+        raise UserError(
+            f"{what} {value!r}: use letters, digits, '_' and '-' only" + (f"; {fix}" if fix else ""),
+            kind=ErrorKind.RECIPE,
+        )
     return value
 
 

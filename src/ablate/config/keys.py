@@ -11,7 +11,7 @@ from typing import Any
 
 from ablate.config.schema import RunConfig
 from ablate.config.validation import closest, type_hints
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
@@ -43,7 +43,8 @@ def keys(under: str | None = None) -> list[Key]:
         sections = sorted({k.name.split(".")[0] for k in found})
         raise UserError(
             f"--keys {under!r}: no such section or key{closest(under, [k.name for k in found] + sections)}; "
-            f"sections: {', '.join(sections)}"
+            f"sections: {', '.join(sections)}",
+            kind=ErrorKind.SETTING,
         )
     return chosen
 

@@ -39,7 +39,7 @@ from ablate.config.sections import (
 )
 from ablate.config.validation import check_config, closest, type_hints
 from ablate.config.validation import schema_field as _f  # short: every field of the schema is declared with it
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 # ---- one section per design choice (ScaleRL, arXiv 2510.13786 §3) ----
 
@@ -193,8 +193,8 @@ class ConfigErrors(UserError):
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = list(errors)
-        # The CLI prints `error: <message>`; prefixing the other lines keeps the output one error per line.
-        super().__init__("\nerror: ".join(self.errors))
+        # one problem a line; the CLI prints each as its own `error[recipe]:` line (cli/errors.fail)
+        super().__init__("\n".join(self.errors), kind=ErrorKind.RECIPE)
 
 
 # ---- schema introspection ----

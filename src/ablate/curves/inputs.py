@@ -24,7 +24,7 @@ from pathlib import Path
 from ablate.curves import logs, readers, tracked
 from ablate.curves.sweeps import curve_from_run_dir
 from ablate.curves.tables import load_curves
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve, NotFitted
 from ablate.storage import reading
 from ablate.storage.metricsfile import COMPUTE_AXES
@@ -71,15 +71,16 @@ def curves_from_sweep(
     """
     sweep_dir = Path(sweep_dir)
     if x not in COMPUTE_AXES:
-        raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+        raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}", kind=ErrorKind.SETTING)
     runs_dir = sweep_dir / "runs"
     if not sweep_dir.is_dir():
         raise UserError(
-            f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)"
+            f"{sweep_dir}: no such sweep directory (run `ablate sweep RECIPE` first, or give a CSV/JSONL file)",
+            kind=ErrorKind.FILE,
         )
     run_dirs = sweep_run_dirs(sweep_dir)  # no link followed: a linked runs/, run or run file is refused
     if not run_dirs:
-        raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)")
+        raise UserError(f"{sweep_dir}: the sweep has no runs yet (expected {runs_dir}/<run_id>/)", kind=ErrorKind.DATA)
     curves: list[Curve] = []
     skipped: list[NotFitted] = []
     missing = []
@@ -98,11 +99,12 @@ def curves_from_sweep(
         name, flag, _ = missing[0]
         present = list(dict.fromkeys(k for *_, names in missing for k in names))
         raise UserError(
-            f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: {', '.join(present)}"
+            f"{sweep_dir}: no run logs the metric '{name}' ({flag}); its runs' metrics are: {', '.join(present)}",
+            kind=ErrorKind.FILE,
         )
     if not curves:
         reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped[:3])
-        raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})")
+        raise UserError(f"{sweep_dir}: no run has metrics to fit ({reasons})", kind=ErrorKind.DATA)
     _arms_by_config(labelled)
     return curves, skipped
 
@@ -129,7 +131,8 @@ def _arms_by_config(runs: list[tuple[Path, Curve]]) -> None:
             raise UserError(
                 f"{p1}: run.json labels it {c1.run!r}, but its config.yaml is arm {aid}, whose run "
                 f"{p0.name} is labelled {c0.run!r}; one config is one arm: fix the label in run.json, "
-                "or move the run directory out of the sweep"
+                "or move the run directory out of the sweep",
+                kind=ErrorKind.FILE,
             )
         name = members[0][1].group
         for _, c in members:
@@ -186,15 +189,18 @@ def load_inputs(
     if not paths:
         raise UserError(
             "give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
-            "(TensorBoard, W&B, TRL, verl, MLflow)"
+            "(TensorBoard, W&B, TRL, verl, MLflow)",
+            kind=ErrorKind.FILE,
         )
     fmt = {"csv": "table", "jsonl": "table"}.get(fmt, fmt)  # the names users reach for first
     if fmt != "auto" and fmt not in (*logs.FORMATS, MLFLOW):
-        raise UserError(f"--from {fmt}: unknown; valid: auto, {', '.join((*logs.FORMATS, MLFLOW))}")
+        raise UserError(
+            f"--from {fmt}: unknown; valid: auto, {', '.join((*logs.FORMATS, MLFLOW))}", kind=ErrorKind.SETTING
+        )
     per_step = {k: v for k, v in (per_step or {}).items() if v is not None}
     for axis, v in per_step.items():
         if not (math.isfinite(v) and v > 0):
-            raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0")
+            raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0", kind=ErrorKind.FILE)
     curves: list[Curve] = []
     skipped: list[NotFitted] = []
     paths = [bare_sweep(Path(p)) for p in paths]
@@ -211,17 +217,19 @@ def load_inputs(
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
         kind = fmt if fmt != "auto" else ours or (MLFLOW if tracked.is_mlflow(p) else logs.detect(p))
         if ours and kind != ours:
-            raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}")
+            raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}", kind=ErrorKind.FILE)
         if per_step and kind not in (*logs.FOREIGN, MLFLOW):
             flag = logs.PER_STEP[next(iter(per_step))]
             raise UserError(
                 f"{flag}: {p} is a {'CSV/JSONL table' if kind == 'table' else kind + ' directory'}, "
-                "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x"
+                "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x",
+                kind=ErrorKind.SETTING,
             )
         if kind in (*logs.FOREIGN, MLFLOW) and (group is not None or run != "run"):
             raise UserError(
                 f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
-                "its arms; --run and --group name columns of CSV/JSONL tables: drop it"
+                "its arms; --run and --group name columns of CSV/JSONL tables: drop it",
+                kind=ErrorKind.FILE,
             )
         cs, sk = _read_one(p, kind, x=x, y=y, run=run, group=group, per_step=per_step)
         if len(paths) > 1:
@@ -240,10 +248,10 @@ def _read_one(
         return curves_from_sweep(p, x=x, y=y)
     if kind == "run":
         if x not in COMPUTE_AXES:
-            raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}")
+            raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}", kind=ErrorKind.SETTING)
         got = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
         if isinstance(got, NotFitted):
-            raise UserError(f"{p}: {got.reason}")
+            raise UserError(f"{p}: {got.reason}", kind=ErrorKind.FILE)
         return [got], []
     if kind == "table":
         return load_curves(p, x=x, y=y, run=run, group=group), []
@@ -275,7 +283,8 @@ def _check_present(paths: list[Path]) -> None:
             here = sorted(q.parent.name for q in Path("sweeps").glob("*/ledger.jsonl"))
             raise UserError(
                 f"{p}: no such file, folder or sweep (sweeps under sweeps/: {', '.join(here) or 'none'}); give a "
-                "sweep's name or path, a run directory, a CSV/JSONL file or a log"
+                "sweep's name or path, a run directory, a CSV/JSONL file or a log",
+                kind=ErrorKind.FILE,
             )
 
 
@@ -302,7 +311,10 @@ def input_names(paths: list[Path]) -> list[str]:
     for p in paths:
         real = p.resolve()
         if real in seen:
-            raise UserError(f"{p}: given twice (also as {seen[real]}); its runs would count twice: give it once")
+            raise UserError(
+                f"{p}: given twice (also as {seen[real]}); its runs would count twice: give it once",
+                kind=ErrorKind.FILE,
+            )
         seen[real] = p
     parts = [Path(os.path.abspath(p)).parts for p in paths]
     names = []

@@ -33,7 +33,7 @@ from ablate.curves.readers import (
     wandb_files,
 )
 from ablate.curves.tracked import Tracked, read_mlflow, read_wandb
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve, RunFacts
 from ablate.storage.reading import MAX_STEP, SCAN_BYTES, check_regular, read_head
 
@@ -70,7 +70,7 @@ def detect(path: Path | str) -> str:
     """The format of a log file or folder (one of FORMATS), told by its content; a UserError when unknown."""
     p = Path(path)
     if not p.exists():
-        raise UserError(f"{p}: no such file")
+        raise UserError(f"{p}: no such file", kind=ErrorKind.FILE)
     if p.is_dir():
         if trainer_state_file(p) is not None:
             return "trl"
@@ -81,7 +81,8 @@ def detect(path: Path | str) -> str:
         raise UserError(
             f"{p}: no curves in this folder: not a sweep (runs/), a run (metrics.jsonl), a TensorBoard "
             "log (events.out.tfevents.*), a W&B folder (offline-run-*/run-*.wandb) or a TRL output "
-            "(trainer_state.json)"
+            "(trainer_state.json)",
+            kind=ErrorKind.FILE,
         )
     check_regular(p)  # a device or a pipe is refused before it is opened (its reading would never end)
     if p.name.startswith(TB_PREFIX):
@@ -113,7 +114,8 @@ def detect(path: Path | str) -> str:
         return "verl"
     raise UserError(
         f"{p}: can't tell what this file is: not a CSV/JSONL table, a TensorBoard event file, a W&B run "
-        "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --from"
+        "or CSV export, a TRL trainer_state.json or a verl log; if it is one, pass --from",
+        kind=ErrorKind.FILE,
     )
 
 
@@ -128,7 +130,7 @@ def wrong_format(p: Path, fmt: str, why: str) -> UserError:
         if found and found != fmt
         else "check the path, or pass --from auto"
     )
-    return UserError(f"{p}: not a {WHAT[fmt]} ({why}); {hint}")
+    return UserError(f"{p}: not a {WHAT[fmt]} ({why}); {hint}", kind=ErrorKind.FILE)
 
 
 # ---- runs -> curves -----------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def to_curves(
     x = "step" if x in STEP_ALIASES else x
     per_step = per_step or {}
     if not runs:
-        raise UserError(f"{source}: no runs in this {WHAT.get(fmt, 'log')}")
+        raise UserError(f"{source}: no runs in this {WHAT.get(fmt, 'log')}", kind=ErrorKind.DATA)
     curves = []
     for name, steps in runs.items():
         huge = [s for s in steps if not abs(s) <= MAX_STEP]  # NaN too
@@ -154,7 +156,8 @@ def to_curves(
             big = "a step too large for a float" if math.isinf(huge[0]) else f"step {huge[0]:g}"
             raise UserError(
                 f"{source}: run '{name}' logs {big}, beyond {MAX_STEP:,} (2^53): not a step count; fix "
-                "or drop those entries"
+                "or drop those entries",
+                kind=ErrorKind.FILE,
             )
         xs: list[float] = []
         ys: list[float] = []
@@ -171,19 +174,23 @@ def to_curves(
                 top = max(s[y] for s in steps.values() if math.isfinite(s.get(y, math.nan)))
                 raise UserError(
                     f"{where}: '{y}' is {vy:g}, outside [0, 1]; --y must name a pass rate"
-                    + (" (percentages? divide by 100)" if top <= 100 else "")
+                    + (" (percentages? divide by 100)" if top <= 100 else ""),
+                    kind=ErrorKind.FILE,
                 )
             if vx < 0:
-                raise UserError(f"{where}: '{x}' is {vx:g}, negative; --x must name a compute axis")
+                raise UserError(
+                    f"{where}: '{x}' is {vx:g}, negative; --x must name a compute axis", kind=ErrorKind.FILE
+                )
             if xs and vx <= xs[-1]:
                 raise UserError(
                     f"{where}: '{x}' does not increase ({vx:g} after {xs[-1]:g}); pass --x step, or "
-                    "another compute axis"
+                    "another compute axis",
+                    kind=ErrorKind.FILE,
                 )
             xs.append(vx)
             ys.append(vy)
         if not xs:
-            raise UserError(_no_points(source, name, steps, x, y, per_step))
+            raise UserError(_no_points(source, name, steps, x, y, per_step), kind=ErrorKind.DATA)
         curves.append(Curve(run=name, group=name, x=np.array(xs), y=np.array(ys)))
     return _armed(curves, runs) if isinstance(runs, Tracked) else curves
 
@@ -236,9 +243,9 @@ def load(
     if fmt == "auto":
         fmt = detect(p)
     if fmt not in READERS:
-        raise UserError(f"--from {fmt}: not a log format; valid: {', '.join(FOREIGN)}")
+        raise UserError(f"--from {fmt}: not a log format; valid: {', '.join(FOREIGN)}", kind=ErrorKind.SETTING)
     if not p.exists():
-        raise UserError(f"{p}: no such file")
+        raise UserError(f"{p}: no such file", kind=ErrorKind.FILE)
     try:
         runs = READERS[fmt](p)
     except WrongFormat as e:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ablate.curves.tables import number, read_csv
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import store
 from ablate.storage.reading import MAX_STEP, check_size, open_regular, read_head, read_whole, refuse_special
 
@@ -139,7 +139,9 @@ def read_tensorboard(p: Path) -> Runs:
         try:
             ea.Reload()
         except Exception as e:  # a torn or foreign file: tensorboard raises its own errors
-            raise UserError(f"{folder}: can't read the TensorBoard events ({type(e).__name__}: {e})") from None
+            raise UserError(
+                f"{folder}: can't read the TensorBoard events ({type(e).__name__}: {e})", kind=ErrorKind.FILE
+            ) from None
         tags = ea.Tags()
         runs.setdefault(name, {})
         for tag in tags.get("scalars", []):
@@ -195,7 +197,8 @@ def read_wandb_csv(p: Path) -> Runs:
         run, metric = (r.get(run_col) or "").strip(), (r.get(metric_col) or "").strip()
         if not (run and metric):
             raise UserError(
-                f"{where}: no value in column '{run_col if not run else metric_col}'; fill it in, or drop the row"
+                f"{where}: no value in column '{run_col if not run else metric_col}'; fill it in, or drop the row",
+                kind=ErrorKind.FILE,
             )
         _put(runs, run, step, metric, v)
     return runs
@@ -208,7 +211,7 @@ def read_trl(p: Path) -> Runs:
     try:
         doc = json.loads(read_whole(state, "a trainer_state.json").decode("utf-8-sig"))
     except UnicodeDecodeError:
-        raise UserError(f"{state}: not UTF-8 text; is it a trainer_state.json?") from None
+        raise UserError(f"{state}: not UTF-8 text; is it a trainer_state.json?", kind=ErrorKind.FILE) from None
     except ValueError as e:
         raise WrongFormat(state, "trl", f"not valid JSON: {str(e).split(':')[0]}") from None
     except RecursionError:

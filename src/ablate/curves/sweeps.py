@@ -17,7 +17,7 @@ import yaml
 from ablate.compose.safe_yaml import check_yaml
 from ablate.config.identity import arm_id, label_seed, run_id
 from ablate.curves.tables import VAL_N, show
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve, NotFitted, RunFacts
 from ablate.states import STOPPED, RunState
 from ablate.storage import store
@@ -36,12 +36,15 @@ def _metric(rd: RunDir, line: int, name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise UserError(
             f"{rd.metrics_path}:{line}: '{name}' is {'null' if v is None else show(v)}, not a number; "
-            "fix or delete that line"
+            "fix or delete that line",
+            kind=ErrorKind.FILE,
         )
     try:
         return float(v)
     except OverflowError:
-        raise UserError(f"{rd.metrics_path}:{line}: '{name}' is too large to be a number; fix that line") from None
+        raise UserError(
+            f"{rd.metrics_path}:{line}: '{name}' is too large to be a number; fix that line", kind=ErrorKind.FILE
+        ) from None
 
 
 def _metric_names(recs: list[dict[str, Any]]) -> list[str]:
@@ -110,7 +113,8 @@ def config_ids(rd: RunDir) -> tuple[str, str, Any] | None:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(
             f"{path}: can't read the run's config ({getattr(e, 'strerror', None) or type(e).__name__}); "
-            "restore it or move the run directory out of the sweep"
+            "restore it or move the run directory out of the sweep",
+            kind=ErrorKind.FILE,
         ) from None
     try:
         if "*" in text:  # an alias (the trainer writes none): no expanding a planted alias bomb
@@ -118,17 +122,20 @@ def config_ids(rd: RunDir) -> tuple[str, str, Any] | None:
         ids = _ids_of_text(text)
     except RecursionError:
         raise UserError(
-            f"{path}: nested too deeply to be a run config; restore it or move the run directory out of the sweep"
+            f"{path}: nested too deeply to be a run config; restore it or move the run directory out of the sweep",
+            kind=ErrorKind.FILE,
         ) from None
     except (_BadYaml, yaml.YAMLError) as e:
         line = getattr(e, "line", None)
         raise UserError(
             f"{path}{'' if line is None else f':{line}'}: not valid YAML; restore the run's config "
-            "or move the run directory out of the sweep"
+            "or move the run directory out of the sweep",
+            kind=ErrorKind.FILE,
         ) from None
     if ids is None:
         raise UserError(
-            f"{path}: not a run config (a YAML mapping); restore it or move the run directory out of the sweep"
+            f"{path}: not a run config (a YAML mapping); restore it or move the run directory out of the sweep",
+            kind=ErrorKind.FILE,
         )
     return ids
 
@@ -142,19 +149,24 @@ def _check_ids(rd: RunDir, info: RunInfo, ids: tuple[str, str, Any]) -> None:
     if isinstance(said, str) and said != cfg_arm:
         raise UserError(
             f"{rd.path}: run.json says arm {said} ({info.label or 'no label'}) but its config.yaml is arm "
-            f"{cfg_arm}; {fix}"
+            f"{cfg_arm}; {fix}",
+            kind=ErrorKind.FILE,
         )
     said = info.raw.get("run_id")
     if isinstance(said, str) and said != cfg_run:
         raise UserError(
             f"{rd.path}: run.json says run {said} ({info.label or 'no label'}) but its config.yaml is run "
-            f"{cfg_run}; {fix}"
+            f"{cfg_run}; {fix}",
+            kind=ErrorKind.FILE,
         )
     seed = label_seed(info.label)
     if seed is not None and not (
         isinstance(cfg_seed, int) and not isinstance(cfg_seed, bool) and seed == str(cfg_seed)
     ):
-        raise UserError(f"{rd.path}: run.json labels it {info.label!r} but its config.yaml has seed={cfg_seed}; {fix}")
+        raise UserError(
+            f"{rd.path}: run.json labels it {info.label!r} but its config.yaml has seed={cfg_seed}; {fix}",
+            kind=ErrorKind.FILE,
+        )
 
 
 def curve_from_run_dir(
@@ -216,7 +228,7 @@ def curve_from_run_dir(
     ):
         if bad.any():  # NaN compares False: dropped below, as a run may log one when it diverges
             k = int(np.argmax(bad))
-            raise UserError(f"{rd.metrics_path}:{rec_index[k]}: {vals[k]:g} in {what}")
+            raise UserError(f"{rd.metrics_path}:{rec_index[k]}: {vals[k]:g} in {what}", kind=ErrorKind.FILE)
     ok = np.isfinite(xa) & np.isfinite(ya)
     order = np.argsort(xa[ok], kind="stable")
     xa, ya, na, la = xa[ok][order], ya[ok][order], na[ok][order], la[ok][order]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve
 from ablate.storage import reading, store
 
@@ -36,7 +36,8 @@ def read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise UserError(
-            f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at column {col}); save the file as UTF-8"
+            f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at column {col}); save the file as UTF-8",
+            kind=ErrorKind.FILE,
         ) from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows: list[tuple[int, dict[str, Any]]] = []
@@ -44,11 +45,15 @@ def read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
         columns = list(reader.fieldnames or [])
         dup = next((c for i, c in enumerate(columns) if c in columns[:i]), None)
         if dup is not None:  # DictReader would keep the last one silently
-            raise UserError(f"{path}: the header names column '{dup}' twice; rename or drop one of them")
+            raise UserError(
+                f"{path}: the header names column '{dup}' twice; rename or drop one of them", kind=ErrorKind.FILE
+            )
         for row in reader:
             rows.append((reader.line_num, row))
     except csv.Error as e:
-        raise UserError(f"{path}:{reader.line_num}: not a valid CSV row ({e}); fix that line") from None
+        raise UserError(
+            f"{path}:{reader.line_num}: not a valid CSV row ({e}); fix that line", kind=ErrorKind.FILE
+        ) from None
     return columns, rows
 
 
@@ -64,33 +69,38 @@ def _read_jsonl(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]
 def read_rows(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     """Rows with their 1-based line numbers in the file, and the column names seen."""
     if not path.exists():
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{path}: no such file", kind=ErrorKind.FILE)
     if path.is_dir():
-        raise UserError(f"{path}: is a directory; give a CSV or JSONL file (or use `ablate rank` on a sweep)")
+        raise UserError(
+            f"{path}: is a directory; give a CSV or JSONL file (or use `ablate rank` on a sweep)", kind=ErrorKind.FILE
+        )
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".jsonl", ".ndjson"):
-        raise UserError(f"{path}: unsupported format '{suffix or '(none)'}'; use a .csv or .jsonl file")
+        raise UserError(
+            f"{path}: unsupported format '{suffix or '(none)'}'; use a .csv or .jsonl file", kind=ErrorKind.FILE
+        )
     reading.check_size(path)  # a device or pipe, or a file too large to be a curve table: one line
     try:
         columns, rows = read_csv(path) if suffix == ".csv" else _read_jsonl(path)
     except OSError as e:
-        raise UserError(f"{path}: can't read the file ({e.strerror or e})") from None
+        raise UserError(f"{path}: can't read the file ({e.strerror or e})", kind=ErrorKind.FILE) from None
     if not rows:
-        raise UserError(f"{path}: no data rows")
+        raise UserError(f"{path}: no data rows", kind=ErrorKind.FILE)
     return columns, rows
 
 
 def number(where: str, col: str, v: Any) -> float:
     """A value of a numeric column as a float (missing/empty/"nan" -> NaN); `where` is "path line N"."""
     if isinstance(v, bool):
-        raise UserError(f"{where}: {v!r} in column '{col}' is not a number")
+        raise UserError(f"{where}: {v!r} in column '{col}' is not a number", kind=ErrorKind.FILE)
     if isinstance(v, int):
         try:
             return float(v)
         except OverflowError:  # JSON integers are unbounded; a float stops near 1.8e308
             raise UserError(
                 f"{where}: the integer in column '{col}' ({v.bit_length()} bits) is too large "
-                "to be a compute or a pass rate; fix that value"
+                "to be a compute or a pass rate; fix that value",
+                kind=ErrorKind.FILE,
             ) from None
     if isinstance(v, float):
         return v
@@ -99,7 +109,7 @@ def number(where: str, col: str, v: Any) -> float:
     try:
         return float(v)
     except (TypeError, ValueError):
-        raise UserError(f"{where}: {show(v)} in column '{col}' is not a number") from None
+        raise UserError(f"{where}: {show(v)} in column '{col}' is not a number", kind=ErrorKind.FILE) from None
 
 
 def show(v: Any, limit: int = 40) -> str:
@@ -114,11 +124,13 @@ def as_name(where: str, col: str, flag: str, v: Any) -> str:
     """A value of the run or group column as a name."""
     if v is None or (isinstance(v, str) and not v.strip()):
         raise UserError(
-            f"{where}: no value in the {flag[2:]} column '{col}'; fill it in, or choose the column with {flag}"
+            f"{where}: no value in the {flag[2:]} column '{col}'; fill it in, or choose the column with {flag}",
+            kind=ErrorKind.FILE,
         )
     if isinstance(v, (list, dict)):
         raise UserError(
-            f"{where}: {show(v)} in the {flag[2:]} column '{col}' is not a name; choose the column with {flag}"
+            f"{where}: {show(v)} in the {flag[2:]} column '{col}' is not a name; choose the column with {flag}",
+            kind=ErrorKind.FILE,
         )
     return str(v)
 
@@ -142,10 +154,15 @@ def load_curves(
     columns, rows = read_rows(path)
     for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
         if col not in columns:
-            raise UserError(f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})")
+            raise UserError(
+                f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})",
+                kind=ErrorKind.FILE,
+            )
     if run is not None and run not in columns:
         if run != "run":
-            raise UserError(f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)")
+            raise UserError(
+                f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)", kind=ErrorKind.FILE
+            )
         run = None  # the default run column is optional: one curve per file
 
     xs = np.array([number(f"{path} line {ln}", x, r.get(x)) for ln, r in rows])
@@ -156,15 +173,18 @@ def load_curves(
         if bad:
             raise UserError(
                 f"{path}: missing, NaN or infinite values in '{name}' at line(s) {fmt_lines(bad)}; fix or drop "
-                "those rows"
+                "those rows",
+                kind=ErrorKind.FILE,
             )
     bad = [ln for ln, v in zip(lines, ys) if not 0.0 <= v <= 1.0]
     if bad:
         hint = " (percentages? divide by 100)" if ys.max() <= 100 else ""
-        raise UserError(f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {fmt_lines(bad)}{hint}")
+        raise UserError(
+            f"{path}: pass rates in '{y}' outside [0, 1] at line(s) {fmt_lines(bad)}{hint}", kind=ErrorKind.FILE
+        )
     bad = [ln for ln, v in zip(lines, xs) if v < 0]
     if bad:
-        raise UserError(f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}")
+        raise UserError(f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}", kind=ErrorKind.FILE)
     ns = None
     if VAL_N in columns:  # graded samples behind each pass rate: the evaluation noise is then known, not estimated
         ns = np.array([number(f"{path} line {ln}", VAL_N, r.get(VAL_N)) for ln, r in rows])
@@ -183,7 +203,8 @@ def load_curves(
         elif g != groups[key][0]:
             raise UserError(
                 f"{where}: run '{key}' has {group} '{g}' here but '{groups[key][0]}' on line "
-                f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group"
+                f"{groups[key][1]}; a run belongs to one {group}: fix the rows, or check --run and --group",
+                kind=ErrorKind.FILE,
             )
         members[key].append(i)
     curves = []
@@ -195,7 +216,8 @@ def load_curves(
             k = steps[0]
             raise UserError(
                 f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
-                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run"
+                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run",
+                kind=ErrorKind.FILE,
             )
         curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
     return curves

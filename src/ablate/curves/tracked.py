@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.curves.readers import WrongFormat, scalar, wandb_files
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage.reading import read_head, read_whole
 from ablate.track.base import Logged
 
@@ -76,11 +76,14 @@ def _wandb_schema(p: Path) -> Any:
     try:
         from wandb.proto import wandb_internal_pb2 as pb
     except ImportError:
-        raise UserError(f"{p}: reading W&B runs needs the wandb package: pip install wandb") from None
+        raise UserError(
+            f"{p}: reading W&B runs needs the wandb package: pip install wandb", kind=ErrorKind.ENVIRONMENT
+        ) from None
     except Exception as e:  # a wandb whose protobuf schema does not load with the installed protobuf
         raise UserError(
             f"{p}: the installed wandb cannot load its record schema ({type(e).__name__}: {e}); "
-            "reinstall it (pip install -U wandb protobuf)"
+            "reinstall it (pip install -U wandb protobuf)",
+            kind=ErrorKind.ENVIRONMENT,
         ) from None
     return pb
 
@@ -107,7 +110,9 @@ def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
         if zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc:
             if pos + 7 + n >= len(data):
                 return
-            raise UserError(f"{f}: damaged at byte {pos} (bad checksum); the run's later history can't be read")
+            raise UserError(
+                f"{f}: damaged at byte {pos} (bad checksum); the run's later history can't be read", kind=ErrorKind.FILE
+            )
         pos += 7 + n
         chunks = body if kind in (1, 2) else chunks + body  # FULL, FIRST | MIDDLE, LAST
         if kind in (1, 4):
@@ -116,7 +121,8 @@ def _wandb_records(f: Path, pb: Any) -> Iterator[Any]:
                 rec.ParseFromString(chunks)
             except Exception as e:  # protobuf's DecodeError: a record that passed its checksum but is not one
                 raise UserError(
-                    f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history can't be read"
+                    f"{f}: damaged record at byte {pos} ({type(e).__name__}); the run's later history can't be read",
+                    kind=ErrorKind.FILE,
                 ) from None
             yield rec
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve
 from ablate.fit.identify import fit_status, not_identified
 from ablate.fit.noise import NoiseEstimate
@@ -58,7 +58,8 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str) -> WindowPoi
         )
         # kept as text: it becomes an arm's not-fitted reason, carried into rank's JSON as a string
         raise UserError(
-            f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until"
+            f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until",
+            kind=ErrorKind.DATA,
         )
     counts = [v for v in ns if v is not None]
     n = np.concatenate(counts) if len(counts) == len(ns) else None
@@ -116,7 +117,10 @@ def _held_r0(curves: list[Curve], opts: FitOptions, name: str, notes: list[Note]
         r0 = None
         notes.append(Note("other", "no point at compute 0: R0 fitted (give --r0 to fix it)"))
     if r0 is not None and r0 >= 1.0:  # the box A in [R0, 1] would be empty
-        raise UserError(f"{name}: R0 = {r0:g}: the pass rate at compute 0 is already 1, so there is no gain to fit")
+        raise UserError(
+            f"{name}: R0 = {r0:g}: the pass rate at compute 0 is already 1, so there is no gain to fit",
+            kind=ErrorKind.DATA,
+        )
     return r0
 
 
@@ -134,7 +138,10 @@ def _point_fit(
     x, y, run_index, n_eval, _ = pts
     if opts.method == "paper":
         if r0 is None:
-            raise UserError(f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0")
+            raise UserError(
+                f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0",
+                kind=ErrorKind.DATA,
+            )
         pf, grid_note = fit_paper(x, y, r0=r0)
         if grid_note:
             notes.append(Note("other", grid_note))
@@ -207,7 +214,7 @@ def fit_curves(
 ) -> FitResult:
     """Fit one run (one curve) or one arm (several curves pooled) and attach intervals and predictions."""
     if opts.method not in METHODS:
-        raise UserError(f"unknown fit method '{opts.method}'; valid: {', '.join(METHODS)}")
+        raise UserError(f"unknown fit method '{opts.method}'; valid: {', '.join(METHODS)}", kind=ErrorKind.SETTING)
     name = name or curves[0].run
     notes: list[Note] = []
     r0 = _held_r0(curves, opts, name, notes)
@@ -216,7 +223,8 @@ def fit_curves(
     if x.size < n_params + 1:
         raise UserError(
             f"{name}: {x.size} point(s) in the fit window {opts.window_text()}, need at least {n_params + 1} "
-            f"for {n_params} parameters; widen the window or log evaluations more often"
+            f"for {n_params} parameters; widen the window or log evaluations more often",
+            kind=ErrorKind.DATA,
         )
     rng = np.random.default_rng(opts.seed)
     pf, draws, noises, interval_method = _point_fit(curves, opts, pts, r0, name, rng, notes)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import SettingError, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.arms import ArmResult, EndSpread, Ranking, Verdict
 from ablate.fit.curve import Curve, NotFitted
@@ -159,7 +159,7 @@ def _fit_arms(
     not_fitted = not_fitted + [a for a in fitted if not isinstance(a, ArmResult)]
     if not arms:
         why = "; ".join(f"{a.label}: {a.reason}" for a in not_fitted[:3])
-        raise UserError(f"no arm can be fitted yet: {why}")
+        raise UserError(f"no arm can be fitted yet: {why}", kind=ErrorKind.DATA)
     if baseline is not None and baseline not in {a.arm for a in arms}:
         why = next(a.reason for a in not_fitted if a.arm == baseline)
         raise SettingError(

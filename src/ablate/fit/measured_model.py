@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from ablate.errors import SettingError, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
 from ablate.fit.exact import sim_options
@@ -75,7 +75,7 @@ def from_ranking(
     """The task model measured on a ranked sweep (see the module docstring). `budget`: the compute a run reaches at
     its max_steps; `seeds`: seeds per arm the sweep ran (the design the seed spread was measured at)."""
     if not ranking.arms:
-        raise UserError("nothing to plan from: no arm could be fitted")
+        raise UserError("nothing to plan from: no arm could be fitted", kind=ErrorKind.DATA)
     by = {a.arm: a for a in ranking.arms}
     notes = []
     base = by.get(ranking.baseline or "")

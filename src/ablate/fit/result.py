@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import SettingError, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.curve import Curve
 from ablate.fit.noise import NoiseEstimate
 from ablate.fit.notes import Note
@@ -60,7 +60,10 @@ class FitOptions:
         if not 0.0 < self.ci < 1.0:
             raise SettingError(f"{{ci}} {self.ci}: must be between 0 and 1 (e.g. 0.95)", "ci")
         if not 0.0 < self.level < 1.0:
-            raise UserError(f"level {self.level}: the false-discovery rate must be between 0 and 1 (e.g. 0.05)")
+            raise UserError(
+                f"level {self.level}: the false-discovery rate must be between 0 and 1 (e.g. 0.05)",
+                kind=ErrorKind.SETTING,
+            )
         if not (math.isfinite(self.target) and self.target > 0):  # NaN would predict R0 for every arm
             raise SettingError(f"{{to}} {self.target:g}: target compute must be a finite number > 0", "to")
         for name, v in (("fit_from", self.fit_from), ("fit_until", self.fit_until)):

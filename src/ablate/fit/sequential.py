@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 
-from ablate.errors import SettingError, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.arms import ArmResult
 from ablate.fit.batch_verdicts import CODES, futile
 from ablate.fit.effects import practical
@@ -56,7 +56,9 @@ class Looks:
                 f"{{max_seeds}} {self.max_seeds}: at least one wave ({self.wave} seeds); raise it", "max_seeds"
             )
         if not 0.0 < self.q < 1.0:
-            raise UserError(f"false-discovery rate {self.q}: must be between 0 and 1 (e.g. 0.05)")
+            raise UserError(
+                f"false-discovery rate {self.q}: must be between 0 and 1 (e.g. 0.05)", kind=ErrorKind.SETTING
+            )
 
     @property
     def seeds(self) -> tuple[int, ...]:

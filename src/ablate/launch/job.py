@@ -22,7 +22,7 @@ from typing import Any
 import submitit
 
 from ablate.compose.spec import RunSpec
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.launch.jobenv import (
     crashpoint,
     job_env,
@@ -110,7 +110,10 @@ class RunJob(submitit.helpers.Checkpointable):
 
         res = self.spec.config.resources
         if tasks != res.world:
-            raise UserError(f"{self.run_id}: the job has {tasks} tasks but resources.nproc x nodes = {res.world}")
+            raise UserError(
+                f"{self.run_id}: the job has {tasks} tasks but resources.nproc x nodes = {res.world}",
+                kind=ErrorKind.RECIPE,
+            )
         world = distributed.init_from_submitit(
             distributed.backend_for(self.spec.config.train.device), res.collective_timeout_s
         )

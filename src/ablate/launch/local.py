@@ -20,7 +20,7 @@ from typing import Any
 import submitit
 
 from ablate.compose.spec import RunSpec
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.launch.job import RunJob
 from ablate.launch.liveness import finished_event
 from ablate.states import TERMINAL, RunState
@@ -86,7 +86,8 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
     if why:
         raise UserError(
             f"refusing the runner queue {queue_file}: {why}; only a queue its owner alone can write is "
-            "run (launch the sweep again from a directory of your own)"
+            "run (launch the sweep again from a directory of your own)",
+            kind=ErrorKind.FILE,
         )
     q = store.read_json(queue_file)
     sweep_dir, batch, limit = Path(q["sweep_dir"]), q["batch"], int(q["max_parallel"])
@@ -94,7 +95,8 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
     why = ownership.private_problem(jobs_dir)
     if why:
         raise UserError(
-            f"refusing to run jobs from {jobs_dir}: {why}; launch the sweep again from a directory of your own"
+            f"refusing to run jobs from {jobs_dir}: {why}; launch the sweep again from a directory of your own",
+            kind=ErrorKind.FILE,
         )
     ledger = Ledger(sweep_dir)
     ex = submitit.LocalExecutor(folder=str(sweep_dir / "jobs" / "%j"), max_num_timeout=q["max_requeues"])

@@ -14,7 +14,7 @@ import yaml
 
 from ablate.compose.spec import RunSpec
 from ablate.config.identity import canonical
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import reading
 from ablate.storage.ledger import Ledger
 from ablate.text import safe
@@ -61,7 +61,8 @@ def check_one_config(sdir: Path, runs: Sequence[RunSpec], recs: Mapping[str, Any
         f"{sdir}: already holds {safe(spec.label)} (run {old_id}) with another config"
         + (f" ({safe(what)})" if what else "")
         + f"; {len(clash)} run(s) would mix two configurations in one sweep. Launch the changed sweep under another "
-        f"--root, or move {sdir} aside"
+        f"--root, or move {sdir} aside",
+        kind=ErrorKind.STATE,
     )
 
 

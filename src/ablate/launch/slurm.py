@@ -21,7 +21,7 @@ from typing import Any
 
 from ablate.compose.resources import profile_names, profile_path
 from ablate.config.validation import closest
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 DEFAULT_PROFILE = "local"
 
@@ -94,11 +94,14 @@ def find_profile(profile: str | None = None) -> Path:
         names = ", ".join(profile_names()) or "none"
         raise UserError(
             f"SLURM profile {name!r} not found (looked for {path}); --profile NAME takes one of ablate's "
-            f"own profiles ({names}), a file of your own goes by path: --profile ./slurm/{path.stem}.yaml"
+            f"own profiles ({names}), a file of your own goes by path: --profile ./slurm/{path.stem}.yaml",
+            kind=ErrorKind.RECIPE,
         )
     path = path.resolve()
     if not str(path).isprintable():  # it is written into the sbatch script as a comment line
-        raise UserError(f"SLURM profile {str(path)!r}: its path holds control characters; rename the file")
+        raise UserError(
+            f"SLURM profile {str(path)!r}: its path holds control characters; rename the file", kind=ErrorKind.RECIPE
+        )
     return path
 
 
@@ -115,21 +118,23 @@ def load_profile(profile: str | None = None) -> dict[str, Any]:
         check_yaml(text, str(path))  # an alias bomb is refused before PyYAML expands it
         data = yaml.safe_load(text) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})", kind=ErrorKind.FILE) from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: a SLURM profile must be a mapping of keys to values")
+        raise UserError(f"{path}: a SLURM profile must be a mapping of keys to values", kind=ErrorKind.RECIPE)
     params: dict[str, Any] = {}
     for key, value in data.items():
         if key not in PROFILE_KEYS:
             hint = closest(str(key), list(PROFILE_KEYS)) or f"; valid keys: {', '.join(PROFILE_KEYS)}"
-            raise UserError(f"{path}: unknown key {key!r}{hint}")
+            raise UserError(f"{path}: unknown key {key!r}{hint}", kind=ErrorKind.RECIPE)
         if value is None or value == [] or value == {}:
             continue
         params[PROFILE_KEYS[key]] = f"{value}G" if key == "mem_gb" else value
     setup = params.get("setup", [])
     setup = [setup] if isinstance(setup, str) else setup
     if not isinstance(setup, list) or not all(isinstance(x, str) for x in setup):
-        raise UserError(f"{path}: setup must be a list of shell lines, e.g. setup: [module load cuda]")
+        raise UserError(
+            f"{path}: setup must be a list of shell lines, e.g. setup: [module load cuda]", kind=ErrorKind.RECIPE
+        )
     params["setup"] = [f"# ablate profile: {path}", *setup]
     return params
 

@@ -120,20 +120,23 @@ def check_ledger(sdir: Path | str) -> None:
     appends to it."""
     path = Path(sdir) / "ledger.jsonl"
     if path.exists() and not path.is_file():
-        from ablate.errors import UserError
+        from ablate.errors import ErrorKind, UserError
 
         what = "a directory" if path.is_dir() else "not a regular file"
         raise UserError(
             f"{safe(path)}: {what}, not the sweep's ledger file; move it aside (the run directories keep "
-            "their results) and run `ablate sweep` again to write a new one"
+            "their results) and run `ablate sweep` again to write a new one",
+            kind=ErrorKind.FILE,
         )
 
 
 def raise_missing(root: Path | str, name: str) -> None:
-    from ablate.errors import UserError
+    from ablate.errors import ErrorKind, UserError
 
     have = ", ".join(list_sweeps(root)) or "none"
-    raise UserError(f"no sweep {name!r} under {root}/ (sweeps there: {have}); run `ablate sweep RECIPE` first")
+    raise UserError(
+        f"no sweep {name!r} under {root}/ (sweeps there: {have}); run `ablate sweep RECIPE` first", kind=ErrorKind.FILE
+    )
 
 
 def list_sweeps(root: Path | str) -> list[str]:

@@ -32,7 +32,7 @@ import submitit
 
 from ablate.compose.project import git_commit
 from ablate.compose.spec import RunSpec
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.launch.job import RunJob
 from ablate.launch.jobenv import crashpoint
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
@@ -55,7 +55,7 @@ def resolve_executor(name: str | None) -> str:
     """An executor name, `auto` resolved; a UserError for an unknown one."""
     name = (name or "local").lower()
     if name not in EXECUTORS:
-        raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
+        raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}", kind=ErrorKind.SETTING)
     if name == "auto":
         return "slurm" if slurm_up() else "local"
     return name
@@ -72,7 +72,8 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
     if not torch.cuda.is_available():
         raise UserError(
             f"{need.label}: train.device=cuda, but this machine has no CUDA device and the local executor "
-            "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)"
+            "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)",
+            kind=ErrorKind.ENVIRONMENT,
         )
 
 
@@ -115,7 +116,7 @@ def submit_sweep(
     submitted is recorded with its `command` line, the recipes' commit and where it ran (`launch_event`)."""
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
-        raise UserError(f"sweep {sweep.name!r} has no runs")
+        raise UserError(f"sweep {sweep.name!r} has no runs", kind=ErrorKind.RECIPE)
     kind, parallel, slurm_params = _executor_setup(runs, executor, max_parallel, profile, job)
     root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
     sdir = sweep_path(root, sweep.name)
@@ -177,7 +178,7 @@ def _executor_setup(
     lcfg = runs[0].config.launcher
     kind = resolve_executor(executor or lcfg.name)
     if max_parallel is not None and max_parallel < 1:
-        raise UserError(f"--max-parallel {max_parallel}: must be at least 1")
+        raise UserError(f"--max-parallel {max_parallel}: must be at least 1", kind=ErrorKind.SETTING)
     asked_parallel = max_parallel or lcfg.max_parallel
     # as many runs as the cores hold: a run takes `threads` cores per rank
     per_run = lcfg.threads * max(s.config.resources.nproc for s in runs)
@@ -191,7 +192,8 @@ def _executor_setup(
         if not slurm_up():
             raise UserError(
                 "-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
-                "`scontrol ping` on this host), or run with -e local"
+                "`scontrol ping` on this host), or run with -e local",
+                kind=ErrorKind.ENVIRONMENT,
             )
         if asked_parallel:
             slurm_params["array_parallelism"] = int(asked_parallel)  # --max-parallel beats the profile's value
@@ -257,7 +259,7 @@ def _submit(
         ledger.append(
             *({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit", "error": msg} for j in jobs)
         )
-        raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}") from e
+        raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}", kind=ErrorKind.ENVIRONMENT) from e
     return []
 
 

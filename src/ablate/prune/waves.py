@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.fit.sequential import Looks, futile_arm, settled
 from ablate.fit.spread import MinEffect
 from ablate.storage import store
@@ -104,18 +104,25 @@ def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
     lines = store.read_jsonl(path)
     aside = f"move {sdir / RECORD} aside to start the looks again (the runs are kept)"
     if not lines or not isinstance(lines[0].get("settings"), dict):
-        raise UserError(f"{path}: not a --decide record (its first line holds no settings); {aside}")
+        raise UserError(
+            f"{path}: not a --decide record (its first line holds no settings); {aside}", kind=ErrorKind.STATE
+        )
     was = lines[0]["settings"]
     now = settings.to_json()
     differ = [k for k in SETTLED_BY if was.get(k) != now[k]]
     if differ:
         said = ", ".join(f"{k} {was.get(k)} (now {now[k]})" for k in differ)
-        raise UserError(f"{path}: this sweep was decided with {said}; give the same settings to carry on, or {aside}")
+        raise UserError(
+            f"{path}: this sweep was decided with {said}; give the same settings to carry on, or {aside}",
+            kind=ErrorKind.STATE,
+        )
     looks = lines[1:]
     for n, line in enumerate(looks, start=1):
         why = _bad_look(line, n, settings.looks)
         if why:
-            raise UserError(f"{path}: line {n + 1}: {why}; the record was edited or damaged: {aside}")
+            raise UserError(
+                f"{path}: line {n + 1}: {why}; the record was edited or damaged: {aside}", kind=ErrorKind.STATE
+            )
     return looks
 
 
@@ -171,7 +178,10 @@ def _one_decider(sdir: Path) -> Iterator[None]:
     store.check_no_links(sdir / RECORD, sdir)
     with dir_lock(sdir / RECORD, blocking=False) as lock:
         if not lock.locked:
-            raise UserError(f"{sdir / RECORD}: another `ablate sweep --decide` is deciding this sweep; wait for it")
+            raise UserError(
+                f"{sdir / RECORD}: another `ablate sweep --decide` is deciding this sweep; wait for it",
+                kind=ErrorKind.STATE,
+            )
         yield
 
 
@@ -232,7 +242,8 @@ def _check_ended(statuses: list[Any]) -> None:
     if failed:
         raise UserError(
             f"{len(failed)} run(s) of this wave did not finish ({', '.join(failed[:3])}); see `ablate status`, "
-            "then run the same command again with --retry-failed"
+            "then run the same command again with --retry-failed",
+            kind=ErrorKind.STATE,
         )
 
 

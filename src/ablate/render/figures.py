@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 if TYPE_CHECKING:
     from ablate.fit.arms import ArmResult, Ranking
@@ -51,17 +51,20 @@ def figure_path(path: Path | str) -> Path:
     if not path.suffix and not path.is_dir():
         path = path.with_name(path.name + ".png")
     if path.is_dir():
-        raise UserError(f"--plot {path}: is a directory; give a file name, e.g. --plot {path / 'fit.png'}")
+        raise UserError(
+            f"--plot {path}: is a directory; give a file name, e.g. --plot {path / 'fit.png'}", kind=ErrorKind.FILE
+        )
     formats = figure_formats()
     if path.suffix[1:].lower() not in formats:
         raise UserError(
-            f"--plot {path}: can't write '{path.suffix}' figures; use one of: " + ", ".join("." + f for f in formats)
+            f"--plot {path}: can't write '{path.suffix}' figures; use one of: " + ", ".join("." + f for f in formats),
+            kind=ErrorKind.SETTING,
         )
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise UserError(f"--plot {path}: {parent} is a file, not a directory; choose another path")
+        raise UserError(f"--plot {path}: {parent} is a file, not a directory; choose another path", kind=ErrorKind.FILE)
     from ablate.storage.paths import check_writable_output
 
     return check_writable_output(path, "--plot")  # and writable: not a read-only file system
@@ -77,7 +80,9 @@ def _save(fig, path: Path) -> Path:
         fig.savefig(buf, format=path.suffix[1:].lower())
         store.atomic_write_bytes(path, buf.getvalue())
     except OSError as e:
-        raise UserError(f"--plot {path}: can't write the figure ({e.strerror or e}); choose another path") from None
+        raise UserError(
+            f"--plot {path}: can't write the figure ({e.strerror or e}); choose another path", kind=ErrorKind.FILE
+        ) from None
     finally:
         plt.close(fig)
     return path

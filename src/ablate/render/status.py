@@ -151,9 +151,11 @@ def show_status(
     """The `ablate status` command: one table (or JSON object) per sweep, refreshed with `watch`."""
     names = [sweep] if sweep else list_sweeps(root)
     if not names:
-        from ablate.errors import UserError
+        from ablate.errors import ErrorKind, UserError
 
-        raise UserError(f"no sweeps under {root}/; run `ablate sweep RECIPE` first (or pass --root)")
+        raise UserError(
+            f"no sweeps under {root}/; run `ablate sweep RECIPE` first (or pass --root)", kind=ErrorKind.FILE
+        )
 
     def collect() -> list[tuple[str, list[RunStatus]]]:
         return [(n, sweep_status(root, n)) for n in names]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.compose.project import git_commit
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.launch.status import RunStatus
 from ablate.report.runs import SweptArm, run_statuses, swept_arms
 from ablate.storage import store
@@ -80,14 +80,18 @@ def sweep_folder(given: Path) -> Path:
         if (candidate / "runs").is_dir():
             return candidate
     if given.is_file():
-        raise UserError(f"{given}: a file, not a sweep directory; give a sweep's directory, e.g. sweeps/NAME")
+        raise UserError(
+            f"{given}: a file, not a sweep directory; give a sweep's directory, e.g. sweeps/NAME", kind=ErrorKind.FILE
+        )
     if not given.exists():
         raise UserError(
-            f"{given}: no such directory (nor sweeps/{given}); give the folder `ablate sweep` wrote, e.g. sweeps/NAME"
+            f"{given}: no such directory (nor sweeps/{given}); give the folder `ablate sweep` wrote, e.g. sweeps/NAME",
+            kind=ErrorKind.FILE,
         )
     raise UserError(
         f"{given}: not a sweep directory (no runs/ folder in it); give the folder `ablate sweep` wrote, "
-        "e.g. sweeps/NAME"
+        "e.g. sweeps/NAME",
+        kind=ErrorKind.FILE,
     )
 
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState
 from ablate.storage import store
 from ablate.storage.rundir import DirectoryGone, RunDir
@@ -25,7 +25,7 @@ KINDS: tuple[Kind, ...] = ("user_error", "out_of_memory", "crash")
 @dataclass(frozen=True)
 class FailureReport:
     """One worker's report. `kind` is what a reader acts on (bad input, out of device memory, any other crash);
-    `error_class` and `message` are for people."""
+    `error_class` and `message` are for people; `error_kind` is a user error's own kind (None for the others)."""
 
     rank: int
     status: str
@@ -33,6 +33,7 @@ class FailureReport:
     error_class: str | None
     message: str | None
     time: float
+    error_kind: ErrorKind | None = None
 
 
 def kind_of(exc: BaseException) -> Kind:
@@ -54,6 +55,7 @@ def write(rd: RunDir, rank: int, exc: BaseException, status: RunState = RunState
         "rank": rank,
         "status": status,
         "kind": kind_of(exc),
+        "error_kind": exc.kind if isinstance(exc, UserError) else None,
         **error_record(exc),
         "time": time.time(),
         "host": socket.gethostname(),
@@ -67,7 +69,7 @@ def _parse(d: Any) -> FailureReport | None:
     """A report read back, or None for a file that is not one (torn, foreign)."""
     if not isinstance(d, dict) or not isinstance(d.get("time"), (int, float)) or not isinstance(d.get("rank"), int):
         return None
-    kind = d.get("kind")
+    kind, error_kind = d.get("kind"), d.get("error_kind")
     return FailureReport(
         rank=d["rank"],
         status=str(d.get("status", RunState.FAILED)),
@@ -75,6 +77,7 @@ def _parse(d: Any) -> FailureReport | None:
         error_class=d.get("class"),
         message=d.get("message"),
         time=float(d["time"]),
+        error_kind=ErrorKind(error_kind) if isinstance(error_kind, str) and error_kind in set(ErrorKind) else None,
     )
 
 

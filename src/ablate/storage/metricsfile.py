@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import store
 
 # The metric names, documented in one place: what every trainer writes to metrics.jsonl and every reader reads.
@@ -85,10 +85,14 @@ class MetricsFile:
                     continue  # the torn tail of a crash mid-append
                 what = "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not valid JSON"
                 raise UserError(
-                    f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that line"
+                    f"{self.metrics_path}:{i}: {what}; the file is damaged: fix or delete that line",
+                    kind=ErrorKind.FILE,
                 ) from None
             if not isinstance(rec, dict):
-                raise UserError(f"{self.metrics_path}:{i}: expected a JSON object per line, got {type(rec).__name__}")
+                raise UserError(
+                    f"{self.metrics_path}:{i}: expected a JSON object per line, got {type(rec).__name__}",
+                    kind=ErrorKind.FILE,
+                )
             out.append((i, rec))
         return out
 

@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 
 def _owner(uid: int) -> str:
@@ -70,11 +70,11 @@ def check_owned_dir(path: Path | str, *, chain: bool = True, choose: str = "--ro
     if where == path:
         st = os.stat(path)  # a sweep directory may be a link its owner made (to scratch space): judge its target
         if not stat.S_ISDIR(st.st_mode):
-            raise UserError(f"{path} is not a directory; give a directory for the sweep or run")
+            raise UserError(f"{path} is not a directory; give a directory for the sweep or run", kind=ErrorKind.FILE)
         why = _foreign(path, st)
         if why:
             fix = f"run `chmod go-w {path}`" if st.st_uid == os.getuid() else "use a directory of your own"
-            raise UserError(f"{why}, so others could plant files ablate loads: {fix} ({choose})")
+            raise UserError(f"{why}, so others could plant files ablate loads: {fix} ({choose})", kind=ErrorKind.FILE)
         where = path.parent
     if not chain:
         return
@@ -85,7 +85,8 @@ def check_owned_dir(path: Path | str, *, chain: bool = True, choose: str = "--ro
             raise UserError(
                 f"{p} can be written by {_writers(open_bits)} and has no sticky bit, so "
                 f"others could replace {path}: run `chmod go-w {p}` (or `chmod +t {p}`), or use a "
-                f"directory of your own ({choose})"
+                f"directory of your own ({choose})",
+                kind=ErrorKind.FILE,
             )
 
 

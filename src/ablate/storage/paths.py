@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.text import safe
 
 
@@ -18,22 +18,28 @@ def check_writable_output(path: Path | str, flag: str, *, folder: bool = False) 
     p = Path(path)
     where = f"{flag} {safe(p)}"
     if folder and p.exists() and not p.is_dir():
-        raise UserError(f"{where}: is a file, not a directory; choose another path")
+        raise UserError(f"{where}: is a file, not a directory; choose another path", kind=ErrorKind.FILE)
     if not folder and p.is_dir():
-        raise UserError(f"{where}: is a directory; give a file name, e.g. {flag} {safe(p / 'out.json')}")
+        raise UserError(
+            f"{where}: is a directory; give a file name, e.g. {flag} {safe(p / 'out.json')}", kind=ErrorKind.FILE
+        )
     if not folder and p.exists() and not p.is_file():
-        raise UserError(f"{where}: not a regular file (a device, a pipe, a socket); give a file name")
+        raise UserError(
+            f"{where}: not a regular file (a device, a pipe, a socket); give a file name", kind=ErrorKind.FILE
+        )
     parent = p if folder and p.exists() else p.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise UserError(f"{where}: {safe(parent)} is a file, not a directory; choose another path")
+        raise UserError(f"{where}: {safe(parent)} is a file, not a directory; choose another path", kind=ErrorKind.FILE)
     try:
         read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
     except OSError:
         read_only = False
     if read_only:
-        raise UserError(f"{where}: {safe(parent)} is on a read-only file system; choose another path")
+        raise UserError(
+            f"{where}: {safe(parent)} is on a read-only file system; choose another path", kind=ErrorKind.FILE
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{where}: no permission to write in {safe(parent)}; choose another path")
+        raise UserError(f"{where}: no permission to write in {safe(parent)}; choose another path", kind=ErrorKind.FILE)
     return p

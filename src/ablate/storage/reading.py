@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.text import safe
 
 DETECT_BYTES = 1 << 16
@@ -38,18 +38,20 @@ def _stat(p: Path) -> os.stat_result:
     try:
         return os.stat(p)  # follows a link to what it names, as opening would, without opening it
     except FileNotFoundError:
-        raise UserError(f"{safe(p)}: no such file") from None
+        raise UserError(f"{safe(p)}: no such file", kind=ErrorKind.FILE) from None
     except (OSError, ValueError) as e:  # a loop of links, no permission on a folder, a NUL in the name
-        raise UserError(f"{safe(p)}: can't read the file ({safe(getattr(e, 'strerror', None) or e)})") from None
+        raise UserError(
+            f"{safe(p)}: can't read the file ({safe(getattr(e, 'strerror', None) or e)})", kind=ErrorKind.FILE
+        ) from None
 
 
 def check_regular(p: Path | str) -> int:
     """The size of `p`, a regular file; a folder, a device, a pipe or a socket is a UserError, refused unopened."""
     st = _stat(Path(p))
     if stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{safe(p)}: a folder; give a file")
+        raise UserError(f"{safe(p)}: a folder; give a file", kind=ErrorKind.FILE)
     if not stat.S_ISREG(st.st_mode):
-        raise UserError(f"{safe(p)}: {NOT_REGULAR}")
+        raise UserError(f"{safe(p)}: {NOT_REGULAR}", kind=ErrorKind.FILE)
     return st.st_size
 
 
@@ -61,7 +63,7 @@ def refuse_special(p: Path | str) -> None:
     except (OSError, ValueError):
         return
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise UserError(f"{safe(p)}: {NOT_REGULAR}")
+        raise UserError(f"{safe(p)}: {NOT_REGULAR}", kind=ErrorKind.FILE)
 
 
 def open_regular(p: Path | str) -> BinaryIO:
@@ -71,10 +73,10 @@ def open_regular(p: Path | str) -> BinaryIO:
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise UserError(f"{safe(p)}: can't read the file ({safe(e.strerror or e)})") from None
+        raise UserError(f"{safe(p)}: can't read the file ({safe(e.strerror or e)})", kind=ErrorKind.FILE) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UserError(f"{safe(p)}: {NOT_REGULAR}")
+            raise UserError(f"{safe(p)}: {NOT_REGULAR}", kind=ErrorKind.FILE)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -88,13 +90,14 @@ def read_head(p: Path | str, limit: int = DETECT_BYTES) -> bytes:
         try:
             return f.read(limit)
         except OSError as e:
-            raise UserError(f"{safe(p)}: can't read the file ({safe(e.strerror or e)})") from None
+            raise UserError(f"{safe(p)}: can't read the file ({safe(e.strerror or e)})", kind=ErrorKind.FILE) from None
 
 
 def _too_big(p: Path | str, size: str, what: str) -> UserError:
     return UserError(
         f"{safe(p)}: {size} bytes, over the {MAX_FILE_BYTES:,} bytes {what} may have (curves are thousands of "
-        "points); give the log of one run, or cut the file to the part with the curves"
+        "points); give the log of one run, or cut the file to the part with the curves",
+        kind=ErrorKind.FILE,
     )
 
 
@@ -114,7 +117,7 @@ def read_whole(p: Path | str, what: str = "a curve log") -> bytes:
         try:
             data = f.read(MAX_FILE_BYTES + 1)
         except OSError as e:
-            raise UserError(f"{safe(p)}: can't read the file ({safe(e.strerror or e)})") from None
+            raise UserError(f"{safe(p)}: can't read the file ({safe(e.strerror or e)})", kind=ErrorKind.FILE) from None
     if len(data) > MAX_FILE_BYTES:  # it grew past the limit after the check
         raise _too_big(p, f"over {MAX_FILE_BYTES:,}", what)
     return data
@@ -132,7 +135,7 @@ def text_field(where: str, what: str, value: Any, fix: str, *, optional: bool = 
     """A text field (an id, a name, a tag): a str, or None when `optional`; anything else is a UserError."""
     if isinstance(value, str) or (value is None and optional):
         return value
-    raise UserError(f"{where}: {safe(what)} is {shown(value)}, not text; {fix}")
+    raise UserError(f"{where}: {safe(what)} is {shown(value)}, not text; {fix}", kind=ErrorKind.FILE)
 
 
 def metric_row(
@@ -143,11 +146,17 @@ def metric_row(
     key = text_field(where, f"a metric key of {what}", key, fix, optional=False)
     what = safe(f"{what} metric {key!r}")
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
-        raise UserError(f"{where}: {what} has step {shown(step)}, not an integer in [0, 2^53]; {fix}")
+        raise UserError(
+            f"{where}: {what} has step {shown(step)}, not an integer in [0, 2^53]; {fix}", kind=ErrorKind.FILE
+        )
     if is_nan not in (0, 1, None) or isinstance(is_nan, float):
-        raise UserError(f"{where}: {what} step {step} has is_nan {shown(is_nan)}, not 0 or 1; {fix}")
+        raise UserError(
+            f"{where}: {what} step {step} has is_nan {shown(is_nan)}, not 0 or 1; {fix}", kind=ErrorKind.FILE
+        )
     if is_nan:
         return float(step), key, math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UserError(f"{where}: {what} step {step} is {shown(value)}, not a finite number; {fix}")
+        raise UserError(
+            f"{where}: {what} step {step} is {shown(value)}, not a finite number; {fix}", kind=ErrorKind.FILE
+        )
     return float(step), key, float(value)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config.identity import check_name
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.states import FINISHED, RUN_JSON, STOPPED, RunState
 from ablate.storage import locks, store
 from ablate.storage.metricsfile import MetricsFile, MetricsMirror
@@ -39,6 +39,9 @@ class StopRequest:
 
 class DirectoryGone(UserError):
     """The run directory a writer locked is no longer at its path: the writer must stop and write nothing more."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=ErrorKind.STATE)
 
 
 def sweep_dir(root: Path | str, sweep: str) -> Path:
@@ -278,7 +281,8 @@ class RunDir(MetricsFile):
                 except OSError:
                     holder = "another process"
                 raise UserError(
-                    f"{self.path} is being written by {holder}; wait for that run to end, or give another directory"
+                    f"{self.path} is being written by {holder}; wait for that run to end, or give another directory",
+                    kind=ErrorKind.STATE,
                 )
             for folder in (self.ckpt_dir, self.logs_dir):  # the trainer's folders: no link either
                 self.at(folder)

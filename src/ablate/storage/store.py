@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import ownership
 
 
@@ -54,6 +54,9 @@ def dir_mode(group_read: bool = False) -> int:
 class LinkRefused(UserError, OSError):
     """A symbolic link where ablate opens or walks a file of a sweep. An OSError too, so that readers which take an
     unreadable file as absent (run.json, stop.json) do so; writers let it through as the one-line refusal."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=ErrorKind.FILE)
 
 
 def _link_error(path: Path | str) -> LinkRefused:
@@ -189,7 +192,8 @@ def private_cache(name: str) -> Path:
     if why:
         raise UserError(
             f"the cache {folder} is not private ({why}), and ablate loads weights from it: fix it "
-            "(`chmod go-w`, or remove it) or set ABLATE_CACHE to a folder of your own"
+            "(`chmod go-w`, or remove it) or set ABLATE_CACHE to a folder of your own",
+            kind=ErrorKind.FILE,
         )
     return folder
 
@@ -355,22 +359,29 @@ def jsonl_rows(path: Path | str) -> Iterator[tuple[int, dict[str, Any]]]:
             except UnicodeDecodeError as e:
                 raise UserError(
                     f"{path}:{lineno}: not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
-                    "save the file as UTF-8"
+                    "save the file as UTF-8",
+                    kind=ErrorKind.FILE,
                 ) from None
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg}); fix or delete that line") from None
+                raise UserError(
+                    f"{path}:{lineno}: not valid JSON ({e.msg}); fix or delete that line", kind=ErrorKind.FILE
+                ) from None
             except ValueError as e:  # e.g. an integer of thousands of digits
                 raise UserError(
-                    f"{path}:{lineno}: not valid JSON ({str(e).split(':')[0]}); fix or delete that line"
+                    f"{path}:{lineno}: not valid JSON ({str(e).split(':')[0]}); fix or delete that line",
+                    kind=ErrorKind.FILE,
                 ) from None
             except RecursionError:
                 raise UserError(
-                    f"{path}:{lineno}: JSON nested too deeply; one flat object per line is expected"
+                    f"{path}:{lineno}: JSON nested too deeply; one flat object per line is expected",
+                    kind=ErrorKind.FILE,
                 ) from None
             if not isinstance(row, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+                raise UserError(
+                    f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}", kind=ErrorKind.FILE
+                )
             yield lineno, row
 
 

@@ -8,7 +8,7 @@ import logging
 import signal
 import time
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState, RunSummary
 from ablate.storage import failure_reports
 from ablate.storage.failure_reports import FailureReport
@@ -85,7 +85,8 @@ def spawned_outcome(rd: RunDir, size: int, sp: Spawned, *, stopped: bool) -> Run
     elif what.status == RunState.DIVERGED:
         return peer_diverged(rd, what)
     elif what.kind == "user_error":
-        raise UserError(what.message or "")  # bad input: worker 0 recorded it where it had a run to record
+        # bad input: worker 0 recorded it where it had a run to record
+        raise UserError(what.message or "", kind=what.error_kind or ErrorKind.RECIPE)
     else:
         err = peer_error(what, size)
     rd.try_failed(err.cause, err)

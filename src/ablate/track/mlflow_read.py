@@ -9,7 +9,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage.reading import metric_row, text_field
 from ablate.text import safe
 from ablate.track.base import Logged, set_environment
@@ -26,7 +26,8 @@ def read_back(source: Path) -> list[Logged]:
     if not uri:
         raise UserError(
             f"{text}: MLFLOW_TRACKING_URI is not set; set it to the tracking server (http://HOST:PORT), or give the "
-            "mlflow.db file"
+            "mlflow.db file",
+            kind=ErrorKind.ENVIRONMENT,
         )
     db = sqlite_path(uri)
     return _read_sqlite(db, name) if db is not None else _read_server(uri, name)
@@ -35,9 +36,12 @@ def read_back(source: Path) -> list[Logged]:
 def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
     where = f"mlflow:{experiment}" if experiment else str(db)
     if db.is_dir():
-        raise UserError(f"{where}: a folder, not an MLflow store; give its mlflow.db file, or mlflow:EXPERIMENT")
+        raise UserError(
+            f"{where}: a folder, not an MLflow store; give its mlflow.db file, or mlflow:EXPERIMENT",
+            kind=ErrorKind.FILE,
+        )
     if not db.is_file():
-        raise UserError(f"{where}: no such file {db}")
+        raise UserError(f"{where}: no such file {db}", kind=ErrorKind.FILE)
     query = (
         "SELECT r.run_uuid, r.name, e.name FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
         "WHERE r.lifecycle_stage = 'active' AND (? IS NULL OR e.name = ?)"
@@ -51,7 +55,10 @@ def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
             if experiment and not found:
                 names = [n for (n,) in con.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
                 names = [safe(n) for n in names if isinstance(n, str)]
-                raise UserError(f"{where}: no runs in experiment {experiment!r}; its experiments: {', '.join(names)}")
+                raise UserError(
+                    f"{where}: no runs in experiment {experiment!r}; its experiments: {', '.join(names)}",
+                    kind=ErrorKind.DATA,
+                )
             runs: dict[str, Logged] = {}
             for uuid, n, e in found:  # each field checked as MLflow writes it: one line for a store it did not
                 r = text_field(where, "a run id", uuid, BAD_STORE, optional=False)
@@ -65,7 +72,9 @@ def _read_sqlite(db: Path, experiment: str | None) -> list[Logged]:
                     got = metric_row(where, f"run {run}", key, step, value, is_nan, BAD_STORE)
                     runs[run].steps.setdefault(got[0], {})[got[1]] = got[2]
     except sqlite3.DatabaseError as e:  # not a database, or not MLflow's
-        raise UserError(f"{where}: not an MLflow SQLite store ({e}); give the mlflow.db a tracked run wrote") from None
+        raise UserError(
+            f"{where}: not an MLflow SQLite store ({e}); give the mlflow.db a tracked run wrote", kind=ErrorKind.FILE
+        ) from None
     return list(runs.values())
 
 
@@ -77,13 +86,18 @@ def _read_server(uri: str, experiment: str) -> list[Logged]:
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
     except ImportError:
-        raise UserError(f"mlflow:{experiment}: reading MLflow needs its client: pip install mlflow-skinny") from None
+        raise UserError(
+            f"mlflow:{experiment}: reading MLflow needs its client: pip install mlflow-skinny",
+            kind=ErrorKind.ENVIRONMENT,
+        ) from None
     set_environment(["mlflow"])  # bounded retries, no telemetry (ablate.track.base)
     try:
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment)
         if exp is None:
-            raise UserError(f"mlflow:{experiment}: no such experiment at {uri}; check the name (the sweep's)")
+            raise UserError(
+                f"mlflow:{experiment}: no such experiment at {uri}; check the name (the sweep's)", kind=ErrorKind.FILE
+            )
         out, token = [], None
         while True:
             page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token)
@@ -100,4 +114,6 @@ def _read_server(uri: str, experiment: str) -> list[Logged]:
             if not token:
                 return out
     except MlflowException as e:
-        raise UserError(f"mlflow:{experiment}: can't read {said(uri, e, 'MLFLOW_TRACKING_URI')}") from None
+        raise UserError(
+            f"mlflow:{experiment}: can't read {said(uri, e, 'MLFLOW_TRACKING_URI')}", kind=ErrorKind.ENVIRONMENT
+        ) from None

@@ -16,7 +16,7 @@ import yaml
 
 from ablate.compose.safe_yaml import check_yaml
 from ablate.config.schema import RunConfig, validate
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import ownership, store
 from ablate.storage.rundir import RunDir, sweep_run_dirs
 from ablate.text import safe
@@ -44,17 +44,24 @@ def run_config(rd: RunDir) -> RunConfig:
     except UserError:
         raise
     except Exception as e:  # OSError, UnicodeDecodeError, yaml.YAMLError, ConfigErrors
-        raise UserError(f"{rd.config_path}: can't read the run's config ({type(e).__name__}); restore it") from None
+        raise UserError(
+            f"{rd.config_path}: can't read the run's config ({type(e).__name__}); restore it", kind=ErrorKind.FILE
+        ) from None
 
 
 def pending(path: Path) -> list[RunDir]:
     """The runs under `path` (a sweep directory or a run directory) that record trackers left behind. A link among
     a sweep's runs is refused, as every reader of a sweep does."""
     if not path.is_dir():
-        raise UserError(f"{path}: no such directory; give a sweep directory (sweeps/NAME) or a run directory")
+        raise UserError(
+            f"{path}: no such directory; give a sweep directory (sweeps/NAME) or a run directory", kind=ErrorKind.FILE
+        )
     if not (path / "runs").is_dir() and not os.path.islink(path / "runs"):
         if not any(os.path.lexists(path / name) for name in ("run.json", "metrics.jsonl")):
-            raise UserError(f"{path}: neither a sweep directory (runs/) nor a run directory (run.json); give one")
+            raise UserError(
+                f"{path}: neither a sweep directory (runs/) nor a run directory (run.json); give one",
+                kind=ErrorKind.FILE,
+            )
         runs = [RunDir(path).check_links()]
     else:
         runs = sweep_run_dirs(path)

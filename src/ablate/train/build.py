@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.config.schema import RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.train.policy import HEAD_DTYPES, Policy, load_hf
 from ablate.train.tasks import Task
 from ablate.train.warmup import warmed_up_folder, warmup_info
@@ -19,7 +19,7 @@ def build_policy(cfg: RunConfig, task: Task) -> Policy:
     head_dtype = HEAD_DTYPES[cfg.precision.name]
     path = cfg.model.path if cfg.model.name == "hf" else None
     if cfg.model.name == "hf" and path is None:
-        raise UserError("model=hf needs model.path: the folder of a Hugging Face model")
+        raise UserError("model=hf needs model.path: the folder of a Hugging Face model", kind=ErrorKind.RECIPE)
     model, tok = load_hf(path if path is not None else warmed_up_folder(cfg, task))
     return Policy(model, tok, head_dtype)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import store
 from ablate.storage.runinfo import no_space
 
@@ -143,12 +143,15 @@ def start_afresh(folder: Path, names: list[str], whys: list[str], *, fresh_ok: b
     train.log, when `fresh_ok`; otherwise a UserError names each one's fault. `mismatch`: a fault is the config's
     (another train.sharding): the checkpoints are kept, and one shared fault is said as is (it says the fix)."""
     if mismatch and len(set(whys)) == 1:
-        raise UserError(whys[0])  # every checkpoint is fine for the run's own config: say how to use them
+        raise UserError(
+            whys[0], kind=ErrorKind.STATE
+        )  # every checkpoint is fine for the run's own config: say how to use them
     if not fresh_ok or mismatch:
         recorded = "" if fresh_ok else ", and metrics.jsonl records training past step 0"
         raise UserError(
             f"{folder}: no usable checkpoint ({faults(names, whys)}){recorded}; delete {folder} to start the run "
-            "over (its metrics.jsonl lines after step 0 will be rewritten)"
+            "over (its metrics.jsonl lines after step 0 will be rewritten)",
+            kind=ErrorKind.STATE,
         )
     log.warning("no usable checkpoint (%s) and no training recorded yet: starting afresh", faults(names, whys))
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 STATE_VERSION = 1
 
@@ -71,7 +71,9 @@ class PromptPool:
         ids = range(prompt_ids) if isinstance(prompt_ids, int) else prompt_ids
         self._ids: list[int] = sorted({int(i) for i in ids})
         if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
-            raise UserError(f"no-positive-resampling threshold must be in (0, 1], got {threshold!r}")
+            raise UserError(
+                f"no-positive-resampling threshold must be in (0, 1], got {threshold!r}", kind=ErrorKind.RECIPE
+            )
         self.threshold = float(threshold)
         self._passes: dict[int, int] = {}
         self._attempts: dict[int, int] = {}
@@ -152,13 +154,20 @@ class PromptPool:
         """Restore from `state_dict()`. The pool must be built from the same prompts and threshold (the same
         config); anything else is a UserError, because resuming onto a different dataset would be silent nonsense."""
         if state.get("version") != STATE_VERSION:
-            raise UserError(f"prompt pool state has version {state.get('version')!r}; this code reads {STATE_VERSION}")
+            raise UserError(
+                f"prompt pool state has version {state.get('version')!r}; this code reads {STATE_VERSION}",
+                kind=ErrorKind.RECIPE,
+            )
         if [int(i) for i in state["prompt_ids"]] != self._ids:
-            raise UserError("prompt pool state was saved for a different prompt set; resume with the run's own config")
+            raise UserError(
+                "prompt pool state was saved for a different prompt set; resume with the run's own config",
+                kind=ErrorKind.RECIPE,
+            )
         if float(state["threshold"]) != self.threshold:
             raise UserError(
                 f"prompt pool state has threshold {state['threshold']}, the config says {self.threshold}; "
-                "resume with the run's own config"
+                "resume with the run's own config",
+                kind=ErrorKind.RECIPE,
             )
         self._passes = {int(pid): int(p) for pid, p, _ in state["counts"]}
         self._attempts = {int(pid): int(a) for pid, _, a in state["counts"]}

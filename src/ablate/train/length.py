@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 
 def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -> Tensor:
@@ -27,7 +27,10 @@ def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -
     lengths: [N] completion lengths in tokens; correct: [N] bool (the verifier's verdict). Add it to the reward.
     """
     if not (isinstance(l_cache, int) and isinstance(l_max, int) and 0 < l_cache <= l_max):
-        raise UserError(f"length penalty needs integers 0 < l_cache <= l_max, got l_cache={l_cache!r}, l_max={l_max!r}")
+        raise UserError(
+            f"length penalty needs integers 0 < l_cache <= l_max, got l_cache={l_cache!r}, l_max={l_max!r}",
+            kind=ErrorKind.RECIPE,
+        )
     if lengths.shape != correct.shape:
         raise ValueError(f"lengths {tuple(lengths.shape)} and correct {tuple(correct.shape)} must match")
     dtype = lengths.dtype if lengths.is_floating_point() else torch.get_default_dtype()
@@ -38,7 +41,7 @@ def length_penalty(lengths: Tensor, correct: Tensor, l_max: int, l_cache: int) -
 def setting(value: int | None, name: str) -> int:
     """A length setting the recipe's length method needs (validation sees that it is set)."""
     if value is None:
-        raise UserError(f"{name} is not set: the recipe's length method needs it")
+        raise UserError(f"{name} is not set: the recipe's length method needs it", kind=ErrorKind.RECIPE)
     return value
 
 
@@ -46,7 +49,9 @@ def draw_think_budgets(generator: torch.Generator | None, lo: int, hi: int, n: i
     """Thinking budgets [n] (long), each drawn uniformly from the integers lo..hi (both included). Drawn per
     completion so the model cannot learn one fixed cut-off point."""
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
-        raise UserError(f"thinking budget window needs integers 1 <= lo <= hi, got lo={lo!r}, hi={hi!r}")
+        raise UserError(
+            f"thinking budget window needs integers 1 <= lo <= hi, got lo={lo!r}, hi={hi!r}", kind=ErrorKind.RECIPE
+        )
     return torch.randint(lo, hi + 1, (n,), generator=generator)
 
 
@@ -59,7 +64,7 @@ def interrupt(tokens: Sequence[int], phrase_ids: Sequence[int], budget: int | No
     Both samplers take what to force from here.
     """
     if not phrase_ids:
-        raise UserError("forced interruption needs a non-empty end-of-thinking phrase")
+        raise UserError("forced interruption needs a non-empty end-of-thinking phrase", kind=ErrorKind.RECIPE)
     kept = list(tokens if budget is None else tokens[: max(int(budget), 0)])
     phrase = list(phrase_ids)
     if len(kept) >= len(phrase) and kept[-len(phrase) :] == phrase:

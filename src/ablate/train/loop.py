@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ablate.config.schema import RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.registry import Registry
 from ablate.states import RunState, RunSummary
 from ablate.storage import failure_reports
@@ -69,7 +69,8 @@ def run(config: RunConfig, run_dir: Path | str, *, threads: int = 1, stop: threa
     if world.size != config.resources.world:
         raise UserError(
             f"resources.nproc x resources.nodes = {config.resources.world}, but this process is one of "
-            f"{world.size} ranks; launch with as many tasks as the run has ranks"
+            f"{world.size} ranks; launch with as many tasks as the run has ranks",
+            kind=ErrorKind.RECIPE,
         )
     if not world.lead:
         return _follow(world, config, run_dir, threads, stop)
@@ -139,7 +140,8 @@ def _start_workers(config: RunConfig, run_dir: Path | str, *, threads: int, stop
     if res.nodes > 1:
         raise UserError(
             f"resources.nodes={res.nodes}: runs over several nodes start as SLURM tasks; launch the "
-            "sweep with -e slurm (or set resources.nodes=1)"
+            "sweep with -e slurm (or set resources.nodes=1)",
+            kind=ErrorKind.RECIPE,
         )
     rd = preflight(config, run_dir, TRAINERS.get(config.trainer.name))
     backend = backend_for(config.train.device)
@@ -147,7 +149,8 @@ def _start_workers(config: RunConfig, run_dir: Path | str, *, threads: int, stop
     if backend == "nccl" and len(gpus) < res.world:
         raise UserError(
             f"resources.nproc={res.nproc} ranks on CUDA need a GPU each, and {len(gpus)} are visible here; "
-            f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes"
+            f"set resources.nproc<={len(gpus)} or launch with -e slurm on GPU nodes",
+            kind=ErrorKind.RECIPE,
         )
     with rd.writer():
         pass  # another process writing this run is refused now, in one line, before anything of it is touched
@@ -194,7 +197,8 @@ def _guarded(session: RunSession, trainer: TrainerClass) -> RunSummary:
             rd.try_failed("no_space", e)
             raise UserError(
                 f"no space left on the device while writing {rd.path}: free some space and run again "
-                "(the run resumes from its last checkpoint)"
+                "(the run resumes from its last checkpoint)",
+                kind=ErrorKind.ENVIRONMENT,
             ) from e
         rd.try_failed(cause_of(e), e)
         log.exception("run failed")

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.registry import Registry
 
 LossFn = Callable[..., tuple[Tensor, dict[str, float]]]
@@ -65,7 +65,8 @@ def register_loss(name: str) -> Callable[[LossFn], LossFn]:
             unknown = sorted(set(params) - set(defaults))
             if unknown:
                 raise UserError(
-                    f"loss {name!r} has no parameter {unknown[0]!r}; valid: {', '.join(sorted(defaults)) or '(none)'}"
+                    f"loss {name!r} has no parameter {unknown[0]!r}; valid: {', '.join(sorted(defaults)) or '(none)'}",
+                    kind=ErrorKind.RECIPE,
                 )
             _check_shapes(logp, old_logp, advantages, mask)
             return fn(logp, old_logp, advantages, mask, **params)
@@ -112,7 +113,7 @@ def _number(loss: str, key: str, value: Any, lo: float, hi: float, lo_open: bool
         ok = (value > lo if lo_open else value >= lo) and value < hi
     if not ok:
         interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g})"
-        raise UserError(f"loss {loss!r}: {key} must be a number in {interval}, got {value!r}")
+        raise UserError(f"loss {loss!r}: {key} must be a number in {interval}, got {value!r}", kind=ErrorKind.RECIPE)
     return float(value)
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ablate.config.sections import ModelConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.train.decoder import decoder_forward, fast_supported
 
 SPECIALS = ("<pad>", "<s>", "</s>")
@@ -160,7 +160,9 @@ def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
 
     hidden, mlp, n_layers, n_heads = model_cfg.hidden, model_cfg.mlp, model_cfg.n_layers, model_cfg.n_heads
     if hidden is None or mlp is None or n_layers is None or n_heads is None:
-        raise UserError("model=tiny needs model.hidden, model.mlp, model.n_layers and model.n_heads")
+        raise UserError(
+            "model=tiny needs model.hidden, model.mlp, model.n_layers and model.n_heads", kind=ErrorKind.RECIPE
+        )
     cfg = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -187,9 +189,11 @@ def load_hf(path: str | Path):
     hf_logging.disable_progress_bar()  # a tiny model's "Loading weights" bar would fill the run's output
     p = Path(path)
     if not (p / "config.json").is_file():
-        raise UserError(f"model.path: {str(p)!r} is not a Hugging Face model folder (no config.json)")
+        raise UserError(
+            f"model.path: {str(p)!r} is not a Hugging Face model folder (no config.json)", kind=ErrorKind.RECIPE
+        )
     tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=torch.float32)
     if tok.eos_token_id is None:
-        raise UserError(f"model.path: the tokenizer in {str(p)!r} has no eos_token")
+        raise UserError(f"model.path: the tokenizer in {str(p)!r} has no eos_token", kind=ErrorKind.RECIPE)
     return model, tok

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.train import length
 from ablate.train.policy import Policy
 from ablate.train.rollout import PolicySampler, Rollouts, SampleSpec, pack
@@ -91,7 +91,8 @@ class VLLMSampler(PolicySampler):
         if max(len(p) for p in prompt_lists) + T > self.engine.max_model_len:
             raise UserError(
                 f"prompt + length.max_new_tokens={T} exceeds the vLLM engine's max_model_len "
-                f"{self.engine.max_model_len}; raise rollout.max_model_len or shorten the generation"
+                f"{self.engine.max_model_len}; raise rollout.max_model_len or shorten the generation",
+                kind=ErrorKind.RECIPE,
             )
         # per-request seeds from the caller's generator: reproducible runs. generator=None: vLLM's own RNG (like the
         # torch sampler's global RNG), which skips vLLM's per-request generators (faster on CPU, not reproducible)

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from ablate.config.identity import arm_id, canonical, run_id
 from ablate.config.schema import RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState, RunSummary
 from ablate.storage import store
 from ablate.storage.metricsfile import METRICS
@@ -106,7 +106,7 @@ def _check_directory(path: Path) -> None:
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             where = "is a file" if p == path else f"is under {p}, which is a file"
-            raise UserError(f"{path}: {where}; give a directory for the run (--run-dir)")
+            raise UserError(f"{path}: {where}; give a directory for the run (--run-dir)", kind=ErrorKind.FILE)
         if p.exists():
             break
 
@@ -123,10 +123,13 @@ def check_config(config: RunConfig, rd: RunDir) -> None:
     except Exception as e:
         raise UserError(
             f"{path}: unreadable ({type(e).__name__}); this directory holds something else: give "
-            "another directory or remove it"
+            "another directory or remove it",
+            kind=ErrorKind.FILE,
         ) from None
     if not same:
-        raise UserError(f"{rd.path} holds a run of another config; pick another --run-dir or remove it")
+        raise UserError(
+            f"{rd.path} holds a run of another config; pick another --run-dir or remove it", kind=ErrorKind.STATE
+        )
 
 
 class _LogFile(logging.FileHandler):

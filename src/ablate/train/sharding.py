@@ -96,11 +96,12 @@ def wrap(policy: Policy, world: World, device: torch.device, sharding: str) -> t
     model = policy.model
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
-        from ablate.errors import UserError
+        from ablate.errors import ErrorKind, UserError
 
         raise UserError(
             f"train.sharding=fsdp shards a decoder's layers (model.model.layers, the Llama layout); "
-            f"{type(model).__name__} has none: use train.sharding=ddp"
+            f"{type(model).__name__} has none: use train.sharding=ddp",
+            kind=ErrorKind.RECIPE,
         )
     sampled = Policy(copy.deepcopy(model), policy.tokenizer, policy.head_dtype)
     model.set_output_embeddings(_HeadInDtype(model.get_output_embeddings(), policy.head_dtype))
@@ -161,13 +162,14 @@ def state(policy: Policy, opt: torch.optim.Optimizer) -> dict[str, Any]:
 
 def load_state(policy: Policy, sampled: Policy, opt: torch.optim.Optimizer, st: dict[str, Any]) -> None:
     """Restore a checkpoint's model and optimizer state (every rank reads the whole checkpoint)."""
-    from ablate.errors import UserError
+    from ablate.errors import ErrorKind, UserError
 
     fsdp = _is_fsdp(policy.model)
     if (st.get("sharding") == "fsdp") != fsdp:
         raise UserError(
             f"the checkpoint was saved with train.sharding={st.get('sharding', 'ddp')}: its optimizer "
-            "state is laid out for that; resume with the same train.sharding"
+            "state is laid out for that; resume with the same train.sharding",
+            kind=ErrorKind.STATE,
         )
     if not fsdp:
         policy.model.load_state_dict(st["model"])

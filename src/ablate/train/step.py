@@ -28,7 +28,7 @@ import torch
 
 from ablate.config.schema import RunConfig
 from ablate.config.sections import OptimConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.topology.world import World, worker_seed
 from ablate.train import advantages, filters, length, losses, sharding
 from ablate.train.build import build_policy
@@ -50,7 +50,10 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device=cuda but no CUDA device is visible to this process; use train.device=auto or cpu")
+        raise UserError(
+            "train.device=cuda but no CUDA device is visible to this process; use train.device=auto or cpu",
+            kind=ErrorKind.ENVIRONMENT,
+        )
     return torch.device(name)
 
 

@@ -37,7 +37,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ablate.config.sections import TaskConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.registry import Registry
 from ablate.storage import store
 
@@ -182,17 +182,22 @@ def synthetic_math(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
     digits, n_train = cfg.digits, cfg.train_size
     if digits is None or n_train is None:
         raise UserError(
-            "task=synthetic_math needs task.digits and task.train_size (see recipes/task/synthetic_math.yaml)"
+            "task=synthetic_math needs task.digits and task.train_size (see recipes/task/synthetic_math.yaml)",
+            kind=ErrorKind.RECIPE,
         )
     lo = cfg.digits_min or digits
     if digits < 1 or n_train < 1 or n_val < 1 or not 1 <= lo <= digits:
         raise UserError(
             f"task: need 1 <= digits_min <= digits and train_size, val_size >= 1 "
-            f"(got digits_min={lo}, digits={digits}, train_size={n_train}, val_size={n_val})"
+            f"(got digits_min={lo}, digits={digits}, train_size={n_train}, val_size={n_val})",
+            kind=ErrorKind.RECIPE,
         )
     space = 10 ** (2 * digits)
     if n_train + n_val > space:
-        raise UserError(f"task: train_size + val_size = {n_train + n_val} is too many for {digits}-digit addition")
+        raise UserError(
+            f"task: train_size + val_size = {n_train + n_val} is too many for {digits}-digit addition",
+            kind=ErrorKind.RECIPE,
+        )
     rng = random.Random(cfg.data_seed)  # noqa: S311 (a seeded, reproducible data split, not a secret)
     if lo == digits:
         pairs = rng.sample(range(space), n_train + n_val)  # distinct, so the splits are disjoint
@@ -236,24 +241,29 @@ def load_jsonl_problems(path: Path | str, phrase: str) -> list[Problem]:
     """Rows `{"prompt": str, "answer": str|number[, "thinking": str]}`; a bad row is a UserError naming the line."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f'task.path: no such file {str(path)!r}; give a JSONL file of {{"prompt", "answer"}} rows')
+        raise UserError(
+            f'task.path: no such file {str(path)!r}; give a JSONL file of {{"prompt", "answer"}} rows',
+            kind=ErrorKind.FILE,
+        )
     probs = []
     for lineno, row in store.jsonl_rows(path):
         where = f"{path}:{lineno}"
         missing = [k for k in ("prompt", "answer") if k not in row]
         if missing:
-            raise UserError(f"{where}: missing key {missing[0]!r}; each row needs 'prompt' and 'answer'")
+            raise UserError(
+                f"{where}: missing key {missing[0]!r}; each row needs 'prompt' and 'answer'", kind=ErrorKind.FILE
+            )
         prompt, answer = row["prompt"], row["answer"]
         if not isinstance(prompt, str) or not prompt:
-            raise UserError(f"{where}: 'prompt' must be a non-empty string")
+            raise UserError(f"{where}: 'prompt' must be a non-empty string", kind=ErrorKind.FILE)
         if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or str(answer).strip() == "":
-            raise UserError(f"{where}: 'answer' must be a non-empty string or number")
+            raise UserError(f"{where}: 'answer' must be a non-empty string or number", kind=ErrorKind.FILE)
         thinking = row.get("thinking", "")
         if not isinstance(thinking, str):
-            raise UserError(f"{where}: 'thinking' must be a string")
+            raise UserError(f"{where}: 'thinking' must be a string", kind=ErrorKind.FILE)
         probs.append(Problem(prompt, str(answer), thinking + phrase + str(answer)))
     if not probs:
-        raise UserError(f"task.path: {str(path)!r} has no rows")
+        raise UserError(f"task.path: {str(path)!r} has no rows", kind=ErrorKind.FILE)
     return probs
 
 
@@ -262,14 +272,17 @@ def jsonl_task(cfg: TaskConfig, n_val: int, phrase: str) -> Task:
     """A JSONL file (task.path); the validation split is task.val_path if given, else the first `n_val` rows after a
     fixed shuffle (task.data_seed), so the split does not depend on the run seed."""
     if not cfg.path:
-        raise UserError('task.path is required for task=jsonl (a JSONL file of {"prompt", "answer"} rows)')
+        raise UserError(
+            'task.path is required for task=jsonl (a JSONL file of {"prompt", "answer"} rows)', kind=ErrorKind.RECIPE
+        )
     rows = load_jsonl_problems(cfg.path, phrase)
     if cfg.val_path:
         train, val = rows, load_jsonl_problems(cfg.val_path, phrase)
     else:
         if not 0 < n_val < len(rows):
             raise UserError(
-                f"train.val_size={n_val} must be between 1 and the number of rows - 1 ({len(rows) - 1}) in {cfg.path}"
+                f"train.val_size={n_val} must be between 1 and the number of rows - 1 ({len(rows) - 1}) in {cfg.path}",
+                kind=ErrorKind.RECIPE,
             )
         rows = rows[:]
         random.Random(cfg.data_seed).shuffle(rows)  # noqa: S311 (a seeded, reproducible split, not a secret)

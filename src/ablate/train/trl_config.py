@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ablate.config.schema import RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 
 TRL_METRICS = {
     "entropy": "entropy",
@@ -29,7 +29,10 @@ def require_trl() -> None:
     import importlib.util
 
     if importlib.util.find_spec("trl") is None:
-        raise UserError("trainer=trl needs Hugging Face TRL: pip install '.[trl]' (or use trainer=ablate)")
+        raise UserError(
+            "trainer=trl needs Hugging Face TRL: pip install '.[trl]' (or use trainer=ablate)",
+            kind=ErrorKind.ENVIRONMENT,
+        )
 
 
 def check_devices(cfg: RunConfig) -> None:
@@ -44,7 +47,8 @@ def check_devices(cfg: RunConfig) -> None:
         n = torch.cuda.device_count()
         raise UserError(
             f"trainer=trl on one process sees {n} GPUs: set resources.nproc={n} (one rank per GPU), or "
-            "make one visible (CUDA_VISIBLE_DEVICES=0)"
+            "make one visible (CUDA_VISIBLE_DEVICES=0)",
+            kind=ErrorKind.RECIPE,
         )
 
 

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 from ablate.config.sections import RolloutConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.train.policy import Policy
 
 log = logging.getLogger("ablate.train")
@@ -98,7 +98,8 @@ def vllm_import():
     except ImportError as e:
         raise UserError(
             f"rollout=vllm needs vLLM {VLLM_VERSION} ({e}): on a GPU machine `pip install '.[gpu]'`; "
-            f"on a CPU `make vllm-setup` and run with .venv-vllm/bin/python; or use rollout=torch"
+            f"on a CPU `make vllm-setup` and run with .venv-vllm/bin/python; or use rollout=torch",
+            kind=ErrorKind.ENVIRONMENT,
         ) from None
     return vllm
 
@@ -109,7 +110,7 @@ def engine_dtype(policy: Policy, dtype: str) -> str:
         pdt = next(policy.model.parameters()).dtype
         return next((k for k, v in DTYPES.items() if v == pdt), "float32")
     if dtype not in DTYPES:
-        raise UserError(f"rollout.dtype={dtype!r}; valid: auto, {', '.join(DTYPES)}")
+        raise UserError(f"rollout.dtype={dtype!r}; valid: auto, {', '.join(DTYPES)}", kind=ErrorKind.RECIPE)
     return dtype
 
 
@@ -118,7 +119,9 @@ def head_dtype_name(policy: Policy) -> str:
     for k, v in DTYPES.items():
         if v == policy.head_dtype:
             return k
-    raise UserError(f"rollout=vllm: unsupported head dtype {policy.head_dtype} (precision: fp32_head | bf16)")
+    raise UserError(
+        f"rollout=vllm: unsupported head dtype {policy.head_dtype} (precision: fp32_head | bf16)", kind=ErrorKind.RECIPE
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the engine
@@ -174,7 +177,8 @@ class Engine:
             del self.llm
             raise UserError(
                 f"precision={'fp32_head' if head == 'float32' else head}: this vLLM engine computes the "
-                f"LM head in {got}, not {head}; use rollout=torch or another rollout.dtype"
+                f"LM head in {got}, not {head}; use rollout=torch or another rollout.dtype",
+                kind=ErrorKind.ENVIRONMENT,
             )
         self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
         self.lock = threading.RLock()

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ablate.config.schema import RunConfig
-from ablate.errors import UserError
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import ownership, store
 from ablate.train.checkpoint import first_line
 from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model, load_hf
@@ -174,7 +174,9 @@ def warm_up(cfg: RunConfig, task: Task) -> tuple[Any, Any, dict[str, Any]]:
     pol = Policy(model, tok, HEAD_DTYPES[cfg.precision.name])
     probs = [p for p in task.train if p.target]
     if not probs:
-        raise UserError("the task has no supervised targets for the warm-up; set train.warmup.max_steps=0")
+        raise UserError(
+            "the task has no supervised targets for the warm-up; set train.warmup.max_steps=0", kind=ErrorKind.RECIPE
+        )
     g = torch.Generator().manual_seed(SEED)
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.99), weight_decay=0.0)
     check = probs[:CHECK_SIZE]
