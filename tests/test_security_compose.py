@@ -5,7 +5,7 @@ Provenance: `git status` on a checkout runs the programs the checkout's own conf
 ownership check does not stop them. ablate reads the commit from the `.git` files as data instead.
 
 Composition: a config-group option or a defaults entry with `..` in it, or a link in the recipes folder, made Hydra
-read YAML from anywhere, past the checks every recipe file gets. Each is now one `error:` line naming the culprit.
+read YAML from anywhere, past the checks every recipe file gets. Each is now one `error[KIND]:` line naming the culprit.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Hostile and oversized input on a shared cluster: text from files is shown as text (an escape sequence or a bidi
 override in a run name is printed, never obeyed), every number read from a noise or calibration file is
 range-checked, work asked of one command is bounded, and every output path is checked before any compute. Each
-refusal is one `error:` line and exit 2 (tests/test_robustness.py's `one_error`)."""
+refusal is one `error[KIND]:` line and exit 2 (tests/test_robustness.py's `one_error`)."""
 
 from __future__ import annotations
 

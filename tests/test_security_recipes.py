@@ -1,7 +1,7 @@
 """Hostile recipes, sweep files and profiles: recipes are data (only plain key interpolation, checked with OmegaConf's
 own grammar), profiles are chosen by name or path and never found in the working directory, YAML aliases cannot
 expand a file without bound, and sweeps the grammar cannot expand (or that expand to too many runs) are one line.
-Each attack gives one `error:` line, exit 2, and writes nothing (no config.yaml, no sweep directory)."""
+Each attack gives one `error[KIND]:` line, exit 2, and writes nothing (no config.yaml, no sweep directory)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,14 @@ def recipes_copy(tmp_path: Path) -> Path:
     return d
 
 
-def sweep_writes_nothing(tmp_path: Path, target: Path, *args: str, parts: tuple[str, ...] = ()) -> str:
-    """`ablate sweep` (a real launch, not a dry run) refuses with one line and writes no run, config or sweep."""
+def sweep_writes_nothing(
+    tmp_path: Path, target: Path, *args: str, parts: tuple[str, ...] = (), kind: ErrorKind = ErrorKind.RECIPE
+) -> str:
+    """`ablate sweep` (a real launch, not a dry run) refuses with one line of `kind` and writes no run, config or
+    sweep."""
     root = tmp_path / "sweeps"
     res = runner.invoke(app, ["sweep", str(target), *args, "--root", str(root), "-e", "debug", "--job", TOY_JOB])
-    line = one_error(res, ErrorKind.RECIPE, *parts)
+    line = one_error(res, kind, *parts)
     assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))
     return line
 
@@ -190,23 +193,23 @@ def laughs(levels: int = 9) -> str:
 def test_an_alias_bomb_in_a_sweep_file_recipe_option_file_or_profile_is_one_line(tmp_path):
     f = tmp_path / "bomb.yaml"
     f.write_text(f"base: {RECIPE}\n" + laughs())
-    sweep_writes_nothing(tmp_path, f, parts=(str(f), "aliases", f"{MAX_YAML_NODES:,}"))
+    sweep_writes_nothing(tmp_path, f, parts=(str(f), "aliases", f"{MAX_YAML_NODES:,}"), kind=ErrorKind.FILE)
 
     d = recipes_copy(tmp_path)
     r = recipe_with(d, "bomb", "setup:\n" + "".join("  " + ln + "\n" for ln in laughs().splitlines()))
-    sweep_writes_nothing(tmp_path, r, parts=("bomb.yaml", "aliases"))
+    sweep_writes_nothing(tmp_path, r, parts=("bomb.yaml", "aliases"), kind=ErrorKind.FILE)
     r.unlink()
     (d / "loss" / "bomb.yaml").write_text("name: dapo\n" + laughs())  # Composer reads every file of the folder
-    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=("loss/bomb.yaml", "aliases"))
+    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=("loss/bomb.yaml", "aliases"), kind=ErrorKind.FILE)
 
     p = tmp_path / "profile.yaml"
     p.write_text("partition: debug\n" + laughs() + "setup: *l8\n")
-    with refused(ErrorKind.RECIPE, match=r"profile\.yaml: its YAML aliases"):
+    with refused(ErrorKind.FILE, match=r"profile\.yaml: its YAML aliases"):
         load_profile(str(p))
 
 
 def test_a_self_referring_alias_is_one_line_and_small_aliases_are_fine(tmp_path):
-    with refused(ErrorKind.RECIPE, match="refers to the node that holds it"):
+    with refused(ErrorKind.FILE, match="refers to the node that holds it"):
         check_yaml("a: &a [1, *a]\n", "x.yaml")
     f = tmp_path / "ok.yaml"  # anchors that add a few nodes are ordinary YAML
     f.write_text(

@@ -41,11 +41,13 @@ class UserError(Exception):
 class SettingError(UserError):
     """A value of one or more settings the library refuses. `template` holds each setting as `{name}` (the Python
     API's keyword: `min_effect`, `to`, `noise`); `settings` lists them, so a caller can tell which setting is at
-    fault without reading the text. `str()` names them as the API does; `named(flag)` as a front end does."""
+    fault without reading the text. `str()` names them as the API does; `named(flag)` as a front end does. Its kind
+    is `setting`, or `data` where the settings are right but the data cannot answer them (no seeds to measure a
+    spread from, no points in the window)."""
 
-    def __init__(self, template: str, *settings: str) -> None:
+    def __init__(self, template: str, *settings: str, kind: ErrorKind = ErrorKind.SETTING) -> None:
         self.template, self.settings = template, settings
-        super().__init__(self.named(lambda s: s), kind=ErrorKind.SETTING)
+        super().__init__(self.named(lambda s: s), kind=kind)
 
     def named(self, name: Callable[[str], str]) -> str:
         text = self.template

@@ -25,7 +25,7 @@ COMMANDS = ["fit", "rank", "extrapolate"]
 
 
 def fails(args: list[str], *expected: str, plot=None) -> str:
-    """Run the CLI; assert exit 2 with a single `error:` line containing each of `expected`, nothing on stdout,
+    """Run the CLI; assert exit 2 with a single `error[KIND]:` line containing each of `expected`, nothing on stdout,
     no traceback, and (when given) no figure at `plot`. Returns the error line."""
     res = runner.invoke(app, [str(a) for a in args])
     assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
@@ -408,7 +408,8 @@ def test_a_mistyped_sweep_name_lists_the_sweeps_there_are(cmd, tmp_path, monkeyp
     ],
 )
 def test_a_usage_error_is_one_line_naming_the_culprit_and_the_help(args, culprit):
-    """A mistyped option, a bad value for one, a missing argument or command: one `error:` line (no box), exit 2."""
+    """A mistyped option, a bad value for one, a missing argument or command: one `error[usage]:` line (no box),
+    exit 2."""
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     (line,) = res.output.strip().splitlines()

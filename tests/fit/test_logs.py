@@ -1,7 +1,7 @@
 """Curves from other tools' logs (`ablate.curves.logs`): TensorBoard, W&B (offline run, wide and long CSV exports),
 TRL's trainer_state.json and verl's JSONL and console logs, each written by the real library or in the exact shape the
 tool writes. Each is detected by content, read through `ablate fit|rank` with --x step (or compute made from steps),
-and every bad input is one `error:` line."""
+and every bad input is one `error[KIND]:` line."""
 
 from __future__ import annotations
 

@@ -252,7 +252,7 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2
-    assert f"error[recipe]: {bad}:2: missing key 'answer'" in r.stderr
+    assert f"error[file]: {bad}:2: missing key 'answer'" in r.stderr
     assert "Traceback" not in r.stderr
 
 

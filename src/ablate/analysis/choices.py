@@ -226,7 +226,7 @@ def prune_settings(
         raise UserError(
             f"--prune: sweep {sweep.name!r} has no baseline arm to read verdicts against; name one "
             "with `baseline:` in the sweep file",
-            kind=ErrorKind.SETTING,
+            kind=ErrorKind.RECIPE,
         )
     if x == AUTO:
         x, why = launch_axis(sweep.runs, executor)

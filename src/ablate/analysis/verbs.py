@@ -238,7 +238,7 @@ def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
         raise UserError(
             f"--save-noise {path}: no arm has 2 identified seeds, so there is no seed spread "
             "to save; run the sweep with seed=0,1,2",
-            kind=ErrorKind.SETTING,
+            kind=ErrorKind.DATA,
         )
     measured.source = f"{measured.source}, on '{inputs.x}': " + ", ".join(str(p) for p in inputs.paths)
     store.write_json(path, measured.to_json())

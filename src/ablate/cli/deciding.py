@@ -16,7 +16,7 @@ from ablate.errors import ErrorKind, UserError
 
 @dataclass(frozen=True, kw_only=True)
 class DecideOptions:
-    """`ablate sweep`'s options for growing a sweep by waves (--decide)."""
+    """`ablate sweep`'s options for growing a sweep by waves (--decide), listed last in its help."""
 
     decide: bool = option(
         False,
@@ -71,6 +71,21 @@ def check_decide_flags(
     return True
 
 
+def _comparable(expanded: Any) -> Any:
+    """The expanded sweep, once it has a baseline and an arm to compare with it."""
+    if expanded.baseline is None:
+        raise UserError(
+            f"--decide: sweep {expanded.name!r} has no baseline arm to decide against; name one with `baseline:`",
+            kind=ErrorKind.RECIPE,
+        )
+    if len(expanded.arms) < 2:
+        raise UserError(
+            f"--decide: sweep {expanded.name!r} has one arm; it needs a baseline and an arm to compare",
+            kind=ErrorKind.RECIPE,
+        )
+    return expanded
+
+
 def run_decide(
     recipe: Path,
     overrides: list[str],
@@ -98,17 +113,7 @@ def run_decide(
     wave, max_seeds, budget = looks
     planned = Looks(wave, max_seeds)
     seeds = ",".join(map(str, range(max_seeds)))
-    expanded = load_sweep(recipe, [*overrides, f"seed={seeds}"])
-    if expanded.baseline is None:
-        raise UserError(
-            f"--decide: sweep {expanded.name!r} has no baseline arm to decide against; name one with `baseline:`",
-            kind=ErrorKind.SETTING,
-        )
-    if len(expanded.arms) < 2:
-        raise UserError(
-            f"--decide: sweep {expanded.name!r} has one arm; it needs a baseline and an arm to compare",
-            kind=ErrorKind.SETTING,
-        )
+    expanded = _comparable(load_sweep(recipe, [*overrides, f"seed={seeds}"]))
     x, why = launch_axis(expanded.runs, executor, flag="--decide")
     typer.echo(f"note: {why}")
     sdir = root / expanded.name

@@ -57,8 +57,7 @@ def show(s: ShowSettings) -> None:
         return
     if s.recipe is None:
         raise UserError(
-            "give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix",
-            kind=ErrorKind.SETTING,
+            "give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix", kind=ErrorKind.USAGE
         )
     config = config_yaml(compose_run(s.recipe, s.overrides or []))
     found, source = find_recipe(s.recipe)

@@ -14,7 +14,7 @@ import typer
 
 from ablate.cli.commands import argument, option, shared, verb
 from ablate.cli.deciding import DecideOptions, check_decide_flags, run_decide
-from ablate.cli.errors import checked
+from ablate.cli.errors import checked, prefix
 from ablate.cli.options import OutputOptions, executor_name, positive_seconds, torch_threads
 from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState
@@ -85,7 +85,7 @@ TRACK_HELP = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class SweepSettings(DecideOptions):
+class SweepSettings:
     """`ablate sweep`'s options."""
 
     recipe: Path = argument("Sweep file (recipes/loss.yaml) or recipe (recipes/base.yaml).")
@@ -167,6 +167,10 @@ class SweepSettings(DecideOptions):
         doc="Let your group read (never write) the sweep: its directories are made 0750 instead of owner-only 0700, "
         "and an existing owner-only sweep is opened to the group (g+rx).",
     )
+    decide: bool = shared(DecideOptions, "decide")
+    wave: int = shared(DecideOptions, "wave")
+    max_seeds: int = shared(DecideOptions, "max_seeds")
+    budget: float | None = shared(DecideOptions, "budget")
 
 
 @verb(SweepSettings)
@@ -249,7 +253,10 @@ def followed_end(ended: list[Any], shown: str) -> None:
     bad = [s for s in ended if str(s.state) not in ("done", "pruned")]
     if bad:
         states = ", ".join(f"{n} {st}" for st, n in Counter(str(s.state) for s in bad).items())
-        typer.echo(f"error: {len(bad)} of {len(ended)} followed run(s) did not finish ({states}): {shown}", err=True)
+        typer.echo(
+            f"{prefix(ErrorKind.STATE)} {len(bad)} of {len(ended)} followed run(s) did not finish ({states}): {shown}",
+            err=True,
+        )
         raise typer.Exit(1)
 
 

@@ -25,7 +25,7 @@ def _package_dir(name: str) -> Path:
     if not isinstance(found, Path):
         raise UserError(
             f"ablate's {name} are inside an archive; install ablate as files (`pip install ablate`)",
-            kind=ErrorKind.RECIPE,
+            kind=ErrorKind.ENVIRONMENT,
         )
     return found
 

@@ -142,6 +142,24 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
     return arms, _collate(errors, n_arms=len(spec.runs) * len(combos)), notes
 
 
+def _distinct(where: str, arms: list[tuple[str, list[str], RunConfig]]) -> list[str]:
+    """The arms' labels, once no two arms share a label or resolve to the same config."""
+    labels = [a for a, _, _ in arms]
+    dup = next((lab for lab in labels if labels.count(lab) > 1), None)
+    if dup:
+        raise UserError(f"{where}: two arms are labelled {dup!r}; give the runs distinct labels", kind=ErrorKind.RECIPE)
+    ids: dict[str, str] = {}
+    for arm, _, cfg in arms:
+        aid = arm_id(cfg)
+        if aid in ids:
+            raise UserError(
+                f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); drop one",
+                kind=ErrorKind.RECIPE,
+            )
+        ids[aid] = arm
+    return labels
+
+
 def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     """Expand and validate every run of a sweep file (or of a recipe, as a one-arm sweep); launches nothing.
 
@@ -167,20 +185,7 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     if errors:
         raise ConfigErrors(errors)
 
-    labels = [a for a, _, _ in arms]
-    dup = next((lab for lab in labels if labels.count(lab) > 1), None)
-    if dup:
-        raise UserError(f"{where}: two arms are labelled {dup!r}; give the runs distinct labels", kind=ErrorKind.RECIPE)
-    ids: dict[str, str] = {}
-    for arm, _, cfg in arms:
-        aid = arm_id(cfg)
-        if aid in ids:
-            raise UserError(
-                f"{where}: arms {ids[aid]!r} and {arm!r} resolve to the same config (arm_id {aid}); drop one",
-                kind=ErrorKind.RECIPE,
-            )
-        ids[aid] = arm
-
+    labels = _distinct(where, arms)
     baseline = spec.baseline
     if baseline is not None:  # matched as a set of key=value parts, so their order does not matter
         match = [a for a in labels if set(a.split(",")) == set(str(baseline).split(","))]

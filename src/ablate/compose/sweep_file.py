@@ -120,6 +120,30 @@ class SweepSpec:
     cli: bool  # the command line changed anything
 
 
+def _single_values(data: dict[str, Any], where: str) -> tuple[list[str], list[Any], list[tuple[str | None, list[str]]]]:
+    """The file's `overrides` (as written, and parsed) and its explicit `runs`: single values only (a sweep of
+    values belongs under `grid`)."""
+    const_file = data.get("overrides") or []
+    if not isinstance(const_file, list):
+        raise UserError(f"{where}: `overrides` must be a list of 'key=value' strings", kind=ErrorKind.RECIPE)
+    const_file = [str(x) for x in const_file]
+    parsed = parse_overrides(const_file, f"{where} overrides")
+    for o in parsed:
+        if o.is_sweep_override():
+            raise UserError(
+                f"{where}: overrides: {o.input_line!r} is a sweep; put it under `grid`", kind=ErrorKind.RECIPE
+            )
+    runs = _runs(data.get("runs"), where) or [(None, [])]
+    for _, ovs in runs:
+        for o in parse_overrides(ovs, f"{where} runs"):
+            if o.is_sweep_override():
+                raise UserError(
+                    f"{where}: runs: {o.input_line!r} is a sweep; an explicit run takes single values",
+                    kind=ErrorKind.RECIPE,
+                )
+    return const_file, parsed, runs
+
+
 def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
     """Parse a sweep file (or a recipe, as a one-arm sweep) and fold the command-line overrides into it."""
     data = load_yaml(path)
@@ -145,24 +169,7 @@ def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
     if not isinstance(base, str) or not base_path.is_file():
         raise UserError(f"{where}: base recipe {base!r} not found as {base_path}", kind=ErrorKind.RECIPE)
     seeds = _seeds(data.get("seeds", [0]), where)
-    const_file = data.get("overrides") or []
-    if not isinstance(const_file, list):
-        raise UserError(f"{where}: `overrides` must be a list of 'key=value' strings", kind=ErrorKind.RECIPE)
-    const_file = [str(x) for x in const_file]
-    parsed = parse_overrides(const_file, f"{where} overrides")
-    for o in parsed:
-        if o.is_sweep_override():
-            raise UserError(
-                f"{where}: overrides: {o.input_line!r} is a sweep; put it under `grid`", kind=ErrorKind.RECIPE
-            )
-    runs = _runs(data.get("runs"), where) or [(None, [])]
-    for _, ovs in runs:
-        for o in parse_overrides(ovs, f"{where} runs"):
-            if o.is_sweep_override():
-                raise UserError(
-                    f"{where}: runs: {o.input_line!r} is a sweep; an explicit run takes single values",
-                    kind=ErrorKind.RECIPE,
-                )
+    const_file, parsed, runs = _single_values(data, where)
 
     # grid axes: the file's, then the command line's sweep values replace or extend them
     axes: dict[str, Any] = {}

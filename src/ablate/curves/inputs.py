@@ -190,7 +190,7 @@ def load_inputs(
         raise UserError(
             "give a sweep directory (sweeps/NAME), a run directory, a CSV/JSONL file or a log "
             "(TensorBoard, W&B, TRL, verl, MLflow)",
-            kind=ErrorKind.FILE,
+            kind=ErrorKind.SETTING,
         )
     fmt = {"csv": "table", "jsonl": "table"}.get(fmt, fmt)  # the names users reach for first
     if fmt != "auto" and fmt not in (*logs.FORMATS, MLFLOW):
@@ -200,7 +200,9 @@ def load_inputs(
     per_step = {k: v for k, v in (per_step or {}).items() if v is not None}
     for axis, v in per_step.items():
         if not (math.isfinite(v) and v > 0):
-            raise UserError(f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0", kind=ErrorKind.FILE)
+            raise UserError(
+                f"{logs.PER_STEP[axis]} {v:g}: the {axis} of one step, a number > 0", kind=ErrorKind.SETTING
+            )
     curves: list[Curve] = []
     skipped: list[NotFitted] = []
     paths = [bare_sweep(Path(p)) for p in paths]
@@ -217,7 +219,7 @@ def load_inputs(
         ours = "sweep" if p.is_dir() and _is_sweep(p) else "run" if p.is_dir() and _is_run_dir(p) else None
         kind = fmt if fmt != "auto" else ours or (MLFLOW if tracked.is_mlflow(p) else logs.detect(p))
         if ours and kind != ours:
-            raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}", kind=ErrorKind.FILE)
+            raise UserError(f"{p}: a {ours} directory, read as such: drop --from {fmt}", kind=ErrorKind.SETTING)
         if per_step and kind not in (*logs.FOREIGN, MLFLOW):
             flag = logs.PER_STEP[next(iter(per_step))]
             raise UserError(
@@ -229,7 +231,7 @@ def load_inputs(
             raise UserError(
                 f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
                 "its arms; --run and --group name columns of CSV/JSONL tables: drop it",
-                kind=ErrorKind.FILE,
+                kind=ErrorKind.SETTING,
             )
         cs, sk = _read_one(p, kind, x=x, y=y, run=run, group=group, per_step=per_step)
         if len(paths) > 1:
@@ -313,7 +315,7 @@ def input_names(paths: list[Path]) -> list[str]:
         if real in seen:
             raise UserError(
                 f"{p}: given twice (also as {seen[real]}); its runs would count twice: give it once",
-                kind=ErrorKind.FILE,
+                kind=ErrorKind.SETTING,
             )
         seen[real] = p
     parts = [Path(os.path.abspath(p)).parts for p in paths]

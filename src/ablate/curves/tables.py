@@ -135,6 +135,23 @@ def as_name(where: str, col: str, flag: str, v: Any) -> str:
     return str(v)
 
 
+def _run_column(path: Path, columns: list[str], x: str, y: str, run: str | None, group: str | None) -> str | None:
+    """The run column to read (None: the file is one run), once every column asked for is there."""
+    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
+        if col not in columns:
+            raise UserError(
+                f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})",
+                kind=ErrorKind.FILE,
+            )
+    if run is None or run in columns:
+        return run
+    if run != "run":
+        raise UserError(
+            f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)", kind=ErrorKind.FILE
+        )
+    return None  # the default run column is optional: one curve per file
+
+
 def load_curves(
     path: Path | str,
     *,
@@ -152,19 +169,7 @@ def load_curves(
     """
     path = Path(path)
     columns, rows = read_rows(path)
-    for col, flag in ((x, "--x"), (y, "--y")) + (((group, "--group"),) if group else ()):
-        if col not in columns:
-            raise UserError(
-                f"{path}: no column '{col}'; columns are: {', '.join(columns)} (choose with {flag})",
-                kind=ErrorKind.FILE,
-            )
-    if run is not None and run not in columns:
-        if run != "run":
-            raise UserError(
-                f"{path}: no column '{run}'; columns are: {', '.join(columns)} (choose with --run)", kind=ErrorKind.FILE
-            )
-        run = None  # the default run column is optional: one curve per file
-
+    run = _run_column(path, columns, x, y, run, group)
     xs = np.array([number(f"{path} line {ln}", x, r.get(x)) for ln, r in rows])
     ys = np.array([number(f"{path} line {ln}", y, r.get(y)) for ln, r in rows])
     lines = [ln for ln, _ in rows]

@@ -209,6 +209,17 @@ def _reach(
     return c_to, c_to_ci
 
 
+def _far_target(target: float, top: float) -> list[Note]:
+    """A note when the target lies past 100x the largest compute fitted (a target given in other units, often)."""
+    if target <= 100 * top:
+        return []
+    text = (
+        f"--to {target:g} is {target / top:,.0f}x the largest compute fitted ({top:g}): a long extrapolation; pass "
+        "--to in the units of the data"
+    )
+    return [Note("far_target", text)]
+
+
 def fit_curves(
     curves: list[Curve], opts: FitOptions, *, name: str | None = None, group: str | None = None
 ) -> FitResult:
@@ -236,15 +247,7 @@ def fit_curves(
     reasons, unconstrained, f, f_ci = not_identified(pf, draws, x, window, iv.A, opts)
     identifiable = pf.success and not reasons
     notes += [Note("other", f"A not identified: {r}") for r in reasons]
-    if opts.target > 100 * x.max():
-        notes.append(
-            Note(
-                "far_target",
-                f"--to {opts.target:g} is {opts.target / x.max():,.0f}x the largest "
-                f"compute fitted ({x.max():g}): a long extrapolation; pass --to in the "
-                "units of the data",
-            )
-        )
+    notes += _far_target(opts.target, float(x.max()))
     pred = float(pf.predict(opts.target))
     if draws is not None and noises is not None and len(curves) == 1:
         n_last = None if n_eval is None else float(n_eval[-1])

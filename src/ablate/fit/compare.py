@@ -163,7 +163,9 @@ def _fit_arms(
     if baseline is not None and baseline not in {a.arm for a in arms}:
         why = next(a.reason for a in not_fitted if a.arm == baseline)
         raise SettingError(
-            f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick {{baseline}}", "baseline"
+            f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick {{baseline}}",
+            "baseline",
+            kind=ErrorKind.DATA,
         )
     return arms, not_fitted
 

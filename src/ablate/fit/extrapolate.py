@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import SettingError, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.curve import Curve
 from ablate.fit.result import FitOptions, FitResult
@@ -84,7 +84,9 @@ def winner(curves: list[Curve], opts: FitOptions) -> str:
             continue  # too few points yet
     if not fits:
         raise SettingError(
-            "no arm has enough points in the fit window to pick a winner; pass {arm} or widen the window", "arm"
+            "no arm has enough points in the fit window to pick a winner; pass {arm} or widen the window",
+            "arm",
+            kind=ErrorKind.DATA,
         )
     best = max(fits, key=rank_key)
     return best.run

@@ -48,17 +48,20 @@ def _no_spread(ranking: Ranking) -> NoReturn:
             f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
             "run longer (a larger train.max_steps) or give {noise} FILE",
             "noise",
+            kind=ErrorKind.DATA,
         )
     if seeded:
         raise SettingError(
             "no seed spread to plan with: the seeds measured none (identical seeds, or no compute ratio could be "
             "read from them); give {noise} FILE",
             "noise",
+            kind=ErrorKind.DATA,
         )
     raise SettingError(
         "no seed spread to plan with: no arm has 2 identified seeds; run the sweep with seeds "
         "(seed=0,1,2) or give {noise} FILE",
         "noise",
+        kind=ErrorKind.DATA,
     )
 
 

@@ -259,7 +259,9 @@ def _submit(
         ledger.append(
             *({"event": "failed", "run_id": j.run_id, "batch": batch, "cause": "submit", "error": msg} for j in jobs)
         )
-        raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}", kind=ErrorKind.ENVIRONMENT) from e
+        # a refusal keeps its kind (a link in the sweep, its directory gone); anything else is the launcher's
+        said = e.kind if isinstance(e, UserError) else ErrorKind.ENVIRONMENT
+        raise UserError(f"submitting {len(jobs)} runs via {kind} failed: {msg}", kind=said) from e
     return []
 
 

@@ -156,18 +156,18 @@ class PromptPool:
         if state.get("version") != STATE_VERSION:
             raise UserError(
                 f"prompt pool state has version {state.get('version')!r}; this code reads {STATE_VERSION}",
-                kind=ErrorKind.RECIPE,
+                kind=ErrorKind.STATE,
             )
         if [int(i) for i in state["prompt_ids"]] != self._ids:
             raise UserError(
                 "prompt pool state was saved for a different prompt set; resume with the run's own config",
-                kind=ErrorKind.RECIPE,
+                kind=ErrorKind.STATE,
             )
         if float(state["threshold"]) != self.threshold:
             raise UserError(
                 f"prompt pool state has threshold {state['threshold']}, the config says {self.threshold}; "
                 "resume with the run's own config",
-                kind=ErrorKind.RECIPE,
+                kind=ErrorKind.STATE,
             )
         self._passes = {int(pid): int(p) for pid, p, _ in state["counts"]}
         self._attempts = {int(pid): int(a) for pid, _, a in state["counts"]}
