@@ -107,11 +107,11 @@ def test_one_input_given_twice_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     one_error(
         runner.invoke(app, ["rank", "sweeps/loss", str(sweep), "--n-boot", "50"]),
-        ErrorKind.FILE,
+        ErrorKind.SETTING,
         "given twice",
         "give it once",
     )
-    one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), ErrorKind.FILE, "given twice")
+    one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), ErrorKind.SETTING, "given twice")
 
 
 # ---- item 2: arms are configs ----
