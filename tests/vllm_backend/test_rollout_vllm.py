@@ -11,9 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ablate.errors import ErrorKind
-from jobs import refused
-
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import pytest
@@ -23,6 +20,7 @@ import vllm
 from ablate.compose.recipe import compose_run
 from ablate.compose.resources import RECIPES_DIR
 from ablate.config.sections import ModelConfig
+from ablate.errors import ErrorKind, UserError
 from ablate.storage import store
 from ablate.storage.metricsfile import METRICS, REQUIRED_METRICS
 from ablate.train import run
@@ -178,8 +176,9 @@ def test_fp32_head_on_a_bf16_engine_is_a_real_fp32_head(pol):
     assert mc.dtype == torch.bfloat16 and mc.head_dtype == torch.float32
     diff = float(((_trainer_logp(pol, ro, 1.0) - ro.logp) * ro.mask).abs().max())
     assert 0 < diff < 0.5, diff  # a bf16 body differs from the fp32 trainer, but only by bf16 rounding
-    with refused(ErrorKind.RECIPE, match=r"rollout\.dtype"):
+    with pytest.raises(UserError, match=r"rollout\.dtype") as e:
         VLLMSampler(pol, dtype="float8")
+    assert e.value.kind is ErrorKind.RECIPE
 
 
 # ---- the run, end to end, with rollout=vllm ----
@@ -281,8 +280,9 @@ def test_without_vllm_rollout_vllm_is_a_clear_user_error(pol, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees in an environment without it
-    with refused(ErrorKind.ENVIRONMENT, match=r"rollout=vllm needs vLLM 0\.32\.0 .*make vllm-setup"):
+    with pytest.raises(UserError, match=r"rollout=vllm needs vLLM 0\.32\.0 .*make vllm-setup") as e:
         BACKENDS.get("vllm")(pol)
+    assert e.value.kind is ErrorKind.ENVIRONMENT
 
 
 MULTIPROCESS = """
@@ -290,6 +290,7 @@ import json, os
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 import torch
 from ablate.config.sections import ModelConfig
+from ablate.errors import ErrorKind, UserError
 from ablate.train.policy import Policy, build_char_tokenizer, build_tiny_model
 from ablate.train.rollout import SampleSpec, TorchSampler
 from ablate.train.rollout_vllm import VLLMSampler, shutdown_engines
