@@ -98,3 +98,26 @@ def test_bad_input_from_python_is_the_commands_one_line(tmp_path):
         ablate.rank("sweeps/loss", to=-1)
     res = CliRunner().invoke(app, ["rank", "sweeps/loss", "--to", "-1"])
     assert res.stderr == f"error[setting]: {e.value.named(lambda s: '--' + s)}\n"  # the same refusal, as a line
+
+
+def test_a_refusal_crosses_a_process_boundary_whole():
+    """The fits share work over forked processes, which send an error back pickled: every kind of refusal arrives as
+    raised, with its class, message, kind and fields (a required `kind` must not break the rebuild)."""
+    import pickle
+
+    from ablate.config.schema import ConfigErrors
+    from ablate.errors import SettingError, UserError
+    from ablate.storage.rundir import DirectoryGone
+    from ablate.storage.store import LinkRefused
+
+    sent = [
+        UserError("x.csv: no such file", kind=ErrorKind.FILE),
+        SettingError("{to} -1: must be > 0", "to"),
+        SettingError("no seed spread; give {noise} FILE", "noise", kind=ErrorKind.DATA),
+        ConfigErrors(["loss.eps_mx: unknown key", "optim.lr: must be > 0"]),
+        LinkRefused("runs/a is a symbolic link"),
+        DirectoryGone("runs/a was removed"),
+    ]
+    for e in sent:
+        got = pickle.loads(pickle.dumps(e))  # noqa: S301 (our own bytes, made a line above)
+        assert type(got) is type(e) and str(got) == str(e) and got.kind is e.kind and vars(got) == vars(e)

@@ -37,6 +37,18 @@ class UserError(Exception):
         super().__init__(message)
         self.kind = kind
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # rebuilt from its message and fields, not by calling __init__ again (whose arguments differ by subclass), so
+        # that a refusal raised in a worker process reaches its parent whole: class, message, kind and fields
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[UserError], args: tuple[object, ...], fields: dict[str, object]) -> UserError:
+    e = cls.__new__(cls)
+    e.args = args
+    e.__dict__.update(fields)
+    return e
+
 
 class SettingError(UserError):
     """A value of one or more settings the library refuses. `template` holds each setting as `{name}` (the Python

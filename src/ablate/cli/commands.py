@@ -1,10 +1,10 @@
 """Each verb's options as one settings dataclass: a field per option, whose metadata holds its flag and whose doc is
 the option's help. The command Typer sees is built from the class (`verb`), so a verb's `--help`, its defaults and
 the record its body works from cannot drift apart, and verbs that share a setting share its field (a base class:
-ablate.cli.options.Reading, Window, Output).
+ablate.cli.options.ReadingOptions, WindowOptions, OutputOptions; or one field of it, `shared`).
 
     @dataclass(frozen=True, kw_only=True)
-    class FitSettings(Reading, Window, Output):
+    class FitSettings(OutputOptions, WindowOptions, ReadingOptions):
         file: Path = argument("A table or log to fit.")
         loss: str = option("linear", "--loss", doc="linear or huber.")
 
@@ -41,11 +41,6 @@ def shared(cls: type, name: str) -> Any:
     """The setting `name` of `cls` (a group of settings several verbs share), for a verb that takes it alone."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     return dataclasses.field(default=f.default, metadata=f.metadata)
-
-
-def doc(cls: type, name: str) -> str:
-    """The doc of the setting `name` of `cls`: its option's help."""
-    return str(next(f for f in dataclasses.fields(cls) if f.name == name).metadata["doc"])
 
 
 def info(f: dataclasses.Field[Any]) -> Any:
