@@ -14,6 +14,7 @@ Tests that stop a process do it on a state they observe (a metrics line, a lock 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -325,6 +326,18 @@ def _reshaped(f: Path) -> None:
     save_file(w, f / "model.safetensors", metadata={"format": "pt"})
 
 
+def _other_architecture(f: Path) -> None:  # a config the weights' names fit, computed otherwise
+    cfg = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**cfg, "hidden_act": "gelu"}))
+
+
+def _other_tokenizer(f: Path) -> None:  # the same number of tokens, two characters swapped
+    tok = json.loads((f / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["0"], vocab["1"] = vocab["1"], vocab["0"]
+    (f / "tokenizer.json").write_text(json.dumps(tok))
+
+
 def _bad_record(f: Path) -> None:
     (f / "warmup.json").write_text('{"steps": ')
 
@@ -343,6 +356,8 @@ WARMUP_FAULTS = {
     "no weights": _half_written,
     "a missing weight": _missing_weight,
     "a weight of another shape": _reshaped,
+    "another architecture's config": _other_architecture,
+    "another tokenizer": _other_tokenizer,
     "torn warm-up record": _bad_record,
     "a file of another user": _foreign_file,
     "a folder all can write": _open_folder,

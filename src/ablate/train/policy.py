@@ -30,7 +30,7 @@ HEAD_DTYPES = {"fp32_head": torch.float32, "bf16": torch.bfloat16}
 
 @dataclass
 class Policy:
-    model: Any  # transformers.PreTrainedModel (a causal LM)
+    model: Any  # transformers.PreTrainedModel (a causal LM), or the tiny model as llama.TinyLlama
     tokenizer: Any  # transformers.PreTrainedTokenizerFast
     head_dtype: torch.dtype
 
@@ -137,15 +137,20 @@ def head_logits(model: Any, h: Tensor, dtype: torch.dtype) -> Tensor:
 # ---- building ----
 
 
+def char_vocab(alphabet: str) -> dict[str, int]:
+    """The character tokenizer's vocabulary: <pad>=0, <s>=1, </s>=2, then the sorted alphabet."""
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for c in sorted(set(alphabet)):
+        vocab.setdefault(c, len(vocab))
+    return vocab
+
+
 def build_char_tokenizer(alphabet: str):
     """A character-level `PreTrainedTokenizerFast`: <pad>=0, <s>=1, </s>=2, then the sorted alphabet."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    chars = sorted(set(alphabet))
-    vocab = {s: i for i, s in enumerate(SPECIALS)}
-    for c in chars:
-        vocab.setdefault(c, len(vocab))
+    vocab = char_vocab(alphabet)
     special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<pad>"}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=special["unk_token"]))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")

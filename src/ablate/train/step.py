@@ -95,7 +95,11 @@ class Learner:
         self.loss_params = {k: v for k, v in vars(cfg.loss).items() if k != "name" and v is not None}
         if not world.lead:
             world.barrier()  # rank 0 builds (and caches) the warmed-up policy first; the others load it
-        self.policy: Policy = build_policy(cfg, self.task)
+        # transformers' model object is needed by TRL (optimizer=None), the vLLM sampler and FSDP's own forward;
+        # otherwise the model only ever runs through decoder.decoder_forward, and loads without transformers
+        fsdp = world.size > 1 and cfg.train.sharding == "fsdp"
+        plain = optimizer is not None and cfg.rollout.name == "torch" and not fsdp
+        self.policy: Policy = build_policy(cfg, self.task, transformers=not plain)
         if world.lead:
             world.barrier()
         self.policy.model.to(self.device)  # sampler and trainer follow the parameters' device
@@ -277,19 +281,26 @@ class Learner:
         """Forward/backward over this rank's kept rows in micro-batches, gradients summed over ranks; returns the
         clipped global gradient norm. Raises Diverged (on every rank alike) on a non-finite loss or gradient."""
         ro, world = b.ro, self.world
-        # Only the kept rows go through forward/backward (zero-variance groups carry no gradient). Their prompts
-        # are re-indexed so each is run once for its group (Policy.completion_logits).
-        used, gsub = torch.unique(ro.group[rows], return_inverse=True)
+        # The step's loss is over the kept rows (zero-variance groups carry no gradient): their token weights
+        # normalise it. Of them, only the rows with a nonzero advantage go through forward/backward: every loss here
+        # is its advantage times a function of the log-probs, so a zero-advantage row adds exactly zero gradient.
         T = int(ro.present[rows].sum(1).max()) if rows.numel() else 1
-        tokens, mask = ro.tokens[rows, :T], ro.mask[rows, :T]
-        old, a = ro.logp[rows, :T], adv[rows]
+        kept, gsub = torch.unique(ro.group[rows], return_inverse=True)
+        # the compute count is the recipe's (the kept rows and their prompts), whatever this shortcut skips
+        sums["trained_tokens"] = float(int(ro.prompt_mask[kept].sum()) + int(ro.present[rows, :T].sum()))
+        w = losses.token_weights(ro.mask[rows, :T], gsub, self.cfg.aggregation.name, dtype=torch.float32, reduce=reduce)
+        live = (adv[rows] != 0).nonzero().squeeze(1)
+        rows, w = rows[live], w[live]
+        tokens, mask, old, a = ro.tokens[rows, :T], ro.mask[rows, :T], ro.logp[rows, :T], adv[rows]
+        # each prompt is run once for its group (Policy.completion_logits): the live rows' prompts, re-indexed
+        used, gsub = torch.unique(ro.group[rows], return_inverse=True)
         pids, pmask = ro.prompt_ids[used], ro.prompt_mask[used]
-        w = losses.token_weights(mask, gsub, self.cfg.aggregation.name, dtype=torch.float32, reduce=reduce)
         micro = self.cfg.optim.micro_batch
         chunk = micro if micro else max(rows.numel(), 1)
         chunks = -(-rows.numel() // chunk)
-        # DDP needs the same number of backward passes on every rank: a rank with fewer chunks runs zero-weight ones
-        total_chunks = world.max(chunks)
+        # DDP needs the same number of backward passes on every rank: a rank with fewer chunks runs zero-weight ones;
+        # a step whose kept rows all have zero advantage runs one, so that AdamW still steps on zero gradients
+        total_chunks = max(world.max(chunks), 1)
         temperature = self.cfg.rollout.temperature
         self.optimizer.zero_grad(set_to_none=True)
         bad: float | None = None
@@ -325,7 +336,6 @@ class Learner:
         if not math.isfinite(gn):
             raise Diverged(f"non-finite gradient norm at step {step + 1}")
         sums["tokens"] = float(mask.sum())
-        sums["trained_tokens"] = float(int(pmask.sum()) + int(ro.present[rows, :T].sum())) if rows.numel() else 0.0
         return gn
 
     # ---- checkpoint state ----

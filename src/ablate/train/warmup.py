@@ -32,8 +32,9 @@ from torch import Tensor
 from ablate.config.schema import RunConfig
 from ablate.errors import ErrorKind, UserError
 from ablate.storage import ownership, store
+from ablate.train import llama
 from ablate.train.checkpoint import first_line
-from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model, load_hf
+from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model, char_vocab
 from ablate.train.tasks import Task
 
 log = logging.getLogger("ablate.train")
@@ -82,8 +83,9 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
     """Why cached warm-up `folder` cannot be this config's warmed-up model, or None: an entry or file of it not
     private to this user, no warm-up record, a weights file that is torn (its header does not cover the file) or
     does not hold the model's own keys and shapes (Hugging Face would fill a missing weight with random values and
-    only warn), files that do not load, a tokenizer that is not the task's. Shapes are read from the header and
-    the model's skeleton is built on the meta device: the check costs about what loading the folder does."""
+    only warn), a config that is not the recipe's tiny model, files that do not load, a tokenizer that is not the
+    task's. Shapes are read from the header and the model's skeleton is built on the meta device, without
+    transformers (llama.py): the check costs about what loading the folder does."""
     from safetensors import safe_open
 
     try:
@@ -100,24 +102,23 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
             return "warmup.json is not a warm-up record"
         with safe_open(str(folder / "model.safetensors"), "pt") as f:
             saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (a safetensors handle)
-        tok = build_char_tokenizer(task.alphabet)
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):  # (the skeleton seeds torch's generator)
-            skeleton = build_tiny_model(cfg.model, len(tok), SEED)
-        want = {k: tuple(t.shape) for k, t in skeleton.state_dict().items()}
-        for k, shape in saved.items():
+        vocab = char_vocab(task.alphabet)
+        shape = llama.shape_of(json.loads((folder / "config.json").read_text()))
+        m = cfg.model
+        if shape is None or shape.dims != (m.hidden, m.mlp, m.n_layers, m.n_heads, len(vocab)):
+            return "config.json is not this recipe's tiny model"
+        want = {k: tuple(t.shape) for k, t in llama.skeleton(shape).state_dict().items()}
+        for k, got in saved.items():
             if k not in want:
                 return f"weight {k} is not one of the model's"
-            if shape != want[k]:
-                return f"weight {k} has shape {shape}, not {want[k]}"
-        same: dict[int, list[str]] = {}  # a tied weight is saved once, under one of its names
-        for k, t in skeleton.named_parameters(remove_duplicate=False):
-            same.setdefault(id(t), []).append(k)
-        covered = {k for names in same.values() if any(n in saved for n in names) for k in names}
-        missing = [k for k in want if k not in saved and k not in covered]
+            if got != want[k]:
+                return f"weight {k} has shape {got}, not {want[k]}"
+        tied = {"lm_head.weight", "model.embed_tokens.weight"}  # a tied weight is saved once, under one of its names
+        missing = [k for k in want if k not in saved and not (k in tied and tied & saved.keys())]
         if missing:
             return f"weights missing: {', '.join(missing[:3])}"
-        _, loaded_tok = load_hf(folder)  # config and tokenizer files parse, and the weights load
-        if loaded_tok.get_vocab() != tok.get_vocab():
+        loaded = llama.load_tiny(folder)  # the config and tokenizer files parse, and the weights load
+        if loaded is None or loaded[1].get_vocab() != vocab:
             return "its tokenizer is not the task's"
     except Exception as e:
         return f"{type(e).__name__}: {first_line(e)}"
