@@ -13,7 +13,7 @@ of each is kept (load from other jobs only slows a run). Completions are the run
 completions x its last `mean_response_len` (an estimate: the metrics log lengths at evaluations only).
 
 The split of ours: the same command in this process under cProfile, each phase the cumulative time of the
-functions that do it: start-up (building the Learner: importing transformers, loading the warmed-up model),
+functions that do it: start-up (building the Learner: checking and loading the warmed-up model),
 generation (the sampler's `generate` called for training batches), scoring (`score`), forward/backward
 (`_backward`), optimizer (AdamW's `step`), evaluation (`pass_rate`) and the rest (bookkeeping: metrics, run.json,
 the loop).

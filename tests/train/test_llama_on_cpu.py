@@ -91,6 +91,8 @@ def test_the_char_tokenizer_reads_back_as_transformers_does(folder):
         {"tie_word_embeddings": False},
         {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}},
         {"pretraining_tp": 2},
+        {"rope_scaling": {"type": "linear", "factor": 2.0}},  # the older config format
+        {"partial_rotary_factor": 0.5},
     ],
 )
 def test_a_config_it_would_compute_differently_is_left_to_transformers(folder, change):
@@ -147,3 +149,24 @@ def test_a_builtin_trainer_run_never_imports_transformers(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") >= 2
+
+
+def test_a_tokenizer_that_cleans_up_decoded_text_is_left_to_transformers(folder):
+    names = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**names, "clean_up_tokenization_spaces": True}))
+    assert llama.load_tiny(folder) is None
+
+
+@pytest.mark.parametrize("saved_as", ["lm_head.weight", "model.embed_tokens.weight"])
+def test_the_tied_head_loads_from_either_name_and_any_float_file_as_float32(folder, saved_as):
+    from safetensors.torch import load_file, save_file
+
+    hf, _ = load_hf(folder)
+    w = {k: v.to(torch.bfloat16) for k, v in load_file(folder / "model.safetensors").items()}
+    w[saved_as] = hf.state_dict()["model.embed_tokens.weight"].to(torch.bfloat16)
+    w.pop(({"lm_head.weight", "model.embed_tokens.weight"} - {saved_as}).pop(), None)
+    save_file(w, folder / "model.safetensors", metadata={"format": "pt"})
+    model, _ = llama.load_tiny(folder)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert torch.equal(model.lm_head.weight, w[saved_as].float())

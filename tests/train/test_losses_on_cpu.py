@@ -299,3 +299,19 @@ def test_on_policy_grpo_dapo_gspo_cispo_share_one_gradient(mode):
         cos = torch.nn.functional.cosine_similarity(g.flatten(), g_pg.flatten(), dim=0)
         assert cos.item() == pytest.approx(1.0, abs=1e-12), name
         assert torch.allclose(g, g_pg), name
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_a_zero_advantage_row_gives_zero_gradient_for_every_registered_loss(name):
+    """The rule the built-in trainer's shortcut rests on (it runs no backward for such rows): checked for every loss
+    the registry holds, at ratios inside and far outside the clip ranges."""
+    g = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(4, 6, generator=g, dtype=F64) * 3).requires_grad_()
+    old = logp.detach() + torch.randn(4, 6, generator=g, dtype=F64) * 2  # ratios from ~0.01 to ~100
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    adv = t([0.0, 0.0, 1.3, -0.7])
+    per_token, _ = losses.get(name)(logp, old, adv, mask, **losses.loss_params(name))
+    (grad,) = torch.autograd.grad(per_token.sum(), logp)
+    assert not bool(grad[:2].any()), grad[:2]  # exactly zero, not small
+    assert bool(grad[2:].any())  # (and the rows with an advantage do get one)

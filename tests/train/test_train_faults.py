@@ -331,6 +331,11 @@ def _other_architecture(f: Path) -> None:  # a config the weights' names fit, co
     (f / "config.json").write_text(json.dumps({**cfg, "hidden_act": "gelu"}))
 
 
+def _other_norm(f: Path) -> None:  # the same weights, another RMSNorm epsilon
+    cfg = json.loads((f / "config.json").read_text())
+    (f / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
+
+
 def _other_tokenizer(f: Path) -> None:  # the same number of tokens, two characters swapped
     tok = json.loads((f / "tokenizer.json").read_text())
     vocab = tok["model"]["vocab"]
@@ -357,6 +362,7 @@ WARMUP_FAULTS = {
     "a missing weight": _missing_weight,
     "a weight of another shape": _reshaped,
     "another architecture's config": _other_architecture,
+    "another norm epsilon": _other_norm,
     "another tokenizer": _other_tokenizer,
     "torn warm-up record": _bad_record,
     "a file of another user": _foreign_file,
@@ -378,6 +384,23 @@ def test_a_damaged_warmup_cache_entry_is_built_again(tmp_path, monkeypatch, capl
     assert again == folder and entry_fault(folder, cfg, task) is None
     assert "is unusable" in caplog.text and "warm-up done" in caplog.text
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name, f"{folder.name}.lock"]  # nothing aside
+
+
+def test_an_entry_transformers_cannot_load_is_built_again_for_the_runs_that_load_it_there(tmp_path, monkeypatch):
+    """The built-in trainer reads the entry without transformers; TRL, the vLLM sampler and FSDP load it with
+    transformers, so their check loads it there too."""
+    from ablate.train.tasks import build_task
+    from ablate.train.warmup import fault as entry_fault
+    from ablate.train.warmup import warmed_up_folder
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    folder, cfg, task = _entry()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "dtype": "nonsense"}))  # a field only transformers reads
+    assert entry_fault(folder, cfg, task) is None
+    assert entry_fault(folder, cfg, task, transformers=True) is not None
+    again = warmed_up_folder(cfg, build_task(cfg.task, cfg.train.val_size, ""), transformers=True)
+    assert again == folder and entry_fault(folder, cfg, task, transformers=True) is None
     assert all(p.stat().st_mode & 0o077 == 0 for p in (folder, *folder.iterdir()))  # owner-only
 
 

@@ -24,7 +24,7 @@ METRICS: dict[str, str] = {
     "truncation_rate": "share of training completions that hit the max length since the previous evaluation",
     "mean_response_len": "mean completion length in tokens since the previous evaluation",
     "entropy": "mean per-token entropy of the policy on its own samples",
-    "is_clip_frac": "share of tokens whose IS ratio was clipped (or capped, for CISPO)",
+    "is_clip_frac": "share of trained tokens whose IS ratio was clipped (or capped, for CISPO)",
     "zero_variance_frac": "share of prompt groups dropped because all their rewards were equal",
     "pool_size": "prompts still in the no-positive-resampling pool",
     "lag": "policy versions between the generating and the training weights (off-policy lag)",

@@ -26,7 +26,7 @@ def build_policy(cfg: RunConfig, task: Task, *, transformers: bool = True) -> Po
     path = cfg.model.path if cfg.model.name == "hf" else None
     if cfg.model.name == "hf" and path is None:
         raise UserError("model=hf needs model.path: the folder of a Hugging Face model", kind=ErrorKind.RECIPE)
-    folder = path if path is not None else warmed_up_folder(cfg, task)
+    folder = path if path is not None else warmed_up_folder(cfg, task, transformers=transformers)
     lite = load_tiny(Path(folder)) if path is None and not transformers else None
     model, tok = lite if lite is not None else load_hf(folder)
     return Policy(model, tok, head_dtype)

@@ -8,8 +8,10 @@ a real cluster's accounting of a preempted job's useful work).
   (ScaleRL reports GPU-hours; on a laptop "device-hours" is the honest equivalent); a data-parallel run one
   device per rank.
 - flops: 2 * params per token a forward pass processes, 6 * params per token trained (forward + backward;
-  Kaplan et al. 2020's approximation). Counted on the tokens actually computed: a prompt prefilled once for
-  its group counts once, a completion dropped by zero-variance filtering is not trained and does not count.
+  Kaplan et al. 2020's approximation). Counted on the tokens the recipe computes: a prompt prefilled once for
+  its group counts once, a completion dropped by zero-variance filtering is not trained and does not count. A
+  kept completion whose advantage is zero counts as trained, although the built-in trainer skips its exactly-zero
+  gradient (step.py): the compute axis is the recipe's, the same for every trainer (gpu_hours, wall-clock, is not).
 - samples: completions generated for training (evaluation excluded).
 """
 

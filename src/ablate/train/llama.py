@@ -44,23 +44,29 @@ class LlamaShape:
     hidden_act: str = "silu"
 
     @property
-    def dims(self) -> tuple[int, int, int, int, int]:
-        """(hidden, mlp, layers, heads, vocabulary): what the recipe's `model` section and the task fix."""
+    def dims(self) -> tuple[int, int, int, int, int, int, int, float, float]:
+        """(hidden, mlp, layers, heads, key/value heads, head size, vocabulary, norm epsilon, RoPE theta)."""
         return (
             self.hidden_size,
             self.intermediate_size,
             self.num_hidden_layers,
             self.num_attention_heads,
+            self.num_key_value_heads,
+            self.head_dim,
             self.vocab_size,
+            self.rms_norm_eps,
+            self.rope_theta,
         )
 
 
 def shape_of(config: dict) -> LlamaShape | None:
     """The shape of a saved config.json, or None when it is not a Llama this module runs exactly as transformers
-    would (another architecture or activation, biases, untied head, scaled RoPE, sliding window)."""
+    would (another architecture or activation, biases, untied head, scaled or partial RoPE, in either config format)."""
     rope = config.get("rope_parameters") or {"rope_type": "default", "rope_theta": config.get("rope_theta")}
     plain = (
-        config.get("model_type") == "llama"
+        config.get("rope_scaling") is None  # (the older config format's scaled RoPE)
+        and config.get("partial_rotary_factor", 1.0) == 1.0
+        and config.get("model_type") == "llama"
         and config.get("hidden_act") == "silu"
         and not config.get("attention_bias")
         and not config.get("mlp_bias")
@@ -199,15 +205,22 @@ def load_char_tokenizer(folder: Path) -> CharTokenizer:
 
 
 def load_tiny(folder: Path) -> tuple[TinyLlama, CharTokenizer] | None:
-    """The model and tokenizer of a warm-up folder, or None when its config is not one `shape_of` runs exactly.
-    The weights load strictly: every one of the model's, none other, the tied head from the embeddings."""
+    """The model and tokenizer of a warm-up folder, or None when its config is not one `shape_of` runs exactly (or
+    its tokenizer asks transformers to clean up decoded text). The weights load strictly, as float32: every one of
+    the model's and none other, the tied head from whichever of its two names the file holds."""
     from safetensors.torch import load_file
 
     shape = shape_of(json.loads((folder / "config.json").read_text()))
     if shape is None:
         return None
-    weights = load_file(str(folder / "model.safetensors"))
-    weights.setdefault("lm_head.weight", weights.get("model.embed_tokens.weight", torch.empty(0)))
+    if json.loads((folder / "tokenizer_config.json").read_text()).get("clean_up_tokenization_spaces"):
+        return None  # transformers would edit the decoded text; the tokenizers library does not
+    # float32 as `policy.load_hf` loads it, whatever the file holds (the warm-up saves float32)
+    weights = {k: v.to(torch.float32) for k, v in load_file(str(folder / "model.safetensors")).items()}
+    tied = ("lm_head.weight", "model.embed_tokens.weight")  # saved once, under either name
+    for a, b in (tied, tied[::-1]):
+        if a not in weights and b in weights:
+            weights[a] = weights[b]
     model = skeleton(shape)
     model.load_state_dict(weights, strict=True, assign=True)
     model.lm_head.weight = model.model.embed_tokens.weight  # tied again (assign replaced both Parameters)

@@ -18,6 +18,10 @@ micro-batching or gradient accumulation.
 Interface (the algorithm core's, for tests and outside checks):
     get(name) -> fn(logp, old_logp, advantages, mask, **params) -> (per_token_loss [N, T], metrics: dict[str, float])
     token_weights(mask [N, T], group_ids [N], mode) -> weights [N, T]
+
+A rule every registered loss keeps (a test checks each): a completion whose advantage is zero contributes zero
+gradient. The built-in trainer relies on it and runs no forward/backward for such rows (step.py); a loss with a term
+that does not scale with the advantage (a KL or entropy bonus) would need that shortcut changed.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
   is the one real models take) and a character tokenizer over the task's alphabet, both saved as a normal HF
   folder (so vLLM could load it too), after the supervised warm-up of warmup.py.
 - `hf`: `AutoModelForCausalLM` + `AutoTokenizer` from `model.path` (local files only).
+A run of the built-in trainer reads the warmed-up `tiny` folder back without transformers (llama.py): the same
+weights and vocabulary as a plain torch module and the `tokenizers` library.
 
 Precision (ScaleRL §3.2 "FP32 precision at the LM head"): `head_logits` computes the LM head in
 `head_dtype` (float32 for `fp32_head`, bfloat16 for `bf16`); the sampler and the trainer both call it, so the
@@ -25,13 +27,16 @@ from ablate.errors import ErrorKind, UserError
 from ablate.train.decoder import decoder_forward, fast_supported
 
 SPECIALS = ("<pad>", "<s>", "</s>")
+TINY_NORM_EPS = 1e-6
+TINY_ROPE_THETA = 10000.0
+"""The tiny model's RMSNorm epsilon and RoPE base (transformers' LlamaConfig defaults; the cache check reads them)."""
 HEAD_DTYPES = {"fp32_head": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass
 class Policy:
     model: Any  # transformers.PreTrainedModel (a causal LM), or the tiny model as llama.TinyLlama
-    tokenizer: Any  # transformers.PreTrainedTokenizerFast
+    tokenizer: Any  # transformers.PreTrainedTokenizerFast, or the tiny model's llama.CharTokenizer
     head_dtype: torch.dtype
 
     @property
@@ -180,6 +185,7 @@ def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
+        rms_norm_eps=TINY_NORM_EPS,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)

@@ -278,8 +278,9 @@ class Learner:
     def _backward(
         self, b: Batch, adv: torch.Tensor, rows: torch.Tensor, step: int, reduce: Any, sums: dict[str, float]
     ) -> float:
-        """Forward/backward over this rank's kept rows in micro-batches, gradients summed over ranks; returns the
-        clipped global gradient norm. Raises Diverged (on every rank alike) on a non-finite loss or gradient."""
+        """Forward/backward over this rank's kept rows of nonzero advantage in micro-batches (the loss normalised
+        over all its kept rows), gradients summed over ranks; returns the clipped global gradient norm. Raises
+        Diverged (on every rank alike) on a non-finite loss or gradient."""
         ro, world = b.ro, self.world
         # The step's loss is over the kept rows (zero-variance groups carry no gradient): their token weights
         # normalise it. Of them, only the rows with a nonzero advantage go through forward/backward: every loss here

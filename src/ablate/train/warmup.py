@@ -34,7 +34,16 @@ from ablate.errors import ErrorKind, UserError
 from ablate.storage import ownership, store
 from ablate.train import llama
 from ablate.train.checkpoint import first_line
-from ablate.train.policy import HEAD_DTYPES, Policy, build_char_tokenizer, build_tiny_model, char_vocab
+from ablate.train.policy import (
+    HEAD_DTYPES,
+    TINY_NORM_EPS,
+    TINY_ROPE_THETA,
+    Policy,
+    build_char_tokenizer,
+    build_tiny_model,
+    char_vocab,
+    load_hf,
+)
 from ablate.train.tasks import Task
 
 log = logging.getLogger("ablate.train")
@@ -62,16 +71,17 @@ def warmup_key(cfg: RunConfig, task: Task) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def warmed_up_folder(cfg: RunConfig, task: Task) -> Path:
+def warmed_up_folder(cfg: RunConfig, task: Task, *, transformers: bool = False) -> Path:
     """The cached warm-up folder for this config: checked under a file lock, and built (again) when it is missing,
-    damaged or not private (`fault`). A UserError when the cache itself is not private."""
+    damaged or not private (`fault`; transformers=True: also when transformers cannot load it). A UserError when the
+    cache itself is not private."""
     from filelock import FileLock
 
     key = warmup_key(cfg, task)
     root = store.private_cache("warmup")  # weights are loaded from it: refused unless only this user can write it
     folder = root / key
     with FileLock(str(root / f"{key}.lock")):
-        why = fault(folder, cfg, task) if os.path.lexists(folder) else "missing"
+        why = fault(folder, cfg, task, transformers=transformers) if os.path.lexists(folder) else "missing"
         if why is not None:
             if why != "missing":
                 log.warning("the cached warm-up %s is unusable (%s): building it again", folder, why)
@@ -79,13 +89,14 @@ def warmed_up_folder(cfg: RunConfig, task: Task) -> Path:
     return folder
 
 
-def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
+def fault(folder: Path, cfg: RunConfig, task: Task, *, transformers: bool = False) -> str | None:
     """Why cached warm-up `folder` cannot be this config's warmed-up model, or None: an entry or file of it not
     private to this user, no warm-up record, a weights file that is torn (its header does not cover the file) or
     does not hold the model's own keys and shapes (Hugging Face would fill a missing weight with random values and
     only warn), a config that is not the recipe's tiny model, files that do not load, a tokenizer that is not the
     task's. Shapes are read from the header and the model's skeleton is built on the meta device, without
-    transformers (llama.py): the check costs about what loading the folder does."""
+    transformers (llama.py): the check costs about what loading the folder does. transformers=True (a run that
+    loads the folder with transformers: TRL, the vLLM sampler, FSDP) also loads it there."""
     from safetensors import safe_open
 
     try:
@@ -105,7 +116,19 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
         vocab = char_vocab(task.alphabet)
         shape = llama.shape_of(json.loads((folder / "config.json").read_text()))
         m = cfg.model
-        if shape is None or shape.dims != (m.hidden, m.mlp, m.n_layers, m.n_heads, len(vocab)):
+        heads, hidden = m.n_heads or 1, m.hidden or 0
+        want_dims = (
+            hidden,
+            m.mlp,
+            m.n_layers,
+            heads,
+            heads,
+            hidden // heads,
+            len(vocab),
+            TINY_NORM_EPS,
+            TINY_ROPE_THETA,
+        )
+        if shape is None or shape.dims != want_dims:
             return "config.json is not this recipe's tiny model"
         want = {k: tuple(t.shape) for k, t in llama.skeleton(shape).state_dict().items()}
         for k, got in saved.items():
@@ -119,6 +142,8 @@ def fault(folder: Path, cfg: RunConfig, task: Task) -> str | None:
             return f"weights missing: {', '.join(missing[:3])}"
         loaded = llama.load_tiny(folder)  # the config and tokenizer files parse, and the weights load
         if loaded is None or loaded[1].get_vocab() != vocab:
+            return "its tokenizer is not the task's"
+        if transformers and load_hf(folder)[1].get_vocab() != vocab:  # and so they do in transformers
             return "its tokenizer is not the task's"
     except Exception as e:
         return f"{type(e).__name__}: {first_line(e)}"
