@@ -43,21 +43,6 @@ class LlamaShape:
     model_type: str = "llama"
     hidden_act: str = "silu"
 
-    @property
-    def dims(self) -> tuple[int, int, int, int, int, int, int, float, float]:
-        """(hidden, mlp, layers, heads, key/value heads, head size, vocabulary, norm epsilon, RoPE theta)."""
-        return (
-            self.hidden_size,
-            self.intermediate_size,
-            self.num_hidden_layers,
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-            self.vocab_size,
-            self.rms_norm_eps,
-            self.rope_theta,
-        )
-
 
 def shape_of(config: dict) -> LlamaShape | None:
     """The shape of a saved config.json, or None when it is not a Llama this module runs exactly as transformers
@@ -193,13 +178,16 @@ class CharTokenizer:
         return list(self.backend.decode_batch(ids, skip_special_tokens=skip_special_tokens))  # type: ignore[attr-defined]
 
 
-def load_char_tokenizer(folder: Path) -> CharTokenizer:
+def load_char_tokenizer(folder: Path) -> CharTokenizer | None:
     """The folder's tokenizer.json, with the special tokens tokenizer_config.json names (a KeyError if one is
-    missing from the vocabulary)."""
+    missing from the vocabulary); None when that config asks transformers to clean up decoded text, which the
+    tokenizers library does not do."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     names = json.loads((folder / "tokenizer_config.json").read_text())
+    if names.get("clean_up_tokenization_spaces"):
+        return None
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     vocab = tok.get_vocab(with_added_tokens=True)
     return CharTokenizer(tok, vocab[names["bos_token"]], vocab[names["eos_token"]], vocab[names["pad_token"]])
 
@@ -211,10 +199,9 @@ def load_tiny(folder: Path) -> tuple[TinyLlama, CharTokenizer] | None:
     from safetensors.torch import load_file
 
     shape = shape_of(json.loads((folder / "config.json").read_text()))
-    if shape is None:
+    tok = load_char_tokenizer(folder)
+    if shape is None or tok is None:
         return None
-    if json.loads((folder / "tokenizer_config.json").read_text()).get("clean_up_tokenization_spaces"):
-        return None  # transformers would edit the decoded text; the tokenizers library does not
     # float32 as `policy.load_hf` loads it, whatever the file holds (the warm-up saves float32)
     weights = {k: v.to(torch.float32) for k, v in load_file(str(folder / "model.safetensors")).items()}
     tied = ("lm_head.weight", "model.embed_tokens.weight")  # saved once, under either name
@@ -224,4 +211,4 @@ def load_tiny(folder: Path) -> tuple[TinyLlama, CharTokenizer] | None:
     model = skeleton(shape)
     model.load_state_dict(weights, strict=True, assign=True)
     model.lm_head.weight = model.model.embed_tokens.weight  # tied again (assign replaced both Parameters)
-    return model.eval(), load_char_tokenizer(folder)
+    return model.eval(), tok

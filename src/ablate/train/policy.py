@@ -25,11 +25,13 @@ from torch import Tensor
 from ablate.config.sections import ModelConfig
 from ablate.errors import ErrorKind, UserError
 from ablate.train.decoder import decoder_forward, fast_supported
+from ablate.train.llama import LlamaShape
 
 SPECIALS = ("<pad>", "<s>", "</s>")
 TINY_NORM_EPS = 1e-6
 TINY_ROPE_THETA = 10000.0
-"""The tiny model's RMSNorm epsilon and RoPE base (transformers' LlamaConfig defaults; the cache check reads them)."""
+"""The tiny model's RMSNorm epsilon and RoPE base: transformers' LlamaConfig defaults (a build that came out
+otherwise would fail the warm-up cache check at once, which its tests run)."""
 HEAD_DTYPES = {"fp32_head": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -163,29 +165,46 @@ def build_char_tokenizer(alphabet: str):
     return PreTrainedTokenizerFast(tokenizer_object=tok, **special)
 
 
-def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
-    """A LlamaForCausalLM from a local config (random init under `seed`): model.n_layers, hidden, n_heads, mlp
-    (validated: all set, hidden divisible by n_heads)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def tiny_shape(model_cfg: ModelConfig, vocab_size: int) -> LlamaShape:
+    """The tiny model's shape from the recipe's model.n_layers, hidden, n_heads, mlp (validated: all set, hidden
+    divisible by n_heads): what `build_tiny_model` builds and the warm-up cache check expects."""
     hidden, mlp, n_layers, n_heads = model_cfg.hidden, model_cfg.mlp, model_cfg.n_layers, model_cfg.n_heads
     if hidden is None or mlp is None or n_layers is None or n_heads is None:
         raise UserError(
             "model=tiny needs model.hidden, model.mlp, model.n_layers and model.n_heads", kind=ErrorKind.RECIPE
         )
-    cfg = LlamaConfig(
+    return LlamaShape(
         vocab_size=vocab_size,
         hidden_size=hidden,
         intermediate_size=mlp,
         num_hidden_layers=n_layers,
         num_attention_heads=n_heads,
         num_key_value_heads=n_heads,
+        head_dim=hidden // n_heads,
+        rms_norm_eps=TINY_NORM_EPS,
+        rope_theta=TINY_ROPE_THETA,
+        pad_token_id=0,
+    )
+
+
+def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
+    """A LlamaForCausalLM of `tiny_shape` from a local config (random init under `seed`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    s = tiny_shape(model_cfg, vocab_size)
+    cfg = LlamaConfig(
+        vocab_size=s.vocab_size,
+        hidden_size=s.hidden_size,
+        intermediate_size=s.intermediate_size,
+        num_hidden_layers=s.num_hidden_layers,
+        num_attention_heads=s.num_attention_heads,
+        num_key_value_heads=s.num_key_value_heads,
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=1,
         eos_token_id=2,
-        pad_token_id=0,
-        rms_norm_eps=TINY_NORM_EPS,
+        pad_token_id=s.pad_token_id,
+        rms_norm_eps=s.rms_norm_eps,  # (and LlamaConfig's default RoPE base, TINY_ROPE_THETA)
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)

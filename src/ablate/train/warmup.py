@@ -36,13 +36,12 @@ from ablate.train import llama
 from ablate.train.checkpoint import first_line
 from ablate.train.policy import (
     HEAD_DTYPES,
-    TINY_NORM_EPS,
-    TINY_ROPE_THETA,
     Policy,
     build_char_tokenizer,
     build_tiny_model,
     char_vocab,
     load_hf,
+    tiny_shape,
 )
 from ablate.train.tasks import Task
 
@@ -115,20 +114,7 @@ def fault(folder: Path, cfg: RunConfig, task: Task, *, transformers: bool = Fals
             saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (a safetensors handle)
         vocab = char_vocab(task.alphabet)
         shape = llama.shape_of(json.loads((folder / "config.json").read_text()))
-        m = cfg.model
-        heads, hidden = m.n_heads or 1, m.hidden or 0
-        want_dims = (
-            hidden,
-            m.mlp,
-            m.n_layers,
-            heads,
-            heads,
-            hidden // heads,
-            len(vocab),
-            TINY_NORM_EPS,
-            TINY_ROPE_THETA,
-        )
-        if shape is None or shape.dims != want_dims:
+        if shape is None or shape != tiny_shape(cfg.model, len(vocab)):
             return "config.json is not this recipe's tiny model"
         want = {k: tuple(t.shape) for k, t in llama.skeleton(shape).state_dict().items()}
         for k, got in saved.items():
