@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.errors import ErrorKind
+from ablate.errors import ErrorKind, SettingError
 from ablate.fit.synthetic import synthetic_curve
 from jobs import refused
 
@@ -121,3 +121,38 @@ def test_a_refusal_crosses_a_process_boundary_whole():
     for e in sent:
         got = pickle.loads(pickle.dumps(e))  # noqa: S301 (our own bytes, made a line above)
         assert type(got) is type(e) and str(got) == str(e) and got.kind is e.kind and vars(got) == vars(e)
+
+
+def test_a_note_names_a_setting_as_each_front_end_spells_it(tmp_path):
+    """The fit says which setting would fix a note or a refusal without knowing any front end: from Python the note
+    names the keyword (`r0`), on the command line and in its JSON the flag (`--r0`), and the record says which
+    setting it is about, so neither reader parses the words."""
+    import ablate
+
+    sweep = write_sweep(tmp_path, "s", {BASE: seeds(0.61, 2500, 0), "loss=gspo": seeds(0.68, 2500, 10)}, baseline=BASE)
+    for metrics in sweep.glob("runs/*/metrics.jsonl"):  # no evaluation at step 0: no R0 measured
+        metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[1:]))
+    ranking = ablate.rank(sweep, x="gpu_hours")
+    note = next(n for a in ranking.arms for n in a.fit.notes if "compute 0" in n.body)
+    assert note.body.settings == ("r0",) and "give r0 to fix it" in note.body and "--r0" not in note.body
+    printed = json.loads(CliRunner().invoke(app, ["rank", str(sweep), "--x", "gpu_hours", "--json"]).output)
+    notes = [n for a in printed["arms"] for n in a["notes"] if "compute 0" in n]
+    assert notes and all("give --r0 to fix it" in n for n in notes)
+    shown = CliRunner().invoke(app, ["fit", str(sweep), "--x", "gpu_hours", "--run", "seed=0"]).output
+    assert "give --r0 to fix it" in shown and "give r0" not in shown
+
+    with pytest.raises(SettingError) as e:  # no points left in any arm's window
+        ablate.rank(sweep, x="gpu_hours", fit_from=1e9)
+    assert set(e.value.settings) == {"fit_from", "fit_until"} and "widen fit_from/fit_until" in str(e.value)
+    res = CliRunner().invoke(app, ["rank", str(sweep), "--x", "gpu_hours", "--fit-from", "1e9"])
+    assert res.exit_code == 2 and "widen --fit-from/--fit-until" in res.output and "fit_from" not in res.output
+
+    short = [synthetic_curve(a=0.6, b=1.9, c_max=4000, c_mid=2500, n_points=30, seed=s) for s in range(2)]
+    sweep = write_sweep(tmp_path, "t", {BASE: seeds(0.61, 2500, 0), "loss=dapo": short}, baseline=BASE)
+    reason = ablate.rank(sweep, x="gpu_hours", fit_from=5000).not_fitted[0].reason  # dapo ends at 4000
+    assert reason.settings == ("fit_from", "fit_until") and "widen fit_from/fit_until" in reason
+    args = ["rank", str(sweep), "--x", "gpu_hours", "--fit-from", "5000"]
+    printed = json.loads(CliRunner().invoke(app, [*args, "--json"]).output)
+    assert [s["arm"] for s in printed["not_fitted"]] == ["loss=dapo"]
+    assert "widen --fit-from/--fit-until" in printed["not_fitted"][0]["reason"]
+    assert "widen --fit-from/--fit-until" in CliRunner().invoke(app, args).output

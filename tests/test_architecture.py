@@ -156,6 +156,29 @@ def test_fit_imports_only_fit_and_errors():
     assert _fit_leaving_fit() == {}
 
 
+def _flags_in_text(tree: ast.AST) -> list[str]:
+    """Every command-line flag (`--fit-from`) in a string the code builds, docstrings and comments aside."""
+    documents = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    texts = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in documents
+    ]
+    return [m for t in texts for m in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", t)]
+
+
+def test_fit_names_settings_not_flags():
+    """fit/ knows no front end: a note, a reason or a refusal names a setting as a `{keyword}` placeholder
+    (errors.Phrase, errors.SettingError), and the command line spells it as its flag."""
+    found = {m: flags for m in MODULES if m.startswith("ablate.fit") if (flags := _flags_in_text(TREES[m]))}
+    assert found == {}
+
+
+def test_the_flag_finder_finds_a_flag():
+    tree = ast.parse('"""--doc is fine"""\nx = f"give --r0 {y}"\n# --comment\n')
+    assert _flags_in_text(tree) == ["--r0"]
+
+
 def test_launch_does_not_import_pruning():
     assert _launch_reaching_pruning() == {}
 

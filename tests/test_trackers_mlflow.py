@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -140,14 +141,16 @@ def test_a_resumed_attempt_continues_the_run_with_each_step_once(server, tmp_pat
     assert run.data.params["note"] == "x" * tracker_mod.PARAM_VALUE_MAX  # cut to MLflow's limit, not refused
     assert client.get_experiment(run.info.experiment_id).name == "sw"
 
+    client.delete_tag(saved["run_id"], "ablate.baseline")  # as a run created by a version that did not tag it
     second = MlflowTracker()  # a crash after step 6; this attempt resumed from the checkpoint at step 3
-    second.start(ctx, 3)
+    second.start(replace(ctx, device="cpu"), 3)
     for step in range(4, 10):
         second.log(_line(step, attempt=1))
     second.finish("done")
     assert store.read_json(run_dir / "track" / "mlflow.json")["run_id"] == saved["run_id"]
     run = client.get_run(saved["run_id"])
     assert run.info.status == "FINISHED" and run.data.tags["ablate.state"] == "done"
+    assert run.data.tags["ablate.baseline"] == "false" and run.data.tags["ablate.device"] == "cpu"  # tagged again
     hist = _history(client, saved["run_id"], "gpu_hours")
     assert [s for s, _ in hist] == list(range(10))  # each step once on the server
     assert [v for _, v in hist] == [s * 1e-3 + (s > 6) for s in range(10)]  # steps 4-6: the first attempt's

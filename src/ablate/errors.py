@@ -1,11 +1,12 @@
 """Bad input as exceptions: the CLI prints the message on one line, `error[KIND]: ...`, and exits 2, no traceback.
 The kind says what is wrong (ErrorKind), so that a script or a test can tell one refusal from another without
 reading its words. A `SettingError` names the settings it is about as placeholders, so that the library speaks of
-`min_effect` (the Python API's keyword) and the CLI of `--min-effect` (cli/errors.fail fills them in)."""
+`min_effect` (the Python API's keyword) and the CLI of `--min-effect` (cli/errors.fail fills them in). A `Phrase`
+does the same for text that is not an error: a note or a reason a record carries to whoever renders it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 
@@ -50,6 +51,54 @@ def _rebuilt(cls: type[UserError], args: tuple[object, ...], fields: dict[str, o
     return e
 
 
+def _fill(template: str, settings: tuple[str, ...], name: Callable[[str], str]) -> str:
+    for s in settings:
+        template = template.replace("{" + s + "}", name(s))
+    return template
+
+
+class Phrase(str):
+    """Text that names library settings, as a record carries it (a note, a not-fitted reason, how intervals were
+    made). `template` holds each setting as `{name}`, the Python API's keyword; `settings` lists them. As a `str`
+    it names them as the API does (`give r0 to fix it`); `named(flag)` as a front end does (`give --r0 to fix
+    it`): ablate.text.safe and the JSON writer spell them so. Joining it to plain text with `+` keeps it a
+    Phrase; an f-string does not."""
+
+    template: str
+    settings: tuple[str, ...]
+
+    def __new__(cls, template: str, *settings: str) -> Phrase:
+        phrase = super().__new__(cls, _fill(template, settings, lambda s: s))
+        phrase.template, phrase.settings = template, settings
+        return phrase
+
+    def named(self, name: Callable[[str], str]) -> str:
+        return _fill(self.template, self.settings, name)
+
+    def __add__(self, other: str) -> Phrase:
+        more = other.settings if isinstance(other, Phrase) else ()
+        return Phrase(self.template + (other.template if isinstance(other, Phrase) else other), *self.settings, *more)
+
+    def __radd__(self, other: str) -> Phrase:
+        return Phrase(other + self.template, *self.settings)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return Phrase, (self.template, *self.settings)
+
+
+def phrased(*parts: str) -> str:
+    """Plain text and phrases run together: a `Phrase` naming every part's settings when any part is one, else a
+    plain str."""
+    settings = tuple(s for p in parts if isinstance(p, Phrase) for s in p.settings)
+    text = "".join(p.template if isinstance(p, Phrase) else p for p in parts)
+    return Phrase(text, *settings) if settings else text
+
+
+def joined(sep: str, parts: Iterable[str]) -> str:
+    """`sep.join(parts)` that keeps the parts' settings (`phrased`)."""
+    return phrased(*[piece for part in parts for piece in (sep, part)][1:])
+
+
 class SettingError(UserError):
     """A value of one or more settings the library refuses. `template` holds each setting as `{name}` (the Python
     API's keyword: `min_effect`, `to`, `noise`); `settings` lists them, so a caller can tell which setting is at
@@ -58,11 +107,16 @@ class SettingError(UserError):
     spread from, no points in the window)."""
 
     def __init__(self, template: str, *settings: str, kind: ErrorKind = ErrorKind.SETTING) -> None:
+        if isinstance(template, Phrase):  # a record's reason quoted in the message: its settings too
+            quoted = template
+            template, settings = quoted.template, (*quoted.settings, *settings)
         self.template, self.settings = template, settings
         super().__init__(self.named(lambda s: s), kind=kind)
 
     def named(self, name: Callable[[str], str]) -> str:
-        text = self.template
-        for s in self.settings:
-            text = text.replace("{" + s + "}", name(s))
-        return text
+        return _fill(self.template, self.settings, name)
+
+    @property
+    def phrase(self) -> Phrase:
+        """The message as a record carries it on (an arm's not-fitted reason): its settings still to be named."""
+        return Phrase(self.template, *self.settings)

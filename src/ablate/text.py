@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from ablate.errors import Phrase, SettingError
+
 _HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 """Unicode categories a terminal acts on or does not show: controls (C0, DEL, C1), format characters (bidi
 overrides and isolates, zero-width ones, the byte-order mark), surrogates (undecodable bytes kept by Python's
@@ -25,8 +27,11 @@ def _visible(ch: str) -> str:
 def safe(s: object) -> str:
     """`s` as printable text: each control, format or separator character written as its escape (`\\x1b`,
     `\\n`, `\\u202e`); anything else, spaces and every script included, unchanged. Idempotent, and fast on the
-    usual name (one `isprintable` check)."""
+    usual name (one `isprintable` check). A `Phrase` (a record's note or reason) names its settings by their flags,
+    as the command line spells them."""
     s = s if isinstance(s, str) else str(s)
+    if isinstance(s, Phrase):
+        s = s.named(flag)
     if s.isprintable():
         return s
     return "".join(_visible(ch) for ch in s)
@@ -38,6 +43,8 @@ def html_text(value: object) -> object:
     figures' JSON) and anything not text pass as they are."""
     if not isinstance(value, str) or hasattr(value, "__html__"):
         return value
+    if isinstance(value, Phrase):
+        value = value.named(flag)
     return "\n".join(safe(line) for line in value.split("\n"))
 
 
@@ -54,6 +61,4 @@ def flag(setting: str) -> str:
 
 def as_cli(e: Exception) -> str:
     """An error's message as the command line says it: a `SettingError`'s settings named by their flags."""
-    from ablate.errors import SettingError
-
     return e.named(flag) if isinstance(e, SettingError) else str(e)

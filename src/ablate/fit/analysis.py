@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ablate.errors import ErrorKind, UserError
+from ablate.errors import ErrorKind, Phrase, SettingError, UserError
 from ablate.fit.curve import Curve
 from ablate.fit.identify import fit_status, not_identified
 from ablate.fit.noise import NoiseEstimate
@@ -56,9 +56,10 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str) -> WindowPoi
         where = (
             f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
         )
-        # kept as text: it becomes an arm's not-fitted reason, carried into rank's JSON as a string
-        raise UserError(
-            f"{name}: no points in the fit window {opts.window_text()}{where}; widen --fit-from/--fit-until",
+        raise SettingError(
+            f"{name}: no points in the fit window {opts.window_text()}{where}; widen {{fit_from}}/{{fit_until}}",
+            "fit_from",
+            "fit_until",
             kind=ErrorKind.DATA,
         )
     counts = [v for v in ns if v is not None]
@@ -115,7 +116,7 @@ def _held_r0(curves: list[Curve], opts: FitOptions, name: str, notes: list[Note]
         r0 = float(np.mean(measured))
     else:
         r0 = None
-        notes.append(Note("other", "no point at compute 0: R0 fitted (give --r0 to fix it)"))
+        notes.append(Note("other", Phrase("no point at compute 0: R0 fitted (give {r0} to fix it)", "r0")))
     if r0 is not None and r0 >= 1.0:  # the box A in [R0, 1] would be empty
         raise UserError(
             f"{name}: R0 = {r0:g}: the pass rate at compute 0 is already 1, so there is no gain to fit",
@@ -138,8 +139,10 @@ def _point_fit(
     x, y, run_index, n_eval, _ = pts
     if opts.method == "paper":
         if r0 is None:
-            raise UserError(
-                f"{name}: --method paper holds R0 fixed; the data has no point at compute 0, so give --r0",
+            raise SettingError(
+                f"{name}: {{method}} paper holds R0 fixed; the data has no point at compute 0, so give {{r0}}",
+                "method",
+                "r0",
                 kind=ErrorKind.DATA,
             )
         pf, grid_note = fit_paper(x, y, r0=r0)
@@ -149,7 +152,7 @@ def _point_fit(
     huber = 0.01 if opts.loss == "huber" else None
     pf = fit_sigmoid(x, y, r0=r0, loss=opts.loss, f_scale=huber or 1.0)
     if opts.n_boot <= 0:
-        return pf, None, None, "none (--n-boot 0)"
+        return pf, None, None, Phrase("none ({n_boot} 0)", "n_boot")
     draws, noises, interval_method = parametric_bootstrap(
         x, y, run_index, pf, n_boot=opts.n_boot, rng=rng, n=n_eval, huber=huber, run_r0=measured_run_r0(curves, opts)
     )
@@ -213,9 +216,10 @@ def _far_target(target: float, top: float) -> list[Note]:
     """A note when the target lies past 100x the largest compute fitted (a target given in other units, often)."""
     if target <= 100 * top:
         return []
-    text = (
-        f"--to {target:g} is {target / top:,.0f}x the largest compute fitted ({top:g}): a long extrapolation; pass "
-        "--to in the units of the data"
+    text = Phrase(
+        f"{{to}} {target:g} is {target / top:,.0f}x the largest compute fitted ({top:g}): a long extrapolation; "
+        "pass {to} in the units of the data",
+        "to",
     )
     return [Note("far_target", text)]
 
@@ -246,7 +250,7 @@ def fit_curves(
     iv = _Intervals(A=ci(1), B=ci(2), C_mid=ci(3), pred=None, method=interval_method)
     reasons, unconstrained, f, f_ci = not_identified(pf, draws, x, window, iv.A, opts)
     identifiable = pf.success and not reasons
-    notes += [Note("other", f"A not identified: {r}") for r in reasons]
+    notes += [Note("other", "A not identified: " + r) for r in reasons]
     notes += _far_target(opts.target, float(x.max()))
     pred = float(pf.predict(opts.target))
     if draws is not None and noises is not None and len(curves) == 1:

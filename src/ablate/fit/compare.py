@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import ErrorKind, SettingError, UserError
+from ablate.errors import ErrorKind, Phrase, SettingError, UserError, joined, phrased
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.arms import ArmResult, EndSpread, Ranking, Verdict
 from ablate.fit.curve import Curve, NotFitted
@@ -40,7 +40,7 @@ def _fit_arm(item: tuple[str, list[Curve], FitOptions]) -> ArmResult | NotFitted
     try:
         fit = fit_curves(cs, opts, name=label, group=label)
     except UserError as e:
-        return NotFitted(label, label, str(e))
+        return NotFitted(label, label, e.phrase if isinstance(e, SettingError) else str(e))
     return ArmResult(
         arm=label,
         arm_id=cs[0].arm_id,
@@ -92,7 +92,7 @@ def _one_a(
         mode = f"one A for every arm, {a_all:.3f}: the mean of the {len(ident)} identified arms' A"
     else:
         a_all = float(shared_a)
-        mode = f"one A for every arm, {a_all:.3f} (--shared-a)"
+        mode = Phrase(f"one A for every arm, {a_all:.3f} ({{shared_a}})", "shared_a")
     low = [a for a in [base, *compared] if a_all <= a.fit.R0 + 0.01]
     if low:
         raise SettingError(
@@ -143,9 +143,10 @@ def _stopped_windows(arms: list[ArmResult], base: ArmResult, opts: FitOptions) -
         if isinstance(fit, ArmResult):
             out[a.arm] = fit
         else:
-            out[a.arm] = (
-                f"stopped at {end:.4g}: the baseline's first {end:.4g} can't be fitted to compare it "
-                f"with ({fit.reason})"
+            out[a.arm] = phrased(
+                f"stopped at {end:.4g}: the baseline's first {end:.4g} can't be fitted to compare it with (",
+                fit.reason,
+                ")",
             )
     return out
 
@@ -158,12 +159,15 @@ def _fit_arms(
     arms = [a for a in fitted if isinstance(a, ArmResult)]
     not_fitted = not_fitted + [a for a in fitted if not isinstance(a, ArmResult)]
     if not arms:
-        why = "; ".join(f"{a.label}: {a.reason}" for a in not_fitted[:3])
-        raise UserError(f"no arm can be fitted yet: {why}", kind=ErrorKind.DATA)
+        named = [
+            a.reason if a.reason.startswith(f"{a.label}: ") else phrased(a.label, ": ", a.reason) for a in not_fitted
+        ]
+        why = joined("; ", named[:3])
+        raise SettingError(phrased("no arm can be fitted yet: ", why), kind=ErrorKind.DATA)
     if baseline is not None and baseline not in {a.arm for a in arms}:
         why = next(a.reason for a in not_fitted if a.arm == baseline)
         raise SettingError(
-            f"the baseline arm {baseline!r} can't be fitted yet ({why}); wait for it or pick {{baseline}}",
+            phrased(f"the baseline arm {baseline!r} can't be fitted yet (", why, "); wait for it or pick {baseline}"),
             "baseline",
             kind=ErrorKind.DATA,
         )
@@ -185,7 +189,8 @@ def _identified_pairs(arms: list[ArmResult], base: ArmResult, bases: dict[str, A
         if not (a.fit.identifiable and b.fit.identifiable):
             who, fit = ("this arm", a.fit) if not a.fit.identifiable else ("the baseline", b.fit)
             a.verdict = Verdict.NOT_IDENTIFIED  # the footer says how it is ranked; the detail, which rule failed
-            a.detail = f"A not measured ({who}: {'; '.join(fit.why_not_identified) or 'the fit did not converge'})"
+            why = joined("; ", fit.why_not_identified) or "the fit did not converge"
+            a.detail = phrased(f"A not measured ({who}: ", why, ")")
             a.effect = f"A not measured ({who})"
         else:
             compared.append(a)
@@ -220,11 +225,14 @@ def _needs_seeds(compared: list[ArmResult], base: ArmResult) -> Note:
     one = all(x.seeds == 1 for x in compared + [base])
     return Note(
         "needs_seeds",
-        "one seed per arm cannot measure the seed spread, and there is no "
-        "--noise file, so no arm can be shown changed or equivalent"
-        if one
-        else "no arm has 2 seeds identified alone to measure the seed spread, and there is no "
-        "--noise file, so no arm can be shown changed or equivalent",
+        Phrase(
+            "one seed per arm cannot measure the seed spread, and there is no "
+            "{noise} file, so no arm can be shown changed or equivalent"
+            if one
+            else "no arm has 2 seeds identified alone to measure the seed spread, and there is no "
+            "{noise} file, so no arm can be shown changed or equivalent",
+            "noise",
+        ),
     )
 
 
@@ -259,7 +267,9 @@ def _tested(
     out.source = (
         floor.source
         if floor is not None
-        else ("no seed spread of A and compute: no arm has 2 seeds with both measured, and no --noise file")
+        else Phrase(
+            "no seed spread of A and compute: no arm has 2 seeds with both measured, and no {noise} file", "noise"
+        )
     )
     at_end, out.end_spread = end_of_window(arms)
     unidentified = [a for a in arms if a.verdict == "not_identified"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from ablate.errors import Phrase
 from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import PointFit, gain_fraction
 from ablate.fit.uncertainty import percentile_ci
@@ -72,14 +73,20 @@ def not_identified(
     no_rise = not rise >= MIN_RISE or (rise_ci is not None and rise_ci[0] < MIN_RISE)
     if not rise >= MIN_RISE:
         reasons.append(
-            f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
-            f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
-            "(--fit-from)"
+            Phrase(
+                f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
+                f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
+                "({fit_from})",
+                "fit_from",
+            )
         )
     elif rise_ci is not None and rise_ci[0] < MIN_RISE:
         reasons.append(
-            f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
-            f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier (--fit-from)"
+            Phrase(
+                f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
+                f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier ({{fit_from}})",
+                "fit_from",
+            )
         )
     collapsed = _collapsed(draws)
     if collapsed and not no_rise:

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import numpy as np
 
-from ablate.errors import ErrorKind, SettingError, UserError
+from ablate.errors import ErrorKind, SettingError, UserError, joined, phrased
 from ablate.fit.arms import Ranking
 from ablate.fit.compare import rank
 from ablate.fit.exact import sim_options
@@ -43,10 +43,13 @@ def _no_spread(ranking: Ranking) -> NoReturn:
         )
     seeded = [a for a in ranking.arms if a.seeds >= 2]
     if seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
-        why = "; ".join(dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
+        why = joined("; ", dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
         raise SettingError(
-            f"no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified ({why}): "
-            "run longer (a larger train.max_steps) or give {noise} FILE",
+            phrased(
+                "no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified (",
+                why,
+                "): run longer (a larger train.max_steps) or give {noise} FILE",
+            ),
             "noise",
             kind=ErrorKind.DATA,
         )

@@ -25,7 +25,7 @@ class Note:
     def text(self) -> str:
         """The note as one line of text: its kind's heading (if it has one), then its body."""
         label = LABELS.get(self.kind)
-        return f"{label}: {self.body}" if label else self.body
+        return label + ": " + self.body if label else self.body  # `+` keeps a Phrase body's settings
 
     def __str__(self) -> str:
         return self.text

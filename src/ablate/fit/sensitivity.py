@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ablate.errors import UserError
+from ablate.errors import Phrase, SettingError, UserError
 from ablate.fit.analysis import fit_curves
 from ablate.fit.notes import Note
 from ablate.fit.result import FitOptions, FitResult
@@ -17,6 +17,13 @@ UNSTABLE = (
     "unstable: A fitted on an earlier part of the window and A fitted on all of it have intervals that do not "
     "overlap (see the window-sensitivity table)"
 )
+
+
+def _after_name(e: UserError) -> str:
+    """The refusal without the run's name in front (the row already says which cutoff it is)."""
+    if isinstance(e, SettingError):
+        return Phrase(e.template.split(": ", 1)[-1], *e.settings)
+    return str(e).split(": ", 1)[-1]
 
 
 def _row(frac: float, f: FitResult) -> dict[str, Any]:
@@ -61,7 +68,7 @@ def window_sensitivity(
                     "C_mid": None,
                     "pred_at_target": None,
                     "identifiable": False,
-                    "note": str(e).split(": ", 1)[-1],
+                    "note": _after_name(e),
                 }
             )
             continue

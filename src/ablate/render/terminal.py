@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.text import Text
 
-from ablate.text import safe
+from ablate.errors import Phrase
+from ablate.text import flag, safe
 
 
 def esc(s: object) -> str:
@@ -60,7 +61,10 @@ def dump_json(obj: Any) -> str:
 
 
 def jsonable(o: Any) -> Any:
-    """`o` with numpy values made plain and non-finite floats made None, recursively."""
+    """`o` with numpy values made plain, non-finite floats made None and a `Phrase`'s settings named by their flags
+    (the command line's JSON speaks its own options), recursively."""
+    if isinstance(o, Phrase):
+        return o.named(flag)
     if isinstance(o, dict):
         return {k: jsonable(v) for k, v in o.items()}
     if isinstance(o, (list, tuple, np.ndarray)):

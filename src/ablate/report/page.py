@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from ablate.config.identity import label_seed
+from ablate.errors import joined
 from ablate.launch.status import RunStatus
 from ablate.render.figures import efficiency_pairs
 from ablate.report import figures
@@ -19,6 +20,7 @@ from ablate.report.data import ReportData
 from ablate.report.runs import run_warnings, seed_order
 from ablate.storage import store
 from ablate.storage.runinfo import RunInfo
+from ablate.text import safe
 
 if TYPE_CHECKING:
     from ablate.fit.arms import ArmResult, Ranking
@@ -82,7 +84,7 @@ def _not_identified_advice(a: ArmResult, ranking: Ranking) -> str:
     fails, and more compute per run when the window may end before C_mid."""
     base = next((b for b in ranking.arms if b.verdict == "baseline"), None)
     fit, whose = (a.fit, "its") if not a.fit.identifiable or base is None else (base.fit, "the baseline's")
-    text = f"{whose} ceiling A is not measured ({'; '.join(fit.why_not_identified) or 'see the reasoning'})"
+    text = f"{whose} ceiling A is not measured ({safe(joined('; ', fit.why_not_identified)) or 'see the reasoning'})"
     if fit.gain_fraction < 0.5 or (fit.f_ci is not None and fit.f_ci[0] < 0.5):  # the window may end before C_mid
         return f"more compute per run: {text}; ablate plan simulates how much"
     return text

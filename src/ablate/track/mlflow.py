@@ -137,6 +137,7 @@ class MlflowTracker:
         if saved and self._reopen(saved):
             self._run_id = saved
             self._skip_through = self._last_step()
+            self._tag(ctx)  # a run an older attempt created may lack a tag, or hold an out-of-date one
             return
         self._run_id = self._create(ctx, db)
         state = store.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
@@ -173,13 +174,18 @@ class MlflowTracker:
         steps = [m.step for key in run.data.metrics for m in self._client.get_metric_history(self._run_id, key)]
         return max(steps, default=-float("inf"))
 
+    def _tag(self, ctx: TrackContext) -> None:
+        """Set the run's facts as tags (each attempt: a reader groups, marks the baseline and picks the axis by
+        them)."""
+        from mlflow.entities import RunTag
+
+        self._client.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in _tags(ctx).items()])
+
     def _create(self, ctx: TrackContext, db: Path | None) -> str:
         from mlflow.entities import Param
 
         experiment = self._experiment(ctx.sweep or ctx.run_dir.name, db)
-        facts = (ctx.arm_id, ctx.arm_label, ctx.run_id, ctx.sweep or "", str(ctx.baseline).lower(), ctx.device)
-        tags = {k: v for k, v in zip(TAGS, facts) if v is not None}
-        run = self._client.create_run(experiment, run_name=ctx.label, tags=tags)
+        run = self._client.create_run(experiment, run_name=ctx.label, tags=_tags(ctx))
         params = [Param(k, v) for k, v in flatten(ctx.config).items()]
         for i in range(0, len(params), PARAMS_PER_BATCH):
             self._client.log_batch(run.info.run_id, params=params[i : i + PARAMS_PER_BATCH])
@@ -225,6 +231,12 @@ class MlflowTracker:
         with _worded(self._uri):
             self._client.set_tag(self._run_id, STATE_TAG, str(state))
             self._client.set_terminated(self._run_id, status=ENDS.get(state, "KILLED"))
+
+
+def _tags(ctx: TrackContext) -> dict[str, str]:
+    """The run's facts as MLflow tags (TAGS; a fact not known is left out)."""
+    facts = (ctx.arm_id, ctx.arm_label, ctx.run_id, ctx.sweep or "", str(ctx.baseline).lower(), ctx.device)
+    return {k: v for k, v in zip(TAGS, facts) if v is not None}
 
 
 def _build_store(db: Path) -> None:
