@@ -171,3 +171,25 @@ def test_w_and_b_runs_ablate_did_not_mirror_stay_their_own_arms(tmp_path, monkey
     got = json.loads(res.stdout)
     assert got["x"] == "samples" and got["baseline"] is None  # compute made from steps; no baseline tag
     assert sorted(a["arm"] for a in got["arms"]) == ["r0", "r1"] and all(a["seeds"] == 1 for a in got["arms"])
+
+
+def test_with_x_auto_each_copy_is_read_once(mirrored, monkeypatch):
+    """Choosing the axis reads a copy's device tags, and the fit its points: one read of the store (one query to a
+    server), not two. Outside one command nothing is kept: a second command reads the copy afresh."""
+    import ablate.track.mlflow_read as mlflow_read
+    from ablate.curves import tracked
+
+    _, copy = mirrored
+    reads: list[Path] = []
+    real = mlflow_read.read_back
+    monkeypatch.setattr(mlflow_read, "read_back", lambda p: reads.append(p) or real(p))
+    wandb_reads: list[Path] = []
+    real_wandb = tracked.read_wandb_runs
+    monkeypatch.setattr(tracked, "read_wandb_runs", lambda p: wandb_reads.append(p) or real_wandb(p))
+    assert _rank(copy / "mlflow.db")["x"] == "samples"  # the axis came from the tags
+    assert reads == [copy / "mlflow.db"]
+    wandb_dirs = sorted((copy / "runs").glob("*/wandb"))
+    assert _rank(*wandb_dirs)["x"] == "samples"
+    assert sorted(wandb_reads) == wandb_dirs
+    _rank(copy / "mlflow.db")
+    assert len(reads) == 2

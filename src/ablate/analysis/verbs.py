@@ -55,10 +55,12 @@ class Reading:
 def read_inputs(paths: list[Path], how: Reading) -> Inputs:
     """The curves of `paths` (ablate.curves.inputs.load_inputs) on `how.x`, or on the axis `--x auto` picks for them."""
     from ablate.curves.inputs import load_inputs
+    from ablate.curves.tracked import read_once
 
     per_step: dict[str, Any] = {"samples": how.samples_per_step, "gpu_hours": how.gpu_hours_per_step}
-    x, axis_text = choose_axis(paths, how.x, per_step)
-    curves, skipped = load_inputs(paths, x=x, y=how.y, run=how.run, group=how.group, fmt=how.fmt, per_step=per_step)
+    with read_once():  # a tracker copy is read for its devices, then its curves: one read
+        x, axis_text = choose_axis(paths, how.x, per_step)
+        curves, skipped = load_inputs(paths, x=x, y=how.y, run=how.run, group=how.group, fmt=how.fmt, per_step=per_step)
     return Inputs(list(paths), curves, skipped, x, axis_text)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,30 @@ from ablate.storage.reading import read_head, read_whole
 from ablate.track.base import Logged
 
 _WANDB_BLOCK, _WANDB_HEADER = 32768, 7
+
+_READ: ContextVar[dict[tuple[str, str], list[Logged]] | None] = ContextVar("tracker_copies_read", default=None)
+"""Inside `read_once`: each copy's runs by (kind, path), so a command that reads a copy twice (for its devices, then
+for its curves) asks the file or the server once."""
+
+
+@contextmanager
+def read_once() -> Iterator[None]:
+    """Within it, each tracker copy is read once (a server's experiment is one query) and its runs reused."""
+    token = _READ.set(_READ.get() if _READ.get() is not None else {})
+    try:
+        yield
+    finally:
+        _READ.reset(token)
+
+
+def _runs_of(kind: str, p: Path, read: Callable[[Path], list[Logged]]) -> list[Logged]:
+    seen = _READ.get()
+    if seen is None:
+        return read(p)
+    key = (kind, str(p))
+    if key not in seen:
+        seen[key] = read(p)
+    return seen[key]
 
 
 class Tracked(dict[str, dict[float, dict[str, float]]]):
@@ -69,7 +95,7 @@ def read_mlflow(p: Path) -> Tracked:
     """`mlflow:EXPERIMENT` or an MLflow SQLite file (its every experiment)."""
     from ablate.track.mlflow_read import read_back
 
-    return tracked(read_back(p))
+    return tracked(_runs_of("mlflow", p, read_back))
 
 
 def _wandb_schema(p: Path) -> Any:
@@ -194,7 +220,8 @@ def read_wandb_runs(p: Path) -> list[Logged]:
 def read_wandb(*paths: Path) -> Tracked:
     """W&B run files as runs, in the arms their job types name (the runs' ids added to names two runs share); with
     several paths (each run's wandb/ folder), their runs together."""
-    return tracked([r for p in paths for r in read_wandb_runs(p)], id_chars=64, prefix_names=False)
+    runs = [r for p in paths for r in _runs_of("wandb", p, read_wandb_runs)]
+    return tracked(runs, id_chars=64, prefix_names=False)
 
 
 def devices(p: Path, fmt: str) -> list[str | None]:
