@@ -23,7 +23,7 @@ from ablate.analysis import plan as planner
 from ablate.curves.tables import write_csv
 from ablate.fit.calibrate import SHAPES, window_end
 from ablate.fit.synthetic import synthetic_curve
-from ablate.storage import store
+from ablate.storage import fs
 
 SEEDS, POINTS = 3, 50
 
@@ -71,7 +71,7 @@ def timed_plan(source: Path, engine: str, questions: list[str], trials: int) -> 
         goal=0.8,
         trials=trials,
         seed=0,
-        jobs=store.cpu_count(),
+        jobs=fs.cpu_count(),
         n_futures=0,
         progress=None,
         group="group",
@@ -115,7 +115,7 @@ def main() -> None:
         print(f"fast engine:  {t_fast:6.1f} s", flush=True)
         t_exact, exact = timed_plan(source, "exact", questions, args.trials)
         print(f"exact engine: {t_exact:6.1f} s")
-    print(f"speed-up: {t_exact / t_fast:.1f}x ({store.cpu_count()} cores, {args.trials} trials per design)")
+    print(f"speed-up: {t_exact / t_fast:.1f}x ({fs.cpu_count()} cores, {args.trials} trials per design)")
     rows = side_by_side(fast, exact)
     print(f"\n{'question':<11} {'compute':>10}  {'fast: seeds (power)':>20}  {'exact: seeds (power)':>21}")
     for r in rows:

@@ -18,7 +18,7 @@ from ablate.curves.inputs import curves_from_sweep
 from ablate.fit.compare import rank
 from ablate.fit.result import FitOptions
 from ablate.fit.synthetic import synthetic_curve
-from ablate.storage import store
+from ablate.storage import fs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fit"))
 from sweep_writer import write_sweep
@@ -47,7 +47,7 @@ def main() -> None:
         t0 = time.perf_counter()
         curves, _ = curves_from_sweep(sweep)
         t1 = time.perf_counter()
-        ranking = rank(curves, FitOptions(n_boot=1000), jobs=store.cpu_count())  # as `ablate rank` does
+        ranking = rank(curves, FitOptions(n_boot=1000), jobs=fs.cpu_count())  # as `ablate rank` does
         t2 = time.perf_counter()
     counts: dict[str, int] = {}
     for a in ranking.arms:

@@ -107,8 +107,8 @@ def test_a_refusal_crosses_a_process_boundary_whole():
 
     from ablate.config.schema import ConfigErrors
     from ablate.errors import SettingError, UserError
+    from ablate.storage.fs import LinkRefused
     from ablate.storage.rundir import DirectoryGone
-    from ablate.storage.store import LinkRefused
 
     sent = [
         UserError("x.csv: no such file", kind=ErrorKind.FILE),

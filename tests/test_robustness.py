@@ -20,7 +20,7 @@ from ablate.compose.recipe import compose_run
 from ablate.config.schema import ConfigErrors
 from ablate.errors import ErrorKind
 from ablate.launch.status import sweep_status
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.train import run
@@ -209,7 +209,7 @@ def test_a_run_is_owner_only_unless_group_read_is_asked_for(tmp_path, group_read
     try:
         d = tmp_path / "r"
         if group_read:
-            store.make_dirs(d, store.dir_mode(group_read=True))  # what `ablate train --group-read` does first
+            fs.make_dirs(d, fs.dir_mode(group_read=True))  # what `ablate train --group-read` does first
         run(small_config("train.max_steps=2"), d)
     finally:
         os.umask(old)

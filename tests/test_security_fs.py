@@ -23,7 +23,7 @@ from ablate.cli import app
 from ablate.errors import ErrorKind
 from ablate.launch.local import run_queue
 from ablate.launch.submit import launch_sweep
-from ablate.storage import ownership, store
+from ablate.storage import fs, ownership, store
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import RunDir
 from ablate.train import run
@@ -100,8 +100,8 @@ def test_group_read_opens_an_existing_owner_only_sweep_to_the_group_but_never_fo
 def test_make_dirs_ignores_a_permissive_umask_and_inherits_the_parent_s_privacy(tmp_path):
     old = os.umask(0)
     try:
-        top = store.make_dirs(tmp_path / "a" / "sweep", store.DIR_MODE)
-        inner = store.make_dirs(top / "runs" / "r1")
+        top = fs.make_dirs(tmp_path / "a" / "sweep", fs.DIR_MODE)
+        inner = fs.make_dirs(top / "runs" / "r1")
     finally:
         os.umask(old)
     assert mode(top) == 0o700 and mode(top / "runs") == 0o700 and mode(inner) == 0o700
@@ -234,7 +234,7 @@ def test_a_sweep_job_meeting_a_linked_train_log_records_a_failure_naming_it(tmp_
         seeds=[0],
         runs=[RunSpec("s", "arm=a,seed=0", "s-a0", "s-a", ("arm=a",), cfg, baseline=True)],
     )
-    logs = store.make_dirs(tmp_path / "s" / "runs" / "s-a0" / "logs")
+    logs = fs.make_dirs(tmp_path / "s" / "runs" / "s-a0" / "logs")
     (logs / "train.log").symlink_to(victim)
     launch_sweep(sw, root=tmp_path, executor="debug", job="ablate.train:run", echo=None)
     assert victim.read_bytes() == SECRET
@@ -297,7 +297,7 @@ def test_store_writers_refuse_a_link_at_their_path(tmp_path, writer):
         "atomic_write_bytes": lambda: store.atomic_write_bytes(link, b"x"),
         "update_json": lambda: store.update_json(link, a=1),
     }[writer]
-    with pytest.raises(store.LinkRefused):
+    with pytest.raises(fs.LinkRefused):
         call()
     assert victim.read_bytes() == SECRET and link.is_symlink()
 
@@ -318,8 +318,8 @@ def test_metrics_jsonl_as_a_link_is_refused(tmp_path):
 
 
 def _queue(tmp_path: Path) -> Path:
-    sdir = store.make_dirs(tmp_path / "sw", store.DIR_MODE)
-    q = store.make_dirs(sdir / "launch") / "b.json"
+    sdir = fs.make_dirs(tmp_path / "sw", fs.DIR_MODE)
+    q = fs.make_dirs(sdir / "launch") / "b.json"
     store.write_json(
         q,
         {
@@ -363,19 +363,19 @@ def test_a_private_queue_is_run(tmp_path):
 def test_a_cache_others_can_write_is_refused_for_warm_up_weights(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
-    assert mode(store.private_cache("warmup")) == 0o700 and mode(cache) == 0o700
+    assert mode(fs.private_cache("warmup")) == 0o700 and mode(cache) == 0o700
     (cache / "warmup").chmod(0o777)
     with refused(ErrorKind.FILE) as e:
-        store.private_cache("warmup")
+        fs.private_cache("warmup")
     one_line(e, str(cache / "warmup"), "ABLATE_CACHE")
     (cache / "warmup").chmod(0o700)
     os.chown(cache / "warmup", 65534, 65534)
     with refused(ErrorKind.FILE):
-        store.private_cache("warmup")
+        fs.private_cache("warmup")
 
 
 def test_private_ok_is_what_the_compose_cache_trusts(tmp_path):
-    d = store.make_dirs(tmp_path / "c", store.DIR_MODE)
+    d = fs.make_dirs(tmp_path / "c", fs.DIR_MODE)
     f = d / "entry.json"
     store.write_json(f, {"a": 1})
     assert ownership.private_ok(f)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.fit.synthetic import synthetic_curve
-from ablate.storage import store
+from ablate.storage import fs
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import RunDir
 
@@ -78,7 +78,7 @@ def plant(kind: str, root: Path) -> tuple[Path, Path]:
 def with_ledger(sweep: Path) -> None:
     """The ledger of the sweep's own runs (a planted one is not in it), all done."""
     led, evs = Ledger(sweep), []
-    for p in sorted(os.scandir(store.check_no_links(sweep / "runs", sweep)), key=lambda e: e.name):
+    for p in sorted(os.scandir(fs.check_no_links(sweep / "runs", sweep)), key=lambda e: e.name):
         if p.is_symlink() or p.name == "zzplanted":
             continue
         rd = RunDir(p.path)
@@ -159,7 +159,7 @@ def test_the_walk_refuses_in_name_order_and_leaves_wandbs_own_link(tmp_path):
     link = sweep / "runs" / "zzplanted"
     link.symlink_to(foreign_run(tmp_path), target_is_directory=True)
     for read in (sweep_run_dirs, curves_from_sweep, lambda s: recorded_devices([s]), lambda s: run_ends(s, [], "x")):
-        with pytest.raises(store.LinkRefused, match="zzplanted is a symbolic link"):
+        with pytest.raises(fs.LinkRefused, match="zzplanted is a symbolic link"):
             read(sweep)
 
 
@@ -195,7 +195,7 @@ def test_the_page_replaces_an_open_file_owner_only_and_never_through_a_link(tmp_
     victim = tmp_path / "victim"
     victim.write_text("keep")
     (tmp_path / "link.html").symlink_to(victim)
-    with pytest.raises(store.LinkRefused, match=r"link\.html is a symbolic link"):
+    with pytest.raises(fs.LinkRefused, match=r"link\.html is a symbolic link"):
         write(tmp_path / "link.html", "<html>x</html>")
     assert victim.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == [
         "link.html",

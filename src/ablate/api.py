@@ -73,7 +73,7 @@ def rank(
     with their intervals, and `decide` (what would decide it); `ranking.notes` what applies to every arm."""
     from ablate.analysis.choices import given_to
     from ablate.analysis.verbs import check_rank_settings, fit_options, rank_inputs
-    from ablate.storage.store import cpu_count
+    from ablate.storage.fs import cpu_count
 
     opts = fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, target=given_to(to), seed=seed)
     settings = check_rank_settings(

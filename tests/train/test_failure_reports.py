@@ -13,8 +13,8 @@ from ablate.config.schema import ConfigErrors
 from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState
 from ablate.storage import failure_reports
+from ablate.storage.fs import LinkRefused
 from ablate.storage.rundir import DirectoryGone, RunDir
-from ablate.storage.store import LinkRefused
 from ablate.topology import failure
 from ablate.topology.workers import Spawned
 from jobs import refused

@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
 from ablate.errors import ErrorKind
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.train import run
 from jobs import SMALL_TRAIN, TOY_JOB, one_error, small_config, until
 
@@ -442,7 +442,7 @@ def test_concurrent_builders_build_the_warmup_once_and_intact(tmp_path, monkeypa
     cfg = small_config("train.warmup.max_steps=20", "train.warmup.check_every=5")
     task = build_task(cfg.task, cfg.train.val_size, "")
     key = warmup_key(cfg, task)
-    root = store.private_cache("warmup")
+    root = fs.private_cache("warmup")
     (root / f".{key}.tmp.killed").mkdir()
     (root / f".{key}.tmp.killed" / "model.safetensors").write_bytes(b"half")
     code = _BUILDER.format(tests=str(ROOT / "tests"))

@@ -107,7 +107,7 @@ def run_decide(
     from ablate.launch.submit import launch_sweep
     from ablate.prune import waves
     from ablate.render.status import follow_runs
-    from ablate.storage import ownership, store
+    from ablate.storage import fs, ownership
     from ablate.storage.paths import check_writable_output
 
     wave, max_seeds, budget = looks
@@ -120,7 +120,7 @@ def run_decide(
     check_writable_output(sdir, "--root", folder=True)
     check_ledger(sdir)
     ownership.check_owned_dir(sdir)  # a sweep folder others could change is refused, as `ablate sweep` refuses it
-    store.make_dirs(sdir, store.dir_mode(launch["group_read"]))  # as `ablate sweep` makes it, before its lock
+    fs.make_dirs(sdir, fs.dir_mode(launch["group_read"]))  # as `ablate sweep` makes it, before its lock
     settings = waves.DecideSettings(
         planned, x, budget, min_effect=MinEffect(), baseline=expanded.baseline, arms=tuple(expanded.arms)
     )
@@ -154,7 +154,7 @@ def run_decide(
         skipped = [s for s in skipped if s.facts is not None and s.facts.run_id in keep]
         inputs = verbs.Inputs([], curves, skipped, x, None)
         opts = verbs.fit_options(n_boot=settings.n_boot, level=level, ci=1.0 - level)  # sizes held to the level
-        ranking = verbs.rank_inputs(inputs, opts, rank_settings, to=None, jobs=store.cpu_count())
+        ranking = verbs.rank_inputs(inputs, opts, rank_settings, to=None, jobs=fs.cpu_count())
         return ranking, {str(c.run_id): float(c.x[-1]) for c in curves if len(c.x)}
 
     outcome = waves.decide(expanded, sdir, settings, launch=submit, wait=wait, look=look, echo=typer.echo)

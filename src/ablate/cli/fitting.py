@@ -140,7 +140,7 @@ def rank(s: RankSettings) -> None:
     from ablate.render import figures, terminal
     from ablate.render.markdown import rank_markdown
     from ablate.render.rank import print_rank
-    from ablate.storage import store
+    from ablate.storage import fs
 
     output, fmt = output_and_input(s.output, s.fmt, s.as_json, ("table", "json", "md"))
     opts = s.fit_options()
@@ -157,7 +157,7 @@ def rank(s: RankSettings) -> None:
     )
     figure_paths = figures.rank_figure_paths(s.plot)
     read = verbs.read_inputs(s.inputs, s.reading(fmt))
-    ranking = verbs.rank_inputs(read, opts, settings, to=s.to, jobs=store.cpu_count())
+    ranking = verbs.rank_inputs(read, opts, settings, to=s.to, jobs=fs.cpu_count())
     if s.save_noise is not None:
         verbs.save_noise(ranking, s.save_noise, read)
     eff = None if figure_paths is None else figures.plot_rank(ranking, *figure_paths)

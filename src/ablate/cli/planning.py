@@ -138,7 +138,7 @@ def calibrate(s: CalibrateSettings) -> None:
     from ablate.render import terminal
     from ablate.render.fit import calibration_table
     from ablate.render.progress import counting_bar
-    from ablate.storage import store
+    from ablate.storage import fs, store
     from ablate.storage.paths import check_writable_output
 
     grid: dict[str, Any] = dict(
@@ -159,7 +159,7 @@ def calibrate(s: CalibrateSettings) -> None:
             trials=s.trials,
             seed=s.seed,
             n_boot=s.n_boot,
-            jobs=store.cpu_count(),
+            jobs=fs.cpu_count(),
             progress=lambda i, n, row: progress(i),
         )
     result = {"grid": grid, "trials": s.trials, "rows": rows}
@@ -322,7 +322,7 @@ def plan(s: PlanSettings) -> None:
     from ablate.fit.spread import MinEffect
     from ablate.render import terminal
     from ablate.render.plan import plan_notices, print_plan
-    from ablate.storage import store
+    from ablate.storage import fs, store
 
     output, fmt = output_and_input(s.output, s.fmt, s.as_json, ("table", "json"))
     check_saved_axis(s.x, s.save_calibration)
@@ -334,7 +334,7 @@ def plan(s: PlanSettings) -> None:
         goal=s.power,
         trials=s.trials,
         seed=s.seed,
-        jobs=store.cpu_count(),
+        jobs=fs.cpu_count(),
         noise=s.noise,
         engine="exact" if s.exact else "fast",
         progress=progress,

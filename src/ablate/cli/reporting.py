@@ -108,7 +108,7 @@ def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult
     from ablate.analysis import verbs
     from ablate.cli import planning
     from ablate.fit.spread import MinEffect
-    from ablate.storage import store
+    from ablate.storage import fs
 
     def run(sweep: Path) -> PlanResult:
         d = planning.PlanSettings(source=sweep)  # every other setting at its default
@@ -119,7 +119,7 @@ def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult
             goal=d.power,
             trials=d.trials,
             seed=0,
-            jobs=store.cpu_count(),
+            jobs=fs.cpu_count(),
             noise=None,
             engine="fast",
             progress=None,

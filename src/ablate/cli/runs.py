@@ -344,7 +344,7 @@ def train(s: TrainSettings) -> None:
 
     from ablate.compose.recipe import compose_run
     from ablate.render.runs import run_end
-    from ablate.storage import store
+    from ablate.storage import fs
     from ablate.train.foreground import prepare_run_dir, resume_command
     from ablate.train.loop import run as run_train
     from ablate.train.stopping import Stop, stop_on_signals
@@ -359,7 +359,7 @@ def train(s: TrainSettings) -> None:
     trackers = [*(s.track or []), *(["tensorboard"] if s.tensorboard else [])]
     again = resume_command(s.recipe, list(s.overrides or []), run_dir, threads=s.threads, trackers=trackers)
     try:  # a signal stops the run at a step boundary; its number is the exit status
-        with stop_on_signals() as stop, store.sweep_umask(store.group_readable(run_dir)):
+        with stop_on_signals() as stop, fs.sweep_umask(fs.group_readable(run_dir)):
             summary = run_train(config, run_dir, threads=s.threads, stop=stop)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once
         typer.echo(f"interrupted; resume from the last checkpoint with: {again}", err=True)

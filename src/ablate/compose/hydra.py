@@ -39,7 +39,7 @@ from ablate.config import schema
 from ablate.config.schema import RunConfig, plain
 from ablate.config.validation import closest, type_hints
 from ablate.errors import ErrorKind, UserError
-from ablate.storage import ownership, store
+from ablate.storage import fs, ownership, store
 
 SCHEMA_CONFIG = "ablate_schema"
 _CACHE_VERSION = b"2"
@@ -245,10 +245,10 @@ def _refuse_links_out(recipes_dir: Path) -> None:
 
 
 def _cache_dir() -> Path:
-    d = store.cache_dir() / "compose"
+    d = fs.cache_dir() / "compose"
     try:
-        store.make_dirs(store.cache_dir(), store.DIR_MODE)  # owner-only whatever the umask, the cache too
-        store.make_dirs(d, store.DIR_MODE)
+        fs.make_dirs(fs.cache_dir(), fs.DIR_MODE)  # owner-only whatever the umask, the cache too
+        fs.make_dirs(d, fs.DIR_MODE)
     except OSError:
         pass
     return d

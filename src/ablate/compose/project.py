@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ablate.compose.resources import PROFILES_DIR, RECIPES_DIR
 from ablate.errors import ErrorKind, UserError
-from ablate.storage import store
+from ablate.storage import fs
 
 EXAMPLE_PROFILE = "example-cluster"
 """The packaged profile copied as slurm/example.yaml: a commented profile for a real GPU cluster."""
@@ -59,7 +59,7 @@ def init_project(folder: Path | str) -> list[Path]:
         raise UserError(why, kind=ErrorKind.FILE)
     for src, dst in pairs:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        fd = store.open_fd(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = fs.open_fd(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "wb") as out:
             out.write(src.read_bytes())
     return [dst for _, dst in pairs]

@@ -20,7 +20,7 @@ from ablate.curves.tables import VAL_N, show
 from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve, NotFitted, RunFacts
 from ablate.states import STOPPED, RunState
-from ablate.storage import store
+from ablate.storage import fs
 from ablate.storage.metricsfile import COMPUTE_AXES, TRUNCATION_WARN
 from ablate.storage.rundir import RunDir
 from ablate.storage.runinfo import RunInfo
@@ -104,7 +104,7 @@ def config_ids(rd: RunDir) -> tuple[str, str, Any] | None:
     take minutes."""
     path = rd.config_path
     try:
-        with store.safe_open(rd.at(path), "rb") as f:  # no link followed, as for the run's other files
+        with fs.safe_open(rd.at(path), "rb") as f:  # no link followed, as for the run's other files
             text = f.read().decode("utf-8")
     except FileNotFoundError:
         return None

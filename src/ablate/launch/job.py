@@ -35,7 +35,7 @@ from ablate.launch.jobenv import (
 from ablate.launch.jobfn import DEFAULT_JOB, resolve_job, takes_stop
 from ablate.launch.liveness import finished_event
 from ablate.states import FINISHED, STOPPED, TERMINAL, RunState
-from ablate.storage import store
+from ablate.storage import fs
 from ablate.storage.ledger import Ledger, RunRecord, hostname, me
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.storage.runinfo import cause_of, error_record
@@ -99,7 +99,7 @@ class RunJob(submitit.helpers.Checkpointable):
         return {"event": kind, "run_id": self.run_id, "batch": self.batch, **fields}
 
     def __call__(self) -> dict[str, Any]:
-        with store.sweep_umask(store.group_readable(self.sweep_dir)):  # what the trainer's libraries make too
+        with fs.sweep_umask(fs.group_readable(self.sweep_dir)):  # what the trainer's libraries make too
             return self._call_tasks()
 
     def _call_tasks(self) -> dict[str, Any]:

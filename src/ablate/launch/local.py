@@ -24,7 +24,7 @@ from ablate.errors import ErrorKind, UserError
 from ablate.launch.job import RunJob
 from ablate.launch.liveness import finished_event
 from ablate.states import TERMINAL, RunState
-from ablate.storage import ownership, store
+from ablate.storage import fs, ownership, store
 from ablate.storage.ledger import Ledger, proc_alive, proc_start
 from ablate.storage.rundir import RunDir
 from ablate.topology.process import start_module
@@ -40,7 +40,7 @@ def spawn_runner(
     signal_delay_s: int | None = None,
 ) -> dict[str, int]:
     """Write the queue and start the detached runner; returns its {pid, start}."""
-    launch_dir = store.make_dirs(store.check_no_links(ledger.dir / "launch", ledger.dir))  # as private as the sweep
+    launch_dir = fs.make_dirs(fs.check_no_links(ledger.dir / "launch", ledger.dir))  # as private as the sweep
     queue = launch_dir / f"{batch}.json"
     if signal_delay_s is None:
         signal_delay_s = min(30, int(timeout_min * 60 * 0.1) + 1)
@@ -56,7 +56,7 @@ def spawn_runner(
             "jobs": [{"spec": j.spec.to_json(), "job": j.job, "threads": j.threads} for j in jobs],
         },
     )
-    with store.safe_open(launch_dir / f"{batch}.log", "ab") as log:
+    with fs.safe_open(launch_dir / f"{batch}.log", "ab") as log:
         proc = start_module("ablate.launch.local", [str(queue)], log=log, detach=True)  # `ablate sweep | cat` returns
     return {"pid": proc.pid, "start": proc_start(proc.pid) or 0}
 
@@ -91,7 +91,7 @@ def run_queue(queue_file: str | Path, poll_s: float = 0.2) -> None:
         )
     q = store.read_json(queue_file)
     sweep_dir, batch, limit = Path(q["sweep_dir"]), q["batch"], int(q["max_parallel"])
-    jobs_dir = store.make_dirs(store.check_no_links(sweep_dir / "jobs", sweep_dir))
+    jobs_dir = fs.make_dirs(fs.check_no_links(sweep_dir / "jobs", sweep_dir))
     why = ownership.private_problem(jobs_dir)
     if why:
         raise UserError(

@@ -42,7 +42,7 @@ from ablate.launch.mixing import check_one_config, recorded_states
 from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.launch.submission import Submission, make_submission
 from ablate.states import FINISHED, STOPPED, TERMINAL
-from ablate.storage import failure_reports, ownership, store
+from ablate.storage import failure_reports, fs, ownership
 from ablate.storage.ledger import Ledger, hostname, me
 from ablate.storage.rundir import RunDir
 from ablate.storage.rundir import sweep_dir as sweep_path
@@ -80,10 +80,10 @@ def _check_devices_here(runs: list[RunSpec]) -> None:
 def launch_sweep(
     sweep: Any, *, root: Path | str = Path("sweeps"), group_read: bool = False, **options: Any
 ) -> Submission:
-    """`submit_sweep` (its docstring says what it does) under the sweep's umask (store.sweep_umask): what submitit
+    """`submit_sweep` (its docstring says what it does) under the sweep's umask (fs.sweep_umask): what submitit
     makes in the sweep (job folders, pickles) is as private as the folders ablate makes itself."""
-    group = group_read or store.group_readable(sweep_path(Path(root).resolve(), sweep.name))
-    with store.sweep_umask(group):
+    group = group_read or fs.group_readable(sweep_path(Path(root).resolve(), sweep.name))
+    with fs.sweep_umask(group):
         return submit_sweep(sweep, root=root, group_read=group_read, **options)
 
 
@@ -122,11 +122,11 @@ def submit_sweep(
     sdir = sweep_path(root, sweep.name)
     _check_sweep_dir(sdir, [s.run_id for s in runs])
     recorded_states(sdir, runs)  # a changed re-launch is refused before anything is made (again under the lock)
-    store.make_dirs(sdir, store.dir_mode(group_read))
+    fs.make_dirs(sdir, fs.dir_mode(group_read))
     if group_read:
-        store.open_to_group(sdir)
+        fs.open_to_group(sdir)
     for sub in ("runs", "jobs", "launch"):  # jobs/ holds pickles the jobs load, launch/ the runner's queues
-        store.make_dirs(sdir / sub)
+        fs.make_dirs(sdir / sub)
     ledger = Ledger(sdir)
     by_id = {s.run_id: s for s in runs}
     debug_jobs: list[Any] = []
@@ -182,7 +182,7 @@ def _executor_setup(
     asked_parallel = max_parallel or lcfg.max_parallel
     # as many runs as the cores hold: a run takes `threads` cores per rank
     per_run = lcfg.threads * max(s.config.resources.nproc for s in runs)
-    parallel = asked_parallel or max(1, store.cpu_count() // per_run)
+    parallel = asked_parallel or max(1, fs.cpu_count() // per_run)
     resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
     if kind in ("local", "debug"):
         _check_devices_here(runs)
@@ -307,7 +307,7 @@ def _check_sweep_dir(sdir: Path, run_ids: Sequence[str]) -> None:
     if not sdir.exists():
         return
     for p in [*(sdir / f for f in SWEEP_FILES), *(sdir / "runs" / rid for rid in run_ids)]:
-        store.check_no_links(p, sdir)
+        fs.check_no_links(p, sdir)
         if p.is_dir():
             ownership.check_owned_dir(p, chain=False)
 
@@ -325,7 +325,7 @@ def _prepare_dirs(root: Path, sdir: Path, specs: list[RunSpec], submission: Subm
             and (submission.previous.get(spec.run_id) in TERMINAL or rd.info().status in FINISHED)
         ):
             arch = sdir / "archive" / f"{spec.run_id}.{now}"  # --force re-runs from scratch; the old one is kept
-            store.make_dirs(store.check_no_links(arch.parent, sdir))
+            fs.make_dirs(fs.check_no_links(arch.parent, sdir))
             rd.path.rename(arch)
         failure_reports.clear(rd)  # a failed data-parallel attempt's: its tasks start afresh
         rd.clear_stop_request()  # a prune request the last attempt did not live to obey

@@ -24,7 +24,7 @@ from ablate.launch.liveness import current_states
 from ablate.prune.outlook import Standing, run_ends
 from ablate.prune.rules import PruneSettings, broken, recorded_analysis, recorded_target, settled
 from ablate.states import LIVE, RunState
-from ablate.storage import locks, store
+from ablate.storage import fs, locks, store
 from ablate.storage.ledger import Ledger, RunRecord, proc_alive, proc_start
 from ablate.storage.rundir import RunDir
 from ablate.storage.runinfo import RunInfo
@@ -204,12 +204,12 @@ def monitor_alive(sweep_dir: Path) -> bool:
 def ensure_monitor(sweep_dir: Path, settings: PruneSettings) -> dict[str, int] | None:
     """Start the detached monitor unless one is already watching the sweep; returns its {pid, start} or None."""
     pdir = sweep_dir / "prune"
-    store.make_dirs(pdir)  # as private as the sweep
+    fs.make_dirs(pdir)  # as private as the sweep
     with locks.dir_lock(pdir):
         if monitor_alive(sweep_dir):
             return None
         threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        with store.safe_open(pdir / "monitor.log", "ab") as log:
+        with fs.safe_open(pdir / "monitor.log", "ab") as log:
             proc = start_module(
                 "ablate.prune.monitor",
                 [str(sweep_dir), json.dumps(settings.to_json())],

@@ -22,7 +22,7 @@ from typing import Any
 from ablate.errors import ErrorKind, UserError
 from ablate.fit.sequential import Looks, futile_arm, settled
 from ablate.fit.spread import MinEffect
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.locks import dir_lock
 
 RECORD = "decide"
@@ -100,7 +100,7 @@ def read_record(sdir: Path, settings: DecideSettings) -> list[dict[str, Any]]:
     path = record_path(sdir)
     if not path.exists():
         return []
-    store.check_no_links(path, sdir)  # the record and the folders to it: a link is refused, never read through
+    fs.check_no_links(path, sdir)  # the record and the folders to it: a link is refused, never read through
     lines = store.read_jsonl(path)
     aside = f"move {sdir / RECORD} aside to start the looks again (the runs are kept)"
     if not lines or not isinstance(lines[0].get("settings"), dict):
@@ -175,7 +175,7 @@ def wanted_runs(sweep: Any, open_arms: set[str], seeds: int) -> list[Any]:
 @contextlib.contextmanager
 def _one_decider(sdir: Path) -> Iterator[None]:
     """Hold the lock of `<sweep>/decide/` (a link there refused): one process decides a sweep at a time."""
-    store.check_no_links(sdir / RECORD, sdir)
+    fs.check_no_links(sdir / RECORD, sdir)
     with dir_lock(sdir / RECORD, blocking=False) as lock:
         if not lock.locked:
             raise UserError(

@@ -18,7 +18,7 @@ from ablate.compose.project import git_commit
 from ablate.errors import ErrorKind, UserError
 from ablate.launch.status import RunStatus
 from ablate.report.runs import SweptArm, run_statuses, swept_arms
-from ablate.storage import store
+from ablate.storage import fs
 from ablate.storage.ledger import Ledger
 from ablate.text import as_cli, counted
 from ablate.version import installed
@@ -183,7 +183,7 @@ def rank(inputs: Inputs, opts: Any, analysis: Analysis) -> Ranking:
         n_boot=analysis.n_boot,
         window=False,
     )
-    return verbs.rank_inputs(inputs, opts, settings, to=analysis.to, jobs=store.cpu_count())
+    return verbs.rank_inputs(inputs, opts, settings, to=analysis.to, jobs=fs.cpu_count())
 
 
 def extrapolate(inputs: Inputs, opts: Any, ranking: Ranking | None) -> tuple[ExtrapolationReport, float]:

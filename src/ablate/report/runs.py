@@ -10,7 +10,7 @@ from typing import Any
 from ablate.config.identity import label_seed
 from ablate.launch.status import RunStatus, check_ledger, sweep_status
 from ablate.states import RunState
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.rundir import RunDir, sweep_run_dirs
 from ablate.storage.runinfo import RunInfo
 
@@ -131,7 +131,7 @@ def flat_config(rd: RunDir) -> dict[str, Any]:
     import yaml
 
     try:
-        with store.safe_open(rd.at(rd.config_path), "r") as f:
+        with fs.safe_open(rd.at(rd.config_path), "r") as f:
             data = yaml.safe_load(f)
     except (OSError, yaml.YAMLError):
         return {}

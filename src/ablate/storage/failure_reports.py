@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.storage.runinfo import error_record
 
@@ -39,7 +39,7 @@ class FailureReport:
 def kind_of(exc: BaseException) -> Kind:
     """What kind of failure `exc` is, for the reader of the report. A link refused or a directory gone is not bad
     input to the run (the recipe is fine; its directory is not), so those report as a crash, as before kinds."""
-    if isinstance(exc, UserError) and not isinstance(exc, (store.LinkRefused, DirectoryGone)):
+    if isinstance(exc, UserError) and not isinstance(exc, (fs.LinkRefused, DirectoryGone)):
         return "user_error"
     torch = sys.modules.get("torch")  # a process that never imported torch cannot have run out of device memory
     if torch is not None and isinstance(exc, torch.OutOfMemoryError):

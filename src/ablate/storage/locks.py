@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ablate.storage.store import make_dirs
+from ablate.storage.fs import make_dirs
 
 
 class Lock:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ablate.errors import ErrorKind, UserError
-from ablate.storage import store
+from ablate.storage import fs, store
 
 # The metric names, documented in one place: what every trainer writes to metrics.jsonl and every reader reads.
 METRICS: dict[str, str] = {
@@ -68,7 +68,7 @@ class MetricsFile:
         """(line number, record) of metrics.jsonl, in file order. A torn last line (a crash mid-append) is skipped;
         any other line that is not a JSON object is damage, reported as a UserError naming the file and line."""
         try:
-            with store.safe_open(self.at(self.metrics_path), "rb") as f:
+            with fs.safe_open(self.at(self.metrics_path), "rb") as f:
                 raw = f.read().split(b"\n")
         except FileNotFoundError:
             return []
@@ -103,7 +103,7 @@ class MetricsFile:
     def last_metrics(self, tail_bytes: int = 8192) -> dict[str, Any] | None:
         """The last complete record, reading only the file's tail (status over 1,000 runs stays fast)."""
         try:
-            with store.safe_open(self.at(self.metrics_path), "rb") as f:
+            with fs.safe_open(self.at(self.metrics_path), "rb") as f:
                 f.seek(0, 2)
                 f.seek(max(0, f.tell() - tail_bytes))
                 lines = f.read().splitlines()

@@ -24,7 +24,7 @@ from typing import Any
 from ablate.config.identity import check_name
 from ablate.errors import ErrorKind, UserError
 from ablate.states import FINISHED, RUN_JSON, STOPPED, RunState
-from ablate.storage import locks, store
+from ablate.storage import fs, locks, store
 from ablate.storage.metricsfile import MetricsFile, MetricsMirror
 from ablate.storage.runinfo import RunInfo, error_record
 
@@ -62,11 +62,11 @@ def sweep_run_dirs(sweep: Path | str) -> list[RunDir]:
     runs = Path(sweep) / "runs"
     if not os.path.isdir(runs) and not os.path.islink(runs):
         return []
-    with os.scandir(store.check_no_links(runs, sweep)) as it:
+    with os.scandir(fs.check_no_links(runs, sweep)) as it:
         entries = sorted(it, key=lambda e: e.name)
     for e in entries:
         if e.is_symlink():
-            store.check_no_links(runs / e.name, sweep)
+            fs.check_no_links(runs / e.name, sweep)
     return [RunDir(runs / e.name, top=sweep).check_links() for e in entries if e.is_dir(follow_symlinks=False)]
 
 
@@ -98,7 +98,7 @@ class RunDir(MetricsFile):
 
     def at(self, path: Path) -> Path:
         """`path` (a file or folder of this run), once no component of it below `top` is a link (LinkRefused)."""
-        return store.check_no_links(path, self.top)
+        return fs.check_no_links(path, self.top)
 
     def check_links(self) -> RunDir:
         """This run directory, once none of its entries (run.json, config.yaml, metrics.jsonl, logs/, ...) is a link:
@@ -106,16 +106,16 @@ class RunDir(MetricsFile):
         with os.scandir(self.at(self.path)) as entries:
             for e in entries:
                 if e.is_symlink():
-                    store.check_no_links(self.path / e.name, self.top)
+                    fs.check_no_links(self.path / e.name, self.top)
         return self
 
     def make(self, folder: Path | None = None) -> Path:
         """Make the run directory (owner-only when it is the top: `ablate train --run-dir`; in a sweep, as the sweep
         is) and `folder` in it, which takes the run directory's permissions; links refused. Returns the folder."""
         self.at(self.path)
-        store.make_dirs(self.path, store.DIR_MODE if self.top == self.path else None)
+        fs.make_dirs(self.path, fs.DIR_MODE if self.top == self.path else None)
         if folder is not None:
-            store.make_dirs(self.at(folder))
+            fs.make_dirs(self.at(folder))
         return folder or self.path
 
     # ---- stop requests (the prune monitor asks, the run's job obeys) ----
@@ -276,7 +276,7 @@ class RunDir(MetricsFile):
         with locks.dir_lock(self.path, blocking=False) as lock:
             if not lock.locked:
                 try:
-                    with store.safe_open(self.path / ".writer", "r") as f:
+                    with fs.safe_open(self.path / ".writer", "r") as f:
                         holder = f.read().strip()
                 except OSError:
                     holder = "another process"

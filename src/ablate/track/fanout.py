@@ -18,7 +18,7 @@ from ablate.config.identity import arm_id, run_id
 from ablate.errors import UserError
 from ablate.registry import Registry
 from ablate.states import RunState
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.rundir import RunDir
 from ablate.track.base import TrackContext, Tracker, set_environment, warn
 
@@ -234,7 +234,7 @@ def _record_unsent(path: Path, names: Sequence[str], state: str, *, sent: Sequen
         if not left:
             path.unlink(missing_ok=True)
             return
-        store.make_dirs(path.parent)
+        fs.make_dirs(path.parent)
         store.write_json(path, {"trackers": left, "state": str(state)})
 
 

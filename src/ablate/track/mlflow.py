@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ablate.states import RunState
-from ablate.storage import locks, store
+from ablate.storage import fs, locks, store
 from ablate.storage.rundir import RunDir
 from ablate.track.base import TrackContext, numbers
 
@@ -140,8 +140,8 @@ class MlflowTracker:
             self._tag(ctx)  # a run an older attempt created may lack a tag, or hold an out-of-date one
             return
         self._run_id = self._create(ctx, db)
-        state = store.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
-        store.make_dirs(state.parent)
+        state = fs.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
+        fs.make_dirs(state.parent)
         store.write_json(state, {"tracking_uri": uri, "run_id": self._run_id})
 
     def _send_kept(self, ctx: TrackContext, resumed_from: int) -> None:
@@ -279,9 +279,9 @@ def _artifacts(ctx: TrackContext, db: Path) -> Path:
     top = (ctx.sweep_dir or ctx.run_dir).resolve()
     folder = db.parent / ARTIFACTS
     if db.parent == top:
-        store.check_no_links(db, top)
-        store.check_no_links(folder, top)
-    return store.make_dirs(folder)
+        fs.check_no_links(db, top)
+        fs.check_no_links(folder, top)
+    return fs.make_dirs(folder)
 
 
 def _saved(run_dir: Path, uri: str) -> str | None:

@@ -17,7 +17,7 @@ import yaml
 from ablate.compose.safe_yaml import check_yaml
 from ablate.config.schema import RunConfig, validate
 from ablate.errors import ErrorKind, UserError
-from ablate.storage import ownership, store
+from ablate.storage import fs, ownership
 from ablate.storage.rundir import RunDir, sweep_run_dirs
 from ablate.text import safe
 from ablate.track.fanout import send_unsent, unsent
@@ -37,7 +37,7 @@ def run_config(rd: RunDir) -> RunConfig:
     """The run's config.yaml (written by ablate from the command line it was launched with), read without following
     a link and without expanding aliases past the usual bound, then validated."""
     try:
-        with store.safe_open(rd.at(rd.config_path), "rb") as f:
+        with fs.safe_open(rd.at(rd.config_path), "rb") as f:
             text = f.read(1 << 20).decode("utf-8")
         check_yaml(text, str(rd.config_path))
         return validate(yaml.safe_load(text))
@@ -87,7 +87,7 @@ def sync(path: Path, *, skip: Collection[str] = (), echo: Callable[[str], None] 
             if echo and record:
                 echo(f"sending {', '.join(record.trackers)} the rest of run {safe(rd.path.name)}")
             try:
-                with store.sweep_umask(store.group_readable(path)):  # what the trackers make is as private as the run
+                with fs.sweep_umask(fs.group_readable(path)):  # what the trackers make is as private as the run
                     left = send_unsent(run_config(rd), rd)
             except UserError as e:  # another process writes the run (its own trackers will do this), or no config
                 done.append(Synced(rd.path, (), skipped=str(e)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablate.storage import store
+from ablate.storage import fs
 from ablate.track.base import TrackContext, numbers
 
 
@@ -21,8 +21,8 @@ class TensorBoardTracker:
     def start(self, ctx: TrackContext, resumed_from: int | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        folder = store.check_no_links(ctx.run_dir / "tb", ctx.run_dir)
-        store.make_dirs(folder)
+        folder = fs.check_no_links(ctx.run_dir / "tb", ctx.run_dir)
+        fs.make_dirs(folder)
         self._writer = SummaryWriter(str(folder), purge_step=0 if resumed_from is None else resumed_from + 1)
 
     def log(self, record: dict[str, Any]) -> None:

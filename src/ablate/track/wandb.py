@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.track.base import TrackContext, numbers, warn
 
 INIT_TIMEOUT_S = 30.0
@@ -89,8 +89,8 @@ class WandbTracker:
         offline = how in ("offline", "dryrun")
         if how == "online" and not wandb.login(prompt=False, verify=False):
             raise RuntimeError(NO_CREDENTIALS)  # never a login prompt on a background thread
-        store.make_dirs(store.check_no_links(ctx.run_dir / "wandb", ctx.run_dir))
-        state = store.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
+        fs.make_dirs(fs.check_no_links(ctx.run_dir / "wandb", ctx.run_dir))
+        state = fs.check_no_links(ctx.run_dir / STATE_FILE, ctx.run_dir)
         saved = saved_id(ctx.run_dir)
         if saved is not None or how != "online":  # this directory's own W&B run (offline: ids meet only at sync)
             wandb_id = saved or ctx.run_id
@@ -98,7 +98,7 @@ class WandbTracker:
         else:
             wandb_id = self._open_new(wandb, ctx)
         self._last = int(self._run.starting_step) - 1 if self._run.resumed and not offline else -1
-        store.make_dirs(state.parent)
+        fs.make_dirs(state.parent)
         store.write_json(state, {"id": wandb_id})
         if resumed_from is not None:
             for record in store.read_jsonl(ctx.run_dir / "metrics.jsonl"):

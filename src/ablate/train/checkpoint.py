@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ablate.errors import ErrorKind, UserError
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.runinfo import no_space
 
 log = logging.getLogger("ablate.train")
@@ -59,10 +59,10 @@ class Checkpoints:
 
     def save(self, state: dict[str, Any]) -> None:
         """Write `state` as the new last checkpoint (atomically; the old one becomes prev)."""
-        store.make_dirs(self.dir)  # ckpt/ takes the run directory's permissions
+        fs.make_dirs(self.dir)  # ckpt/ takes the run directory's permissions
         tmp = self.dir / "last.pt.tmp"
         try:
-            with store.safe_open(tmp, "wb") as f:  # a link planted at last.pt.tmp is refused, not written through
+            with fs.safe_open(tmp, "wb") as f:  # a link planted at last.pt.tmp is refused, not written through
                 torch.save(state, f)
                 f.flush()
                 os.fsync(f.fileno())
@@ -79,7 +79,7 @@ class Checkpoints:
 
     def read(self, path: Path) -> dict[str, Any]:
         """One checkpoint file as a dict (BadCheckpoint when it is unreadable or not a checkpoint)."""
-        f = store.safe_open(path, "rb")  # a linked checkpoint is refused (LinkRefused), not loaded or set aside
+        f = fs.safe_open(path, "rb")  # a linked checkpoint is refused (LinkRefused), not loaded or set aside
         try:
             with f:
                 state = torch.load(f, weights_only=True, map_location="cpu")
@@ -107,7 +107,7 @@ class Checkpoints:
             try:
                 state = self.read(path)
                 apply(state)
-            except (MemoryError, torch.cuda.OutOfMemoryError, store.LinkRefused):
+            except (MemoryError, torch.cuda.OutOfMemoryError, fs.LinkRefused):
                 raise  # the machine's fault, not the checkpoint's; a planted link is refused, not set aside
             except Exception as e:
                 why = str(e) if isinstance(e, (BadCheckpoint, UserError)) else f"{type(e).__name__}: {first_line(e)}"

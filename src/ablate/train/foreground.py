@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ablate.storage import ownership, store
+from ablate.storage import fs, ownership
 
 
 def prepare_run_dir(config: Any, out: Path | None, *, group_read: bool) -> Path:
@@ -22,12 +22,12 @@ def prepare_run_dir(config: Any, out: Path | None, *, group_read: bool) -> Path:
     preflight(config, run_dir)
     ownership.check_owned_dir(run_dir.absolute())
     if out is None:
-        store.make_dirs(run_dir.parent.parent, store.dir_mode(group_read))
-    store.make_dirs(run_dir, store.dir_mode(group_read))
+        fs.make_dirs(run_dir.parent.parent, fs.dir_mode(group_read))
+    fs.make_dirs(run_dir, fs.dir_mode(group_read))
     if group_read:
         for d in (run_dir.parent.parent, run_dir.parent) if out is None else ():
-            store.open_to_group(d, below=False)
-        store.open_to_group(run_dir)
+            fs.open_to_group(d, below=False)
+        fs.open_to_group(run_dir)
     return run_dir
 
 

@@ -24,7 +24,7 @@ from ablate.config.identity import arm_id, canonical, run_id
 from ablate.config.schema import RunConfig
 from ablate.errors import ErrorKind, UserError
 from ablate.states import RunState, RunSummary
-from ablate.storage import store
+from ablate.storage import fs, store
 from ablate.storage.metricsfile import METRICS
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.topology.world import World
@@ -139,14 +139,14 @@ class _LogFile(logging.FileHandler):
         pass
 
     def _open(self) -> Any:
-        """Opened without following a link (store.safe_open): a link planted at train.log is refused in one line,
+        """Opened without following a link (fs.safe_open): a link planted at train.log is refused in one line,
         recorded as the run's failure, instead of appending to the file it points to."""
-        return store.safe_open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
+        return fs.safe_open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors)
 
 
 def attach_log(path: Path) -> logging.Handler:
     """The run's log lines go to `path` too (train.log, or a worker's own log) until `detach_log`."""
-    store.make_dirs(path.parent)  # logs/ takes the run directory's permissions
+    fs.make_dirs(path.parent)  # logs/ takes the run directory's permissions
     log.setLevel(logging.INFO)
     h = _LogFile(path)
     h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -7,7 +7,7 @@ a tiny model jumps sharply during warm-up, so a coarser check overshoots R0.
 
 The warmed-up model is saved as a Hugging Face folder under the cache (`$ABLATE_CACHE/warmup/<key>/`), keyed by a
 hash of everything the weights depend on, and built under a file lock, so parallel runs build it once. The cache
-must be private to the user (store.private_cache: a UserError otherwise), since runs load weights from it. Every
+must be private to the user (fs.private_cache: a UserError otherwise), since runs load weights from it. Every
 use checks the entry under the lock (`fault`: private, complete, loadable, the model's own keys and shapes); a
 torn, truncated, garbage or foreign entry is built again. A build writes into a folder of its own and
 renames it into place (the old entry renamed aside first), so no reader ever sees a half-written entry.
@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ablate.config.schema import RunConfig
 from ablate.errors import ErrorKind, UserError
-from ablate.storage import ownership, store
+from ablate.storage import fs, ownership
 from ablate.train import llama
 from ablate.train.checkpoint import first_line
 from ablate.train.policy import (
@@ -77,7 +77,7 @@ def warmed_up_folder(cfg: RunConfig, task: Task, *, transformers: bool = False) 
     from filelock import FileLock
 
     key = warmup_key(cfg, task)
-    root = store.private_cache("warmup")  # weights are loaded from it: refused unless only this user can write it
+    root = fs.private_cache("warmup")  # weights are loaded from it: refused unless only this user can write it
     folder = root / key
     with FileLock(str(root / f"{key}.lock")):
         why = fault(folder, cfg, task, transformers=transformers) if os.path.lexists(folder) else "missing"
