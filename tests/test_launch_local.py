@@ -16,9 +16,10 @@ import pytest
 
 from ablate.compose.resources import RECIPES_DIR
 from ablate.errors import ErrorKind
+from ablate.launch.executors import resolve_executor
 from ablate.launch.slurm import load_profile
 from ablate.launch.status import sweep_status, wait_for
-from ablate.launch.submit import launch_sweep, resolve_executor
+from ablate.launch.submit import launch_sweep
 from ablate.storage import store
 from ablate.storage.ledger import Ledger, proc_alive
 from jobs import GUARD, TOY_JOB, assert_complete, executions, refused, run_dir, toy_sweep, until

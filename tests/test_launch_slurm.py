@@ -11,9 +11,10 @@ import subprocess
 import pytest
 
 from ablate.errors import ErrorKind
+from ablate.launch.executors import resolve_executor
 from ablate.launch.slurm import squeue_states
 from ablate.launch.status import wait_for
-from ablate.launch.submit import launch_sweep, resolve_executor
+from ablate.launch.submit import launch_sweep
 from ablate.storage import store
 from ablate.storage.ledger import Ledger, proc_alive
 from jobs import GUARD, TOY_JOB, assert_complete, executions, refused, run_dir, toy_sweep, until

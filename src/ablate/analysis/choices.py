@@ -151,7 +151,7 @@ def launch_axis(runs: list[Any], executor: str | None, flag: str = "--prune") ->
     """`sweep --prune-x auto` (or `--decide`'s axis: `flag`) before any run has started: samples when the runs will
     train on CPU (train.device=cpu, or auto on a local executor on a machine without CUDA), gpu_hours otherwise (a
     CUDA device, or SLURM nodes)."""
-    from ablate.launch.submit import resolve_executor
+    from ablate.launch.executors import resolve_executor
 
     devices = {s.config.train.device for s in runs}
     kind = resolve_executor(executor or runs[0].config.launcher.name)

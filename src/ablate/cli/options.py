@@ -86,7 +86,7 @@ def torch_threads(value: int) -> int:
 
 def executor_name(value: str | None) -> str | None:
     """--executor: one ablate knows (checked before the sweep is expanded, so --dry-run says so too)."""
-    from ablate.launch.submit import EXECUTORS
+    from ablate.launch.executors import EXECUTORS
 
     if value is not None and value not in EXECUTORS:
         raise UserError(f"--executor {value}: unknown; choose one of {', '.join(EXECUTORS)}", kind=ErrorKind.SETTING)

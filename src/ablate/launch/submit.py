@@ -25,21 +25,22 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import submitit
 
 from ablate.compose.project import git_commit
 from ablate.compose.spec import RunSpec
 from ablate.errors import ErrorKind, UserError
+from ablate.launch.executors import executor_setup
 from ablate.launch.job import RunJob
 from ablate.launch.jobenv import crashpoint
-from ablate.launch.jobfn import DEFAULT_JOB, resolve_job
+from ablate.launch.jobfn import DEFAULT_JOB
 from ablate.launch.liveness import current_states, record_deaths
 from ablate.launch.local import spawn_runner
 from ablate.launch.mixing import check_one_config, recorded_states
-from ablate.launch.slurm import DEFAULT_PROFILE, load_profile, slurm_up
 from ablate.launch.submission import Submission, make_submission
 from ablate.states import FINISHED, STOPPED, TERMINAL
 from ablate.storage import failure_reports, fs, ownership
@@ -48,47 +49,12 @@ from ablate.storage.rundir import RunDir
 from ablate.storage.rundir import sweep_dir as sweep_path
 from ablate.version import installed
 
-EXECUTORS = ("local", "slurm", "debug", "auto")
-
-
-def resolve_executor(name: str | None) -> str:
-    """An executor name, `auto` resolved; a UserError for an unknown one."""
-    name = (name or "local").lower()
-    if name not in EXECUTORS:
-        raise UserError(f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}", kind=ErrorKind.SETTING)
-    if name == "auto":
-        return "slurm" if slurm_up() else "local"
-    return name
-
-
-def _check_devices_here(runs: list[RunSpec]) -> None:
-    """Runs that will execute on this machine and need CUDA (train.device=cuda, as preset=scalerl_8b sets) are
-    refused here when it has none, before anything is written, rather than failing one by one."""
-    need = next((s for s in runs if s.config.train.device == "cuda"), None)
-    if need is None:
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UserError(
-            f"{need.label}: train.device=cuda, but this machine has no CUDA device and the local executor "
-            "runs here; launch from a GPU machine or with -e slurm on GPU nodes (or set train.device=auto)",
-            kind=ErrorKind.ENVIRONMENT,
-        )
+if TYPE_CHECKING:
+    from ablate.compose.sweep import Sweep
 
 
 def launch_sweep(
-    sweep: Any, *, root: Path | str = Path("sweeps"), group_read: bool = False, **options: Any
-) -> Submission:
-    """`submit_sweep` (its docstring says what it does) under the sweep's umask (fs.sweep_umask): what submitit
-    makes in the sweep (job folders, pickles) is as private as the folders ablate makes itself."""
-    group = group_read or fs.group_readable(sweep_path(Path(root).resolve(), sweep.name))
-    with fs.sweep_umask(group):
-        return submit_sweep(sweep, root=root, group_read=group_read, **options)
-
-
-def submit_sweep(
-    sweep: Any,
+    sweep: Sweep,
     *,
     root: Path | str = Path("sweeps"),
     executor: str | None = None,
@@ -113,17 +79,52 @@ def submit_sweep(
     (ablate.prune.monitor.start_hook starts the monitor). The sweep directory is made owner-only (0700), or
     readable by its group with `group_read` (0750; asking for it opens an existing sweep to the group too); a
     sweep directory others could change is refused before anything is written (`_check_sweep_dir`). Each batch
-    submitted is recorded with its `command` line, the recipes' commit and where it ran (`launch_event`)."""
+    submitted is recorded with its `command` line, the recipes' commit and where it ran (`launch_event`). All of it
+    runs under the sweep's umask (fs.sweep_umask): what submitit makes in the sweep (job folders, pickles) is as
+    private as the folders ablate makes itself."""
+    with fs.sweep_umask(group_read or fs.group_readable(sweep_path(Path(root).resolve(), sweep.name))):
+        return _submit_sweep(
+            sweep,
+            Path(root).resolve(),
+            _Launch(executor, max_parallel, profile, retry_failed, force, job, monitored, resume_pruned, group_read),
+            echo,
+            after_submit,
+            command,
+        )
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What `launch_sweep` was asked (its docstring)."""
+
+    executor: str | None
+    max_parallel: int | None
+    profile: str | None
+    retry_failed: bool
+    force: bool
+    job: str
+    monitored: bool
+    resume_pruned: bool
+    group_read: bool
+
+
+def _submit_sweep(
+    sweep: Sweep,
+    root: Path,
+    o: _Launch,
+    echo: Callable[[str], None] | None,
+    after_submit: Callable[[Path], None] | None,
+    command: str | None,
+) -> Submission:
     runs: list[RunSpec] = list(sweep.runs)
     if not runs:
         raise UserError(f"sweep {sweep.name!r} has no runs", kind=ErrorKind.RECIPE)
-    kind, parallel, slurm_params = _executor_setup(runs, executor, max_parallel, profile, job)
-    root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
+    kind, parallel, slurm_params = executor_setup(runs, o.executor, o.max_parallel, o.profile, o.job)
     sdir = sweep_path(root, sweep.name)
     _check_sweep_dir(sdir, [s.run_id for s in runs])
     recorded_states(sdir, runs)  # a changed re-launch is refused before anything is made (again under the lock)
-    fs.make_dirs(sdir, fs.dir_mode(group_read))
-    if group_read:
+    fs.make_dirs(sdir, fs.dir_mode(o.group_read))
+    if o.group_read:
         fs.open_to_group(sdir)
     for sub in ("runs", "jobs", "launch"):  # jobs/ holds pickles the jobs load, launch/ the runner's queues
         fs.make_dirs(sdir / sub)
@@ -140,9 +141,9 @@ def submit_sweep(
             recs,
             verdicts,
             kind,
-            retry_failed=retry_failed,
-            force=force,
-            resume_pruned=resume_pruned,
+            retry_failed=o.retry_failed,
+            force=o.force,
+            resume_pruned=o.resume_pruned,
         )
         if echo:
             echo(submission.summary())
@@ -155,9 +156,9 @@ def submit_sweep(
                 [by_id[rid] for rid in submission.submit],
                 parallel,
                 slurm_params,
-                job=job,
-                force=force,
-                monitored=monitored,
+                job=o.job,
+                force=o.force,
+                monitored=o.monitored,
                 launch=launch_event(submission.batch, sweep, command),
             )
     if after_submit is not None:
@@ -167,37 +168,6 @@ def submit_sweep(
         with contextlib.suppress(Exception):  # recorded in the ledger by RunJob; pdb has already had its chance
             dj.result()
     return submission
-
-
-def _executor_setup(
-    runs: list[RunSpec], executor: str | None, max_parallel: int | None, profile: str | None, job: str
-) -> tuple[str, int, dict[str, Any]]:
-    """(executor, runs at once on the local executor, SLURM parameters), once every check that can fail before
-    anything is written has passed: the job function imports, the devices and the SLURM controller are there,
-    the profile reads."""
-    lcfg = runs[0].config.launcher
-    kind = resolve_executor(executor or lcfg.name)
-    if max_parallel is not None and max_parallel < 1:
-        raise UserError(f"--max-parallel {max_parallel}: must be at least 1", kind=ErrorKind.SETTING)
-    asked_parallel = max_parallel or lcfg.max_parallel
-    # as many runs as the cores hold: a run takes `threads` cores per rank
-    per_run = lcfg.threads * max(s.config.resources.nproc for s in runs)
-    parallel = asked_parallel or max(1, fs.cpu_count() // per_run)
-    resolve_job(job)  # a job function that does not import would fail every run: refuse before writing anything
-    if kind in ("local", "debug"):
-        _check_devices_here(runs)
-    slurm_params: dict[str, Any] = {}
-    if kind == "slurm":
-        slurm_params = load_profile(profile or DEFAULT_PROFILE)  # bad profiles fail before any write
-        if not slurm_up():
-            raise UserError(
-                "-e slurm: no SLURM controller answers `scontrol ping`; start the cluster (or check "
-                "`scontrol ping` on this host), or run with -e local",
-                kind=ErrorKind.ENVIRONMENT,
-            )
-        if asked_parallel:
-            slurm_params["array_parallelism"] = int(asked_parallel)  # --max-parallel beats the profile's value
-    return kind, parallel, slurm_params
 
 
 def _submit(
