@@ -120,3 +120,9 @@ class SettingError(UserError):
     def phrase(self) -> Phrase:
         """The message as a record carries it on (an arm's not-fitted reason): its settings still to be named."""
         return Phrase(self.template, *self.settings)
+
+
+def refusal(message: str, kind: ErrorKind) -> UserError:
+    """The error for a message built from records' reasons: a `SettingError` when it names a setting (a `Phrase`),
+    else a plain `UserError`."""
+    return SettingError(message, kind=kind) if isinstance(message, Phrase) else UserError(message, kind=kind)

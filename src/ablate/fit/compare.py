@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.errors import ErrorKind, Phrase, SettingError, UserError, joined, phrased
+from ablate.errors import ErrorKind, Phrase, SettingError, UserError, joined, phrased, refusal
 from ablate.fit.analysis import fit_curves, group_arms, rank_key
 from ablate.fit.arms import ArmResult, EndSpread, Ranking, Verdict
 from ablate.fit.curve import Curve, NotFitted
@@ -163,7 +163,7 @@ def _fit_arms(
             a.reason if a.reason.startswith(f"{a.label}: ") else phrased(a.label, ": ", a.reason) for a in not_fitted
         ]
         why = joined("; ", named[:3])
-        raise SettingError(phrased("no arm can be fitted yet: ", why), kind=ErrorKind.DATA)
+        raise refusal(phrased("no arm can be fitted yet: ", why), ErrorKind.DATA)
     if baseline is not None and baseline not in {a.arm for a in arms}:
         why = next(a.reason for a in not_fitted if a.arm == baseline)
         raise SettingError(
