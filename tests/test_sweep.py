@@ -256,6 +256,17 @@ def test_sweep_file_elsewhere_names_its_base_by_path(tmp_path):
     assert sw.runs[0].config == compose_run(RECIPES_DIR / "base.yaml", ["precision=bf16", "seed=3"])
 
 
+def test_the_baseline_matches_its_arm_by_value_not_spelling(tmp_recipes):
+    """`optim.lr=3e-4` names the arm labelled `optim.lr=0.0003`, in either order of its parts."""
+    f = tmp_recipes / "lr.yaml"
+    f.write_text("seeds: [0]\nbaseline: loss=grpo,optim.lr=3e-4\ngrid: {optim.lr: [1e-4, 3e-4], loss: [grpo]}\n")
+    sw = load_sweep(f)
+    assert sw.baseline == "optim.lr=0.0003,loss=grpo"
+    assert [r.label for r in sw.runs if r.baseline] == ["optim.lr=0.0003,loss=grpo,seed=0"]
+    f.write_text("seeds: [0]\nbaseline: lr=1E-4\nruns: [{label: lr=1E-4, overrides: [optim.lr=1e-4]}, [loss=dapo]]\n")
+    assert load_sweep(f).baseline == "lr=1E-4"  # a run's own label: matched as it is written
+
+
 def test_runs_cross_the_grid(tmp_recipes):
     f = tmp_recipes / "two.yaml"
     f.write_text("seeds: [0]\nbaseline: scalerl\nruns: [{label: scalerl, overrides: []}, [loss=dapo]]\n")

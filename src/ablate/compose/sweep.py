@@ -142,6 +142,19 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
     return arms, _collate(errors, n_arms=len(spec.runs) * len(combos)), notes
 
 
+def _label_parts(label: str, where: str) -> frozenset[str]:
+    """An arm label (or a sweep file's baseline) as its set of parts, each `key=value` part in the form arm labels
+    are written (`optim.lr=3e-4` is `optim.lr=0.0003`), so a baseline matches its arm by value, not by spelling."""
+    parts = []
+    for part in label.split(","):
+        try:
+            o = parse_overrides([part], where)[0] if "=" in part else None
+        except UserError:  # a free-text label of the file's `runs:` that only looks like an override
+            o = None
+        parts.append(part if o is None or o.is_sweep_override() else f"{override_key(o)}={value_text(o)}")
+    return frozenset(parts)
+
+
 def _distinct(where: str, arms: list[tuple[str, list[str], RunConfig]]) -> list[str]:
     """The arms' labels, once no two arms share a label or resolve to the same config."""
     labels = [a for a, _, _ in arms]
@@ -188,7 +201,8 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     labels = _distinct(where, arms)
     baseline = spec.baseline
     if baseline is not None:  # matched as a set of key=value parts, so their order does not matter
-        match = [a for a in labels if set(a.split(",")) == set(str(baseline).split(","))]
+        want = _label_parts(str(baseline), where)
+        match = [a for a in labels if _label_parts(a, where) == want]
         if match:
             baseline = match[0]
         elif spec.cli:
