@@ -59,6 +59,10 @@ bench-curve: setup
 # Data-parallel scaling: steps/s at 1 and 2 processes, the same global batch, and the communication share.
 bench-scale: setup
 	$(BIN)/python bench/scale.py --json bench/out/scale.json
+	$(BIN)/python bench/scale.py --steps 20 --json bench/out/scale-10m.json $(MODEL_10M)
+
+# A 9.8M-parameter policy (its warm-up takes about 7 minutes on 2 cores the first time, then it is cached)
+MODEL_10M = model.hidden=320 model.n_heads=5 model.mlp=1280 model.n_layers=6
 
 # Are the verdicts honest? A real A/A (six seeds of the base recipe, about half an hour on 2 cores) and the full
 # calibration grid on simulated arms (writes bench/out/calibration.json; about half an hour on 2 cores).
