@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -250,7 +249,13 @@ def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
 def test_a_generator_thread_per_rank_with_a_shared_pool_is_refused_and_auto_takes_turns(tmp_path):
     """With no-positive-resampling, each rank's generator thread would draw from the shared pool at its own
     moment and the ranks would train on different prompts: refused in one line; `auto` picks `inline` there."""
-    with refused(ErrorKind.RECIPE, match=re.escape("offpolicy.generator=thread with 2 ranks")):
+    with refused(
+        ErrorKind.RECIPE,
+        "offpolicy.generator=thread",
+        "2 ranks",
+        "filtering.no_positive_resampling",
+        "offpolicy.generator=inline",
+    ):
         _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2")
     _cfg(
         "offpolicy=pipeline",
