@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
+from ablate.errors import ErrorKind
 from ablate.storage import store
-from jobs import CURVE_JOB
+from jobs import CURVE_JOB, error_kind
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")
@@ -90,7 +91,8 @@ def test_a_record_made_with_other_settings_is_refused_in_one_line(sweep_here):
     res = runner.invoke(app, ARGS)
     assert res.exit_code == 2
     line = res.output.strip().splitlines()[-1]
-    assert line.startswith("error[") and "max_seeds 12 (now 6)" in line and "looks.jsonl" in line
+    assert error_kind(line) is ErrorKind.STATE, line
+    assert "loss/decide/looks.jsonl" in line and "max_seeds 12" in line, line
     assert not (sweep_here / "runs").exists()
 
 
