@@ -343,4 +343,4 @@ def test_show_keys_prints_every_key_a_recipe_can_set_with_its_meaning():
     assert all(k.doc for k in keys()), [k.name for k in keys() if not k.doc]
     assert not next(k for k in keys() if k.name == "track.to").in_id
     bad = runner.invoke(app, ["show", "--keys", "los"])
-    assert bad.exit_code == 2 and "did you mean 'loss'" in bad.output
+    one_error(bad, ErrorKind.SETTING, "--keys 'los'", "'loss'")
