@@ -18,7 +18,7 @@ from ablate.config.combinations import OPTION_PARAMS
 from ablate.config.schema import ConfigErrors, validate
 from ablate.config.sections import WarmupConfig
 from ablate.errors import ErrorKind
-from jobs import refused
+from jobs import one_error, refused
 
 BASE = RECIPES_DIR / "base.yaml"
 GROUPS = [
@@ -120,8 +120,8 @@ def test_unknown_key_names_the_closest(base):
     d["loss"]["eps_mx"] = 4.0
     d["batchh"] = {}
     errs = _errors(d)
-    assert any(e.startswith("loss.eps_mx: unknown key") and "'eps_max'" in e for e in errs)
-    assert any(e.startswith("batchh: unknown key") and "'batch'" in e for e in errs)
+    assert any(e.startswith("loss.eps_mx:") and "'eps_max'" in e for e in errs)
+    assert any(e.startswith("batchh:") and "'batch'" in e for e in errs)
 
 
 def test_wrong_type_and_out_of_range_are_all_reported(base):
@@ -132,11 +132,18 @@ def test_wrong_type_and_out_of_range_are_all_reported(base):
     d["filtering"]["pass_threshold"] = 1.5
     d["filtering"]["zero_variance"] = "yes"
     errs = _errors(d)
-    assert "batch.prompts: expected int, got 'many'" in errs
-    assert "offpolicy.k: must be >= 1, got 0" in errs
-    assert "batch.generations: must be >= 2, got 1" in errs
-    assert "filtering.pass_threshold: must be <= 1.0, got 1.5" in errs
-    assert "filtering.zero_variance: expected bool, got 'yes'" in errs
+    by_key = {e.partition(":")[0]: e for e in errs}  # one line a key: the key, then what is wrong with it
+    culprits = {
+        "batch.prompts": ("int", "'many'"),
+        "offpolicy.k": (">= 1",),
+        "batch.generations": (">= 2",),
+        "filtering.pass_threshold": ("<= 1.0", "1.5"),
+        "filtering.zero_variance": ("bool", "'yes'"),
+    }
+    assert by_key.keys() == culprits.keys(), errs
+    for key, parts in culprits.items():
+        for p in parts:
+            assert p in by_key[key], (p, by_key[key])
     assert all("\n" not in e for e in errs)
 
 
@@ -144,7 +151,7 @@ def test_unknown_option_value(base):
     d = copy.deepcopy(base)
     d["aggregation"]["name"] = "tokn"
     (err,) = _errors(d)
-    assert err.startswith("aggregation.name: 'tokn' is not an option") and "'token'" in err
+    assert err.startswith("aggregation.name:") and "'tokn'" in err and "'token'" in err
 
 
 @pytest.mark.parametrize(
@@ -173,34 +180,27 @@ def test_parameter_of_another_option_is_an_error(base):
     d["loss"]["name"] = "dapo"
     d["loss"]["eps_low"], d["loss"]["eps_high"] = 0.2, 0.28  # eps_max (cispo's) stays set
     (err,) = _errors(d)
-    assert err.startswith("loss.eps_max: not a parameter of loss=dapo") and "loss=cispo" in err
+    assert err.startswith("loss.eps_max:") and "loss=dapo" in err and "loss=cispo" in err
     d["loss"]["eps_max"] = None
     d["loss"]["eps_high"] = None
     (err,) = _errors(d)
-    assert err.startswith("loss.eps_high: required by loss=dapo")
+    assert err.startswith("loss.eps_high:") and "loss=dapo" in err
 
 
 def test_compose_errors_are_one_line_user_errors():
     cases = {
-        ("loss=cispoo",): ["loss=cispoo", "'cispo'", "options: cispo, dapo, grpo, gspo"],
-        ("los=dapo",): ["los: unknown key", "'loss'"],
-        ("loss.eps_mx=4",): ["loss.eps_mx: unknown key", "'loss.eps_max'"],
-        ("loss=dapo", "loss.eps_max=4"): [
-            "loss.eps_max: not a parameter of loss=dapo",
-            "eps_low, eps_high",
-            "loss=cispo",
-        ],
-        ("batch.prompts=abc",): ["batch.prompts: expected int, got 'abc'"],
-        ("seed=0,1",): ["seed=0,1: a sweep value"],
-        ("a==",): ["cannot parse override 'a=='"],
+        ("loss=cispoo",): ["loss=cispoo", "'cispo'", "cispo, dapo, grpo, gspo"],
+        ("los=dapo",): ["los:", "'loss'"],
+        ("loss.eps_mx=4",): ["loss.eps_mx", "'loss.eps_max'"],
+        ("loss=dapo", "loss.eps_max=4"): ["loss.eps_max", "loss=dapo", "eps_low, eps_high", "loss=cispo"],
+        ("batch.prompts=abc",): ["batch.prompts", "int", "'abc'"],
+        ("seed=0,1",): ["seed=0,1", "ablate sweep"],
+        ("a==",): [str(BASE), "'a=='"],
     }
     for overrides, parts in cases.items():
-        with refused(ErrorKind.RECIPE) as e:
+        with refused(ErrorKind.RECIPE, *parts) as e:
             compose_run(BASE, list(overrides))
-        msg = str(e.value)
-        assert "\n" not in msg, msg
-        for p in parts:
-            assert p in msg, (overrides, p, msg)
+        assert "\n" not in str(e.value), str(e.value)
 
 
 def test_schema_choices_are_the_trainer_registry_keys():
@@ -273,8 +273,9 @@ def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path, monkeypatch):
 
     from ablate.cli import app
 
-    with pytest.raises(ConfigErrors, match=r"model\.path"):
+    with refused(ErrorKind.RECIPE, "model=hf", "model.path") as e:
         compose_run(BASE, ["preset=scalerl_8b", "task.path=/data/math.jsonl"])
+    assert isinstance(e.value, ConfigErrors)
     res = CliRunner().invoke(app, ["show", str(BASE), "preset=scalerl_8b", *PATHS])
     assert res.exit_code == 0 and "eps: 1.0e-15" in res.output and "device: cuda" in res.output
     # a machine with no CUDA device (as CI's): the local executor would run it here, so it is refused up front
@@ -282,8 +283,7 @@ def test_the_preset_needs_its_model_and_data_and_a_gpu(tmp_path, monkeypatch):
     res = CliRunner().invoke(
         app, ["sweep", str(RECIPES_DIR / "loss.yaml"), "preset=scalerl_8b", *PATHS, "--root", str(tmp_path / "sweeps")]
     )
-    assert res.exit_code == 2, res.output
-    assert "train.device=cuda, but this machine has no CUDA device" in res.output and "-e slurm" in res.output
+    one_error(res, ErrorKind.ENVIRONMENT, "loss=grpo,seed=0", "train.device=cuda", "-e slurm")
     assert not (tmp_path / "sweeps").exists()
 
 
@@ -343,4 +343,4 @@ def test_show_keys_prints_every_key_a_recipe_can_set_with_its_meaning():
     assert all(k.doc for k in keys()), [k.name for k in keys() if not k.doc]
     assert not next(k for k in keys() if k.name == "track.to").in_id
     bad = runner.invoke(app, ["show", "--keys", "los"])
-    assert bad.exit_code == 2 and "did you mean 'loss'" in bad.output
+    one_error(bad, ErrorKind.SETTING, "--keys 'los'", "'loss'")

@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
+from ablate.errors import ErrorKind
 from ablate.storage import store
-from jobs import CURVE_JOB
+from jobs import CURVE_JOB, error_kind, one_error
 
 runner = CliRunner()
 LOSS = str(RECIPES_DIR / "loss.yaml")
@@ -90,29 +91,30 @@ def test_a_record_made_with_other_settings_is_refused_in_one_line(sweep_here):
     res = runner.invoke(app, ARGS)
     assert res.exit_code == 2
     line = res.output.strip().splitlines()[-1]
-    assert line.startswith("error[") and "max_seeds 12 (now 6)" in line and "looks.jsonl" in line
+    assert error_kind(line) is ErrorKind.STATE, line
+    assert "loss/decide/looks.jsonl" in line and "max_seeds 12" in line, line
     assert not (sweep_here / "runs").exists()
 
 
 @pytest.mark.parametrize(
-    "extra, says",
+    "extra, culprits",
     [
-        (["seed=0,1"], "--decide chooses the seeds itself"),
-        (["--prune"], "leave out --prune"),
-        (["--budget", "-1"], "--budget -1"),
-        (["--budget", "inf"], "--budget inf: a finite compute"),
-        (["--force"], "leave out --force"),  # it would run the looks' runs again from scratch
+        (["seed=0,1"], ["--decide", "seed=", "0 to 5"]),  # the seeds it chooses itself
+        (["--prune"], ["--decide", "--prune"]),
+        (["--budget", "-1"], ["--budget -1", "> 0"]),
+        (["--budget", "inf"], ["--budget inf", "> 0"]),
+        (["--force"], ["--decide", "--force"]),  # it would run the looks' runs again from scratch
     ],
 )
-def test_decide_refuses_what_it_cannot_honour(sweep_here, extra, says):
+def test_decide_refuses_what_it_cannot_honour(sweep_here, extra, culprits):
     res = runner.invoke(app, [*ARGS, *extra])
-    assert res.exit_code == 2 and says in res.output, res.output
+    one_error(res, ErrorKind.SETTING, *culprits)
     assert not (sweep_here / "runs").exists()
 
 
 def test_budget_and_wave_flags_need_decide(sweep_here):
     res = runner.invoke(app, ["sweep", LOSS, "--budget", "1000", "--dry-run"])
-    assert res.exit_code == 2 and "add --decide" in res.output
+    one_error(res, ErrorKind.SETTING, "--budget", "add --decide")  # the fix ("--decide" alone is in the reason too)
 
 
 def test_one_process_decides_a_sweep_at_a_time(sweep_here):
@@ -121,7 +123,9 @@ def test_one_process_decides_a_sweep_at_a_time(sweep_here):
     with dir_lock(sweep_here / "decide") as lock:
         assert lock.locked
         res = runner.invoke(app, ARGS)
-    assert res.exit_code == 2 and "another `ablate sweep --decide` is deciding this sweep" in res.output
+    line = res.output.strip().splitlines()[-1]  # (after --decide's notes)
+    assert res.exit_code == 2 and error_kind(line) is ErrorKind.STATE, res.output
+    assert "loss/decide" in line and "ablate sweep --decide" in line, line
     assert not (sweep_here / "runs").exists()
 
 
@@ -131,7 +135,8 @@ def test_a_linked_record_is_refused_not_read(sweep_here, tmp_path):
     (sweep_here / "decide").mkdir()
     (sweep_here / "decide" / "looks.jsonl").symlink_to(elsewhere)
     res = runner.invoke(app, ARGS)
-    assert res.exit_code == 2 and "looks.jsonl" in res.output.strip().splitlines()[-1]
+    line = res.output.strip().splitlines()[-1]
+    assert res.exit_code == 2 and error_kind(line) is ErrorKind.FILE and "loss/decide/looks.jsonl" in line, res.output
     assert not (sweep_here / "runs").exists()
     assert len(store.read_jsonl(elsewhere)) == 1  # nothing appended through the link
 
@@ -143,7 +148,7 @@ def test_rank_points_undecided_arms_to_decide_with_a_command_that_pastes(sweep_h
     hint = decide_hint([sweep_here], 10)
     assert hint == "ablate sweep recipes/loss.yaml --decide --max-seeds 12"  # whole waves of 3, at least 10
     res = runner.invoke(app, ["sweep", "recipes/loss.yaml", "--decide", "--max-seeds", "12", "seed=1"])
-    assert res.exit_code == 2 and "--decide chooses the seeds" in res.output  # the hint's form is what sweep reads
+    one_error(res, ErrorKind.SETTING, "seed=", "0 to 11")  # the hint's form is what sweep reads: it chooses the seeds
 
 
 def test_a_damaged_record_is_one_line_and_nothing_runs(sweep_here):
@@ -155,7 +160,8 @@ def test_a_damaged_record_is_one_line_and_nothing_runs(sweep_here):
     res = runner.invoke(app, ARGS)
     assert res.exit_code == 2
     last = res.output.strip().splitlines()[-1]
-    assert "looks.jsonl: line 2: expected look 1" in last and "aside" in last
+    assert error_kind(last) is ErrorKind.STATE and "loss/decide/looks.jsonl" in last, last
+    assert "line 2" in last and "look 1" in last, last
     assert _executions(sweep_here) == ran
 
 

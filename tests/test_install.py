@@ -38,10 +38,11 @@ def test_a_recipe_path_resolves_in_your_folder_first_then_among_the_packaged_rec
     (tmp_path / "recipes" / "loss.yaml").write_text("base: base\n")
     assert find_recipe("recipes/loss.yaml") == (Path("recipes/loss.yaml"), YOUR_FOLDER)
     for missing in ("recipes/nope.yaml", "recipes/../../pyproject.toml"):
-        with refused(ErrorKind.FILE, match=r"no such file \(in this folder or among ablate's packaged .*ablate init"):
+        with refused(ErrorKind.FILE, missing, "ablate init"):
             find_recipe(missing)
-    with refused(ErrorKind.FILE, match=r"absent\.yaml: no such file; check the path$"):
+    with refused(ErrorKind.FILE, str(tmp_path / "absent.yaml")) as e:
         find_recipe(tmp_path / "absent.yaml")  # an absolute path is only ever itself
+    assert "ablate init" not in str(e.value)  # not looked for among the packaged recipes
     assert find_recipe(RECIPES_DIR / "base.yaml") == (RECIPES_DIR / "base.yaml", PACKAGED)  # named where it lies
 
 
@@ -58,7 +59,7 @@ def test_init_writes_an_editable_copy_and_never_overwrites(tmp_path):
     copied = load_sweep(proj / "recipes" / "loss.yaml").runs
     assert [r.run_id for r in copied] == [r.run_id for r in load_sweep(RECIPES_DIR / "loss.yaml").runs]
     (proj / "recipes" / "loss.yaml").unlink()
-    with refused(ErrorKind.FILE, match=r"recipes/README\.md: already exists; .*move it away"):
+    with refused(ErrorKind.FILE, str(proj / "recipes" / "README.md")):
         init_project(proj)
     assert not (proj / "recipes" / "loss.yaml").exists()  # refused before writing anything
 
@@ -68,14 +69,14 @@ def test_init_never_writes_through_a_link_and_never_stops_half_way(tmp_path):
     dangling = tmp_path / "dangling"
     (dangling / "slurm").mkdir(parents=True)
     (dangling / "slurm" / "example.yaml").symlink_to(outside)  # a dangling link where init writes the profile
-    with refused(ErrorKind.FILE, match=r"slurm/example\.yaml: already exists"):
+    with refused(ErrorKind.FILE, str(dangling / "slurm" / "example.yaml")):
         init_project(dangling)
     assert not outside.exists() and not (dangling / "recipes").exists()
 
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "slurm").write_text("a file where init makes a folder")
-    with refused(ErrorKind.FILE, match=r"blocked/slurm: a link or a file where ablate init makes a folder"):
+    with refused(ErrorKind.FILE, str(blocked / "slurm"), "a link or a file"):  # tells it from "already exists"
         init_project(blocked)
     assert not (blocked / "recipes").exists()  # refused before the recipes were written
 
@@ -83,7 +84,7 @@ def test_init_never_writes_through_a_link_and_never_stops_half_way(tmp_path):
     linked.mkdir()
     (tmp_path / "elsewhere").mkdir()
     (linked / "recipes").symlink_to(tmp_path / "elsewhere")
-    with refused(ErrorKind.FILE, match=r"linked/recipes: a link or a file"):
+    with refused(ErrorKind.FILE, str(linked / "recipes"), "a link or a file"):  # tells it from "already exists"
         init_project(linked)
     assert list((tmp_path / "elsewhere").iterdir()) == []
 

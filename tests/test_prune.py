@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.compose.sweep import load_sweep
+from ablate.errors import ErrorKind
 from ablate.launch.status import wait_for
 from ablate.prune.monitor import Monitor, monitor_alive
 from ablate.prune.rules import PruneSettings, broken
 from ablate.storage import store
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import RunDir
-from jobs import GUARD, until
+from jobs import GUARD, one_error, until
 from test_launch_train import RECIPE, SMALL
 
 runner = CliRunner()
@@ -131,9 +132,9 @@ def test_prune_needs_a_baseline_and_its_options_need_prune(tmp_path):
     path = tmp_path / "nobase.yaml"
     path.write_text(yaml.safe_dump({"base": str(RECIPE), "grid": {"loss": ["grpo", "dapo"]}}))
     res = runner.invoke(app, ["sweep", str(path), "--prune", "--root", str(tmp_path)])
-    assert res.exit_code == 2 and "no baseline arm" in res.output
+    one_error(res, ErrorKind.RECIPE, "--prune", "'nobase'", "baseline:")
     res = runner.invoke(app, ["sweep", str(path), "--prune-x", "samples", "--root", str(tmp_path)])
-    assert res.exit_code == 2 and "add --prune" in res.output
+    one_error(res, ErrorKind.SETTING, "--prune-x", "add --prune")  # the fix ("--prune" alone is in "--prune-x")
     assert not (tmp_path / "nobase").exists()  # nothing written
 
 

@@ -24,7 +24,7 @@ from ablate.storage import fs, store
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import DirectoryGone, RunDir
 from ablate.train import run
-from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, one_error, refused, small_config, toy_sweep, until
+from jobs import RECIPE, SMALL_TRAIN, TOY_JOB, error_kind, one_error, refused, small_config, toy_sweep, until
 
 RECIPES = RECIPE.parent
 runner = CliRunner()
@@ -41,12 +41,12 @@ def _threads():
 def test_train_out_at_a_file_under_a_file_or_holding_an_unreadable_config(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    for out, part in ((f, "is a file"), (f / "run", "which is a file")):
+    for out in (f, f / "run"):
         one_error(
             runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)]),
             ErrorKind.FILE,
             str(out),
-            part,
+            "--run-dir",
         )
     assert f.read_text() == "x"
     d = tmp_path / "other"
@@ -55,7 +55,8 @@ def test_train_out_at_a_file_under_a_file_or_holding_an_unreadable_config(tmp_pa
     one_error(
         runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)]),
         ErrorKind.FILE,
-        "config.yaml: unreadable",
+        str(d / "config.yaml"),
+        "UnicodeDecodeError",
     )
     assert sorted(p.name for p in d.iterdir()) == ["config.yaml"]  # nothing written beside it
 
@@ -71,28 +72,32 @@ def test_threads_max_parallel_and_job_are_checked_before_anything_runs(tmp_path)
     one_error(
         runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "no_such_module:run"]),
         ErrorKind.SETTING,
-        "no_such_module",
-        "cannot import",
+        "--job",
+        "no_such_module:run",
+        "ModuleNotFoundError",
     )
     one_error(
         runner.invoke(app, ["sweep", loss, "--root", str(tmp_path), "--job", "ablate.train:nope"]),
         ErrorKind.SETTING,
+        "--job",
+        "ablate.train:nope",
         "'nope'",
     )
     assert not (tmp_path / "loss").exists()  # nothing launched, nothing written
 
 
 def test_out_of_range_and_non_finite_values_are_refused_by_validation():
-    with pytest.raises(ConfigErrors, match=r"seed: must be <= 4294967295"):
-        compose_run(RECIPE, ["seed=99999999999999999999999"])
-    with pytest.raises(ConfigErrors, match=r"optim.lr: must be a finite number, got inf"):
-        compose_run(RECIPE, ["optim.lr=inf"])
-    with pytest.raises(ConfigErrors, match=r"loss.eps_max: must be a finite number, got nan"):
-        compose_run(RECIPE, ["loss.eps_max=nan"])
-    with pytest.raises(ConfigErrors, match=r"train.max_steps: must be at most"):
-        compose_run(RECIPE, ["train.max_steps=99999999999999999999999"])
+    for override, culprits in (
+        ("seed=99999999999999999999999", ("seed", "99999999999999999999999", "4294967295")),
+        ("optim.lr=inf", ("optim.lr",)),  # ("inf" alone would be found in "finite")
+        ("loss.eps_max=nan", ("loss.eps_max", "nan")),
+        ("train.max_steps=99999999999999999999999", ("train.max_steps", "99999999999999999999999")),
+    ):
+        with refused(ErrorKind.RECIPE, *culprits) as e:
+            compose_run(RECIPE, [override])
+        assert isinstance(e.value, ConfigErrors), override  # refused by validation
     res = runner.invoke(app, ["sweep", str(RECIPES / "loss.yaml"), "seed=0,4294967296", "--dry-run"])
-    one_error(res, ErrorKind.RECIPE, "seeds must be integers in [0, 4294967295]")
+    one_error(res, ErrorKind.RECIPE, "seed=0,4294967296", "[0, 4294967295]")
 
 
 def test_an_empty_sweep_file_and_a_sweep_name_that_is_not_a_plain_name(tmp_path):
@@ -102,14 +107,15 @@ def test_an_empty_sweep_file_and_a_sweep_name_that_is_not_a_plain_name(tmp_path)
             shutil.copytree(f, tmp_path / f.name)
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n")
-    one_error(runner.invoke(app, ["sweep", str(empty), "--dry-run"]), ErrorKind.RECIPE, "an empty sweep file")
+    one_error(runner.invoke(app, ["sweep", str(empty), "--dry-run"]), ErrorKind.RECIPE, str(empty), "base: base")
     dots = tmp_path / "...yaml"
     dots.write_text("base: base\ngrid: {loss: [grpo]}\n")
     root = tmp_path / "root"
     one_error(
         runner.invoke(app, ["sweep", str(dots), "--root", str(root), "--job", TOY_JOB]),
         ErrorKind.RECIPE,
-        "sweep name '..'",
+        str(dots),
+        "'..'",
     )
     assert not root.exists() and not (tmp_path / "runs").exists()
 
@@ -138,7 +144,7 @@ def test_markup_in_labels_and_values_is_printed_literally(tmp_path):
 def test_slurm_without_a_controller_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # neither scontrol nor sbatch
     res = runner.invoke(app, ["sweep", str(RECIPES / "loss.yaml"), "--root", str(tmp_path / "r"), "-e", "slurm"])
-    one_error(res, ErrorKind.ENVIRONMENT, "no SLURM controller answers", "-e local")
+    one_error(res, ErrorKind.ENVIRONMENT, "-e slurm", "scontrol ping", "-e local")
     assert not (tmp_path / "r").exists()
 
 
@@ -239,7 +245,7 @@ def test_a_second_writer_on_a_run_directory_is_refused(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "writing"
-        with refused(ErrorKind.STATE, match=f"is being written by pid {holder.pid}"):
+        with refused(ErrorKind.STATE, str(d), f"pid {holder.pid}"):
             run(small_config(), d)
         assert not (d / "config.yaml").exists() and not (d / "metrics.jsonl").exists()
     finally:
@@ -267,8 +273,9 @@ def test_a_writer_whose_directory_is_replaced_or_removed_writes_nothing_more(tmp
             lambda: rd.keep_metrics_until(0),
             lambda: rd.ended("done"),
         ):
-            with pytest.raises(DirectoryGone, match="was removed or replaced while this run was writing"):
+            with refused(ErrorKind.STATE, str(d)) as e:
                 write()
+            assert isinstance(e.value, DirectoryGone)
     if how == "replaced":
         assert list(d.iterdir()) == []
         assert [r["step"] for r in store.read_jsonl(tmp_path / "moved" / "metrics.jsonl")] == [0]
@@ -324,7 +331,8 @@ def test_a_run_whose_directory_is_replaced_stops_with_one_line(tmp_path):
     finally:
         p.kill()
     assert p.returncode == 2, out
-    assert "was removed or replaced while this run was writing into it" in out and "Traceback" not in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("error[")]
+    assert error_kind(line) is ErrorKind.STATE and str(d) in line and "Traceback" not in out, out
     meta = store.read_json(d / "run.json") if (d / "run.json").exists() else {}
     assert "status" not in meta, meta  # at most a progress write that was already under way
     assert len(store.read_jsonl(tmp_path / "moved" / "metrics.jsonl")) >= 2
@@ -340,7 +348,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert [r["step"] for r in store.read_jsonl(d / "metrics.jsonl")] == [0, 2, 4, 6]
     for name in ("last.pt", "prev.pt"):
         (d / "ckpt" / name).write_bytes(b"")
-    with refused(ErrorKind.STATE, match="no usable checkpoint"):
+    with refused(ErrorKind.STATE, str(d / "ckpt"), "last.pt", "prev.pt"):
         run(cfg, d)
     assert store.read_json(d / "run.json")["status"] == "failed"
 
@@ -360,7 +368,7 @@ def test_a_crafted_checkpoint_cannot_run_code_on_resume(tmp_path):
     MARK.unlink(missing_ok=True)
     for name in ("last.pt", "prev.pt"):
         torch.save({"step": 6, "model": _Payload()}, d / "ckpt" / name)
-    with refused(ErrorKind.STATE, match="no usable checkpoint"):
+    with refused(ErrorKind.STATE, str(d / "ckpt"), "last.pt", "prev.pt", "UnpicklingError"):
         run(cfg, d)
     assert not MARK.exists(), "loading a checkpoint ran code"
 
@@ -397,9 +405,7 @@ def tiny_disk(tmp_path):
 def test_a_full_disk_is_one_error_and_leaves_nothing_stale(tiny_disk):
     d = tiny_disk / "r"
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(d)])
-    one_error_line = [ln for ln in res.output.splitlines() if ln.startswith("error[")]
-    assert res.exit_code == 2 and len(one_error_line) == 1 and "no space left" in one_error_line[0], res.output
-    assert "Traceback" not in res.output
+    one_error(res, ErrorKind.ENVIRONMENT, str(d), stream="stderr")
     info = store.read_json(d / "run.json")
     assert (info["status"], info["cause"]) == ("failed", "no_space")
     leftovers = [p.name for p in (d / "ckpt").iterdir()] if (d / "ckpt").exists() else []
@@ -410,8 +416,9 @@ def test_a_full_disk_is_one_error_and_leaves_nothing_stale(tiny_disk):
 
 
 def test_a_recipe_cannot_name_a_slurm_profile(tmp_path):
-    with pytest.raises(ConfigErrors, match=r"launcher.profile: unknown key"):
+    with refused(ErrorKind.RECIPE, "launcher.profile") as e:
         compose_run(RECIPE, ["launcher.profile=/tmp/evil.yaml"])
+    assert isinstance(e.value, ConfigErrors)
     f = tmp_path / "evil.yaml"
     f.write_text(f"base: {RECIPE}\ngrid: {{loss: [grpo]}}\noverrides: [launcher.profile=/tmp/evil.yaml]\n")
     one_error(runner.invoke(app, ["sweep", str(f), "--dry-run"]), ErrorKind.RECIPE, "launcher.profile")
@@ -419,8 +426,9 @@ def test_a_recipe_cannot_name_a_slurm_profile(tmp_path):
 
 def test_recipes_may_not_call_resolvers_and_the_compose_cache_is_private(tmp_path, monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
-    with pytest.raises(ConfigErrors, match="calls a resolver"):
+    with refused(ErrorKind.RECIPE, "task.path", "${oc.env:SECRET_TOKEN}") as e:
         compose_run(RECIPE, ["task.path=${oc.env:SECRET_TOKEN}"])
+    assert isinstance(e.value, ConfigErrors)
     assert compose_run(RECIPE, ["train.eval_k=${batch.generations}"]).train.eval_k == 8  # keys may be interpolated
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
     from ablate.compose.hydra import Composer

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
 
 runner = CliRunner()
-NOT_REGULAR = "not a regular file (a device, a pipe, a socket); give a file"
+NOT_REGULAR = "not a regular file"  # tells a refusal before opening from one of what was read (same path)
 CONSOLE = "step:{} - val_pass_rate:0.5 - loss:1.0\n"
 
 
@@ -63,7 +63,7 @@ def test_a_pipe_or_a_device_is_refused_before_it_is_opened(fifo, fmt):
                 str(source),
                 NOT_REGULAR,
             )
-    with refused(ErrorKind.FILE, match="not a regular file"):
+    with refused(ErrorKind.FILE, str(fifo), NOT_REGULAR):
         logs.detect(fifo)
 
 
@@ -75,7 +75,7 @@ def test_a_pipe_among_a_tensorboard_folders_event_files_is_refused(tmp_path):
     run.mkdir(parents=True)
     (run / "events.out.tfevents.1.host").write_bytes(b"")  # a real (empty) event file: the folder is a TB log
     os.mkfifo(run / "events.out.tfevents.2.host")
-    with refused(ErrorKind.FILE, match=r"tfevents\.2\.host: not a regular file"):
+    with refused(ErrorKind.FILE, str(run / "events.out.tfevents.2.host"), NOT_REGULAR):
         read_tensorboard(tmp_path / "tb")
 
 
@@ -89,7 +89,7 @@ def test_detection_reads_a_bounded_prefix(tmp_path):
         f.truncate(reading.SCAN_BYTES + (1 << 20))  # sparse: NUL bytes, no newline, past the prefix
         f.seek(0, os.SEEK_END)
         f.write(b"\n" + CONSOLE.format(1).encode() + CONSOLE.format(2).encode())
-    with refused(ErrorKind.FILE, match=r"can't tell what this file is.*pass --from"):
+    with refused(ErrorKind.FILE, str(p), "--from"):
         logs.detect(p)
     runs = logs.READERS["verl"](p)
     assert runs == {"console": {1.0: {"val_pass_rate": 0.5, "loss": 1.0}, 2.0: {"val_pass_rate": 0.5, "loss": 1.0}}}
@@ -99,25 +99,31 @@ def test_a_file_over_the_size_limit_is_refused_naming_its_size(tmp_path, monkeyp
     monkeypatch.setattr("ablate.storage.reading.MAX_FILE_BYTES", 4096)
     log = tmp_path / "big.log"
     log.write_text("".join(CONSOLE.format(i) for i in range(200)))
-    size = f"{log.stat().st_size:,} bytes, over the 4,096 bytes"
     one_error(
         runner.invoke(app, ["fit", str(log), "--from", "verl", "--x", "step"]),
         ErrorKind.FILE,
         str(log),
-        size,
-        "cut the file",
+        f"{log.stat().st_size:,}",
+        "4,096",
     )
     state = tmp_path / "trainer_state.json"
     state.write_text(json.dumps({"log_history": [{"step": i, "val_pass_rate": 0.5} for i in range(200)]}))
     one_error(
         runner.invoke(app, ["fit", str(state), "--x", "step"]),
         ErrorKind.FILE,
-        "over the 4,096 bytes a trainer_state.json",
+        str(state),
+        f"{state.stat().st_size:,}",
+        "4,096",
     )
     wandb = tmp_path / "run-abc.wandb"
     wandb.write_bytes(b":W&B" + b"\0" * 5000)
     one_error(
-        runner.invoke(app, ["fit", str(wandb), "--x", "step"]), ErrorKind.FILE, "over the 4,096 bytes a W&B run file"
+        runner.invoke(app, ["fit", str(wandb), "--x", "step"]),
+        ErrorKind.FILE,
+        str(wandb),
+        f"{wandb.stat().st_size:,}",
+        "4,096",
+        "W&B",
     )
     small = tmp_path / "small.log"
     small.write_text("".join(CONSOLE.format(i) for i in range(3)))
@@ -158,24 +164,22 @@ def test_a_well_formed_store_is_read(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "row,part",
+    "row,parts",
     [
-        (("val_pass_rate", "0.5 (text)", 5, 0), "step 5 is str '0.5 (text)', not a finite number"),
-        (("val_pass_rate", None, 5, 0), "is NoneType None, not a finite number"),
-        (("val_pass_rate", b"\x00\x01", 5, 0), "is bytes"),
-        (("val_pass_rate", 0.5, "five", 0), "has step str 'five', not an integer in [0, 2^53]"),
-        (("val_pass_rate", 0.5, 2**60, 0), "not an integer in [0, 2^53]"),
-        (("val_pass_rate", 0.5, -1, 0), "has step int -1"),
-        (("val_pass_rate", 0.5, 5.5, 0), "has step float 5.5"),
-        (("val_pass_rate", 0.5, 5, "yes"), "has is_nan str 'yes'"),
-        ((b"\x1b[2J", 0.5, 5, 0), "a metric key of run r1 is bytes"),
+        (("val_pass_rate", "0.5 (text)", 5, 0), ["'val_pass_rate'", "step 5", "str '0.5 (text)'"]),
+        (("val_pass_rate", None, 5, 0), ["'val_pass_rate'", "step 5", "NoneType None"]),
+        (("val_pass_rate", b"\x00\x01", 5, 0), ["'val_pass_rate'", "step 5", "bytes"]),
+        (("val_pass_rate", 0.5, "five", 0), ["'val_pass_rate'", "step str 'five'", "[0, 2^53]"]),
+        (("val_pass_rate", 0.5, 2**60, 0), ["'val_pass_rate'", str(2**60), "[0, 2^53]"]),
+        (("val_pass_rate", 0.5, -1, 0), ["'val_pass_rate'", "step int -1"]),
+        (("val_pass_rate", 0.5, 5.5, 0), ["'val_pass_rate'", "step float 5.5"]),
+        (("val_pass_rate", 0.5, 5, "yes"), ["'val_pass_rate'", "is_nan str 'yes'"]),
+        ((b"\x1b[2J", 0.5, 5, 0), ["metric key", "r1", "bytes"]),
     ],
 )
-def test_a_crafted_store_is_one_line_naming_the_field(tmp_path, row, part):
+def test_a_crafted_store_is_one_line_naming_the_field(tmp_path, row, parts):
     db = store_with(tmp_path / "mlflow.db", [*GOOD, row])
-    line = one_error(
-        runner.invoke(app, ["fit", str(db), "--x", "step"]), ErrorKind.FILE, str(db), part, "not a store MLflow wrote"
-    )
+    line = one_error(runner.invoke(app, ["fit", str(db), "--x", "step"]), ErrorKind.FILE, str(db), *parts)
     assert "\x1b" not in line
 
 
@@ -199,7 +203,10 @@ def test_a_real_mlflow_store_with_a_text_metric_is_one_line(tmp_path, monkeypatc
     one_error(
         runner.invoke(app, ["fit", str(db), "--x", "step"]),
         ErrorKind.FILE,
-        "metric 'val_pass_rate' step 3 is str 'twelve', not a finite number",
+        str(db),
+        "'val_pass_rate'",
+        "step 3",
+        "str 'twelve'",
     )
 
 
@@ -269,8 +276,8 @@ def test_a_calibration_with_an_unknown_axis_is_one_line(tmp_path, axis):
     line = one_error(
         runner.invoke(app, ["plan", str(RECIPES_DIR / "loss.yaml"), "--calibration", str(cal), *PLAN]),
         ErrorKind.SETTING,
-        f"--calibration {cal}: x is",
-        "not a compute axis a sweep's runs log (gpu_hours, flops, samples, step)",
+        f"--calibration {cal}",
+        "gpu_hours, flops, samples, step",
     )
     assert "\x1b" not in line
 
@@ -280,7 +287,9 @@ def test_save_calibration_refuses_an_axis_it_could_not_read_back(tmp_path):
     one_error(
         runner.invoke(app, ["plan", str(path), "--x", "val_n", "--save-calibration", str(tmp_path / "cal.json")]),
         ErrorKind.SETTING,
-        "--save-calibration: --x val_n is not a compute axis",
+        "--save-calibration",
+        "--x val_n",
+        "gpu_hours, flops, samples, step",
     )
     assert not (tmp_path / "cal.json").exists()
 
@@ -298,7 +307,8 @@ def test_plan_finds_the_packaged_sweep_file_that_show_and_sweep_find(tmp_path, m
     one_error(
         runner.invoke(app, ["plan", "recipes/nope.yaml", "--calibration", str(cal)]),
         ErrorKind.FILE,
-        "among ablate's packaged",
+        "recipes/nope.yaml",
+        "ablate init",  # looked for among the packaged recipes too
     )
 
 
@@ -307,6 +317,6 @@ def test_plan_finds_the_packaged_sweep_file_that_show_and_sweep_find(tmp_path, m
 
 @pytest.mark.parametrize("name", ["../recipes/base", "..", "x/../../y", "..\\x", ".hidden", "a b"])
 def test_a_profile_name_that_is_not_a_plain_name_is_refused(name):
-    with refused(ErrorKind.SETTING, match=r"not a profile name.*--profile \./slurm/mine\.yaml"):
+    with refused(ErrorKind.SETTING, f"--profile {name!r}", "example-cluster, local", "--profile ./slurm/mine.yaml"):
         profile_path(name)
     assert profile_path("local").is_file()

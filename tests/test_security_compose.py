@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.compose.project import git_commit
 from ablate.compose.resources import RECIPES_DIR
-from jobs import git
+from ablate.errors import ErrorKind
+from jobs import git, one_error
 
 runner = CliRunner()
 MARKER = "0.271828"  # the value only the outside file holds
@@ -144,23 +145,26 @@ def project(tmp_path: Path) -> tuple[Path, Path]:
     return d, outside
 
 
-def refused(args: list[str], *parts: str) -> str:
+def refused(args: list[str], kind: ErrorKind, *culprits: str) -> str:
+    """jobs.one_error for `ablate ARGS`, and nothing of the file outside the folder in the output."""
     res = runner.invoke(app, args)
-    assert res.exit_code == 2, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error["), res.output
-    assert MARKER not in res.output and "Traceback" not in res.output
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-    return lines[0]
+    assert MARKER not in res.output
+    return one_error(res, kind, *culprits)
 
 
 def test_a_group_option_on_the_command_line_cannot_leave_the_folder(tmp_path):
     d, _ = project(tmp_path)
-    line = refused(["show", str(d / "base.yaml"), "loss=../../outside/far"], "loss=../../outside/far", "recipes/loss/")
-    assert "dapo" in line  # the options it may name
-    refused(["show", str(d / "base.yaml"), f"loss={tmp_path}/proj/outside/far"], "recipes/loss/")
-    refused(["show", str(d / "base.yaml"), "+../outside/far=x"], "../outside/far")
+    options = "cispo, dapo, grpo, gspo"  # the options it may name
+    refused(
+        ["show", str(d / "base.yaml"), "loss=../../outside/far"],
+        ErrorKind.RECIPE,
+        "loss=../../outside/far",
+        str(d),
+        options,
+    )
+    far = f"loss={tmp_path}/proj/outside/far"
+    refused(["show", str(d / "base.yaml"), far], ErrorKind.RECIPE, far, options)
+    refused(["show", str(d / "base.yaml"), "+../outside/far=x"], ErrorKind.RECIPE, "+../outside/far=x")
     ok = runner.invoke(app, ["show", str(d / "base.yaml"), "loss=dapo", "task.path=../data/x.jsonl"])
     assert ok.exit_code == 0 and "x.jsonl" in ok.output, ok.output  # a path as a value is still a value
 
@@ -172,8 +176,10 @@ def test_a_defaults_entry_cannot_leave_the_folder(tmp_path, entry):
     d, _ = project(tmp_path)
     evil = d / "evil.yaml"
     evil.write_text(f"defaults:\n  - base\n  - {entry}\n  - _self_\n")
-    refused(["show", str(evil)], "evil.yaml:3", "../outside/far")
-    refused(["show", str(d / "base.yaml")], "evil.yaml:3")  # every file of the folder is checked, used or not
+    refused(["show", str(evil)], ErrorKind.RECIPE, f"{evil}:3", "../outside/far")
+    refused(
+        ["show", str(d / "base.yaml")], ErrorKind.RECIPE, f"{evil}:3"
+    )  # every file of the folder is checked, used or not
 
 
 def test_a_sweep_files_axis_cannot_leave_the_folder(tmp_path):
@@ -181,10 +187,10 @@ def test_a_sweep_files_axis_cannot_leave_the_folder(tmp_path):
     sweep = tmp_path / "proj" / "s.yaml"
     sweep.write_text(f"base: {d / 'base.yaml'}\nseeds: [0]\ngrid:\n  loss: [dapo, ../../outside/far]\n")
     root = tmp_path / "sweeps"
-    refused(["sweep", str(sweep), "--dry-run", "--root", str(root)], "loss=../../outside/far")
-    refused(["show", str(sweep), "loss=../../outside/far"], "loss=../../outside/far")
+    refused(["sweep", str(sweep), "--dry-run", "--root", str(root)], ErrorKind.RECIPE, "loss=../../outside/far")
+    refused(["show", str(sweep), "loss=../../outside/far"], ErrorKind.RECIPE, "loss=../../outside/far")
     sweep.write_text(f"base: {d / 'base.yaml'}\nseeds: [0]\nruns:\n  - [loss=../../outside/far]\n")
-    refused(["sweep", str(sweep), "--dry-run", "--root", str(root)], "loss=../../outside/far")
+    refused(["sweep", str(sweep), "--dry-run", "--root", str(root)], ErrorKind.RECIPE, "loss=../../outside/far")
     assert not root.exists()
 
 
@@ -194,11 +200,16 @@ def test_a_link_in_the_recipes_folder_cannot_lead_out_of_it(tmp_path):
     (outside / "loss" / "dapo.yaml").write_text(f"name: dapo\neps_low: {MARKER}\neps_high: 0.28\n")
     shutil.rmtree(d / "loss")
     (d / "loss").symlink_to(outside / "loss", target_is_directory=True)  # its files skipped every check
-    refused(["show", str(d / "base.yaml"), "loss=dapo"], str(d / "loss"), "outside the recipes folder")
+    refused(["show", str(d / "base.yaml"), "loss=dapo"], ErrorKind.FILE, str(d / "loss"), str(outside / "loss"))
     (d / "loss").unlink()
     shutil.copytree(RECIPES_DIR / "loss", d / "loss")
     (d / "loss" / "far.yaml").symlink_to(outside / "far.yaml")
-    refused(["show", str(d / "base.yaml"), "loss=far"], "far.yaml")
+    refused(
+        ["show", str(d / "base.yaml"), "loss=far"],
+        ErrorKind.FILE,
+        str(d / "loss" / "far.yaml"),
+        str(outside / "far.yaml"),
+    )
     (d / "loss" / "far.yaml").unlink()
     (d / "loss" / "near.yaml").symlink_to(d / "loss" / "dapo.yaml")  # a link that stays inside is fine
     (d / "notes.md").symlink_to(outside / "far.yaml")  # and so is one Hydra never reads (not YAML, not a folder)

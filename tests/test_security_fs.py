@@ -132,7 +132,7 @@ def test_a_sweep_directory_others_can_write_is_refused_before_anything_is_writte
     before = sorted(p.name for p in sdir.iterdir())
     with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
-    one_line(e, str(sdir), "can be written by", f"chmod go-w {sdir}")
+    one_line(e, str(sdir), f"{bits:04o}", f"chmod go-w {sdir}")
     assert sorted(p.name for p in sdir.iterdir()) == before  # no ledger, no runs/
 
 
@@ -142,7 +142,7 @@ def test_a_sweep_directory_another_user_owns_is_refused(tmp_path):
     os.chown(sdir, 65534, 65534)
     with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
-    one_line(e, str(sdir), "not to you", "use a directory of your own")
+    one_line(e, str(sdir), "nobody", "--run-dir")
     assert not (sdir / "ledger.jsonl").exists()
 
 
@@ -152,7 +152,7 @@ def test_a_root_others_can_write_without_the_sticky_bit_is_refused_and_a_sticky_
     root.chmod(0o777)
     with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=root, executor="debug", job=TOY_JOB, echo=None)
-    one_line(e, str(root), "no sticky bit", "could replace")
+    one_line(e, str(root), str(root / "toy"), f"chmod go-w {root}", "chmod +t")
     assert not (root / "toy" / "ledger.jsonl").exists()
     root.chmod(0o1777)  # as /tmp: others cannot rename what they do not own
     launch_sweep(sw, root=root, executor="debug", job=TOY_JOB, echo=None)
@@ -179,7 +179,7 @@ def test_cli_train_into_a_directory_someone_else_controls_is_one_line(tmp_path, 
     else:
         os.chown(out, 65534, 65534)
     res = runner.invoke(app, ["train", str(RECIPE), *SMALL_TRAIN, "--run-dir", str(out)])
-    one_error(res, ErrorKind.FILE, str(out), "chmod go-w" if how == "writable" else "use a directory of your own")
+    one_error(res, ErrorKind.FILE, str(out), f"chmod go-w {out}" if how == "writable" else "nobody")
     assert list(out.iterdir()) == []
 
 
@@ -193,7 +193,8 @@ def test_a_link_planted_at_the_checkpoint_temp_file_is_refused_and_its_target_un
     (ckpt / "last.pt.tmp").symlink_to(victim)
     with refused(ErrorKind.FILE) as e:
         Checkpoints(ckpt).save({"step": 1})
-    one_line(e, str(ckpt / "last.pt.tmp"), "symbolic link")
+    one_line(e, str(ckpt / "last.pt.tmp"))
+    assert isinstance(e.value, fs.LinkRefused)
     assert victim.read_bytes() == SECRET
     assert not (ckpt / "last.pt").exists()
 
@@ -206,7 +207,8 @@ def test_a_linked_checkpoint_is_refused_not_loaded(tmp_path):
     (ckpt / "last.pt").symlink_to(real)
     with refused(ErrorKind.FILE) as e:
         Checkpoints(ckpt).resume(lambda state: None, fresh_ok=True)
-    one_line(e, str(ckpt / "last.pt"), "symbolic link")
+    one_line(e, str(ckpt / "last.pt"))
+    assert isinstance(e.value, fs.LinkRefused)
     assert (ckpt / "last.pt").is_symlink() and real.exists()  # not set aside as damaged either
 
 
@@ -217,7 +219,8 @@ def test_a_link_planted_at_train_log_is_refused_and_its_target_untouched(tmp_pat
     (d / "logs" / "train.log").symlink_to(victim)
     with refused(ErrorKind.FILE) as e:
         run(small_config("train.max_steps=2"), d)
-    one_line(e, str(d / "logs" / "train.log"), "symbolic link")
+    one_line(e, str(d / "logs" / "train.log"))
+    assert isinstance(e.value, fs.LinkRefused)
     assert victim.read_bytes() == SECRET
 
 
@@ -239,9 +242,10 @@ def test_a_sweep_job_meeting_a_linked_train_log_records_a_failure_naming_it(tmp_
     launch_sweep(sw, root=tmp_path, executor="debug", job="ablate.train:run", echo=None)
     assert victim.read_bytes() == SECRET
     meta = store.read_json(tmp_path / "s" / "runs" / "s-a0" / "run.json")
-    assert meta["status"] == "failed" and "train.log is a symbolic link" in meta["error"]["message"], meta
+    assert meta["status"] == "failed" and meta["error"]["class"] == "LinkRefused", meta
+    assert str(logs / "train.log") in meta["error"]["message"], meta
     ev = [e for e in Ledger(tmp_path / "s").events() if e["event"] == "failed"]
-    assert len(ev) == 1 and "train.log is a symbolic link" in ev[0]["error"], ev
+    assert len(ev) == 1 and str(logs / "train.log") in ev[0]["error"], ev
 
 
 def test_a_linked_ledger_is_refused_and_its_target_gets_no_event(tmp_path):
@@ -250,7 +254,8 @@ def test_a_linked_ledger_is_refused_and_its_target_gets_no_event(tmp_path):
     (tmp_path / "toy" / "ledger.jsonl").symlink_to(victim)
     with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
-    one_line(e, "ledger.jsonl is a symbolic link")
+    one_line(e, str(tmp_path / "toy" / "ledger.jsonl"))
+    assert isinstance(e.value, fs.LinkRefused)
     with refused(ErrorKind.FILE):
         Ledger(tmp_path / "toy").append({"event": "submitting", "run_id": "x", "batch": "b"})
     with refused(ErrorKind.FILE):
@@ -267,7 +272,8 @@ def test_a_linked_run_directory_is_refused_and_the_run_does_not_land_elsewhere(t
     (tmp_path / "toy" / "runs" / "toy-a0").symlink_to(elsewhere, target_is_directory=True)
     with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path, executor="debug", job=TOY_JOB, echo=None)
-    one_line(e, "toy-a0 is a symbolic link")
+    one_line(e, str(tmp_path / "toy" / "runs" / "toy-a0"))
+    assert isinstance(e.value, fs.LinkRefused)
     with refused(ErrorKind.FILE):  # and a job (or anyone) writing its run.json
         RunDir.of(tmp_path, "toy", "toy-a0").job(job_id="1")
     assert list(elsewhere.iterdir()) == []
@@ -282,7 +288,8 @@ def test_run_json_linked_to_a_private_file_is_refused_and_nothing_is_copied(tmp_
     rd.info_path.symlink_to(victim)
     with refused(ErrorKind.FILE) as e:
         rd.progress(step=1)
-    one_line(e, str(rd.info_path), "symbolic link")
+    one_line(e, str(rd.info_path))
+    assert isinstance(e.value, fs.LinkRefused)
     assert victim.read_bytes() == b'{"secret": "hunter2"}\n' and rd.info_path.is_symlink()
     assert rd.info().raw == {}  # a reader takes the link as no run.json, not as its target's content
 
@@ -350,7 +357,7 @@ def test_the_runner_refuses_a_queue_someone_else_could_have_written(tmp_path, ho
         q.parent.chmod(0o777)
     with refused(ErrorKind.FILE) as e:
         run_queue(q)
-    one_line(e, f"refusing the runner queue {q}")
+    one_line(e, str(q), {"link": "link", "foreign": "nobody", "writable": "0666", "folder_writable": "0777"}[how])
     assert not (tmp_path / "sw" / "jobs").exists()  # refused before the executor made anything
 
 
@@ -405,4 +412,4 @@ def test_a_folder_only_the_users_private_group_can_write_is_the_users_own(tmp_pa
     os.chown(tmp_path / "root" / "toy", os.getuid(), 65534)
     with refused(ErrorKind.FILE) as e:
         launch_sweep(sw, root=tmp_path / "root", executor="debug", job=TOY_JOB, echo=None, force=True)
-    one_line(e, "can be written by its group")
+    one_line(e, str(tmp_path / "root" / "toy"), "0775")

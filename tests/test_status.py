@@ -11,11 +11,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ErrorKind
 from ablate.launch.status import sweep_status
 from ablate.render.status import status_table, summary_line
 from ablate.storage import store
 from ablate.storage.ledger import Ledger, proc_start
 from ablate.storage.rundir import RunDir
+from jobs import one_error
 
 
 def _dead_pid() -> int:
@@ -116,10 +118,10 @@ def test_status_cli_json_and_errors(tmp_path):
     res = CliRunner().invoke(app, ["status", "--root", str(tmp_path)])
     assert res.exit_code == 0 and "sweep demo" in res.output and "lr too high" in res.output
     res = CliRunner().invoke(app, ["status", "nope", "--root", str(tmp_path)])
-    assert res.exit_code == 2 and "no sweep 'nope'" in res.output and "demo" in res.output
+    one_error(res, ErrorKind.FILE, "'nope'", str(tmp_path), "demo", "ablate sweep")  # and the sweeps there are
     by_path = CliRunner().invoke(app, ["status", str(tmp_path / "demo"), "--json"])  # a path, as rank takes
     assert by_path.exit_code == 0 and json.loads(by_path.output) == data
     res = CliRunner().invoke(app, ["status", str(tmp_path / "demo" / "runs")])
-    assert res.exit_code == 2 and "not a sweep directory (no ledger.jsonl)" in res.output
+    one_error(res, ErrorKind.FILE, str(tmp_path / "demo" / "runs"), "ledger.jsonl")
     res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path), "--watch", "--interval", "-1"])
-    assert res.exit_code == 2 and "--interval -1: seconds between refreshes" in res.output
+    one_error(res, ErrorKind.SETTING, "--interval -1", "> 0")

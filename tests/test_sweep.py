@@ -290,7 +290,7 @@ def test_constant_that_no_arm_has_is_an_error():
     with pytest.raises(ConfigErrors) as e:
         load_sweep(RECIPES_DIR / "loss.yaml", ["loss=grpo,dapo", "loss.eps_max=4"])
     (err,) = e.value.errors
-    assert err.startswith("loss.eps_max=4: loss.eps_max is a parameter of no arm") and "loss=grpo, loss=dapo" in err
+    assert err.startswith("loss.eps_max=4:") and "loss=grpo, loss=dapo" in err
 
 
 # ---- ids ----
@@ -394,39 +394,30 @@ def tmp_recipes(tmp_path) -> Path:
 @pytest.mark.parametrize(
     "body,parts",
     [
-        (
-            "base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n",
-            ["unknown sweep key 'baselin'", "'baseline'"],
-        ),
-        ("base: nope\ngrid: {loss: [grpo]}\n", ["base recipe 'nope' not found"]),
-        (
-            "grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n",
-            ["baseline 'loss=cispo' is not an arm", "loss=grpo, loss=dapo"],
-        ),
-        ("grid: {seed: [0, 1]}\n", ["grid axis 'seed'", "seeds: [...]"]),
-        ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["seeds must be integers in [0, 4294967295]"]),
-        ("runs: [loss=dapo]\n", ["runs[0] must be a list of overrides"]),
-        ("runs: [[loss=dapo], [loss=dapo]]\n", ["two arms are labelled 'loss=dapo'"]),
-        ("runs: [[loss=dapo], {label: dapo2, overrides: [loss=dapo]}]\n", ["resolve to the same config"]),
-        ("runs: [[loss=dapo]]\ngrid: {loss: [grpo]}\n", ["loss: set by both the run list and a grid axis"]),
-        ("overrides: ['loss=grpo,dapo']\n", ["is a sweep; put it under `grid`"]),
-        ("runs: [['loss=grpo,dapo']]\n", ["is a sweep; an explicit run takes single values"]),
+        ("base: base\nseeds: [0]\ngrid: {loss: [grpo]}\nbaselin: loss=grpo\n", ["'baselin'", "'baseline'"]),
+        ("base: nope\ngrid: {loss: [grpo]}\n", ["'nope'", "nope.yaml"]),
+        ("grid: {loss: [grpo, dapo]}\nbaseline: loss=cispo\n", ["'loss=cispo'", "loss=grpo, loss=dapo"]),
+        ("grid: {seed: [0, 1]}\n", ["'seed'", "seeds: [...]"]),
+        ("seeds: [0, -1]\ngrid: {loss: [grpo]}\n", ["[0, -1]", "[0, 4294967295]"]),
+        ("runs: [loss=dapo]\n", ["runs[0]", "'loss=dapo'"]),
+        ("runs: [[loss=dapo], [loss=dapo]]\n", ["two arms", "'loss=dapo'"]),
+        ("runs: [[loss=dapo], {label: dapo2, overrides: [loss=dapo]}]\n", ["'loss=dapo'", "'dapo2'"]),
+        ("runs: [[loss=dapo]]\ngrid: {loss: [grpo]}\n", ["loss", "run list", "grid axis"]),
+        ("overrides: ['loss=grpo,dapo']\n", ["overrides: 'loss=grpo,dapo'", "`grid`"]),
+        ("runs: [['loss=grpo,dapo']]\n", ["runs: 'loss=grpo,dapo'"]),
         (
             "grid: {loss: [grpo, gspo]}\noverrides: [aggregation=token]\n",
-            ["arm loss=gspo: loss=gspo with aggregation=token"],
+            ["arm loss=gspo", "aggregation=token", "aggregation=sample"],
         ),
-        ("grid: {loss: [grpo, dapo]}\noverrides: [batch.generations=1]\n", ["batch.generations: must be >= 2, got 1"]),
-        ("grid: {loss: [grpo, dapoo]}\n", ["arm loss=dapoo: loss=dapoo: no such option", "'dapo'"]),
+        ("grid: {loss: [grpo, dapo]}\noverrides: [batch.generations=1]\n", ["batch.generations", ">= 2"]),
+        ("grid: {loss: [grpo, dapoo]}\n", ["arm loss=dapoo", "'dapo'", "cispo, dapo, grpo, gspo"]),
     ],
 )
 def test_bad_sweep_files(tmp_recipes, body, parts):
     f = tmp_recipes / "bad.yaml"
     f.write_text(body)
-    with refused(ErrorKind.RECIPE) as e:
+    with refused(ErrorKind.RECIPE, *parts):
         load_sweep(f)
-    msg = str(e.value)
-    for p in parts:
-        assert p in msg, (p, msg)
 
 
 def test_all_errors_of_all_runs_are_collected(tmp_recipes):
@@ -435,9 +426,10 @@ def test_all_errors_of_all_runs_are_collected(tmp_recipes):
     with pytest.raises(ConfigErrors) as e:
         load_sweep(f)
     errs = e.value.errors
-    assert "offpolicy.k: must be >= 1, got 0" in errs  # shared by every arm: printed once
-    assert "batch.prompts: expected int, got 'x'" in errs
-    assert any(m.startswith("arm loss=gspo: loss=gspo with aggregation=token") for m in errs)
+    by_key = {m.partition(":")[0]: m for m in errs}  # one line a key (or arm): it first, then what is wrong
+    assert ">= 1" in by_key["offpolicy.k"]  # shared by every arm: printed once
+    assert "int" in by_key["batch.prompts"] and "'x'" in by_key["batch.prompts"]
+    assert "aggregation=token" in by_key["arm loss=gspo"]
     assert len(errs) == 3 and str(e.value).count("\n") == 2 and e.value.kind is ErrorKind.RECIPE
 
 

@@ -13,10 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ErrorKind
 from ablate.fit.synthetic import synthetic_curve
 from ablate.storage import store
 from ablate.storage.rundir import sweep_run_dirs
 from ablate.track.base import TrackContext, set_environment
+from jobs import one_error
 
 sys.path.insert(0, str(Path(__file__).parent / "fit"))
 from sweep_writer import write_sweep
@@ -148,9 +150,7 @@ def test_a_bad_w_and_b_file_among_the_copies_is_one_line(tmp_path):
         (tmp_path / name / "wandb" / f"run-{name}.wandb").write_bytes(b"not a W&B log")
     for extra in ([], ["--x", "step"]):
         res = CliRunner().invoke(app, ["rank", str(tmp_path / "a" / "wandb"), str(tmp_path / "b" / "wandb"), *extra])
-        lines = [ln for ln in res.output.splitlines() if ln.strip()]
-        assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error["), res.output
-        assert "run-a.wandb" in lines[0] and "W&B" in lines[0], lines[0]
+        one_error(res, ErrorKind.FILE, str(tmp_path / "a" / "wandb" / "run-a.wandb"), "W&B")
 
 
 def test_w_and_b_runs_ablate_did_not_mirror_stay_their_own_arms(tmp_path, monkeypatch):

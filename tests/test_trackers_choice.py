@@ -38,15 +38,15 @@ def _recipes(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "where, text",
+    "where, text, key",
     [
-        ("base.yaml", f"track:\n  to: [mlflow]\n  mlflow_uri: {EVIL}\n"),
-        ("base.yaml", "track:\n  entity: someone-else\n"),
-        ("base.yaml", "train:\n  tensorboard: true\n"),
-        ("loss/cispo.yaml", f"# @package _global_\ntrack:\n  mlflow_uri: {EVIL}\n"),
+        ("base.yaml", f"track:\n  to: [mlflow]\n  mlflow_uri: {EVIL}\n", "track.mlflow_uri"),
+        ("base.yaml", "track:\n  entity: someone-else\n", "track.entity"),
+        ("base.yaml", "train:\n  tensorboard: true\n", "train.tensorboard"),
+        ("loss/cispo.yaml", f"# @package _global_\ntrack:\n  mlflow_uri: {EVIL}\n", "track.mlflow_uri"),
     ],
 )
-def test_a_recipe_that_chooses_a_tracker_or_its_destination_is_refused(tmp_path, where, text):
+def test_a_recipe_that_chooses_a_tracker_or_its_destination_is_refused(tmp_path, where, text, key):
     recipes = _recipes(tmp_path)
     path = recipes / where
     if where == "loss/cispo.yaml":  # an option file that reaches the whole config (Hydra's _global_ package)
@@ -54,29 +54,30 @@ def test_a_recipe_that_chooses_a_tracker_or_its_destination_is_refused(tmp_path,
     else:
         path.write_text(path.read_text() + text)
     base = str(recipes / "base.yaml")
-    one_error(runner.invoke(app, ["show", base]), ErrorKind.RECIPE, "a recipe or sweep file cannot choose trackers")
+    one_error(runner.invoke(app, ["show", base]), ErrorKind.RECIPE, key, "--track")  # the key, and where to choose
     root = tmp_path / "sweeps"
     res = runner.invoke(app, ["sweep", base, "--root", str(root), "-e", "debug", "--job", TOY_JOB])
-    assert res.exit_code == 2 and "cannot choose trackers" in res.output, res.output
+    one_error(res, ErrorKind.RECIPE, key, "--track")
     assert not root.exists()  # nothing launched, nothing written
     out = tmp_path / "run"
     res = runner.invoke(app, ["train", base, "--run-dir", str(out)])
-    assert res.exit_code == 2 and "cannot choose trackers" in res.output and not out.exists(), res.output
+    one_error(res, ErrorKind.RECIPE, key, "--track")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
-    "body",
+    "body, key",
     [
-        "overrides: ['track.mlflow_uri=http://collector.invalid:5000']",
-        "grid:\n  track.to: [[wandb], [mlflow]]",
-        "runs:\n  - ['loss=dapo', 'track.to=[mlflow]']",
+        ("overrides: ['track.mlflow_uri=http://collector.invalid:5000']", "track.mlflow_uri"),
+        ("grid:\n  track.to: [[wandb], [mlflow]]", "track.to"),
+        ("runs:\n  - ['loss=dapo', 'track.to=[mlflow]']", "track.to"),
     ],
 )
-def test_a_sweep_file_that_chooses_a_tracker_is_refused(tmp_path, body):
+def test_a_sweep_file_that_chooses_a_tracker_is_refused(tmp_path, body, key):
     recipes = _recipes(tmp_path)
     (recipes / "mine.yaml").write_text(f"base: base\nseeds: [0]\n{body}\n")
     res = runner.invoke(app, ["sweep", str(recipes / "mine.yaml"), "--dry-run"])
-    one_error(res, ErrorKind.RECIPE, "mine.yaml", "track.", "cannot choose trackers")
+    one_error(res, ErrorKind.RECIPE, str(recipes / "mine.yaml"), key, "--track")
 
 
 def test_the_command_line_chooses_trackers_and_their_destination(tmp_path):
@@ -243,7 +244,7 @@ def test_sync_sends_nothing_for_a_folder_others_could_have_changed(tmp_path, mon
     built: list[Any] = []
     monkeypatch.setattr(fanout, "build", lambda names: built.append(names) or [])
     sweep.chmod(0o777)
-    one_error(runner.invoke(app, ["sync", str(sweep)]), ErrorKind.FILE, str(sweep), "can be written by", "of your own")
+    one_error(runner.invoke(app, ["sync", str(sweep)]), ErrorKind.FILE, str(sweep), "0777", f"chmod go-w {sweep}")
     assert built == [] and unsent(rd.path) is not None
 
 

@@ -21,12 +21,13 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.compose.resources import RECIPES_DIR
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.track import mlflow as tracker_mod
 from ablate.track.base import ENVIRONMENT, TrackContext, set_environment
 from ablate.track.fanout import WAIT_ENV
 from ablate.track.mlflow import MlflowTracker
-from jobs import SMALL_TRAIN, until
+from jobs import SMALL_TRAIN, one_error, until
 
 RECIPE = RECIPES_DIR / "base.yaml"
 
@@ -237,23 +238,23 @@ def test_a_server_that_is_down_fails_the_start_with_one_line(tmp_path, monkeypat
     assert {v: os.environ[v] for v in want} == want  # retries bounded, no telemetry, W&B silent
     assert not (tmp_path / "run" / "track").exists()
     res = CliRunner().invoke(app, ["fit", "mlflow:sw", "--x", "step"])
-    assert res.exit_code == 2 and f"can't read {uri}: [Errno 111] Connection refused; start" in res.output, res.output
+    one_error(res, ErrorKind.ENVIRONMENT, "mlflow:sw", uri, "Connection refused", "MLFLOW_TRACKING_URI")
 
 
 def test_reading_errors_name_the_input_and_the_fix(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     res = CliRunner().invoke(app, ["fit", "mlflow:sw"])
-    assert res.exit_code == 2 and "MLFLOW_TRACKING_URI is not set" in res.output, res.output
+    one_error(res, ErrorKind.ENVIRONMENT, "mlflow:sw", "MLFLOW_TRACKING_URI")
     other = tmp_path / "other.db"
     import sqlite3
 
     with sqlite3.connect(other) as con:
         con.execute("CREATE TABLE t (x)")
     res = CliRunner().invoke(app, ["fit", str(other)])
-    assert res.exit_code == 2 and "not an MLflow SQLite store (no such table: runs)" in res.output, res.output
+    one_error(res, ErrorKind.FILE, str(other), "no such table: runs")
     assert [r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")] == ["t"]  # untouched
     res = CliRunner().invoke(app, ["fit", str(tmp_path), "--from", "mlflow"])  # a folder, not "no such file"
-    assert res.exit_code == 2 and "a folder, not an MLflow store; give its mlflow.db file" in res.output, res.output
+    one_error(res, ErrorKind.FILE, str(tmp_path), "folder", "mlflow.db")  # "folder" tells it from "no such file"
 
 
 START_ONE = """

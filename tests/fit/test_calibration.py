@@ -20,8 +20,10 @@ from scipy.stats import binom
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.errors import ErrorKind
 from ablate.fit.calibrate import BOUNDARY, EFFECTS, NOISES, SHAPES, Shape, run_cell
 from ablate.fit.spread import MinEffect
+from jobs import one_error
 
 TRIALS = 40
 N_BOOT = 200
@@ -160,8 +162,8 @@ def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
     assert all(r["trials"] == 3 and 0.0 <= r["equivalent_rate"] <= 1.0 for r in rows)
     assert all((r["false_equivalent_rate"] is None) == (r["effect"] == "null") for r in rows)
     res = CliRunner().invoke(app, ["calibrate", "--shapes", "nowhere"])
-    assert res.exit_code == 2 and "nowhere" in res.output
+    one_error(res, ErrorKind.SETTING, "--shapes 'nowhere'", "scalerl-8b, scalerl-scout, embedded", stream="stderr")
     res = CliRunner().invoke(app, ["calibrate", "--seeds", "1,0"])
-    assert res.exit_code == 2 and "--seeds '1,0': 0 is out of range; each must be in [1, 20]" in res.output
+    one_error(res, ErrorKind.SETTING, "--seeds '1,0'", "[1, 20]", stream="stderr")
     res = CliRunner().invoke(app, ["calibrate", "--n-boot", "10"])
-    assert res.exit_code == 2 and "--n-boot 10: must be >= 50" in res.output
+    one_error(res, ErrorKind.SETTING, "--n-boot 10", ">= 50", stream="stderr")

@@ -18,7 +18,9 @@ from ablate.cli import app
 from ablate.curves import logs
 from ablate.curves.inputs import load_inputs
 from ablate.curves.tables import write_csv
+from ablate.errors import ErrorKind
 from ablate.fit.synthetic import synthetic_curve
+from jobs import error_kind
 
 runner = CliRunner()
 TAG = "val-core/gsm8k/reward/mean@1"
@@ -40,10 +42,13 @@ def ok_json(*args) -> dict:
     return json.loads(res.stdout)
 
 
-def one_line_error(*args) -> str:
+def one_line_error(*args, kind: ErrorKind) -> str:
+    """`ablate ARGS` refused: exit 2, one `error[KIND]:` line of this `kind` on stderr, nothing on stdout. The caller
+    checks the culprits it names."""
     res = cli(*args)
     assert res.exit_code == 2, (res.output, res.exception)
     assert res.stderr.startswith("error[") and res.stderr.count("\n") == 1, res.stderr
+    assert error_kind(res.stderr) is kind, (kind, res.stderr)
     assert res.stdout == "" and "Traceback" not in res.output
     return res.stderr
 
@@ -238,15 +243,18 @@ def test_trl_reads_the_highest_checkpoint_or_the_file(files):
 def test_format_can_be_forced_and_a_wrong_one_is_one_line(files, tb):
     assert ok_json("fit", files["verl-log"], "--from", "verl", "--x", "step", "--y", TAG)["fits"][0]["run"] == "train"
     assert len(ok_json("fit", tb, "--from", "tensorboard", "--x", "step", "--y", TAG)["fits"]) == 2
-    err = one_line_error("fit", files["wide"], "--from", "tensorboard", "--x", "step", "--y", TAG)
-    assert "not a TensorBoard log" in err and "--from wandb-csv" in err
-    err = one_line_error("fit", tb, "--from", "trl", "--x", "step", "--y", TAG)
-    assert "no trainer_state.json" in err and "--from tensorboard" in err
-    assert "--from verl" in one_line_error("fit", files["verl-jsonl"], "--from", "wandb", "--x", "step")
-    assert "no column 'gpu_hours'" in one_line_error("fit", files["long"], "--from", "table")
-    for alias in ("csv", "jsonl"):  # the names users reach for first read a table too
-        assert "no column 'gpu_hours'" in one_line_error("fit", files["long"], "--from", alias)
-    assert "--from magic: unknown; valid: auto, table, tensorboard" in one_line_error("fit", tb, "--from", "magic")
+    # the file, the format forced on it, and the --from it looks like
+    err = one_line_error("fit", files["wide"], "--from", "tensorboard", "--x", "step", "--y", TAG, kind=ErrorKind.FILE)
+    assert str(files["wide"]) in err and "TensorBoard" in err and "--from wandb-csv" in err
+    err = one_line_error("fit", tb, "--from", "trl", "--x", "step", "--y", TAG, kind=ErrorKind.FILE)
+    assert str(tb) in err and "trainer_state.json" in err and "--from tensorboard" in err
+    err = one_line_error("fit", files["verl-jsonl"], "--from", "wandb", "--x", "step", kind=ErrorKind.FILE)
+    assert str(files["verl-jsonl"]) in err and "--from verl" in err
+    for alias in ("table", "csv", "jsonl"):  # the names users reach for first read a table too
+        err = one_line_error("fit", files["long"], "--from", alias, kind=ErrorKind.FILE)
+        assert "'gpu_hours'" in err and "run, metric, step, value" in err and "--x" in err
+    err = one_line_error("fit", tb, "--from", "magic", kind=ErrorKind.SETTING)
+    assert "--from magic" in err and "auto, table, tensorboard" in err
 
 
 def test_format_naming_an_input_format_still_reads_it_and_says_it_is_now_from(files, tb, wandb_offline):
@@ -261,12 +269,16 @@ def test_format_naming_an_input_format_still_reads_it_and_says_it_is_now_from(fi
         note = f"note: --format {args[3]} names the input format, now --from {args[3]}"
         assert res.stderr.startswith(note) and res.stderr.count("\n") == 1, res.stderr
         assert len(json.loads(res.stdout)["arms" if args[0] == "rank" else "fits"]) == (2 if args[0] == "rank" else 1)
-    err = one_line_error("rank", tb, "--format", "csv", "--x", "step", "--y", TAG)
-    assert "--format csv: unknown; choose table, json, md (the input format is --from)" in err
-    err = one_line_error("fit", tb, "--format", "verl", "--from", "tensorboard", "--x", "step", "--y", TAG)
-    assert "give the input format once, with --from" in err
-    assert "--format md: unknown; choose table, json" in one_line_error("fit", tb, "--format", "md")
-    assert "give one output format" in one_line_error("rank", tb, "--format", "md", "--json")
+    err = one_line_error("rank", tb, "--format", "csv", "--x", "step", "--y", TAG, kind=ErrorKind.SETTING)
+    assert "--format csv" in err and "table, json, md" in err and "--from" in err
+    err = one_line_error(
+        "fit", tb, "--format", "verl", "--from", "tensorboard", "--x", "step", "--y", TAG, kind=ErrorKind.SETTING
+    )
+    assert "--format verl" in err and "--from tensorboard" in err
+    err = one_line_error("fit", tb, "--format", "md", kind=ErrorKind.SETTING)
+    assert "--format md" in err and "table, json" in err
+    err = one_line_error("rank", tb, "--format", "md", "--json", kind=ErrorKind.SETTING)
+    assert "--json" in err and "--format md" in err
 
 
 def test_steps_made_into_compute(tb, files):
@@ -278,28 +290,32 @@ def test_steps_made_into_compute(tb, files):
     assert out["fits"][0]["window"][1] == pytest.approx(290 * 0.5)
     sweep_like = files["wide"].parent / "curves.csv"
     write_csv([synthetic_curve(a=0.6, b=2.0, c_mid=2000.0, seed=0, n_points=20)], sweep_like)
-    err = one_line_error("fit", sweep_like, "--samples-per-step", "8")
-    assert "--samples-per-step: " in err and "CSV/JSONL table, which logs its compute" in err
-    assert "a number > 0" in one_line_error("fit", tb, "--x", "samples", "--samples-per-step", "0", "--y", TAG)
+    err = one_line_error("fit", sweep_like, "--samples-per-step", "8", kind=ErrorKind.SETTING)
+    assert "--samples-per-step" in err and str(sweep_like) in err and "--x" in err
+    err = one_line_error("fit", tb, "--x", "samples", "--samples-per-step", "0", "--y", TAG, kind=ErrorKind.SETTING)
+    assert "--samples-per-step 0" in err and "> 0" in err
 
 
 def test_missing_metric_lists_what_is_logged(tb, files):
-    err = one_line_error("fit", tb, "--x", "step", "--y", "val/acc")
-    assert "run 'seedA' does not log 'val/acc' (--y)" in err
-    assert f"it logs: {TAG}" in err and "actor/loss" in err and "val/tensor_rate" in err and "notes" not in err
-    err = one_line_error("fit", files["verl-log"], "--y", TAG)  # the default --x gpu_hours: not in a verl log
-    assert "does not log 'gpu_hours' (--x)" in err and "pass --x step" in err and "--samples-per-step" in err
-    err = one_line_error("fit", files["long"], "--x", "train/loss", "--y", TAG)
-    assert "never logs a finite 'train/loss' and" in err
+    err = one_line_error("fit", tb, "--x", "step", "--y", "val/acc", kind=ErrorKind.DATA)
+    assert "'seedA'" in err and "'val/acc'" in err and "--y" in err
+    assert TAG in err and "actor/loss" in err and "val/tensor_rate" in err and "notes" not in err  # what it logs
+    err = one_line_error(
+        "fit", files["verl-log"], "--y", TAG, kind=ErrorKind.DATA
+    )  # the default --x gpu_hours: not in a verl log
+    assert "'gpu_hours'" in err and "--x step" in err and "--samples-per-step" in err
+    err = one_line_error("fit", files["long"], "--x", "train/loss", "--y", TAG, kind=ErrorKind.DATA)
+    assert "'train/loss'" in err and f"'{TAG}'" in err and "--x step" in err
 
 
 def test_percentages_and_decreasing_x_are_one_line(tmp_path):
     log = tmp_path / "pct.log"
     log.write_text("".join(f"step:{s} - acc:{100 * rate(s)} - t:{300 - s}\n" for s in STEPS))
-    err = one_line_error("fit", log, "--x", "step", "--y", "acc")
-    assert "run 'pct' step 0: 'acc' is 20," in err and "outside [0, 1]" in err and "divide by 100" in err
+    err = one_line_error("fit", log, "--x", "step", "--y", "acc", kind=ErrorKind.FILE)
+    assert "'pct'" in err and "step 0" in err and "'acc'" in err and "20" in err and "[0, 1]" in err
     log.write_text("".join(f"step:{s} - acc:{rate(s)} - t:{300 - s}\n" for s in STEPS))
-    assert "'t' does not increase (290 after 300)" in one_line_error("fit", log, "--x", "t", "--y", "acc")
+    err = one_line_error("fit", log, "--x", "t", "--y", "acc", kind=ErrorKind.FILE)
+    assert "'pct'" in err and "step 10" in err and "'t'" in err and "290" in err and "300" in err
 
 
 def test_rank_over_two_tensorboard_runs_and_several_inputs(tb, files):
@@ -312,17 +328,20 @@ def test_rank_over_two_tensorboard_runs_and_several_inputs(tb, files):
 
 
 def test_group_is_refused_and_unknown_files_say_so(tb, tmp_path):
-    assert "--group: " in one_line_error("fit", tb, "--x", "step", "--y", TAG, "--group", "arm")
+    err = one_line_error("fit", tb, "--x", "step", "--y", TAG, "--group", "arm", kind=ErrorKind.SETTING)
+    assert "--group" in err and str(tb) in err
     junk = tmp_path / "notes.txt"
     junk.write_text("hello\n")
-    assert "can't tell what this file is" in one_line_error("fit", junk)
+    err = one_line_error("fit", junk, kind=ErrorKind.FILE)
+    assert str(junk) in err and "--from" in err
     (tmp_path / "empty").mkdir()
-    assert "no curves in this folder" in one_line_error("fit", tmp_path / "empty")
+    err = one_line_error("fit", tmp_path / "empty", kind=ErrorKind.FILE)
+    assert str(tmp_path / "empty") in err and "runs/" in err and "metrics.jsonl" in err  # and what it looked for
 
 
 def test_wandb_without_the_package_says_how_to_install(wandb_offline, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb.proto", None)
-    err = one_line_error("fit", wandb_offline, "--x", "step", "--y", TAG)
+    err = one_line_error("fit", wandb_offline, "--x", "step", "--y", TAG, kind=ErrorKind.ENVIRONMENT)
     assert "pip install wandb" in err
 
 

@@ -108,10 +108,10 @@ def test_one_input_given_twice_is_refused(tmp_path, monkeypatch):
     one_error(
         runner.invoke(app, ["rank", "sweeps/loss", str(sweep), "--n-boot", "50"]),
         ErrorKind.SETTING,
-        "given twice",
-        "give it once",
+        str(sweep),
+        "sweeps/loss",
     )
-    one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), ErrorKind.SETTING, "given twice")
+    one_error(runner.invoke(app, ["rank", "loss", "./sweeps/loss", "--n-boot", "50"]), ErrorKind.SETTING, "sweeps/loss")
 
 
 # ---- item 2: arms are configs ----
@@ -179,19 +179,16 @@ def test_a_label_moved_to_another_arm_is_refused_naming_the_run(configured):
         ErrorKind.FILE,
         str(rd.path),
         "'loss=cispo,seed=2'",
-        "fix the label",
+        "run.json",
     )
 
 
 def test_a_run_json_of_another_arm_is_refused_naming_the_run(configured):
     rd, other = run_of(configured, "loss=dapo,seed=2"), run_of(configured, "loss=cispo,seed=2").info()
+    own = rd.info().arm_id
     store.update_json(rd.info_path, label=other.label, arm_id=other.arm_id)  # run.json says cispo: config is dapo
     one_error(
-        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
-        ErrorKind.FILE,
-        str(rd.path),
-        f"run.json says arm {other.arm_id}",
-        "config.yaml is arm",
+        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), ErrorKind.FILE, str(rd.path), other.arm_id, own
     )
 
 
@@ -208,7 +205,7 @@ def test_a_run_json_copied_from_another_run_is_refused(configured):
         runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
         ErrorKind.FILE,
         str(rd.path),
-        "run.json says run",
+        other.path.name,  # the run whose run.json it holds
     )
 
 
@@ -242,12 +239,7 @@ def test_runs_without_a_config_are_read_as_before(configured):
 def test_a_damaged_config_is_refused_in_one_line(configured):
     rd = run_of(configured, "loss=gspo,seed=0")
     rd.config_path.write_text("loss: [unclosed\n")
-    one_error(
-        runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]),
-        ErrorKind.FILE,
-        str(rd.config_path),
-        "not valid YAML",
-    )
+    one_error(runner.invoke(app, ["rank", str(configured), "--n-boot", "50"]), ErrorKind.FILE, str(rd.config_path))
 
 
 def test_group_arms_keeps_two_configs_under_one_name_apart():
@@ -328,6 +320,6 @@ def test_a_config_yaml_alias_bomb_or_deep_nesting_in_a_sweep_is_one_line_not_exp
         rd = RunDir(tmp_path / name)
         rd.path.mkdir()
         rd.config_path.write_text(text)
-        with refused(ErrorKind.FILE) as e:
+        with refused(ErrorKind.FILE, str(rd.config_path)) as e:
             config_ids(rd)
-        assert str(rd.config_path) in str(e.value) and "\n" not in str(e.value)
+        assert "\n" not in str(e.value)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ablate.compose.resources import RECIPES_DIR
+from ablate.errors import ErrorKind
 from ablate.fit import exact, measured_model, planning, power
 from ablate.fit.arms import CHANGED
 from ablate.fit.batch_verdicts import CODES
@@ -21,6 +22,7 @@ from ablate.fit.result import FitOptions
 from ablate.fit.spread import MinEffect
 from ablate.fit.taskmodel import MAX_SIM_ARMS, WANTED, TaskModel, effect_of
 from ablate.storage.measurements import load_calibration
+from jobs import error_kind, one_error
 
 SHAPE, NOISE = SHAPES["scalerl-8b"], NOISES["seeds"]
 
@@ -189,13 +191,13 @@ def test_calibration_file_round_trips_and_bad_files_are_one_line(tmp_path):
     p.write_text(json.dumps(m.to_json()))
     assert load_calibration(p) == m
     from ablate.errors import SettingError
+    from jobs import refused
 
     (tmp_path / "bad.json").write_text('{"r0": 0.3}')
-    with pytest.raises(SettingError, match="not a calibration file") as bad:
-        load_calibration(tmp_path / "bad.json")
-    assert bad.value.settings == ("calibration",)  # the CLI names it --calibration
-    with pytest.raises(SettingError, match="no such file"):
-        load_calibration(tmp_path / "missing.json")
+    for name in ("bad.json", "missing.json"):
+        with refused(ErrorKind.SETTING, str(tmp_path / name), "--save-calibration") as bad:
+            load_calibration(tmp_path / name)
+        assert isinstance(bad.value, SettingError) and bad.value.settings == ("calibration",)  # CLI: --calibration
 
 
 def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path):
@@ -228,15 +230,14 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["model"]["arms"] == 4 and json.loads(res.stdout)["arms"] == []
-    for args, msg in (
-        (["plan", sweep_file], "give --calibration"),
-        (["plan", str(csv), "--calibration", str(cal)], "has measurements of its own"),
-        (["plan", str(tmp_path / "nope")], "no such file or directory"),
-        (["plan", str(csv), "--ratio", "1"], "--ratio 1.0: out of range"),
-        (["plan", str(csv), "--question", "speed"], "give ceiling, efficiency or both"),
+    for args, kind, culprits in (
+        (["plan", sweep_file], ErrorKind.SETTING, [sweep_file, "--calibration FILE"]),
+        (["plan", str(csv), "--calibration", str(cal)], ErrorKind.SETTING, ["--calibration", "SOURCE"]),
+        (["plan", str(tmp_path / "nope")], ErrorKind.FILE, [str(tmp_path / "nope")]),
+        (["plan", str(csv), "--ratio", "1"], ErrorKind.SETTING, ["--ratio 1.0", "(1, 10]"]),
+        (["plan", str(csv), "--question", "speed"], ErrorKind.SETTING, ["--question 'speed'", "ceiling, efficiency"]),
     ):
-        res = runner.invoke(app, args)
-        assert res.exit_code == 2 and msg in res.output, (args, res.output)
+        one_error(runner.invoke(app, args), kind, *culprits, stream="stderr")
 
 
 def test_plan_on_seeds_that_end_too_early_asks_for_longer_runs_not_seeds(tmp_path):
@@ -248,9 +249,11 @@ def test_plan_on_seeds_that_end_too_early_asks_for_longer_runs_not_seeds(tmp_pat
     from ablate.curves.tables import write_csv
 
     runner = CliRunner()
-    for seeds, says in ((2, "run longer"), (1, "run the sweep with seeds")):
+    for seeds, fix in ((2, "train.max_steps"), (1, "seed=0,1,2")):  # longer runs, or seeds
         curves, _ = _pilot(arms=2, seeds=seeds, f=0.3, seed=7)
         csv = tmp_path / f"pilot{seeds}.csv"
         write_csv(curves, csv)
         res = runner.invoke(app, ["plan", str(csv), "--group", "group", "--baseline", "base", "--trials", "20"])
-        assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output, res.output
+        line = res.stderr.strip().splitlines()[-1]  # (after plan's progress)
+        assert res.exit_code == 2 and error_kind(line) is ErrorKind.DATA and "Traceback" not in res.output, res.output
+        assert fix in line, line

@@ -27,8 +27,12 @@ def _run(effect: dict[str, float], naive: bool = False, seed: int = 11, futility
 def test_the_looks_split_the_rate_equally_and_end_at_the_most_seeds():
     assert Looks(3, 12).seeds == (3, 6, 9, 12) and Looks(3, 12).level == pytest.approx(0.0125)
     assert Looks(3, 10).seeds == (3, 6, 9, 10) and Looks(4, 4).seeds == (4,)
-    for bad in ({"wave": 1}, {"wave": 4, "max_seeds": 3}, {"q": 0.0}):
-        with refused(ErrorKind.SETTING):
+    for bad, culprits in (
+        ({"wave": 1}, ("wave 1",)),
+        ({"wave": 4, "max_seeds": 3}, ("max_seeds 3",)),
+        ({"q": 0.0}, ("0.0",)),
+    ):
+        with refused(ErrorKind.SETTING, *culprits):
             Looks(**bad)
 
 

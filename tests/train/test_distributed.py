@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from ablate.storage import store
 from ablate.topology import workers
 from ablate.train import run
 from ablate.train.step import Learner
-from jobs import SMALL_TRAIN, assert_resumed_without_gap, refused, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, error_kind, refused, until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = RECIPES_DIR / "base.yaml"
@@ -193,7 +192,9 @@ def test_a_two_rank_run_stops_on_sigterm_and_resumes_without_gap_or_duplicate(tm
     if sharding == "fsdp":  # its optimizer state is laid out for FSDP: resuming it under DDP is refused, in one line
         other = [c if c != "train.sharding=fsdp" else "train.sharding=ddp" for c in cmd]
         p = subprocess.run(other, cwd=ROOT, capture_output=True, text=True)
-        assert p.returncode == 2 and "resume with the same train.sharding" in p.stderr, p.stderr[-2000:]
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error[")]
+        assert p.returncode == 2 and lines and error_kind(lines[-1]) is ErrorKind.STATE, p.stderr[-2000:]
+        assert "train.sharding=fsdp" in lines[-1], lines[-1]  # what the checkpoint was saved with
 
 
 def test_the_two_rank_curve_agrees_with_the_one_process_curve_within_noise(tmp_path):
@@ -250,7 +251,13 @@ def test_pipeline_rl_across_two_ranks_keeps_its_lag_bound(tmp_path, generator):
 def test_a_generator_thread_per_rank_with_a_shared_pool_is_refused_and_auto_takes_turns(tmp_path):
     """With no-positive-resampling, each rank's generator thread would draw from the shared pool at its own
     moment and the ranks would train on different prompts: refused in one line; `auto` picks `inline` there."""
-    with refused(ErrorKind.RECIPE, match=re.escape("offpolicy.generator=thread with 2 ranks")):
+    with refused(
+        ErrorKind.RECIPE,
+        "offpolicy.generator=thread",
+        "2 ranks",
+        "filtering.no_positive_resampling",
+        "offpolicy.generator=inline",
+    ):
         _cfg("offpolicy=pipeline", "offpolicy.generator=thread", "resources.nproc=2")
     _cfg(
         "offpolicy=pipeline",
@@ -351,7 +358,9 @@ def test_a_second_launch_on_a_running_two_rank_run_is_refused_and_leaves_it_alon
     live = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     until(lambda: live.poll() is not None or (out.exists() and len(_steps(out)) >= 2), "two evaluations")
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    assert second.returncode == 2 and "is being written by pid" in second.stderr, second.stderr[-2000:]
+    lines = [ln for ln in second.stderr.splitlines() if ln.startswith("error[")]
+    assert second.returncode == 2 and lines and error_kind(lines[-1]) is ErrorKind.STATE, second.stderr[-2000:]
+    assert str(out) in lines[-1] and "pid" in lines[-1], lines[-1]  # the writer
     n = len(_steps(out))
     until(lambda: live.poll() is not None or len(_steps(out)) > n + 1, "the live run to go on")
     assert live.poll() is None

@@ -126,9 +126,9 @@ def test_pool_state_round_trips_through_json_and_resumes_identically():
 
 def test_pool_refuses_a_state_from_another_config():
     pool = PromptPool(range(4), threshold=0.9)
-    with refused(ErrorKind.STATE, match="different prompt set"):
+    with refused(ErrorKind.STATE, "prompt set"):  # tells it from the threshold refusal below
         PromptPool(range(5), threshold=0.9).load_state_dict(pool.state_dict())
-    with refused(ErrorKind.STATE, match="threshold"):
+    with refused(ErrorKind.STATE, "threshold 0.9", "0.8"):
         PromptPool(range(4), threshold=0.8).load_state_dict(pool.state_dict())
-    with refused(ErrorKind.RECIPE, match=r"threshold must be in \(0, 1\]"):
+    with refused(ErrorKind.RECIPE, "threshold", "(0, 1]", "1.5"):
         PromptPool(range(4), threshold=1.5)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.storage.metricsfile import METRICS, REQUIRED_METRICS
 from ablate.train import run
-from jobs import SMALL_TRAIN, assert_resumed_without_gap, refused, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, error_kind, refused, until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = RECIPES_DIR / "base.yaml"
@@ -72,7 +71,7 @@ def test_a_short_run_writes_a_valid_run_directory(tmp_path):
     assert [r["val_n"] for r in recs] == [32] * 4  # 16 validation prompts x mean@2
     # a rerun of a finished run changes nothing; a different config in the same directory is refused
     assert run(cfg, d)["step"] == 6 and _steps(d) == [0, 2, 4, 6]
-    with refused(ErrorKind.STATE, match="another config"):
+    with refused(ErrorKind.STATE, str(d), "--run-dir"):
         run(_cfg("seed=5"), d)
 
 
@@ -229,7 +228,7 @@ def test_jsonl_task_runs_end_to_end(tmp_path):
 
 
 def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
-    with refused(ErrorKind.FILE, match="no such file"):
+    with refused(ErrorKind.FILE, "task.path", str(tmp_path / "missing.jsonl")):
         run(_cfg("task=jsonl", f"task.path={tmp_path / 'missing.jsonl'}"), tmp_path / "a")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
@@ -252,7 +251,8 @@ def test_bad_dataset_or_missing_file_is_a_clear_error(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2
-    assert f"error[file]: {bad}:2: missing key 'answer'" in r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error[")]
+    assert error_kind(line) is ErrorKind.FILE and f"{bad}:2" in line and "'answer'" in line, r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -261,7 +261,7 @@ def test_device_is_a_resource_choice_and_a_missing_accelerator_is_a_clear_error(
 
     assert run_id(_cfg("train.device=cpu")) == run_id(_cfg("train.device=auto"))  # where it runs is not what it is
     if not torch.cuda.is_available():
-        with refused(ErrorKind.ENVIRONMENT, match=re.escape("train.device=cuda but no CUDA device")):
+        with refused(ErrorKind.ENVIRONMENT, "train.device=cuda", "train.device=auto"):
             run(_cfg("train.device=cuda"), tmp_path / "r")
         assert not (tmp_path / "r").exists()  # refused before anything was written
     summary = run(_cfg("train.device=cpu", "train.max_steps=2"), tmp_path / "c")

@@ -42,22 +42,22 @@ def test_registry_basics():
 
     reg.add("a", 1)
     assert reg.names() == ["a", "b"] and reg.get("b") is b and "a" in reg and len(reg) == 2
-    with refused(ErrorKind.RECIPE, match=r"^unknown widget 'c'; valid: a, b$"):
+    with refused(ErrorKind.RECIPE, "widget", "'c'", "a, b"):
         reg.get("c")
     with pytest.raises(ValueError, match="already registered"):
         reg.add("a", 3)
 
 
 def test_unknown_loss_lists_valid_names():
-    with refused(ErrorKind.RECIPE, match=r"^unknown loss 'foo'; valid: cispo, dapo, grpo, gspo$"):
+    with refused(ErrorKind.RECIPE, "'foo'", "cispo, dapo, grpo, gspo"):
         losses.get("foo")
-    with refused(ErrorKind.RECIPE, match=r"did you mean 'cispo'"):
+    with refused(ErrorKind.RECIPE, "'cipso'", "'cispo'"):
         losses.get("cipso")
     assert losses.names() == ["cispo", "dapo", "grpo", "gspo"]
 
 
 def test_unknown_aggregation_lists_valid_names():
-    with refused(ErrorKind.RECIPE, match=r"^unknown aggregation 'tokens'; valid: prompt, sample, token"):
+    with refused(ErrorKind.RECIPE, "'tokens'", "prompt, sample, token"):
         losses.token_weights(torch.ones(2, 2), [0, 0], "tokens")
 
 
@@ -68,9 +68,9 @@ def test_params_defaults_and_unexpected_param_is_user_error():
     assert losses.loss_params("cispo") == {"eps_max": 5.0}
     lp = torch.zeros(1, 2, dtype=F64)
     args = (lp, lp, torch.ones(1, dtype=F64), torch.ones(1, 2))
-    with refused(ErrorKind.RECIPE, match=r"loss 'grpo' has no parameter 'eps_max'; valid: eps$"):
+    with refused(ErrorKind.RECIPE, "'grpo'", "'eps_max'"):
         losses.get("grpo")(*args, eps_max=5.0)
-    with refused(ErrorKind.RECIPE, match=r"loss 'cispo' has no parameter 'eps'; valid: eps_max$"):
+    with refused(ErrorKind.RECIPE, "'cispo'", "'eps'", "eps_max"):
         losses.get("cispo")(*args, eps=0.2)
     # the config keeps the other losses' fields null: None is "unset", so the whole section can be passed
     lp1 = leaf([[0.0, 0.0]])
@@ -78,9 +78,9 @@ def test_params_defaults_and_unexpected_param_is_user_error():
     assert torch.allclose(loss, torch.zeros(1, 2, dtype=F64))  # logp 0; default eps_max=5 applies below
     loss.sum().backward()
     assert torch.allclose(lp1.grad, t([[-5.0, -5.0]]))
-    with refused(ErrorKind.RECIPE, match=r"loss 'grpo': eps must be a number in \[0, 1\), got 1.5"):
+    with refused(ErrorKind.RECIPE, "'grpo'", "eps", "[0, 1)", "1.5"):
         losses.get("grpo")(*args, eps=1.5)
-    with refused(ErrorKind.RECIPE, match=r"eps_max must be a number in \(0, inf\)"):
+    with refused(ErrorKind.RECIPE, "'cispo'", "eps_max", "(0, inf)", "0.0"):
         losses.get("cispo")(*args, eps_max=0)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -69,8 +68,9 @@ def test_unseen_share_is_subtraction_without_targets_in_both_splits():
             assert t.check(">" + p.answer, p.answer)
         assert all(p.target for p in split if "+" in p.prompt)
     assert "-" in t.alphabet and "-" not in build_task({**cfg, "unseen_frac": 0.0}, ">").alphabet
-    with pytest.raises(ConfigErrors, match=re.escape("task.unseen_frac: must be < 1.0")):
+    with refused(ErrorKind.RECIPE, "task.unseen_frac", "< 1.0") as e:
         compose_run(RECIPES_DIR / "base.yaml", ["task.unseen_frac=1.0"])
+    assert isinstance(e.value, ConfigErrors)
 
 
 def test_answer_normalisation():
@@ -105,31 +105,31 @@ def test_jsonl_task_on_a_small_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "line, message",
+    "line, culprits",
     [
-        ("{not json", "math.jsonl:2: not valid JSON"),
-        (json.dumps({"prompt": "x"}), "math.jsonl:2: missing key 'answer'"),
-        (json.dumps({"answer": "1"}), "math.jsonl:2: missing key 'prompt'"),
-        (json.dumps(["prompt", "answer"]), "math.jsonl:2: expected a JSON object"),
-        (json.dumps({"prompt": "", "answer": "1"}), "math.jsonl:2: 'prompt' must be a non-empty string"),
-        (json.dumps({"prompt": "x", "answer": None}), "math.jsonl:2: 'answer' must be a non-empty string or number"),
+        ("{not json", ["not valid JSON"]),  # tells it from JSON that is not an object
+        (json.dumps({"prompt": "x"}), ["missing key 'answer'"]),  # tells it from an empty 'answer'
+        (json.dumps({"answer": "1"}), ["missing key 'prompt'"]),  # tells it from an empty 'prompt'
+        (json.dumps(["prompt", "answer"]), ["list"]),
+        (json.dumps({"prompt": "", "answer": "1"}), ["'prompt'", "non-empty"]),  # tells it from a missing 'prompt'
+        (json.dumps({"prompt": "x", "answer": None}), ["'answer'", "non-empty"]),  # tells it from a missing 'answer'
     ],
 )
-def test_bad_jsonl_row_names_file_and_line(tmp_path, line, message):
+def test_bad_jsonl_row_names_file_and_line(tmp_path, line, culprits):
     f = _write(tmp_path / "math.jsonl", [{"prompt": "1+1", "answer": "2"}, line, {"prompt": "2+2", "answer": "4"}])
-    with refused(ErrorKind.FILE, match=message.replace("*", r"\*")):
+    with refused(ErrorKind.FILE, f"{f}:2", *culprits):
         build_task({"name": "jsonl", "path": str(f), "val_size": 1}, "</think>")
 
 
 def test_missing_file_and_bad_settings_are_user_errors(tmp_path):
-    with refused(ErrorKind.FILE, match="no such file"):
+    with refused(ErrorKind.FILE, "task.path", str(tmp_path / "nope.jsonl")):
         build_task({"name": "jsonl", "path": str(tmp_path / "nope.jsonl")}, "</think>")
-    with refused(ErrorKind.RECIPE, match=re.escape("task.path is required")):
+    with refused(ErrorKind.RECIPE, "task.path", "task=jsonl"):
         build_task({"name": "jsonl", "path": None}, "</think>")
     f = _write(tmp_path / "m.jsonl", [{"prompt": "1+1", "answer": "2"}] * 3)
-    with refused(ErrorKind.RECIPE, match="val_size"):
+    with refused(ErrorKind.RECIPE, "train.val_size=3", str(f)):
         build_task({"name": "jsonl", "path": str(f), "val_size": 3}, "</think>")
-    with refused(ErrorKind.RECIPE, match=r"unknown task 'synthetic_maths'.*did you mean 'synthetic_math'"):
+    with refused(ErrorKind.RECIPE, "'synthetic_maths'", "jsonl, synthetic_math", "'synthetic_math'"):
         build_task({"name": "synthetic_maths"}, ">")
-    with refused(ErrorKind.RECIPE, match="unknown reward"):
+    with refused(ErrorKind.RECIPE, "'dense'", "binary, signed"):
         build_task({"name": "synthetic_math", "reward": "dense"}, ">")

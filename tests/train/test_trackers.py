@@ -26,13 +26,14 @@ from ablate.config.identity import run_id
 from ablate.config.schema import validate
 from ablate.curves.readers import wandb_files
 from ablate.curves.tracked import read_wandb
+from ablate.errors import ErrorKind
 from ablate.storage import store
 from ablate.storage.rundir import RunDir
 from ablate.track import fanout
 from ablate.track.base import TrackContext
 from ablate.track.fanout import CLOSE_WAIT_S, WAIT_ENV, FanOut
 from ablate.train.session import check_config, writing
-from jobs import SMALL_TRAIN, small_config, until
+from jobs import SMALL_TRAIN, one_error, small_config, until
 
 RECIPE = str(RECIPES_DIR / "base.yaml")
 
@@ -234,7 +235,7 @@ def test_trackers_never_change_run_ids_and_old_tensorboard_configs_still_load(tm
     tracked = small_config("track.to=[wandb,mlflow,tensorboard]", "track.project=p", "track.wandb_mode=offline")
     assert tracked.track.to == ("wandb", "mlflow", "tensorboard") and run_id(tracked) == run_id(plain)
     res = CliRunner().invoke(app, ["train", RECIPE, "--track", "nope"])
-    assert res.exit_code == 2 and "--track nope: not a tracker; choose from wandb, mlflow, tensorboard" in res.output
+    one_error(res, ErrorKind.SETTING, "--track nope", "wandb, mlflow, tensorboard")
     # a run directory made before trackers: config.yaml with train.tensorboard (and no track) keeps its id, loads
     # as track.to=[tensorboard], and the run resumes into it
     old = plain.to_dict()

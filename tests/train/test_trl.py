@@ -25,11 +25,12 @@ from ablate.config.identity import run_id
 from ablate.config.schema import ConfigErrors
 from ablate.config.support import PRESET_HINT, SUPPORT
 from ablate.curves.inputs import curve_from_run_dir
+from ablate.errors import ErrorKind
 from ablate.fit.curve import Curve
 from ablate.storage import store
 from ablate.storage.metricsfile import REQUIRED_METRICS
 from ablate.train.trl_config import grpo_config
-from jobs import SMALL_TRAIN, assert_resumed_without_gap, until
+from jobs import SMALL_TRAIN, assert_resumed_without_gap, error_kind, until
 
 RECIPE = RECIPES_DIR / "base.yaml"
 TRL = PRESET_HINT.split()  # the base recipe, minus what TRL lacks
@@ -185,7 +186,9 @@ def test_what_trl_lacks_is_refused_one_line_each_and_nothing_is_written(tmp_path
         assert len(e.value.errors) == 1 and e.value.errors[0].startswith(culprit), e.value.errors
     out = tmp_path / "run"
     res = runner.invoke(app, ["train", str(RECIPE), "trainer=trl", "--run-dir", str(out)])
-    assert res.exit_code == 2 and "error[recipe]: aggregation=prompt" in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error[")]
+    assert res.exit_code == 2 and lines and all(error_kind(ln) is ErrorKind.RECIPE for ln in lines), res.output
+    assert any("aggregation=prompt" in ln for ln in lines), res.output
     assert not out.exists()
 
 
