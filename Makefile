@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ablate-installed
 
-.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-aa bench-calibrate bench-looks bench-decide bench-prune bench-prune-sim bench-plan bench-report clean
+.PHONY: setup lint test demo bench bench-train bench-curve bench-scale bench-eval-design bench-aa bench-calibrate bench-looks bench-decide bench-prune bench-prune-sim bench-plan bench-report clean
 
 include mk/vllm.mk
 include mk/browser.mk
@@ -57,6 +57,10 @@ bench-curve: setup
 	$(BIN)/python bench/curve.py
 
 # Data-parallel scaling: steps/s at 1 and 2 processes, the same global batch, and the communication share.
+# Which validation design pins a seed's A best for its cost (simulated; a few minutes on 2 cores)
+bench-eval-design: setup
+	$(BIN)/python bench/eval_design.py
+
 bench-scale: setup
 	$(BIN)/python bench/scale.py --json bench/out/scale.json
 	$(BIN)/python bench/scale.py --steps 20 --json bench/out/scale-10m.json $(MODEL_10M)
