@@ -56,10 +56,11 @@ bench-train: setup
 bench-curve: setup
 	$(BIN)/python bench/curve.py
 
-# Data-parallel scaling: steps/s at 1 and 2 processes, the same global batch, and the communication share.
 # Which validation design pins a seed's A best for its cost (simulated; a few minutes on 2 cores)
 bench-eval-design: setup
 	$(BIN)/python bench/eval_design.py
+
+# Data-parallel scaling: steps/s at 1 and 2 processes, the same global batch, and the communication share.
 
 bench-scale: setup
 	$(BIN)/python bench/scale.py --json bench/out/scale.json

@@ -156,3 +156,7 @@ def test_a_note_names_a_setting_as_each_front_end_spells_it(tmp_path):
     assert [s["arm"] for s in printed["not_fitted"]] == ["loss=dapo"]
     assert "widen --fit-from/--fit-until" in printed["not_fitted"][0]["reason"]
     assert "widen --fit-from/--fit-until" in CliRunner().invoke(app, args).output
+
+    args = ["rank", str(sweep), "--x", "gpu_hours", "--fit-from", "12000", "--explain"]  # only plateau points left
+    shown = CliRunner().invoke(app, args).output
+    assert "start it earlier (--fit-from)" in shown and "(fit_from)" not in shown  # the baseline's reasons too

@@ -151,7 +151,7 @@ def _label_parts(label: str, where: str) -> frozenset[str]:
             o = parse_overrides([part], where)[0] if "=" in part else None
         except UserError:  # a free-text label of the file's `runs:` that only looks like an override
             o = None
-        parts.append(part if o is None or o.is_sweep_override() else f"{override_key(o)}={value_text(o)}")
+        parts.append(part if o is None or o.is_sweep_override() else f"{o.get_key_element()}={value_text(o)}")
     return frozenset(parts)
 
 

@@ -307,8 +307,8 @@ def _judge(
     base = next(a for a in arms if a.arm == baseline)
     base.verdict, base.detail, base.effect = Verdict.BASELINE, "the reference arm", "reference"
     if not base.fit.identifiable:
-        why = "; ".join(base.fit.why_not_identified) or "the fit did not converge"
-        base.detail += f"; A not measured ({why}): no ceiling or efficiency verdicts"
+        why = joined("; ", base.fit.why_not_identified) or "the fit did not converge"
+        base.detail = phrased(base.detail, "; A not measured (", why, "): no ceiling or efficiency verdicts")
     bases = _stopped_windows(arms, base, opts)
     compared = _identified_pairs(arms, base, bases)
     a_all, out.shared_mode = _one_a(shared_a, arms, base, compared)

@@ -4,7 +4,7 @@ Two sides write run.json: the launcher (a run is pending, a job died) and the ru
 end). Both go through the named transitions of `RunDir`, each one atomic read-modify-write, and every reader goes
 through `RunDir.info()` (`ablate.storage.runinfo.RunInfo`). `RunDir.writer()` holds an exclusive lock on the directory
 for a run's lifetime, so two writers cannot interleave their steps. Every path is checked by `at` and opened with
-O_NOFOLLOW (ablate.storage.store), so a link planted inside a sweep is refused instead of followed.
+O_NOFOLLOW (ablate.storage.fs), so a link planted inside a sweep is refused instead of followed.
 
 The files, their fields, the run states and the stop request (`stop.json`): docs/run-directory.md; why the links
 and permissions are refused: docs/security.md.
