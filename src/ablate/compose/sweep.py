@@ -201,8 +201,10 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
     labels = _distinct(where, arms)
     baseline = spec.baseline
     if baseline is not None:  # matched as a set of key=value parts, so their order does not matter
-        want = _label_parts(str(baseline), where)
-        match = [a for a in labels if _label_parts(a, where) == want]
+        match = [a for a in labels if set(a.split(",")) == set(str(baseline).split(","))]
+        if not match:  # spelled otherwise (3e-4 for 0.0003): parsed only then, as parsing every label costs
+            want = _label_parts(str(baseline), where)
+            match = [a for a in labels if _label_parts(a, where) == want]
         if match:
             baseline = match[0]
         elif spec.cli:

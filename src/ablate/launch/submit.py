@@ -82,10 +82,11 @@ def launch_sweep(
     submitted is recorded with its `command` line, the recipes' commit and where it ran (`launch_event`). All of it
     runs under the sweep's umask (fs.sweep_umask): what submitit makes in the sweep (job folders, pickles) is as
     private as the folders ablate makes itself."""
-    with fs.sweep_umask(group_read or fs.group_readable(sweep_path(Path(root).resolve(), sweep.name))):
+    root = Path(root).resolve()  # job processes may run elsewhere (another cwd, a node): absolute paths only
+    with fs.sweep_umask(group_read or fs.group_readable(sweep_path(root, sweep.name))):
         return _submit_sweep(
             sweep,
-            Path(root).resolve(),
+            root,
             _Launch(executor, max_parallel, profile, retry_failed, force, job, monitored, resume_pruned, group_read),
             echo,
             after_submit,
