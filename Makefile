@@ -47,11 +47,14 @@ bench: setup
 	$(BIN)/python bench/rank.py
 	$(BIN)/python bench/launch.py
 
-# The RL run itself (minutes each): throughput against TRL (trainer=trl, the same recipe on both sides), and the
-# default recipe's curve over three seeds, one core per run, with the sigmoid fitted to each.
+# The RL run itself (minutes each): throughput against TRL (trainer=trl, the same recipe on both sides), as a
+# bare loop and as `ablate train` end to end; what torch.compile and bf16 would buy the step; and the default
+# recipe's curve over three seeds, one core per run, with the sigmoid fitted to each.
 bench-train: setup
+	$(BIN)/python bench/train_e2e.py
 	$(BIN)/python bench/train.py
 	$(BIN)/python bench/train.py task.unseen_frac=0
+	$(BIN)/python bench/step_levers.py
 
 bench-curve: setup
 	$(BIN)/python bench/curve.py
