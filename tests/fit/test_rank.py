@@ -144,6 +144,31 @@ def test_partial_failed_and_truncated_runs(tmp_path):
     assert "not fitted loss=dapo,seed=0: failed (killed): local job 12 ended without a result" in res.output
 
 
+def test_baseline_names_its_arm_by_value(tmp_path):
+    # the sweep's labels spell a value as Hydra resolved it (0.0003); --baseline 3e-4, or its parts in another
+    # order, names the same arm, as a sweep file's baseline does; a value no arm has is refused with the arms listed
+    seeds = {"optim.lr=0.0001,loss=cispo": {}, "optim.lr=0.0003,loss=cispo": {"a": 0.64}}
+    arms = {
+        label: [synthetic_curve(**{**BASE, **c}, seed=10 * i + s) for s in range(2)]
+        for i, (label, c) in enumerate(seeds.items())
+    }
+    sweep = write_sweep(tmp_path, "lr", arms)
+
+    def ranked(baseline):
+        res = runner.invoke(app, ["rank", str(sweep), "--baseline", baseline, "--json", "--n-boot", "200"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    exact = ranked("optim.lr=0.0003,loss=cispo")
+    assert exact["baseline"] == "optim.lr=0.0003,loss=cispo"
+    for spelled in ("optim.lr=3e-4,loss=cispo", "loss=cispo,optim.lr=3E-4"):
+        got = ranked(spelled)
+        assert got["baseline"] == exact["baseline"]
+        assert [(a["arm"], a["verdict"]) for a in got["arms"]] == [(a["arm"], a["verdict"]) for a in exact["arms"]]
+    res = runner.invoke(app, ["rank", str(sweep), "--baseline", "optim.lr=5e-4,loss=cispo", "--n-boot", "200"])
+    one_error(res, ErrorKind.SETTING, "optim.lr=5e-4,loss=cispo", "optim.lr=0.0001,loss=cispo", stream="stderr")
+
+
 @pytest.mark.parametrize(
     "setup, args, kind, culprits",
     [

@@ -13,6 +13,8 @@ none is given, each with the line that says what was chosen and why.
     with_target(opts, curves, x, to, ...)    -> (opts, text)     choose_target, with rank's and extrapolate's checks
                                                                   (below the first evaluation, past MAX_REACH)
     prune_settings(sweep, prune, x, to, ...) -> settings or None  `sweep --prune`'s options checked, its axis chosen
+    named_baseline(baseline, curves)         -> arm label or None    the arm `--baseline` names, spelled as the
+                                                                  sweep's labels are (3e-4 names optim.lr=0.0003)
 """
 
 from __future__ import annotations
@@ -232,3 +234,15 @@ def prune_settings(
         x, why = launch_axis(sweep.runs, executor)
         echo(f"note: {why}")
     return PruneSettings(x=x, to=to)
+
+
+def named_baseline(baseline: str | None, curves: list[Curve]) -> str | None:
+    """The arm label `--baseline` names: itself when it is one, else the arm whose `key=value` parts it names in
+    another order or spelling (`optim.lr=3e-4` for the arm `optim.lr=0.0003`, as a sweep file's baseline is
+    matched), else itself, for rank to refuse with the arms listed."""
+    labels = list(dict.fromkeys(str(c.group) for c in curves if c.group is not None))
+    if baseline is None or baseline in labels:
+        return baseline
+    from ablate.compose.sweep import named_arm
+
+    return named_arm(baseline, labels, "--baseline") or baseline

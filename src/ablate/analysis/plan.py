@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ablate.analysis.choices import named_baseline
 from ablate.errors import ErrorKind, UserError
 from ablate.fit import measured_model, planning
 from ablate.fit.arms import Ranking
@@ -91,7 +92,7 @@ def plan_measured(
     ranking = rank(
         curves,
         Analysis(x, to=target, seed=seed).options(target),  # rank's resamples: the verdicts `rank --to` prints
-        baseline=baseline,
+        baseline=named_baseline(baseline, curves),
         noise=floor,
         x=x,
         not_fitted=skipped,

@@ -9,7 +9,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.analysis.choices import check_reach, choose_axis, choose_target, wall_clock_note, with_target
+from ablate.analysis.choices import (
+    check_reach,
+    choose_axis,
+    choose_target,
+    named_baseline,
+    wall_clock_note,
+    with_target,
+)
 from ablate.errors import ErrorKind, UserError
 
 if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs it
@@ -162,7 +169,7 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
     ranking = rank(
         inputs.curves,
         opts,
-        baseline=settings.baseline,
+        baseline=named_baseline(settings.baseline, inputs.curves),
         margin=settings.margin,
         noise=settings.noise,
         x=inputs.x,

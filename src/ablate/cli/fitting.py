@@ -80,7 +80,10 @@ class RankSettings(OutputOptions, WindowOptions, ReadingOptions):
         "NAME-efficiency.EXT beside it.",
     )
     baseline: str | None = option(
-        None, "--baseline", doc="Arm to compare against (default: the sweep file's baseline)."
+        None,
+        "--baseline",
+        doc="Arm to compare against (default: the sweep file's baseline); its key=value parts in any "
+        "order or spelling (optim.lr=3e-4).",
     )
     margin: str | None = option(
         None,

@@ -254,7 +254,10 @@ class PlanSettings:
     group: str | None = shared(ReadingOptions, "group")
     fmt: str = shared(ReadingOptions, "fmt")
     baseline: str | None = option(
-        None, "--baseline", doc="Arm the others are compared with (default: the sweep file's baseline)."
+        None,
+        "--baseline",
+        doc="Arm the others are compared with (default: the sweep file's baseline); its key=value parts in any "
+        "order or spelling (optim.lr=3e-4).",
     )
     to: float | None = option(
         None,

@@ -142,6 +142,16 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
     return arms, _collate(errors, n_arms=len(spec.runs) * len(combos)), notes
 
 
+def named_arm(text: str, labels: Sequence[str], where: str) -> str | None:
+    """The arm label `text` names (a sweep file's baseline, `rank --baseline`), or None: its `key=value` parts in any
+    order, each value as written or spelled otherwise (`optim.lr=3e-4` names the arm `optim.lr=0.0003`)."""
+    match = [a for a in labels if set(a.split(",")) == set(text.split(","))]
+    if not match:  # spelled otherwise: parsed only then, as parsing every label costs
+        want = _label_parts(text, where)
+        match = [a for a in labels if _label_parts(a, where) == want]
+    return match[0] if match else None
+
+
 def _label_parts(label: str, where: str) -> frozenset[str]:
     """An arm label (or a sweep file's baseline) as its set of parts, each `key=value` part in the form arm labels
     are written (`optim.lr=3e-4` is `optim.lr=0.0003`), so a baseline matches its arm by value, not by spelling."""
@@ -200,13 +210,10 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
 
     labels = _distinct(where, arms)
     baseline = spec.baseline
-    if baseline is not None:  # matched as a set of key=value parts, so their order does not matter
-        match = [a for a in labels if set(a.split(",")) == set(str(baseline).split(","))]
-        if not match:  # spelled otherwise (3e-4 for 0.0003): parsed only then, as parsing every label costs
-            want = _label_parts(str(baseline), where)
-            match = [a for a in labels if _label_parts(a, where) == want]
-        if match:
-            baseline = match[0]
+    if baseline is not None:
+        match = named_arm(str(baseline), labels, where)
+        if match is not None:
+            baseline = match
         elif spec.cli:
             notes.append(f"baseline {baseline!r} is not an arm of this expansion; give `ablate rank --baseline`")
             baseline = None
