@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 from sweep_writer import write_sweep
 from typer.testing import CliRunner
@@ -167,6 +168,21 @@ def test_baseline_names_its_arm_by_value(tmp_path):
         assert [(a["arm"], a["verdict"]) for a in got["arms"]] == [(a["arm"], a["verdict"]) for a in exact["arms"]]
     res = runner.invoke(app, ["rank", str(sweep), "--baseline", "optim.lr=5e-4,loss=cispo", "--n-boot", "200"])
     one_error(res, ErrorKind.SETTING, "optim.lr=5e-4,loss=cispo", "optim.lr=0.0001,loss=cispo", stream="stderr")
+
+
+def test_baseline_naming_several_arms_or_a_run_is_not_guessed(tmp_path):
+    from ablate.analysis.choices import named_baseline
+    from ablate.fit.curve import Curve
+
+    def c(run, group=None):
+        return Curve(run, group, np.array([1.0, 2.0]), np.array([0.1, 0.2]))
+
+    # two free-text arms that spell one value: the text names both, so it is left for rank to refuse
+    both = [c("a", "lr=1e-4"), c("b", "lr=0.0001"), c("d", "lr=0.0003")]
+    assert named_baseline("lr=10e-5", both) == "lr=10e-5"
+    assert named_baseline("lr=3e-4", both) == "lr=0.0003"
+    # arms named by their run (no group) are matched by value as rank names them
+    assert named_baseline("lr=3e-4", [c("lr=0.0001"), c("lr=0.0003")]) == "lr=0.0003"
 
 
 @pytest.mark.parametrize(

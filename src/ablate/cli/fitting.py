@@ -82,8 +82,8 @@ class RankSettings(OutputOptions, WindowOptions, ReadingOptions):
     baseline: str | None = option(
         None,
         "--baseline",
-        doc="Arm to compare against (default: the sweep file's baseline); its key=value parts in any "
-        "order or spelling (optim.lr=3e-4).",
+        doc="Arm to compare against (default: the sweep file's baseline); its key=value parts may come in "
+        "another order, a value in another spelling (optim.lr=3e-4 for optim.lr=0.0003).",
     )
     margin: str | None = option(
         None,

@@ -256,8 +256,8 @@ class PlanSettings:
     baseline: str | None = option(
         None,
         "--baseline",
-        doc="Arm the others are compared with (default: the sweep file's baseline); its key=value parts in any "
-        "order or spelling (optim.lr=3e-4).",
+        doc="Arm the others are compared with (default: the sweep file's baseline); its key=value parts may come in "
+        "another order, a value in another spelling (optim.lr=3e-4 for optim.lr=0.0003).",
     )
     to: float | None = option(
         None,

@@ -144,12 +144,13 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
 
 def named_arm(text: str, labels: Sequence[str], where: str) -> str | None:
     """The arm label `text` names (a sweep file's baseline, `rank --baseline`), or None: its `key=value` parts in any
-    order, each value as written or spelled otherwise (`optim.lr=3e-4` names the arm `optim.lr=0.0003`)."""
+    order, each value as written or spelled otherwise (`optim.lr=3e-4` names the arm `optim.lr=0.0003`). None too
+    when it names several arms (free-text labels `lr=1e-4` and `lr=0.0001`): the caller refuses, never guesses."""
     match = [a for a in labels if set(a.split(",")) == set(text.split(","))]
     if not match:  # spelled otherwise: parsed only then, as parsing every label costs
         want = _label_parts(text, where)
         match = [a for a in labels if _label_parts(a, where) == want]
-    return match[0] if match else None
+    return match[0] if len(set(match)) == 1 else None
 
 
 def _label_parts(label: str, where: str) -> frozenset[str]:
