@@ -4,7 +4,7 @@ The built-in trainer's step is limited by arithmetic: its matrix products run ne
 (bench/train_e2e.py's profile: `mm` is more than half of a run). Two levers trade that arithmetic for something else:
 
 - `torch.compile` (Inductor, C++ kernels on the CPU): fuses the elementwise work around the products; it costs a
-  compilation in each process (cold: the first on a machine; warm: Inductor's on-disk cache already filled);
+  compilation in each process (cold: the first on a machine; less once Inductor's on-disk cache is filled);
 - bfloat16 autocast (the body's products in bf16, as GPU runs train): fast only where the CPU has bf16 instructions
   (avx512_bf16, AMX); elsewhere it is emulated and slower. It changes the run's numbers, not only its speed.
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = ""
         if compiled:
             took = []
-            for _ in ("cold", "warm"):  # the second compiles again from Inductor's on-disk cache
+            for _ in ("cold", "again"):  # the second recompiles in this process, from Inductor's caches
                 torch._dynamo.reset()
                 c = torch.compile(f, dynamic=False)
                 t0 = time.perf_counter()

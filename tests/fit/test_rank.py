@@ -148,10 +148,10 @@ def test_partial_failed_and_truncated_runs(tmp_path):
 def test_baseline_names_its_arm_by_value(tmp_path):
     # the sweep's labels spell a value as Hydra resolved it (0.0003); --baseline 3e-4, or its parts in another
     # order, names the same arm, as a sweep file's baseline does; a value no arm has is refused with the arms listed
-    seeds = {"optim.lr=0.0001,loss=cispo": {}, "optim.lr=0.0003,loss=cispo": {"a": 0.64}}
+    changes = {"optim.lr=0.0001,loss=cispo": {}, "optim.lr=0.0003,loss=cispo": {"a": 0.64}}
     arms = {
         label: [synthetic_curve(**{**BASE, **c}, seed=10 * i + s) for s in range(2)]
-        for i, (label, c) in enumerate(seeds.items())
+        for i, (label, c) in enumerate(changes.items())
     }
     sweep = write_sweep(tmp_path, "lr", arms)
 
