@@ -232,6 +232,11 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     assert json.loads(res.stdout)["model"]["arms"] == 4 and json.loads(res.stdout)["arms"] == []
     for args, kind, culprits in (
         (["plan", sweep_file], ErrorKind.SETTING, [sweep_file, "--calibration FILE"]),
+        (
+            ["plan", sweep_file, "--calibration", str(cal), "--baseline", "loss=dapo"],
+            ErrorKind.SETTING,
+            ["--baseline 'loss=dapo'"],
+        ),
         (["plan", str(csv), "--calibration", str(cal)], ErrorKind.SETTING, ["--calibration", "SOURCE"]),
         (["plan", str(tmp_path / "nope")], ErrorKind.FILE, [str(tmp_path / "nope")]),
         (["plan", str(csv), "--ratio", "1"], ErrorKind.SETTING, ["--ratio 1.0", "(1, 10]"]),

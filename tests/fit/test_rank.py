@@ -168,10 +168,18 @@ def test_baseline_names_its_arm_by_value(tmp_path):
         assert [(a["arm"], a["verdict"]) for a in got["arms"]] == [(a["arm"], a["verdict"]) for a in exact["arms"]]
     res = runner.invoke(app, ["rank", str(sweep), "--baseline", "optim.lr=5e-4,loss=cispo", "--n-boot", "200"])
     one_error(res, ErrorKind.SETTING, "optim.lr=5e-4,loss=cispo", "optim.lr=0.0001,loss=cispo", stream="stderr")
+    # extrapolate --arm names its arm the same way (spaces after the comma too)
+    res = runner.invoke(
+        app, ["extrapolate", str(sweep), "--arm", "loss=cispo, optim.lr=1e-4", "--json", "--n-boot", "50"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["subject"] == "optim.lr=0.0001,loss=cispo"
+    res = runner.invoke(app, ["extrapolate", str(sweep), "--arm", "optim.lr=5e-4,loss=cispo"])
+    one_error(res, ErrorKind.SETTING, "--arm 'optim.lr=5e-4,loss=cispo'", "optim.lr=0.0003,loss=cispo", stream="stderr")
 
 
 def test_baseline_naming_several_arms_or_a_run_is_not_guessed(tmp_path):
-    from ablate.analysis.choices import named_baseline
+    from ablate.analysis.choices import named_arm_label
     from ablate.fit.curve import Curve
 
     def c(run, group=None):
@@ -179,10 +187,16 @@ def test_baseline_naming_several_arms_or_a_run_is_not_guessed(tmp_path):
 
     # two free-text arms that spell one value: the text names both, so it is left for rank to refuse
     both = [c("a", "lr=1e-4"), c("b", "lr=0.0001"), c("d", "lr=0.0003")]
-    assert named_baseline("lr=10e-5", both) == "lr=10e-5"
-    assert named_baseline("lr=3e-4", both) == "lr=0.0003"
+    assert named_arm_label("lr=10e-5", both) == "lr=10e-5"
+    assert named_arm_label("lr=3e-4", both) == "lr=0.0003"
     # arms named by their run (no group) are matched by value as rank names them
-    assert named_baseline("lr=3e-4", [c("lr=0.0001"), c("lr=0.0003")]) == "lr=0.0003"
+    assert named_arm_label("lr=3e-4", [c("lr=0.0001"), c("lr=0.0003")]) == "lr=0.0003"
+    # spaces around the parts are dropped, and a whole number names the float it equals (not a bool, not a string)
+    floats = [c("a", "x.lr=1.0,loss=cispo"), c("b", "x.lr=2.0,loss=cispo"), c("d", "x.on=true,x.s=1")]
+    assert named_arm_label(" loss=cispo , x.lr=1", floats) == "x.lr=1.0,loss=cispo"
+    assert named_arm_label("x.lr=2,loss=cispo", floats, "--arm") == "x.lr=2.0,loss=cispo"
+    assert named_arm_label("x.on=1,x.s=1", floats) == "x.on=1,x.s=1"  # 1 is not true: no arm, left to refuse
+    assert named_arm_label("x.on=true,x.s='1'", floats) == "x.on=true,x.s='1'"
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,9 @@ none is given, each with the line that says what was chosen and why.
     with_target(opts, curves, x, to, ...)    -> (opts, text)     choose_target, with rank's and extrapolate's checks
                                                                   (below the first evaluation, past MAX_REACH)
     prune_settings(sweep, prune, x, to, ...) -> settings or None  `sweep --prune`'s options checked, its axis chosen
-    named_baseline(baseline, curves)         -> label or None     the arm `--baseline` names, spelled as the
-                                                                  sweep's labels are (3e-4 names optim.lr=0.0003)
+    named_arm_label(text, curves, option)    -> label or None     the arm `--baseline` or `--arm` names, spelled
+                                                                  as the sweep's labels are (3e-4 names
+                                                                  optim.lr=0.0003)
 """
 
 from __future__ import annotations
@@ -236,15 +237,16 @@ def prune_settings(
     return PruneSettings(x=x, to=to)
 
 
-def named_baseline(baseline: str | None, curves: list[Curve]) -> str | None:
-    """The arm label `--baseline` names: itself when it is one, else the arm whose `key=value` parts it names in
-    another order or spelling (`optim.lr=3e-4` for the arm `optim.lr=0.0003`, as a sweep file's baseline is
-    matched), else itself (no arm, or several), for rank to refuse with the arms listed."""
+def named_arm_label(text: str | None, curves: list[Curve], option: str = "--baseline") -> str | None:
+    """The arm label `--baseline` (or `extrapolate --arm`: `option`) names: itself when it is one, else the arm whose
+    `key=value` parts it names in another order or spelling (`optim.lr=3e-4` for the arm `optim.lr=0.0003`, as a
+    sweep file's baseline is matched), else itself (no arm, or several), for the caller to refuse with the arms
+    listed."""
     from ablate.fit.analysis import group_arms
 
     labels = list(group_arms(curves))  # the arm names rank checks the baseline against
-    if baseline is None or baseline in labels:
-        return baseline
+    if text is None or text in labels:
+        return text
     from ablate.compose.sweep import named_arm
 
-    return named_arm(baseline, labels, "--baseline") or baseline
+    return named_arm(text, labels, option) or text

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.analysis.choices import named_baseline
+from ablate.analysis.choices import named_arm_label
 from ablate.errors import ErrorKind, UserError
 from ablate.fit import measured_model, planning
 from ablate.fit.arms import Ranking
@@ -92,7 +92,7 @@ def plan_measured(
     ranking = rank(
         curves,
         Analysis(x, to=target, seed=seed).options(target),  # rank's resamples: the verdicts `rank --to` prints
-        baseline=named_baseline(baseline, curves),
+        baseline=named_arm_label(baseline, curves),
         noise=floor,
         x=x,
         not_fitted=skipped,

@@ -13,7 +13,7 @@ from ablate.analysis.choices import (
     check_reach,
     choose_axis,
     choose_target,
-    named_baseline,
+    named_arm_label,
     wall_clock_note,
     with_target,
 )
@@ -169,7 +169,7 @@ def rank_inputs(inputs: Inputs, opts: FitOptions, settings: RankSettings, *, to:
     ranking = rank(
         inputs.curves,
         opts,
-        baseline=named_baseline(settings.baseline, inputs.curves),
+        baseline=named_arm_label(settings.baseline, inputs.curves),
         margin=settings.margin,
         noise=settings.noise,
         x=inputs.x,
@@ -315,8 +315,13 @@ def extrapolate_inputs(
     elif arm is None:  # rank's winner: every point, at rank's target, whatever part of it the projection fits
         at, _ = choose_target(inputs.curves, x, to, None)
         arm = winner(inputs.curves, FitOptions(fit_from=opts.fit_from, n_boot=0, target=at, r0=opts.r0))
-    elif arm not in arms:
-        raise UserError(f"--arm {arm!r}: no such arm; arms are: {', '.join(arms)}", kind=ErrorKind.SETTING)
+    else:
+        named = named_arm_label(arm, inputs.curves, "--arm")  # (3e-4 names the arm optim.lr=0.0003)
+        if named is None or named not in arms:
+            raise UserError(
+                f"--arm {arm!r}: no such arm (or it names several); arms are: {', '.join(arms)}", kind=ErrorKind.SETTING
+            )
+        arm = named
     target, target_text = choose_target(arms[arm], x, to, fit_until)
     opts = replace(opts, target=target)
     check_reach(arms[arm], target, x, fit_until)
@@ -372,6 +377,9 @@ def plan_any(
             kind=ErrorKind.FILE,
         )
     if source.is_file() and source.suffix in (".yaml", ".yml"):
+        if baseline is not None:  # (its plan depends on how many arms there are, not on which is the baseline)
+            why = "a sweep file's plan is the same whichever arm is the baseline; drop it (it names a sweep's arm)"
+            raise UserError(f"--baseline {baseline!r}: {why}", kind=ErrorKind.SETTING)
         if calibration is not None:
             check_calibration_axis(calibration)
         return plan.plan_from_file(source, overrides, calibration, to=to, **common)

@@ -185,7 +185,12 @@ class ExtrapolateSettings(OutputOptions, WindowOptions, ReadingOptions):
         "A sweep directory (its rank winner), a run directory, a CSV/JSONL file, or a TensorBoard, W&B (offline "
         "runs or CSV export), TRL (trainer_state.json) or verl log."
     )
-    arm: str | None = option(None, "--arm", doc="Arm (or run) to project instead of the rank winner.")
+    arm: str | None = option(
+        None,
+        "--arm",
+        doc="Arm (or run) to project instead of the rank winner; its key=value parts may come in another order, a "
+        "value in another spelling (optim.lr=3e-4 for optim.lr=0.0003).",
+    )
     target_r: float | None = option(None, "--target-r", doc=TARGET_R)
 
 

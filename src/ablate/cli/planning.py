@@ -256,8 +256,9 @@ class PlanSettings:
     baseline: str | None = option(
         None,
         "--baseline",
-        doc="Arm the others are compared with (default: the sweep file's baseline); its key=value parts may come in "
-        "another order, a value in another spelling (optim.lr=3e-4 for optim.lr=0.0003).",
+        doc="Arm the others are compared with, in a sweep directory or curves (default: the baseline its sweep file "
+        "named); its key=value parts may come in another order, a value in another spelling (optim.lr=3e-4 for "
+        "optim.lr=0.0003).",
     )
     to: float | None = option(
         None,

@@ -143,27 +143,45 @@ def _compose_arms(spec: SweepSpec, hc: Composer) -> tuple[list[tuple[str, list[s
 
 
 def named_arm(text: str, labels: Sequence[str], where: str) -> str | None:
-    """The arm label `text` names (a sweep file's baseline, `rank --baseline`), or None: its `key=value` parts in any
-    order, each value as written or spelled otherwise (`optim.lr=3e-4` names the arm `optim.lr=0.0003`). None too
+    """The arm label `text` names (a sweep file's baseline, `rank --baseline`, `extrapolate --arm`), or None: its
+    `key=value` parts in any order, spaces around them dropped, each value as written or spelled otherwise
+    (`optim.lr=3e-4` names the arm `optim.lr=0.0003`, `optim.lr=1` the arm `optim.lr=1.0`). None too
     when it names several arms (free-text labels `lr=1e-4` and `lr=0.0001`): the caller refuses, never guesses."""
-    match = [a for a in labels if set(a.split(",")) == set(text.split(","))]
+    match = [a for a in labels if _split(a) == _split(text)]
     if not match:  # spelled otherwise: parsed only then, as parsing every label costs
         want = _label_parts(text, where)
         match = [a for a in labels if _label_parts(a, where) == want]
     return match[0] if len(set(match)) == 1 else None
 
 
+def _split(label: str) -> frozenset[str]:
+    """A label's comma-separated parts, spaces around each dropped (`a=1, b=2` is `a=1,b=2`)."""
+    return frozenset(p.strip() for p in label.split(","))
+
+
 def _label_parts(label: str, where: str) -> frozenset[str]:
     """An arm label (or a sweep file's baseline) as its set of parts, each `key=value` part in the form arm labels
-    are written (`optim.lr=3e-4` is `optim.lr=0.0003`), so a baseline matches its arm by value, not by spelling."""
+    are written (`optim.lr=3e-4` is `optim.lr=0.0003`), a whole number as the float it equals (`optim.lr=1` is
+    `optim.lr=1.0`), so a baseline matches its arm by value, not by spelling."""
     parts = []
-    for part in label.split(","):
+    for part in _split(label):
         try:
             o = parse_overrides([part], where)[0] if "=" in part else None
         except UserError:  # a free-text label of the file's `runs:` that only looks like an override
             o = None
-        parts.append(part if o is None or o.is_sweep_override() else f"{o.get_key_element()}={value_text(o)}")
+        if o is None or o.is_sweep_override():
+            parts.append(part)
+            continue
+        parts.append(f"{o.get_key_element()}={_number_text(o)}")
     return frozenset(parts)
+
+
+def _number_text(o: Any) -> str:
+    """An element override's value as `value_text` writes it, a whole number as the float it equals."""
+    v = o.value()
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**53:  # (exactly a float: 1 is 1.0)
+        return repr(float(v))
+    return value_text(o)
 
 
 def _distinct(where: str, arms: list[tuple[str, list[str], RunConfig]]) -> list[str]:
