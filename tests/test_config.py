@@ -165,6 +165,8 @@ def test_unknown_option_value(base):
         (["model=hf"], ["model=hf", "model.path"]),
         (["task=jsonl"], ["task=jsonl", "task.path"]),
         (["model.hidden=130"], ["model.hidden", "model.n_heads"]),
+        (["task.digits=2"], ["task.train_size (20000)", "train.val_size (200)", "task.train_size=9800"]),
+        (["task.digits=1"], ["task.train_size", "100 distinct", "train.val_size=10"]),
     ],
 )
 def test_impossible_combinations_name_both_keys(overrides, keys):

@@ -95,6 +95,15 @@ def sources(cfg: dict[str, Any]) -> list[str]:
         errs.append("model=hf needs model.path: set model.path=/local/hf/model/folder (nothing is downloaded)")
     if cfg["task"]["name"] == "jsonl" and not cfg["task"]["path"]:
         errs.append("task=jsonl needs task.path: set task.path=/path/to/problems.jsonl")
+    task, val = cfg["task"], cfg["train"]["val_size"]
+    if task["name"] == "synthetic_math" and task["digits"] and task["train_size"]:
+        space = 10 ** (2 * min(task["digits"], 10))  # distinct problems (a, b); past 10 digits, more than any pool
+        if task["train_size"] + val > space:
+            fix = f"task.train_size={space - val}" if val < space else f"train.val_size={space // 10}"
+            errs.append(
+                f"task.train_size ({task['train_size']}) + train.val_size ({val}) is more than the {space} distinct "
+                f"{task['digits']}-digit problems; lower it (e.g. {fix}) or raise task.digits"
+            )
     if cfg["model"]["name"] == "tiny" and None in (cfg["model"][k] for k in ("n_layers", "hidden", "n_heads", "mlp")):
         errs.append(
             "model=tiny needs model.n_layers, model.hidden, model.n_heads and model.mlp (see recipes/model/tiny.yaml)"
