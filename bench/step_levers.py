@@ -11,12 +11,14 @@ The built-in trainer's step is limited by arithmetic: its matrix products run ne
 Measured: one forward and backward of the policy's loss on a batch of the base recipe's shape (`batch.prompts` x
 `batch.generations` completions of `length.max_new_tokens` tokens after a prompt of the task's length), the way the
 trainer runs it (`Policy.completion_logits`, log-softmax, the sampled tokens' log-probs), one torch thread, the
-median of `--repeats` timed passes after three untimed ones. Compilation is timed from the first call of the
-compiled function to the end of its first backward pass, twice: cold (a fresh Inductor cache, as the first run on a
-machine; the second lever's cold time already has Inductor imported) and recompiled in this process (a later run
-pays somewhat more: its own imports and Inductor's in-memory caches). `dynamic=False`: the one shape measured; a run,
-whose batch lengths vary from step to step, would compile again per shape or compile for dynamic shapes. Inductor
-needs a C++ compiler on the machine.
+median of `--repeats` timed passes after three untimed ones. The eager step's bound is printed beside it: its matrix
+products' FLOPs (torch's FlopCounterMode) over its time, against this core's float32 matmul on a 2048 x 2048
+product, the most that removing everything else could buy in float32. Compilation is timed from the first call of
+the compiled function to the end of its first backward pass, twice: cold (a fresh Inductor cache, as the first run
+on a machine; the second lever's cold time already has Inductor imported) and recompiled in this process (a later
+run pays somewhat more: its own imports and Inductor's in-memory caches). `dynamic=False`: the one shape measured; a
+run, whose batch lengths vary from step to step, would compile again per shape or compile for dynamic shapes.
+Inductor needs a C++ compiler on the machine.
 
     .venv/bin/python bench/step_levers.py [--repeats 20] [--threads 1] [key=value ...]
 """
@@ -32,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forward+backward of a {G * n} x ({pids.shape[1]} + {T}) token batch, {a.threads} thread(s):")
     base = timed(loss(False))
     print(f"  eager float32 (today's step)       {base:7.1f} ms   1.00x")
+    print(f"  {headroom(loss(False), base)}", flush=True)
     for name, bf16, compiled in (
         ("eager bf16 autocast", True, False),
         ("torch.compile float32", False, True),
@@ -105,6 +109,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<33}  {ms:7.1f} ms   {base / ms:.2f}x{extra}", flush=True)
     shutil.rmtree(cache, ignore_errors=True)
     return 0
+
+
+def headroom(f: Callable[[], Any], ms: float) -> str:
+    """The eager step's matrix-product FLOPs (torch's FlopCounterMode) over its time, against this core's float32
+    matmul on a large square product: how far arithmetic alone bounds the step in float32."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as count:
+        f().backward()
+    flops = count.get_total_flops()
+    x, y = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    for _ in range(2):
+        x @ y
+    t0 = time.perf_counter()
+    for _ in range(3):
+        x @ y
+    peak = 3 * 2 * 2048**3 / (time.perf_counter() - t0) / 1e9
+    got = flops / (ms / 1e3) / 1e9
+    return (
+        f"its products: {flops / 1e9:.2f} GFLOP, so {got:.0f} GFLOPS over the whole step, {got / peak:.0%} of this "
+        f"core's float32 matmul\n  ({peak:.0f} GFLOPS on 2048 x 2048): in float32, removing everything but the "
+        f"products would make it at most {peak / got:.2f}x faster"
+    )
 
 
 if __name__ == "__main__":
