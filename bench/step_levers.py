@@ -13,12 +13,13 @@ Measured: one forward and backward of the policy's loss on a batch of the base r
 trainer runs it (`Policy.completion_logits`, log-softmax, the sampled tokens' log-probs), one torch thread, the
 median of `--repeats` timed passes after three untimed ones. The eager step's bound is printed beside it: its matrix
 products' FLOPs (torch's FlopCounterMode) over its time, against this core's float32 matmul on a 2048 x 2048
-product, the most that removing everything else could buy in float32. Compilation is timed from the first call of
-the compiled function to the end of its first backward pass, twice: cold (a fresh Inductor cache, as the first run
-on a machine; the second lever's cold time already has Inductor imported) and recompiled in this process (a later
-run pays somewhat more: its own imports and Inductor's in-memory caches). `dynamic=False`: the one shape measured; a
-run, whose batch lengths vary from step to step, would compile again per shape or compile for dynamic shapes.
-Inductor needs a C++ compiler on the machine.
+product, about the most that removing everything else could buy in float32 (a product of the step's own shapes can
+run a few percent faster than the square one). Compilation is timed from the first call of the compiled function to
+the end of its first backward pass, twice: cold (a fresh Inductor cache, as the first run on a machine; the second
+lever's cold time already has Inductor imported) and recompiled in this process (a later run pays somewhat more: its
+own imports and Inductor's in-memory caches). `dynamic=False`: the one shape measured; a run, whose batch lengths
+vary from step to step, would compile again per shape or compile for dynamic shapes. Inductor needs a C++ compiler
+on the machine.
 
     .venv/bin/python bench/step_levers.py [--repeats 20] [--threads 1] [key=value ...]
 """
@@ -131,7 +132,7 @@ def headroom(f: Callable[[], Any], ms: float) -> str:
     return (
         f"its products: {flops / 1e9:.2f} GFLOP, so {got:.0f} GFLOPS over the whole step, {got / peak:.0%} of this "
         f"core's float32 matmul\n  ({peak:.0f} GFLOPS on 2048 x 2048): in float32, removing everything but the "
-        f"products would make it at most {peak / got:.2f}x faster"
+        f"products would make it about {peak / got:.2f}x faster at most"
     )
 
 
