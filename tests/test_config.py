@@ -131,6 +131,7 @@ def test_wrong_type_and_out_of_range_are_all_reported(base):
     d["batch"]["generations"] = 1
     d["filtering"]["pass_threshold"] = 1.5
     d["filtering"]["zero_variance"] = "yes"
+    d["task"]["digits"] = 1_000_000  # would build an enormous task: refused before anything is generated
     errs = _errors(d)
     by_key = {e.partition(":")[0]: e for e in errs}  # one line a key: the key, then what is wrong with it
     culprits = {
@@ -139,6 +140,7 @@ def test_wrong_type_and_out_of_range_are_all_reported(base):
         "batch.generations": (">= 2",),
         "filtering.pass_threshold": ("<= 1.0", "1.5"),
         "filtering.zero_variance": ("bool", "'yes'"),
+        "task.digits": ("<= 30", "1000000"),
     }
     assert by_key.keys() == culprits.keys(), errs
     for key, parts in culprits.items():
@@ -166,7 +168,7 @@ def test_unknown_option_value(base):
         (["task=jsonl"], ["task=jsonl", "task.path"]),
         (["model.hidden=130"], ["model.hidden", "model.n_heads"]),
         (["task.digits=2"], ["task.train_size (20000)", "train.val_size (200)", "task.train_size=9800"]),
-        (["task.digits=1"], ["task.train_size", "100 distinct", "train.val_size=10"]),
+        (["task.digits=1"], ["task.train_size", "100 distinct", "train.val_size=10 task.train_size=90"]),
     ],
 )
 def test_impossible_combinations_name_both_keys(overrides, keys):

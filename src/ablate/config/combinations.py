@@ -99,7 +99,12 @@ def sources(cfg: dict[str, Any]) -> list[str]:
     if task["name"] == "synthetic_math" and task["digits"] and task["train_size"]:
         space = 10 ** (2 * min(task["digits"], 10))  # distinct problems (a, b); past 10 digits, more than any pool
         if task["train_size"] + val > space:
-            fix = f"task.train_size={space - val}" if val < space else f"train.val_size={space // 10}"
+            # the validation set alone may fill the space: then both need lowering, a tenth of it held out
+            fix = (
+                f"task.train_size={space - val}"
+                if val < space
+                else f"train.val_size={space // 10} task.train_size={space - space // 10}"
+            )
             errs.append(
                 f"task.train_size ({task['train_size']}) + train.val_size ({val}) is more than the {space} distinct "
                 f"{task['digits']}-digit problems; lower it (e.g. {fix}) or raise task.digits"

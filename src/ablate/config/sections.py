@@ -32,9 +32,17 @@ class TaskConfig:
     name: str = _f("synthetic_math", "synthetic_math | jsonl", choices=("synthetic_math", "jsonl"))
     path: str | None = _f(None, "jsonl: path of the JSONL file (one problem per line)")
     reward: str = _f("binary", "binary (1/0) | signed (+1/-1)", choices=("binary", "signed"))
-    digits: int | None = _f(None, "synthetic_math: digits per operand", ge=1)
+    digits: int | None = _f(
+        None,
+        "synthetic_math: digits per operand (at most 30: a longer sum outgrows any model worth training here)",
+        ge=1,
+        le=30,
+    )
     digits_min: int | None = _f(
-        None, "synthetic_math: shortest operand (null = digits); shorter ones are zero-padded: mixed difficulty", ge=1
+        None,
+        "synthetic_math: shortest operand (null = digits); shorter ones are zero-padded: mixed difficulty",
+        ge=1,
+        le=30,
     )
     train_size: int | None = _f(
         None, "synthetic_math: training problems (null = 20000); the pool no-positive-resampling draws from", ge=1
