@@ -93,3 +93,22 @@ def test_a_window_that_sees_too_little_of_the_rise_is_mostly_not_identified():
     ]
     assert sum(f.identifiable for f in fits) <= 1, [f.notes for f in fits]
     assert all(f.B_ci == B_BOUNDS for f in fits if not f.identifiable)
+
+
+def test_past_a_window_short_of_c_mid_the_prediction_opens_to_what_a_allows():
+    # seeds whose runs stop at 60% of C_mid share the window's bias: their predictions far out agree with one
+    # another (before: R at 4 C_mid 0.473 [0.430, 0.516] on these seeds, truth 0.590), so their spread cannot bound
+    # the prediction; with A not measured, its interval reaches what A's does
+    c_max, target = 0.6 * TRUE["c_mid"], 4 * TRUE["c_mid"]
+    cs = [curve(30 + s, c_max, n_points=60, run=f"s{s}") for s in range(3)]
+    truth = 0.3 + (TRUE["a"] - 0.3) * gain_fraction(target, TRUE["b"], TRUE["c_mid"])
+    f = fit_curves(cs, FitOptions(n_boot=300, target=target, target_r=truth))
+    assert not f.identifiable, f.notes
+    assert contains(f.pred_ci, truth) and f.pred_ci[1] == f.A_ci[1] == 1.0, (f.pred_ci, truth)
+    # the true R there lies above the fitted A (R0 0.3: synthetic_curve's default): not "never", since A is not
+    # measured
+    assert f.compute_to_target is None and f.A < truth
+    assert any("whether it is reached is unknown" in n.text for n in f.notes), f.notes
+    # inside the window the seeds' spread still bounds the prediction
+    near = fit_curves(cs, FitOptions(n_boot=300, target=c_max))
+    assert near.pred_ci[1] < 1.0

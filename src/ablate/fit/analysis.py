@@ -196,13 +196,21 @@ def _seed_intervals(
 
 
 def _reach(
-    opts: FitOptions, pf: PointFit, draws: np.ndarray | None, unconstrained: bool, notes: list[Note]
+    opts: FitOptions,
+    pf: PointFit,
+    draws: np.ndarray | None,
+    unconstrained: bool,
+    identifiable: bool,
+    notes: list[Note],
 ) -> tuple[float | None, tuple[float, float] | None]:
-    """The compute to reach --target-r, with its interval (None when not asked, never reached, or unconstrained)."""
+    """The compute to reach --target-r, with its interval (None when not asked, never reached, or unconstrained).
+    Above the fitted A of a fit whose A is not measured, whether it is ever reached is unknown, not "never"."""
     if opts.target_r is None:
         return None, None
     c_to = compute_to_reach(opts.target_r, pf.r0, pf.a, pf.b, pf.c_mid)
-    if c_to is None:
+    if c_to is None and not identifiable and opts.target_r > pf.r0:
+        notes.append(Note("other", f"pass rate {opts.target_r:g}: whether it is reached is unknown (A not measured)"))
+    elif c_to is None:
         notes.append(Note("other", f"pass rate {opts.target_r:g} is never reached (outside R0..A)"))
     c_to_ci = None
     if draws is not None:
@@ -263,11 +271,15 @@ def fit_curves(
         seeds = _seed_intervals(iv, curves, opts, pf, pred, x, notes)
     if not identifiable and iv.A is not None:  # A is not measured: its interval opens up to the bound
         iv.A = (min(iv.A[0], pf.a), 1.0)
+    if not identifiable and iv.pred is not None and opts.target > float(x.max()):
+        # past the window, an unmeasured A is the whole prediction: the seeds' fits share the window's bias, so
+        # their spread cannot bound it; the curve may climb to any A the data allows
+        iv.pred = (iv.pred[0], 1.0 if iv.A is None else max(iv.pred[1], iv.A[1]))
     if unconstrained and opts.method != "paper":  # an honest interval: all B and C_mid the search allows
         m_lo, m_hi = log_c_mid_bounds(x)
         iv.B = None if iv.B is None else (float(B_BOUNDS[0]), float(B_BOUNDS[1]))
         iv.C_mid = None if iv.C_mid is None else (float(np.exp(m_lo)), float(np.exp(m_hi)))
-    c_to, c_to_ci = _reach(opts, pf, draws, unconstrained, notes)
+    c_to, c_to_ci = _reach(opts, pf, draws, unconstrained, identifiable, notes)
     return FitResult(
         run=name,
         group=group,

@@ -228,7 +228,8 @@ def extrapolation_table(ex: Extrapolation) -> Table:
         cci = (
             f"  [{num(f.compute_to_target_ci[0])}, {num(f.compute_to_target_ci[1])}]" if f.compute_to_target_ci else ""
         )
-        t.add_row(f"compute to R = {f.target_r:g}", (num(c) + cci) if c is not None else "never (above the ceiling A)")
+        never = "never (above the ceiling A)" if f.identifiable else "unknown (A not identified)"
+        t.add_row(f"compute to R = {f.target_r:g}", (num(c) + cci) if c is not None else never)
     if ex.heldout:
         last = ex.heldout[-1]
         t.add_row(
