@@ -357,3 +357,33 @@ def test_a_not_identified_arm_gives_the_rules_it_fails(single_seed_sweep):
     assert slow.verdict == "not_identified" and slow.fit.why_not_identified, slow.detail
     assert slow.detail == f"A not measured (this arm: {'; '.join(slow.fit.why_not_identified)})"
     assert any("of the gain" in r for r in slow.fit.why_not_identified)
+
+
+def test_a_baseline_whose_a_is_not_measured_says_so_in_its_row():
+    """Both arms stop at 60% of C_mid: the baseline's row says its A is not measured (not a plain "reference"),
+    the other arm's detail says both are, and the table shows A's and R's intervals by their ends, up to 1, not as
+    ± (which hid the side that is open)."""
+    from rich.console import Console
+
+    from ablate.render.rank import rank_table, rule_text
+
+    short = {**BASE, "c_max": 0.6 * BASE["c_mid"], "n_points": 40}
+    curves = [
+        synthetic_curve(**short, seed=s + 10 * k, run=f"{label}/s{s}", group=label)
+        for k, label in enumerate(("loss=cispo", "loss=grpo"))
+        for s in range(2)
+    ]
+    ranking = rank(curves, FitOptions(n_boot=200), baseline="loss=cispo")
+    by = {a.arm: a for a in ranking.arms}
+    base, other = by["loss=cispo"], by["loss=grpo"]
+    assert not base.fit.identifiable and base.effect == "reference; A not measured", base.effect
+    assert other.verdict == "not_identified" and other.detail.startswith("A not measured (both; this arm: "), (
+        other.detail
+    )
+    assert base.fit.A_ci[1] == base.fit.pred_ci[1] == 1.0
+    console = Console(width=120, record=True)
+    console.print(rank_table(ranking))
+    text = console.export_text()
+    assert "none measured (no arm's A is measured to compare)" in rule_text(ranking)  # no note below to see
+    under = text.split("loss=cispo")[1].split("\n")[1]  # the row's second line: the intervals
+    assert f"[{base.fit.A_ci[0]:.2g}, 1]" in under and under.count(", 1]") == 2, text  # A's and R's, by their ends

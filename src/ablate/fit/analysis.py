@@ -196,12 +196,7 @@ def _seed_intervals(
 
 
 def _reach(
-    opts: FitOptions,
-    pf: PointFit,
-    draws: np.ndarray | None,
-    unconstrained: bool,
-    identifiable: bool,
-    notes: list[Note],
+    opts: FitOptions, pf: PointFit, draws: np.ndarray | None, unconstrained: bool, identifiable: bool, notes: list[Note]
 ) -> tuple[float | None, tuple[float, float] | None]:
     """The compute to reach --target-r, with its interval (None when not asked, never reached, or unconstrained).
     Above the fitted A of a fit whose A is not measured, whether it is ever reached is unknown, not "never"."""

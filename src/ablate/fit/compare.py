@@ -190,8 +190,9 @@ def _identified_pairs(arms: list[ArmResult], base: ArmResult, bases: dict[str, A
             who, fit = ("this arm", a.fit) if not a.fit.identifiable else ("the baseline", b.fit)
             a.verdict = Verdict.NOT_IDENTIFIED  # the footer says how it is ranked; the detail, which rule failed
             why = joined("; ", fit.why_not_identified) or "the fit did not converge"
-            a.detail = phrased(f"A not measured ({who}: ", why, ")")
-            a.effect = f"A not measured ({who})"
+            both = not (a.fit.identifiable or b.fit.identifiable)  # the baseline's reasons are in its own row
+            a.detail = phrased(f"A not measured ({'both; ' * both}{who}: ", why, ")")
+            a.effect = f"A not measured ({'this arm and the baseline' if both else who})"
         else:
             compared.append(a)
     return compared
@@ -309,6 +310,7 @@ def _judge(
     if not base.fit.identifiable:
         why = joined("; ", base.fit.why_not_identified) or "the fit did not converge"
         base.detail = phrased(base.detail, "; A not measured (", why, "): no ceiling or efficiency verdicts")
+        base.effect = "reference; A not measured"
     bases = _stopped_windows(arms, base, opts)
     compared = _identified_pairs(arms, base, bases)
     a_all, out.shared_mode = _one_a(shared_a, arms, base, compared)

@@ -57,11 +57,16 @@ def short(x: float) -> str:
     return f"{x:.2g}"
 
 
-def stacked(v: float | None, ci: Sequence[float] | None, digits: int = 3, *, skewed: bool = False) -> str:
-    """A value over its interval, on two lines (± half-width; `skewed`: the bounds, for C_mid): the rank table's
-    numbers, kept narrow so that a row fits two lines at 120 columns."""
+def stacked(
+    v: float | None, ci: Sequence[float] | None, digits: int = 3, *, skewed: bool = False, bound: float | None = None
+) -> str:
+    """A value over its interval, on two lines (± half-width; the ends for an interval `skewed` (C_mid) or one that
+    reaches `bound`, as A's does when A is not measured): the rank table's numbers, kept narrow so that a row fits
+    two lines at 120 columns."""
     if v is None or not math.isfinite(v) or ci is None:
         return compact(v) if skewed and v is not None else num(v, digits)
     if skewed:
         return f"{compact(v)}\n[{short(ci[0])}, {short(ci[1])}]"
+    if bound is not None and ci[1] >= bound:  # opened up to the bound (A not measured): ± would hide which side
+        return f"{num(v, digits)}\n[{short(ci[0])}, {short(ci[1])}]"
     return f"{num(v, digits)}\n±{num((ci[1] - ci[0]) / 2.0, digits)}"

@@ -52,7 +52,9 @@ def rule_text(ranking: Ranking) -> str:
         f"{ranking.opts.level:.3g} (changes among the tests of change, equivalence among all)"
     )
     if ranking.floor is None:
-        return f"{tests}; seed spread of A and of log compute: none measured (see the note below)" + at_end
+        noted = any(n.kind == "needs_seeds" for n in ranking.notes)  # else no arm is compared: none is needed
+        why = "see the note below" if noted else "no arm's A is measured to compare"
+        return f"{tests}; seed spread of A and of log compute: none measured ({why})" + at_end
     f = ranking.floor
     return (
         f"{tests}; seed spread: sd of one seed's A {f.sd_A:.4f}, of its log compute {f.sd_logc:.3f}, {f.dof} "
@@ -151,13 +153,13 @@ def rank_table(ranking: Ranking, *, fold: bool = True, narrow: bool = False) -> 
         row = [arm] + ([] if n is not None else [str(a.seeds)])
         numbers = {
             "R0": num(f.R0),
-            "A": stacked(f.A, f.A_ci),
+            "A": stacked(f.A, f.A_ci, bound=1.0),
             "B": stacked(f.B, f.B_ci, 2),
             "C_mid": stacked(f.C_mid, f.C_mid_ci, skewed=True),
         }
         shown = [numbers[c] for c in ("R0", "A", "B", "C_mid") if c == "A" or c in wide]
         why = Text(";\n".join(safe(part) for part in (a.effect or "—").split("; ")))
-        t.add_row(*row, *shown, stacked(f.pred_at_target, f.pred_ci), verdict_cell(a), why)
+        t.add_row(*row, *shown, stacked(f.pred_at_target, f.pred_ci, bound=1.0), verdict_cell(a), why)
     return t
 
 
