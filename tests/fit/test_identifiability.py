@@ -112,3 +112,14 @@ def test_past_a_window_short_of_c_mid_the_prediction_opens_to_what_a_allows():
     # inside the window the seeds' spread still bounds the prediction
     near = fit_curves(cs, FitOptions(n_boot=300, target=c_max))
     assert near.pred_ci[1] < 1.0
+
+
+def test_start_it_earlier_is_said_only_to_a_window_that_starts_late():
+    # runs that stop at 30% of C_mid see little of the rise: from their first point, the advice to start the window
+    # earlier cannot apply (before, it was given anyway); from a later start, it does
+    cs = [curve(30 + s, 0.3 * TRUE["c_mid"], n_points=60, run=f"s{s}") for s in range(3)]
+    for fit_from, advised in ((None, False), (0.1 * TRUE["c_mid"], True)):
+        f = fit_curves(cs, FitOptions(n_boot=300, fit_from=fit_from, target=TRUE["c_mid"]))
+        rise = [r for r in f.why_not_identified if "rise" in r]
+        assert rise, f.why_not_identified
+        assert any("start it earlier" in r for r in rise) is advised, (fit_from, rise)

@@ -288,6 +288,7 @@ def test_a_young_arm_is_listed_not_fatal(tmp_path):
     out = json.loads(res.stdout)
     assert [a["arm"] for a in out["arms"]] != [] and label.split(",seed")[0] not in [a["arm"] for a in out["arms"]]
     assert "need at least 4" in out["not_fitted"][0]["reason"]
+    assert "train.eval_every" in out["not_fitted"][0]["reason"]  # the window is whole: widening it can't help
 
 
 def test_json_has_no_nan_or_infinity():
@@ -359,12 +360,14 @@ def test_a_not_identified_arm_gives_the_rules_it_fails(single_seed_sweep):
     assert any("of the gain" in r for r in slow.fit.why_not_identified)
 
 
-def test_a_baseline_whose_a_is_not_measured_says_so_in_its_row():
+def test_a_baseline_whose_a_is_not_measured_says_so_in_its_row(tmp_path):
     """Both arms stop at 60% of C_mid: the baseline's row says its A is not measured (not a plain "reference"),
     the other arm's detail says both are, and the table shows A's and R's intervals by their ends, up to 1, not as
     ± (which hid the side that is open)."""
     from rich.console import Console
 
+    from ablate.analysis.verbs import save_noise
+    from ablate.errors import UserError
     from ablate.render.rank import rank_table, rule_text
 
     short = {**BASE, "c_max": 0.6 * BASE["c_mid"], "n_points": 40}
@@ -387,3 +390,7 @@ def test_a_baseline_whose_a_is_not_measured_says_so_in_its_row():
     assert "none measured (no arm's A is measured to compare)" in rule_text(ranking)  # no note below to see
     under = text.split("loss=cispo")[1].split("\n")[1]  # the row's second line: the intervals
     assert f"[{base.fit.A_ci[0]:.2g}, 1]" in under and under.count(", 1]") == 2, text  # A's and R's, by their ends
+    with pytest.raises(UserError) as e:  # seeds there are; what they lack is compute
+        save_noise(ranking, tmp_path / "noise.json", None)
+    assert "run longer" in str(e.value) and "seed=0,1,2" not in str(e.value), e.value
+    assert not (tmp_path / "noise.json").exists()

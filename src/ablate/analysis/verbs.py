@@ -244,11 +244,11 @@ def save_noise(ranking: Ranking, path: Path, inputs: Inputs) -> None:
 
     measured = measured_floor(ranking.arms)
     if measured is None:
-        raise UserError(
-            f"--save-noise {path}: no arm has 2 identified seeds, so there is no seed spread "
-            "to save; run the sweep with seed=0,1,2",
-            kind=ErrorKind.DATA,
-        )
+        fix = "run the sweep with seeds (seed=0,1,2)"
+        if any(a.seeds >= 2 for a in ranking.arms):  # seeds there are: what they lack is a measured A
+            fix = "run longer (a new sweep with a larger train.max_steps, under another --root)"
+        what = f"--save-noise {path}: no arm has 2 seeds whose A is identified alone, so there is no seed spread"
+        raise UserError(f"{what} to save; {fix}", kind=ErrorKind.DATA)
     measured.source = f"{measured.source}, on '{inputs.x}': " + ", ".join(str(p) for p in inputs.paths)
     store.write_json(path, measured.to_json())
 

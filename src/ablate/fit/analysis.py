@@ -239,9 +239,12 @@ def fit_curves(
     x, _, _, n_eval, window = pts = window_points(curves, opts, name)
     n_params = 3 if r0 is not None else 4
     if x.size < n_params + 1:
+        fix = "log evaluations more often (an ablate run: a smaller train.eval_every) or run longer"
+        if opts.fit_from is not None or opts.fit_until is not None:  # a window narrowed by the user
+            fix = "widen the window or log evaluations more often"
         raise UserError(
             f"{name}: {x.size} point(s) in the fit window {opts.window_text()}, need at least {n_params + 1} "
-            f"for {n_params} parameters; widen the window or log evaluations more often",
+            f"for {n_params} parameters; {fix}",
             kind=ErrorKind.DATA,
         )
     rng = np.random.default_rng(opts.seed)

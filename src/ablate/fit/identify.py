@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from ablate.errors import Phrase
+from ablate.errors import Phrase, phrased
 from ablate.fit.result import FitOptions
 from ablate.fit.sigmoid import PointFit, gain_fraction
 from ablate.fit.uncertainty import percentile_ci
@@ -71,21 +71,22 @@ def not_identified(
     elif f_ci is not None and f_ci[0] < 0.5:
         reasons.append(f"the gain reached could be as low as {f_ci[0]:.0%} (< 50%: C_mid may lie beyond the window)")
     no_rise = not rise >= MIN_RISE or (rise_ci is not None and rise_ci[0] < MIN_RISE)
+    # moving the window's start helps only a window that starts late
+    earlier = Phrase("; start it earlier ({fit_from})", "fit_from") if opts.fit_from else ""
     if not rise >= MIN_RISE:
         reasons.append(
-            Phrase(
+            phrased(
                 f"the window holds no points on the rise: the fitted curve climbs {rise:.0%} of the gain "
-                f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid); start it earlier "
-                "({fit_from})",
-                "fit_from",
+                f"inside it (< {MIN_RISE:.0%}: a plateau's level, not B and C_mid)",
+                earlier,
             )
         )
     elif rise_ci is not None and rise_ci[0] < MIN_RISE:
         reasons.append(
-            Phrase(
+            phrased(
                 f"the rise inside the window could be as small as {rise_ci[0]:.0%} of the gain "
-                f"(< {MIN_RISE:.0%}: B and C_mid may not be measured); start it earlier ({{fit_from}})",
-                "fit_from",
+                f"(< {MIN_RISE:.0%}: B and C_mid may not be measured)",
+                earlier,
             )
         )
     collapsed = _collapsed(draws)

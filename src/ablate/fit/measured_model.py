@@ -48,7 +48,8 @@ def _no_spread(ranking: Ranking) -> NoReturn:
             phrased(
                 "no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified (",
                 why,
-                "): run longer (a larger train.max_steps) or give {noise} FILE",
+                "): run longer (a new sweep with a larger train.max_steps, in another sweep folder: a run's length "
+                "is part of its id) or give {noise} FILE",
             ),
             "noise",
             kind=ErrorKind.DATA,
