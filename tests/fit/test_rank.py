@@ -275,6 +275,26 @@ def test_extrapolate_named_arm_and_table(single_seed_sweep):
     one_error(res, ErrorKind.SETTING, "--arm 'loss=zzz'", "loss=cispo", stream="stderr")  # and the arms there are
 
 
+def test_a_baseline_with_no_evaluations_yet_is_waited_for_not_asked_for(tmp_path):
+    """Mid-sweep, the baseline's runs have no metrics yet: rank says so instead of asking for a --baseline, and
+    naming it says why it cannot be used yet (before: 'no such arm')."""
+    from ablate.storage import store
+
+    sweep = write_sweep(tmp_path, "s", arms_with(2, **{"loss=same": {}}), baseline="loss=cispo")
+    for rd in (sweep / "runs").iterdir():
+        if store.read_json(rd / "run.json")["label"].startswith("loss=cispo"):
+            (rd / "metrics.jsonl").write_text("")
+    res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "100"])
+    assert res.exit_code == 0 and "give --baseline" not in res.output, res.output
+    assert "the baseline arm loss=cispo has no run that can be fitted yet (no metrics yet" in res.output, res.output
+    res = runner.invoke(app, ["rank", str(sweep), "--n-boot", "100", "--baseline", "loss=cispo"])
+    one_error(res, ErrorKind.SETTING, "--baseline 'loss=cispo'", "can be fitted yet", "loss=same", stream="stderr")
+    res = runner.invoke(app, ["plan", str(sweep), "--trials", "20"])  # its progress goes to stderr too
+    assert res.exit_code == 2 and res.stderr.splitlines()[-1].startswith(
+        "error[data]: nothing to plan against yet: the baseline arm loss=cispo"
+    ), res.stderr
+
+
 def test_a_young_arm_is_listed_not_fatal(tmp_path):
     from ablate.storage import store
 

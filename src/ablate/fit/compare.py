@@ -353,14 +353,25 @@ def rank(
     a_margin = parse_margin(margin)
     shared_a = parse_shared_a(shared_a)
     groups = group_arms(curves)
+    waiting = {n.arm: n.reason for n in not_fitted or [] if n.arm not in groups}  # arms with no run to fit yet
     if baseline is None:
         flagged = {g for g, cs in groups.items() if any(c.facts is not None and c.facts.baseline for c in cs)}
         baseline = flagged.pop() if len(flagged) == 1 else None
+    elif baseline in waiting:
+        raise SettingError(
+            f"{{baseline}} {baseline!r}: no run of this arm can be fitted yet ({waiting[baseline]}); rank again "
+            f"once it has evaluations, or compare with another arm: {', '.join(groups)}",
+            "baseline",
+        )
     elif baseline not in groups:
         raise SettingError(f"{{baseline}} {baseline!r}: no such arm; arms are: {', '.join(groups)}", "baseline")
     arms, not_fitted = _fit_arms(groups, opts, baseline, jobs, not_fitted or [])
     if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
         judged = _Judgement()
+        flagged_waiting = {n.arm for n in not_fitted if n.arm in waiting and n.facts and n.facts.baseline}
+        for arm in flagged_waiting if len(flagged_waiting) == 1 else ():  # the sweep's, not evaluated yet
+            why = f"the baseline arm {arm} has no run that can be fitted yet ({waiting[arm]}): no verdicts; rank"
+            judged.notes.append(Note("other", why + " and plan again once it has"))
         for a in arms:
             own_log_compute_seeds(a, opts)
     else:
