@@ -174,3 +174,19 @@ def test_a_new_decided_sweep_is_owner_only(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     sdir = tmp_path / "sweeps" / "loss"
     assert (sdir.stat().st_mode & 0o777) == 0o700 and ((sdir / "runs").stat().st_mode & 0o777) == 0o700
+
+
+def test_an_arm_whose_runs_end_before_c_mid_stops_asking_for_longer_runs(sweep_here):
+    """grpo's C_mid lies past the runs' end (6,000): its A is not measured, which more seeds cannot change, so the
+    first look stops it (before: it got every wave, and the summary said more seeds could settle it)."""
+    store.write_json(sweep_here / "curves.json", {**TRUTH, "grpo": {"a": 0.60, "b": 1.5, "c_mid": 15000.0}})
+    res = runner.invoke(app, ARGS)
+    assert res.exit_code == 0, res.output
+    first = _record(sweep_here)[1]["arms"]["loss=grpo"]
+    assert first["verdict"] == "not_identified" and first["standing"] == "too_short", first
+    ran = [store.read_json(p.parent / "run.json")["label"] for p in sweep_here.glob("runs/*/executions.log")]
+    assert sum(label.startswith("loss=grpo,") for label in ran) == 3  # one wave, no more
+    assert "loss=grpo: not_identified at 3 seeds (stopped: its runs, or the baseline's, end before C_mid" in (
+        _closing(res.output).replace("\n", " ")
+    )
+    assert "larger train.max_steps" in res.output

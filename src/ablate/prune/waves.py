@@ -70,7 +70,8 @@ class ArmState:
     effect: str = ""
     detail: str = ""
     standing: str = "open"
-    """open (gets the next wave), settled (decided) or undecidable (cannot be settled by --max-seeds: stopped)."""
+    """open (gets the next wave), settled (decided), undecidable (cannot be settled by --max-seeds: stopped) or
+    too_short (A not measured: the window has not passed C_mid, which seeds cannot change: stopped)."""
     needs: str = ""
     """What `rank` says would decide an undecided arm (seeds per arm), when it says."""
 
@@ -263,12 +264,15 @@ def _look_entry(
     at = looks.seeds[k]
     dof = float(ranking.floor.dof) if ranking.floor is not None else float("nan")
     arms = {}
+    base = next((a.fit for a in ranking.arms if a.arm == ranking.baseline), None)
     for a in ranking.arms:
         if a.arm not in open_arms:
             continue
         standing = "open"
         if a.verdict and settled(a, me):
             standing = "settled"
+        elif a.verdict == "not_identified" and any(f.gain_fraction < 0.5 for f in (a.fit, base) if f is not None):
+            standing = "too_short"  # its window, or the baseline's, ends before C_mid: seeds cannot measure A
         elif a.verdict and math.isfinite(dof) and futile_arm(a, me, looks.max_seeds / at, dof, looks.level):
             standing = "undecidable"
         needs = a.decide.text if a.verdict == "inconclusive" and a.decide is not None else ""
@@ -308,4 +312,6 @@ STANDING = {
     "settled": "settled",
     "undecidable": "stopped: at the difference measured, --max-seeds could not settle it",
     "open": "open: more seeds could settle it",
+    "too_short": "stopped: its runs, or the baseline's, end before C_mid, so A is not measured; seeds cannot change "
+    "that, longer runs can (a new sweep with a larger train.max_steps)",
 }
