@@ -429,3 +429,10 @@ def test_a_usage_error_is_one_line_naming_the_culprit_and_the_help(args, culprit
     assert res.exit_code == 2, res.output
     (line,) = res.output.strip().splitlines()
     assert line.startswith(f"error[usage]: {culprit}") and "--help`" in line, line
+    assert "?;" not in line, line  # "Did you mean 'rank'? (see ...)", not "'rank'?; see"
+
+
+def test_a_mistyped_compute_axis_is_named_with_the_closest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweeps" / "loss" / "runs").mkdir(parents=True)
+    fails(["rank", "loss", "--x", "sample"], ErrorKind.SETTING, "--x sample", "(did you mean 'samples'?)")

@@ -107,6 +107,8 @@ class OneLineUsage(TyperGroup):
             message = safe(" ".join(e.format_message().split()).rstrip("."))  # type: ignore[attr-defined]
             ctx = getattr(e, "ctx", None)
             where = f"; see `{ctx.command_path} --help`" if "UsageError" in kinds and ctx is not None else ""
+            if where and message.endswith("?"):  # "Did you mean 'rank'?": no "?;"
+                where = f" (see `{ctx.command_path} --help`)"  # type: ignore[union-attr]
             typer.echo(f"{prefix(ErrorKind.USAGE)} {message}{where}", err=True)
             sys.exit(2 if "UsageError" in kinds else getattr(e, "exit_code", 1))
         sys.exit(code if isinstance(code, int) else 0)

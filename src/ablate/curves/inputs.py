@@ -21,6 +21,7 @@ import math
 import os
 from pathlib import Path
 
+from ablate.config.validation import closest
 from ablate.curves import logs, readers, tracked
 from ablate.curves.sweeps import curve_from_run_dir
 from ablate.curves.tables import load_curves
@@ -71,7 +72,10 @@ def curves_from_sweep(
     """
     sweep_dir = Path(sweep_dir)
     if x not in COMPUTE_AXES:
-        raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}", kind=ErrorKind.SETTING)
+        raise UserError(
+            f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}{closest(x, COMPUTE_AXES)}",
+            kind=ErrorKind.SETTING,
+        )
     runs_dir = sweep_dir / "runs"
     if not sweep_dir.is_dir():
         raise UserError(
@@ -250,7 +254,10 @@ def _read_one(
         return curves_from_sweep(p, x=x, y=y)
     if kind == "run":
         if x not in COMPUTE_AXES:
-            raise UserError(f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}", kind=ErrorKind.SETTING)
+            raise UserError(
+                f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}{closest(x, COMPUTE_AXES)}",
+                kind=ErrorKind.SETTING,
+            )
         got = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
         if isinstance(got, NotFitted):
             raise UserError(f"{p}: {got.reason}", kind=ErrorKind.FILE)

@@ -260,7 +260,9 @@ def _call_at_end(a: ArmResult, d_r: float, p: float, at: float, found: bool) -> 
         a.detail += f"; at {at:g} (end of the shared window) pass rate {a.r_call}: ΔR {d_r:+.3f} (p={p:.2g})"
     else:
         a.effect = f"ΔR {d_r:+.3f} at {compute_text(at)} (p={p:.2g})"
-        a.detail += f"; at {at:g} (end of the shared window) no detectable difference: ΔR {d_r:+.3f} (p={p:.2g})"
+        a.detail += (
+            f"; at {at:g} (end of the shared window) no difference shown, nor equality: ΔR {d_r:+.3f} (p={p:.2g})"
+        )
 
 
 def decide_verdicts(

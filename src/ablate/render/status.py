@@ -154,7 +154,8 @@ def show_status(
         from ablate.errors import ErrorKind, UserError
 
         raise UserError(
-            f"no sweeps under {root}/; run `ablate sweep RECIPE` first (or pass --root)", kind=ErrorKind.FILE
+            f"no sweeps under {root}/; run `ablate sweep RECIPE` first (or pass the --root it used)",
+            kind=ErrorKind.FILE,
         )
 
     def collect() -> list[tuple[str, list[RunStatus]]]:
