@@ -59,9 +59,10 @@ def test_the_papers_target_only_for_gpu_hours_within_reach():
         512000.0,
         "512000 samples: twice the largest compute fitted (256000; no --to)",
     )
-    # --fit-until cuts what is fitted; a readable number, said to be about twice
+    # --fit-until cuts what is fitted: twice the last point fitted (51200), not the option's value; a readable
+    # number, said to be about twice
     target, text = choose_target([line(256000)], "samples", None, 56789.0)
-    assert target == 114000.0 and text == "114000 samples: about twice the largest compute fitted (56789; no --to)"
+    assert target == 102000.0 and text == "102000 samples: about twice the largest compute fitted (51200; no --to)"
 
 
 def test_a_given_target_is_kept_and_called_an_interpolation_inside_the_window():

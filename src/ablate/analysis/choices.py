@@ -49,9 +49,10 @@ CPU_AXIS_TEXT = (
 
 
 def fitted_top(curves: list[Curve], fit_until: float | None) -> float:
-    """The largest compute the fits see: the data's last point, or --fit-until when it cuts earlier."""
-    top = max(float(c.x.max()) for c in curves)
-    return top if fit_until is None else min(top, fit_until)
+    """The largest compute the fits see: the data's last point, or the last at or before --fit-until when it cuts
+    earlier (the point fitted, not the option's value)."""
+    tops = [float(c.x[c.x <= fit_until].max()) for c in curves if fit_until is not None and (c.x <= fit_until).any()]
+    return max(tops) if tops else max(float(c.x.max()) for c in curves)
 
 
 def readable(value: float) -> float:
