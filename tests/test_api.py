@@ -160,3 +160,28 @@ def test_a_note_names_a_setting_as_each_front_end_spells_it(tmp_path):
     args = ["rank", str(sweep), "--x", "gpu_hours", "--fit-from", "12000", "--explain"]  # only plateau points left
     shown = CliRunner().invoke(app, args).output
     assert "start it earlier (--fit-from)" in shown and "(fit_from)" not in shown  # the baseline's reasons too
+
+
+def test_a_curves_file_of_ones_own_names_its_columns_from_python(tmp_path):
+    """A CSV with its own column names (compute, pass_rate, seed runs of arms): Python names them as the command
+    does with --x, --y, --run and --group, and gets the command's ranking (before: no `y` or `group` argument)."""
+    import ablate
+
+    rows = ["seed_run,arm,compute,pass_rate"]
+    for arm, a in (("base", 0.61), ("up", 0.68)):
+        for s in range(3):
+            c = synthetic_curve(a=a, b=1.9, c_mid=2500, c_max=16000, n_points=40, seed=s + (10 if arm == "up" else 0))
+            rows += [f"{arm}-{s},{arm},{x:g},{y:.4f}" for x, y in zip(c.x, c.y)]
+    csv = tmp_path / "mine.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    cols = dict(x="compute", y="pass_rate", run="seed_run", group="arm")
+    ranking = ablate.rank(csv, baseline="base", n_boot=200, **cols)
+    assert sorted(a.arm for a in ranking.arms) == ["base", "up"] and all(a.seeds == 3 for a in ranking.arms)
+    flags = ["--x", "compute", "--y", "pass_rate", "--run", "seed_run", "--group", "arm"]
+    printed = json.loads(
+        CliRunner().invoke(app, ["rank", str(csv), *flags, "--baseline", "base", "--n-boot", "200", "--json"]).stdout
+    )
+    assert {a["arm"]: a["verdict"] for a in printed["arms"]} == {a.arm: str(a.verdict) for a in ranking.arms}
+    fits = ablate.fit_curves(csv, n_boot=100, **cols)  # a group column pools each arm's seeds, as --group does
+    assert sorted(f.run for f in fits) == ["base", "up"] and all(f.n_runs == 3 for f in fits)
+    assert ablate.extrapolate(csv, arm="up", fit_until=8000, n_boot=100, **cols).subject == "up"

@@ -27,17 +27,24 @@ if TYPE_CHECKING:  # the fit stack imports scipy: `import ablate` stays light, e
 PathLike = str | Path
 
 
-def read(*inputs: PathLike, x: str = "auto", y: str = "val_pass_rate", group: str | None = None) -> Inputs:
+def read(
+    *inputs: PathLike, x: str = "auto", y: str = "val_pass_rate", run: str = "run", group: str | None = None
+) -> Inputs:
     """The curves of `inputs` on the compute axis `x` (`auto`: the one `ablate rank` picks, said in `axis_text`):
-    `.curves` (one `Curve` per run), `.skipped` (runs that could not be read, with the reason), `.x`."""
+    `.curves` (one `Curve` per run), `.skipped` (runs that could not be read, with the reason), `.x`. A curves
+    file names its pass-rate column `y`, its run column `run` and, when its runs are seeds of arms, its arm column
+    `group` (--y, --run, --group)."""
     from ablate.analysis.verbs import Reading, read_inputs
 
-    return read_inputs(_paths(inputs), Reading(x, y, "run", group, "auto", None, None))
+    return read_inputs(_paths(inputs), Reading(x, y, run, group, "auto", None, None))
 
 
 def fit_curves(
     *inputs: PathLike,
     x: str = "auto",
+    y: str = "val_pass_rate",
+    run: str = "run",
+    group: str | None = None,
     to: float | None = None,
     by_arm: bool = False,
     fit_from: float | None = None,
@@ -45,20 +52,24 @@ def fit_curves(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> list[FitResult]:
-    """`ablate fit`: the sigmoid fitted to each run (each arm, its seeds pooled, with `by_arm`), with A, B, C_mid,
-    the pass rate predicted at `to` (default: twice the largest compute fitted) and their intervals."""
+    """`ablate fit`: the sigmoid fitted to each run (each arm, its seeds pooled, with `by_arm` or a curves file's
+    `group` column), with A, B, C_mid, the pass rate predicted at `to` (default: twice the largest compute fitted)
+    and their intervals. `y`, `run`, `group`: as `read`."""
     from ablate.analysis.choices import given_to
     from ablate.analysis.verbs import fit_inputs, fit_options
 
     opts = fit_options(fit_from=fit_from, fit_until=fit_until, n_boot=n_boot, target=given_to(to), seed=seed)
-    got = read(*inputs, x=x)
-    return fit_inputs(got, opts, to=to, by_group=by_arm, window=False, compare=False).results
+    got = read(*inputs, x=x, y=y, run=run, group=group)
+    return fit_inputs(got, opts, to=to, by_group=by_arm or group is not None, window=False, compare=False).results
 
 
 def rank(
     *inputs: PathLike,
     baseline: str | None = None,
     x: str = "auto",
+    y: str = "val_pass_rate",
+    run: str = "run",
+    group: str | None = None,
     to: float | None = None,
     fit_from: float | None = None,
     fit_until: float | None = None,
@@ -70,7 +81,8 @@ def rank(
 ) -> Ranking:
     """`ablate rank`: every arm against the baseline, best first. Each `ArmResult` holds its fit, its `verdict`
     (`ceiling_up`, `efficiency_down`, `equivalent`, `inconclusive`, `not_identified`, ...), the ΔA and compute ratio
-    with their intervals, and `decide` (what would decide it); `ranking.notes` what applies to every arm."""
+    with their intervals, and `decide` (what would decide it); `ranking.notes` what applies to every arm. `y`,
+    `run`, `group`: as `read` (a curves file's arm column is `group`; without one, each run is an arm)."""
     from ablate.analysis.choices import given_to
     from ablate.analysis.verbs import check_rank_settings, fit_options, rank_inputs
     from ablate.storage.fs import cpu_count
@@ -87,25 +99,29 @@ def rank(
         n_boot=n_boot,
         window=False,
     )
-    return rank_inputs(read(*inputs, x=x), opts, settings, to=to, jobs=cpu_count())
+    return rank_inputs(read(*inputs, x=x, y=y, run=run, group=group), opts, settings, to=to, jobs=cpu_count())
 
 
 def extrapolate(
     *inputs: PathLike,
     arm: str | None = None,
     x: str = "auto",
+    y: str = "val_pass_rate",
+    run: str = "run",
+    group: str | None = None,
     to: float | None = None,
     fit_until: float | None = None,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> Extrapolation:
     """`ablate extrapolate`: one arm (default: the winner `rank` puts first) projected to `to`, fitted up to
-    `fit_until` and checked on the points after it (`heldout`, `heldout_mae`)."""
+    `fit_until` and checked on the points after it (`heldout`, `heldout_mae`). `y`, `run`, `group`: as `read`."""
     from ablate.analysis.choices import given_to
     from ablate.analysis.verbs import extrapolate_inputs, fit_options
 
     opts = fit_options(fit_until=fit_until, n_boot=n_boot, target=given_to(to), seed=seed)
-    return extrapolate_inputs(read(*inputs, x=x), opts, arm=arm, to=to, window=False).projection
+    got = read(*inputs, x=x, y=y, run=run, group=group)
+    return extrapolate_inputs(got, opts, arm=arm, to=to, window=False).projection
 
 
 def status(sweep: PathLike) -> list[RunStatus]:
