@@ -436,3 +436,19 @@ def test_a_mistyped_compute_axis_is_named_with_the_closest(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sweeps" / "loss" / "runs").mkdir(parents=True)
     fails(["rank", "loss", "--x", "sample"], ErrorKind.SETTING, "--x sample", "(did you mean 'samples'?)")
+
+
+def test_a_header_with_spaces_after_its_commas_is_read(tmp_path):
+    path = tmp_path / "spaced.csv"
+    path.write_text("run, gpu_hours, val_pass_rate\n" + "".join(f"a, {x}, {y}\n" for x, y in curve_rows()))
+    res = works(["fit", path, "--json", "--n-boot", "0"])
+    assert [f["run"] for f in json.loads(res.stdout)["fits"]] == ["a"]
+
+
+def test_the_same_compute_twice_is_not_told_to_sort(tmp_path):
+    path = tmp_path / "twice.csv"
+    rows = curve_rows()
+    rows.insert(5, rows[4])  # line 6 repeats line 5's evaluation
+    path.write_text("run,gpu_hours,val_pass_rate\n" + "".join(f"a,{x},{y}\n" for x, y in rows))
+    err = fails(["fit", path], ErrorKind.FILE, f"{path} line 7", "keep one evaluation", "line 6 or 7")
+    assert "sort the rows" not in err

@@ -243,6 +243,9 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
         (["plan", str(csv), "--question", "speed"], ErrorKind.SETTING, ["--question 'speed'", "ceiling, efficiency"]),
     ):
         one_error(runner.invoke(app, args), kind, *culprits, stream="stderr")
+    from ablate.cli.planning import questions
+
+    assert questions("both") == questions("ceiling, efficiency") == ["ceiling", "efficiency"]  # the help's word
 
 
 def test_plan_on_seeds_that_end_too_early_asks_for_longer_runs_not_seeds(tmp_path):

@@ -196,9 +196,12 @@ def questions(text: str) -> list[str]:
     from ablate.fit.taskmodel import QUESTIONS
 
     qs = [q.strip() for q in text.split(",") if q.strip()]
+    if qs == ["both"]:  # the word the help offers
+        return list(QUESTIONS)
     if not qs or any(q not in QUESTIONS for q in qs):
         raise UserError(
-            f"--question {text!r}: give ceiling, efficiency or both (comma-separated)", kind=ErrorKind.SETTING
+            f"--question {text!r}: give ceiling, efficiency, or both (`both`, or `ceiling,efficiency`)",
+            kind=ErrorKind.SETTING,
         )
     return qs
 

@@ -39,7 +39,7 @@ def read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
             f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at column {col}); save the file as UTF-8",
             kind=ErrorKind.FILE,
         ) from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.DictReader(io.StringIO(text, newline=""), skipinitialspace=True)  # "run, compute, ..." too
     rows: list[tuple[int, dict[str, Any]]] = []
     try:
         columns = list(reader.fieldnames or [])
@@ -219,9 +219,14 @@ def load_curves(
         steps = np.nonzero(np.diff(cx) <= 0)[0]
         if steps.size:
             k = steps[0]
+            fix = (  # the same compute twice: sorting cannot help
+                f"keep one evaluation at {cx[k]:g} (line {lines[idx[k]]} or {lines[idx[k + 1]]}), or average them"
+                if cx[k + 1] == cx[k]
+                else "sort the rows by compute, or name the run column with --run"
+            )
             raise UserError(
-                f"{path} line {lines[idx[k + 1]]}: compute '{x}' does not increase in run '{key}' "
-                f"({cx[k + 1]:g} after {cx[k]:g}); sort the rows by compute, or name the run column with --run",
+                f"{path} line {lines[idx[k + 1]]}: the {x} column does not increase in run '{key}' "
+                f"({cx[k + 1]:g} after {cx[k]:g}); {fix}",
                 kind=ErrorKind.FILE,
             )
         curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
