@@ -284,6 +284,14 @@ def test_the_extrapolation_has_its_held_out_check(three_arms):
     held = [t for t in plots(page)["plot-extrapolation"]["data"] if t.get("marker", {}).get("symbol") == "diamond-open"]
     assert held and all(x > 8000 - 1e-9 for t in held for x in t["x"])  # after the fit window: half the compute
     assert "Held-out check: on the" in page
+    # the page gives the command that reproduces its projection: pasted, it prints the page's R
+    import html
+
+    text = re.sub(r"\s+", " ", page)
+    command = html.unescape(re.search(r"To reproduce it: <code>(.*?)</code>", text).group(1))
+    r = re.search(r"R = ([0-9.]+)", text[text.index('id="extrapolation"') :]).group(1)
+    res = CliRunner().invoke(app, shlex.split(command)[1:])
+    assert res.exit_code == 0 and r in res.output, (command, r, res.output)
 
 
 def test_one_arm_still_renders_with_the_comparison_missing(tmp_path, monkeypatch):
