@@ -45,15 +45,27 @@ def _no_spread(ranking: Ranking) -> NoReturn:
             "baseline",
         )
     seeded = [a for a in ranking.arms if a.seeds >= 2]
+    longer = (
+        "run longer (a new sweep with a larger train.max_steps, in another sweep folder: a run's length is part of "
+        "its id) or give {noise} FILE"
+    )
     if seeded and all(a.fit.seeds is None or a.fit.seeds.n_identified < 2 for a in seeded):
         why = joined("; ", dict.fromkeys(w for a in seeded for w in a.fit.why_not_identified)) or "fitted alone"
         raise SettingError(
             phrased(
                 "no seed spread to plan with: arms have seeds, but no arm has 2 whose A is identified (",
                 why,
-                "): run longer (a new sweep with a larger train.max_steps, in another sweep folder: a run's length "
-                "is part of its id) or give {noise} FILE",
+                "): " + longer,
             ),
+            "noise",
+            kind=ErrorKind.DATA,
+        )
+    base = next((a for a in ranking.arms if a.arm == ranking.baseline), None)
+    compared = base is not None and base.fit.identifiable and any(a.fit.identifiable for a in ranking.arms if a != base)
+    if seeded and not compared:
+        raise SettingError(  # seeds identified alone, but no pooled arm compared: no compute ratio to spread
+            "no seed spread to plan with: no arm is compared with the baseline (its A or the baseline's is not "
+            "identified with the seeds pooled), so no compute ratio was read; " + longer,
             "noise",
             kind=ErrorKind.DATA,
         )
