@@ -205,6 +205,8 @@ def test_show_trainers_prints_the_support_matrix():
     for option, _, _ in SUPPORT:
         assert option.split(" ")[0] in words
     assert f"ablate train recipes/base.yaml {PRESET_HINT}" in words
+    res = runner.invoke(app, ["show", "--trainers", "recipes/base.yaml", "los=dapo"])  # not silently ignored
+    assert res.exit_code == 2 and res.output.startswith("error[usage]: --trainers"), res.output
 
 
 # ---- real runs (TRL's GRPOTrainer on the CPU, the tiny model of the base recipe) ----

@@ -50,6 +50,11 @@ def show(s: ShowSettings) -> None:
     from ablate.text import safe
 
     if s.trainers:
+        if s.recipe is not None or s.overrides:  # the matrix is the trainers', not a recipe's: say so, not ignore it
+            raise UserError(
+                "--trainers prints the support matrix of every recipe; drop the recipe and overrides, or --trainers",
+                kind=ErrorKind.USAGE,
+            )
         print_trainers(console())
         return
     if s.keys:
