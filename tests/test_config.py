@@ -21,7 +21,6 @@ from ablate.errors import ErrorKind
 from jobs import one_error, refused
 
 BASE = RECIPES_DIR / "base.yaml"
-LOSS = RECIPES_DIR / "loss.yaml"
 GROUPS = [
     "loss",
     "aggregation",
@@ -349,17 +348,3 @@ def test_show_keys_prints_every_key_a_recipe_can_set_with_its_meaning():
     assert not next(k for k in keys() if k.name == "track.to").in_id
     bad = runner.invoke(app, ["show", "--keys", "los"])
     one_error(bad, ErrorKind.SETTING, "--keys 'los'", "'loss'")
-
-
-def test_a_key_given_twice_is_refused_not_the_last_kept():
-    """`loss=dapo loss=grpo`: Hydra would keep grpo without a word; a recipe and a sweep file's command line both
-    refuse it, naming the key and both overrides."""
-    from ablate.compose.sweep import load_sweep
-    from ablate.errors import ErrorKind, UserError
-
-    for load in (lambda: compose_run(BASE, ["loss=dapo", "loss=grpo"]), lambda: load_sweep(LOSS, ["seed=0", "seed=1"])):
-        with pytest.raises(UserError) as e:
-            load()
-        assert e.value.kind is ErrorKind.RECIPE and "given twice" in str(e.value), e.value
-    with pytest.raises(UserError, match="loss=dapo, loss=grpo"):
-        compose_run(BASE, ["loss=dapo", "loss=grpo"])

@@ -20,7 +20,9 @@ class ShowSettings:
     recipe: Path | None = argument(
         "Recipe (recipes/base.yaml) or sweep file narrowed to one run (recipes/loss.yaml loss=dapo).", default=None
     )
-    overrides: list[str] | None = argument("Hydra overrides, one value per key: key=value.", default=None)
+    overrides: list[str] | None = argument(
+        "Hydra overrides, key=value, one value a key (a key given twice: the last wins).", default=None
+    )
     trainers: bool = option(
         False,
         "--trainers",

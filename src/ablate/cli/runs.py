@@ -309,7 +309,9 @@ class TrainSettings:
     """`ablate train`'s options."""
 
     recipe: Path = argument("Recipe (recipes/base.yaml) or sweep file narrowed to one run.")
-    overrides: list[str] | None = argument("Hydra overrides, one value per key: key=value.", default=None)
+    overrides: list[str] | None = argument(
+        "Hydra overrides, key=value, one value a key (a key given twice: the last wins).", default=None
+    )
     run_dir: Path | None = option(
         None, "--run-dir", doc="Run directory to write (default: sweeps/train/runs/<run_id>)."
     )

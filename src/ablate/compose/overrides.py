@@ -47,20 +47,6 @@ def parse_overrides(overrides: Sequence[str], where: str) -> list[Any]:
     return out
 
 
-def one_value_per_key(parsed: Sequence[Any], where: str) -> None:
-    """Refuse a key given twice (`loss=dapo loss=grpo`): Hydra would keep the last one without a word."""
-    seen: dict[str, str] = {}
-    for o in parsed:
-        k = override_key(o)
-        if k in seen:
-            raise UserError(
-                f"{where}: {k} is given twice ({seen[k]}, {o.input_line}); give it once (to sweep several values: "
-                f"`ablate sweep` with {k}=a,b)",
-                kind=ErrorKind.RECIPE,
-            )
-        seen[k] = o.input_line
-
-
 def override_key(o: Any) -> str:
     """The dotted key an override sets, without Hydra's +/++/~ prefix."""
     return o.get_key_element().lstrip("+~")

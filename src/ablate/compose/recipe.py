@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ablate.compose.hydra import ComposeError, hydra_context
-from ablate.compose.overrides import one_value_per_key, parse_overrides
+from ablate.compose.overrides import parse_overrides
 from ablate.compose.resources import find_recipe
 from ablate.compose.safe_yaml import load_yaml
 from ablate.compose.sweep import load_sweep
@@ -43,7 +43,6 @@ def compose_run(recipe_path: Path | str, overrides: Sequence[str] = ()) -> RunCo
             )
         return sweep.runs[0].config
     parsed = parse_overrides(overrides, str(path))
-    one_value_per_key(parsed, str(path))
     sweeps = [o.input_line for o in parsed if o.is_sweep_override()]
     if sweeps:
         raise UserError(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.compose import destinations as choice
-from ablate.compose.overrides import check_runs, one_value_per_key, override_key, parse_overrides, sweep_size
+from ablate.compose.overrides import check_runs, override_key, parse_overrides, sweep_size
 from ablate.compose.safe_yaml import load_yaml
 from ablate.config.sections import SEED_MAX
 from ablate.config.validation import closest
@@ -186,9 +186,7 @@ def read_sweep(path: Path, overrides: Sequence[str]) -> SweepSpec:
     if problem:  # trackers are the command line's choice (ablate.compose.destinations)
         raise UserError(problem, kind=ErrorKind.RECIPE)
     const_cli: list[tuple[str, str]] = []
-    cli = parse_overrides(list(overrides), "command line")
-    one_value_per_key(cli, "command line")
-    for o in cli:
+    for o in parse_overrides(list(overrides), "command line"):
         k = override_key(o)
         if o.is_sweep_override():  # only sweeps that expand to a list of runs (a,b / range / choice), counted
             check_runs(sweep_size(o), o.input_line)
