@@ -255,6 +255,18 @@ def status_order(data: ReportData) -> Callable[[RunStatus], tuple[Any, ...]]:
     return key
 
 
+def extrapolate_command(data: ReportData) -> str | None:
+    """The `ablate extrapolate` command that reproduces the page's projection, quoted to paste into a shell."""
+    import shlex
+
+    if data.extrapolation is None:
+        return None
+    p = data.extrapolation.projection
+    args = ["ablate", "extrapolate", str(data.sweep), "--arm", p.subject, "--fit-until", f"{data.fit_until:g}"]
+    args += ["--to", f"{p.fit.target:g}", *(["--x", data.ranking.x] if data.ranking else [])]
+    return shlex.join(args)
+
+
 def render(data: ReportData) -> str:
     """The whole page as HTML text."""
     import jinja2
@@ -281,6 +293,7 @@ def render(data: ReportData) -> str:
         missing=missing,
         projection=None if ex is None else ex.projection,
         extrapolation_target=None if ex is None else ex.target_text,
+        extrapolate_command=extrapolate_command(data),
         plotlyjs=get_plotlyjs(),
     )
 
