@@ -225,7 +225,7 @@ def load_curves(
                 else "sort the rows by compute, or name the run column with --run"
             )
             raise UserError(
-                f"{path} line {lines[idx[k + 1]]}: the {x} column does not increase in run '{key}' "
+                f"{path} line {lines[idx[k + 1]]}: the '{x}' column does not increase in run '{key}' "
                 f"({cx[k + 1]:g} after {cx[k]:g}); {fix}",
                 kind=ErrorKind.FILE,
             )
