@@ -107,7 +107,7 @@ def test_status_states_progress_and_warnings(tmp_path):
     assert "loss=b,seed=0" in text and "failed(killed)" in text and "3/10 (30%)" in text and "25% !" in text
 
 
-def test_status_cli_json_and_errors(tmp_path):
+def test_status_cli_json_and_errors(tmp_path, monkeypatch):
     make_sweep(tmp_path)
     res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
@@ -121,6 +121,9 @@ def test_status_cli_json_and_errors(tmp_path):
     one_error(res, ErrorKind.FILE, "'nope'", str(tmp_path), "demo", "ablate sweep")  # and the sweeps there are
     by_path = CliRunner().invoke(app, ["status", str(tmp_path / "demo"), "--json"])  # a path, as rank takes
     assert by_path.exit_code == 0 and json.loads(by_path.output) == data
+    monkeypatch.chdir(tmp_path)  # a bare folder name here, with no sweeps/ of that name: the folder
+    here = CliRunner().invoke(app, ["status", "demo", "--json"])
+    assert here.exit_code == 0 and json.loads(here.output) == data, here.output
     res = CliRunner().invoke(app, ["status", str(tmp_path / "demo" / "runs")])
     one_error(res, ErrorKind.FILE, str(tmp_path / "demo" / "runs"), "ledger.jsonl")
     res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path), "--watch", "--interval", "-1"])

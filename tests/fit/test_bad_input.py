@@ -452,3 +452,19 @@ def test_the_same_compute_twice_is_not_told_to_sort(tmp_path):
     path.write_text("run,gpu_hours,val_pass_rate\n" + "".join(f"a,{x},{y}\n" for x, y in rows))
     err = fails(["fit", path], ErrorKind.FILE, f"{path} line 7", "keep one evaluation", "line 6 or 7")
     assert "sort the rows" not in err
+
+
+def test_a_curves_file_with_nothing_to_fit_says_what_would_help(tmp_path, good_csv):
+    """R0 alone: no window can help, so none is suggested. Negative compute: a fix is named. A --to far past a
+    curves file's own column: the other axes of a run (gpu_hours, ...) are not its columns, so they are not offered."""
+    zero = tmp_path / "zero.csv"
+    zero.write_text("run,gpu_hours,val_pass_rate\na,0,0.3\n")
+    err = fails(["fit", zero], ErrorKind.DATA, "no points with compute > 0", "log evaluations")
+    assert "--fit-from" not in err
+    neg = tmp_path / "neg.csv"
+    neg.write_text("run,gpu_hours,val_pass_rate\na,0,0.3\na,-5,0.4\n")
+    fails(["fit", neg], ErrorKind.FILE, "negative compute", "line(s) 3", "counts up from 0")
+    mine = tmp_path / "mine.csv"
+    mine.write_text(good_csv.read_text().replace("gpu_hours", "compute"))
+    err = fails(["extrapolate", mine, "--x", "compute", "--to", "1e12"], ErrorKind.SETTING, "--to 1e+12")
+    assert "a compute column of the file" in err and "flops" not in err

@@ -89,12 +89,15 @@ def given_to(to: float | None) -> float:
 
 def check_reach(curves: list[Curve], to: float, x: str, fit_until: float | None) -> None:
     """rank and extrapolate refuse a --to beyond MAX_REACH x the largest compute fitted (see there)."""
+    from ablate.storage.metricsfile import COMPUTE_AXES
+
     top = fitted_top(curves, fit_until)
     if top > 0 and to > MAX_REACH * top:
+        others = [a for a in COMPUTE_AXES if a != x]  # a run's axes; a curves file has its own columns
         raise UserError(
             f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
             f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
-            f"({', '.join(a for a in ('gpu_hours', 'flops', 'samples', 'step') if a != x)})",
+            + (f"({', '.join(others)})" if x in COMPUTE_AXES else "(a compute column of the file)"),
             kind=ErrorKind.SETTING,
         )
 

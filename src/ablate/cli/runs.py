@@ -46,7 +46,8 @@ def status(s: StatusSettings) -> None:
     from ablate.train.stopping import ctrl_c
 
     root, sweep = s.root, s.sweep
-    if sweep is not None and "/" in sweep and (Path(sweep) / "ledger.jsonl").exists():
+    here = sweep is not None and not (Path(root) / sweep).exists()  # a bare name that is only a folder here
+    if sweep is not None and ("/" in sweep or here) and (Path(sweep) / "ledger.jsonl").exists():
         root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
     elif sweep is not None and "/" in sweep:
         raise UserError(

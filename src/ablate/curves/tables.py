@@ -189,7 +189,11 @@ def load_curves(
         )
     bad = [ln for ln, v in zip(lines, xs) if v < 0]
     if bad:
-        raise UserError(f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}", kind=ErrorKind.FILE)
+        raise UserError(
+            f"{path}: negative compute in '{x}' at line(s) {fmt_lines(bad)}; compute counts up from 0: fix those "
+            "lines, or name the compute column with --x",
+            kind=ErrorKind.FILE,
+        )
     ns = None
     if VAL_N in columns:  # graded samples behind each pass rate: the evaluation noise is then known, not estimated
         ns = np.array([number(f"{path} line {ln}", VAL_N, r.get(VAL_N)) for ln, r in rows])

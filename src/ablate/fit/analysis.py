@@ -52,10 +52,12 @@ def window_points(curves: list[Curve], opts: FitOptions, name: str) -> WindowPoi
     x, y, run_index = np.concatenate(xs), np.concatenate(ys), np.concatenate(idx)
     if x.size == 0:
         span = [float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()]
-        span_hi = [float(c.x.max()) for c in curves]
-        where = (
-            f" (its points span {min(span):g}..{max(span_hi):g})" if span else " (it has no points with compute > 0)"
-        )
+        if not span:  # R0 alone: no window can help
+            raise UserError(
+                f"{name}: no points with compute > 0 (R0 alone has no curve to fit); log evaluations as it trains",
+                kind=ErrorKind.DATA,
+            )
+        where = f" (its points span {min(span):g}..{max(float(c.x.max()) for c in curves):g})"
         raise SettingError(
             f"{name}: no points in the fit window {opts.window_text()}{where}; widen {{fit_from}}/{{fit_until}}",
             "fit_from",
