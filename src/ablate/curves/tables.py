@@ -220,21 +220,27 @@ def load_curves(
     for key, picked in members.items():
         idx = np.array(picked)
         cx, cy = xs[idx], ys[idx]
-        steps = np.nonzero(np.diff(cx) <= 0)[0]
-        if steps.size:
-            k = steps[0]
-            fix = (  # the same compute twice: sorting cannot help
-                f"keep one evaluation at {cx[k]:g} (line {lines[idx[k]]} or {lines[idx[k + 1]]}), or average them"
-                if cx[k + 1] == cx[k]
-                else "sort the rows by compute, or name the run column with --run"
-            )
-            raise UserError(
-                f"{path} line {lines[idx[k + 1]]}: the '{x}' column does not increase in run '{key}' "
-                f"({cx[k + 1]:g} after {cx[k]:g}); {fix}",
-                kind=ErrorKind.FILE,
-            )
+        _check_increasing(path, x, key, cx, [lines[i] for i in idx])
         curves.append(Curve(run=key, group=groups[key][0], x=cx, y=cy, n=None if ns is None else ns[idx]))
     return curves
+
+
+def _check_increasing(path: Path, x: str, key: str, cx: np.ndarray, lines: list[int]) -> None:
+    """One run's compute must increase row by row (`lines`: each row's line in the file)."""
+    steps = np.nonzero(np.diff(cx) <= 0)[0]
+    if not steps.size:
+        return
+    k = steps[0]
+    fix = (  # the same compute twice: sorting cannot help
+        f"keep one evaluation at {cx[k]:g} (line {lines[k]} or {lines[k + 1]}), or average them"
+        if cx[k + 1] == cx[k]
+        else "sort the rows by compute, or name the run column with --run"
+    )
+    raise UserError(
+        f"{path} line {lines[k + 1]}: the '{x}' column does not increase in run '{key}' "
+        f"({cx[k + 1]:g} after {cx[k]:g}); {fix}",
+        kind=ErrorKind.FILE,
+    )
 
 
 def write_csv(curves: list[Curve], path: Path | str, *, x: str = "gpu_hours", y: str = "val_pass_rate") -> None:
