@@ -368,10 +368,11 @@ def rank(
     arms, not_fitted = _fit_arms(groups, opts, baseline, jobs, not_fitted or [])
     if baseline is None:  # no comparisons: each arm's seed spread around its own curve (for --save-noise)
         judged = _Judgement()
-        flagged_waiting = {n.arm for n in not_fitted if n.arm in waiting and n.facts and n.facts.baseline}
-        for arm in flagged_waiting if len(flagged_waiting) == 1 else ():  # the sweep's, not evaluated yet
+        pending = {n.arm for n in not_fitted if n.arm in waiting and n.facts and n.facts.baseline}
+        if len(pending) == 1:  # the sweep's baseline, not evaluated yet
+            arm = pending.pop()
             why = f"the baseline arm {arm} has no run that can be fitted yet ({waiting[arm]}): no verdicts; rank"
-            judged.notes.append(Note("other", why + " and plan again once it has"))
+            judged.notes.append(Note("baseline_waiting", why + " and plan again once it has"))
         for a in arms:
             own_log_compute_seeds(a, opts)
     else:

@@ -36,7 +36,7 @@ def _fit_error(m: TaskModel, seeds: int, compute: float, sims: int, seed: int) -
 
 def _no_spread(ranking: Ranking) -> NoReturn:
     """Why a ranking measured no seed spread to plan with, as the one-line error that says what to do."""
-    waiting = [n for n in ranking.notes if str(n).startswith("the baseline arm ")]
+    waiting = [n for n in ranking.notes if n.kind == "baseline_waiting"]
     if ranking.baseline is None and waiting:  # the sweep's baseline, not evaluated yet
         raise UserError(f"nothing to plan against yet: {waiting[0]}", kind=ErrorKind.DATA)
     if ranking.baseline is None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-NoteKind = Literal["needs_seeds", "far_target", "decided", "other"]
+NoteKind = Literal["needs_seeds", "far_target", "decided", "baseline_waiting", "other"]
 """needs_seeds: no seed spread to test against (the renderer adds the command that adds seeds); far_target: --to is
 far beyond the compute fitted (a long extrapolation); decided: the sweep was grown by `sweep --decide` (its looks
-are its decisions; no more waves are offered); other: anything else, shown as written."""
+are its decisions; no more waves are offered); baseline_waiting: the sweep's baseline has no run to fit yet (no
+verdicts, nothing to plan against); other: anything else, shown as written."""
 
 
 LABELS: dict[NoteKind, str] = {"needs_seeds": "needs seeds"}

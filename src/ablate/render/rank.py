@@ -256,9 +256,8 @@ def far_target_note(ranking: Ranking) -> Note | None:
 
 def rank_lead(ranking: Ranking) -> list[str]:
     """The lines above the table (markup): the fit window, the axis and the baseline, then rank_header."""
-    waiting = any(str(n).startswith("the baseline arm ") for n in ranking.notes)  # the sweep's, not evaluated yet
     base = esc(ranking.baseline) if ranking.baseline is not None else "— (give --baseline)"
-    if waiting and ranking.baseline is None:
+    if any(n.kind == "baseline_waiting" for n in ranking.notes):  # the sweep's baseline, not evaluated yet
         base = "— (the sweep's baseline has no evaluations yet: see the note below)"
     return [f"fit window {ranking.opts.window_text()} of '{esc(ranking.x)}'; baseline: {base}", *rank_header(ranking)]
 
