@@ -138,7 +138,7 @@ def test_a_note_names_a_setting_as_each_front_end_spells_it(tmp_path):
     printed = json.loads(CliRunner().invoke(app, ["rank", str(sweep), "--x", "gpu_hours", "--json"]).output)
     notes = [n for a in printed["arms"] for n in a["notes"] if "compute 0" in n]
     assert notes and all("give --r0 to fix it" in n for n in notes)
-    shown = CliRunner().invoke(app, ["fit", str(sweep), "--x", "gpu_hours", "--run", "seed=0"]).output
+    shown = CliRunner().invoke(app, ["fit", str(sweep), "--x", "gpu_hours"]).output
     assert "give --r0 to fix it" in shown and "give r0" not in shown
 
     with pytest.raises(SettingError) as e:  # no points left in any arm's window

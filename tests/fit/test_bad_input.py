@@ -317,6 +317,15 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path):
         fails([cmd, path], ErrorKind.FILE, str(path), "'run'", "twice")  # "twice" tells it from a missing column
 
 
+def test_a_row_with_more_fields_than_the_header_is_refused(tmp_path):
+    path = tmp_path / "comma.csv"  # an unquoted comma in the run's name shifts every later column
+    rows = "".join(f"a,{x},{y}\n" for x, y in curve_rows())
+    path.write_text("run,gpu_hours,val_pass_rate\n" + rows + "b,1,5,0.4\n")
+    line = len(curve_rows()) + 2
+    for cmd in COMMANDS:
+        fails([cmd, path], ErrorKind.FILE, f"{path}:{line}", "4 fields, the header has 3", "quote a value")
+
+
 # 13, 14, 15: sweep and run directories ---------------------------------------------------------------------------
 
 
@@ -335,6 +344,13 @@ def test_a_killed_run_says_what_happened(sweep):
     res = works(["rank", sweep, "--n-boot", "50", "--json"])
     (nf,) = json.loads(res.stdout)["not_fitted"]
     assert nf["reason"] == "failed (killed): local job 12 ended without writing a result"
+
+
+def test_run_and_group_columns_on_a_sweep_or_run_directory_are_refused(sweep):
+    for path, what in [(sweep, "is a sweep"), (sweep / "runs" / "r0", "is a run directory")]:
+        for flag in (["--group", "arm"], ["--run", "seed"]):
+            for cmd in COMMANDS:
+                fails([cmd, path, *flag], ErrorKind.SETTING, flag[0], str(path), what, "drop it")
 
 
 def test_a_metric_no_run_logs_is_named(sweep):

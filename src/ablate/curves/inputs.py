@@ -231,10 +231,12 @@ def load_inputs(
                 "which logs its compute (gpu_hours, samples, ...): drop it, or choose the column with --x",
                 kind=ErrorKind.SETTING,
             )
-        if kind in (*logs.FOREIGN, MLFLOW) and (group is not None or run != "run"):
+        if kind != "table" and (group is not None or run != "run"):
+            whose = {"sweep": "a sweep, whose arms are its recipe's", "run": "a run directory, one run"}
             raise UserError(
-                f"{'--group' if group is not None else '--run'}: {p} is a {kind} log, whose runs are "
-                "its arms; --run and --group name columns of CSV/JSONL tables: drop it",
+                f"{'--group' if group is not None else '--run'}: {p} is "
+                f"{whose.get(kind, f'a {kind} log, whose runs are its arms')}; "
+                "--run and --group name columns of CSV/JSONL tables: drop it",
                 kind=ErrorKind.SETTING,
             )
         cs, sk = _read_one(p, kind, x=x, y=y, run=run, group=group, per_step=per_step)

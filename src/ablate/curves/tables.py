@@ -49,6 +49,13 @@ def read_csv(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
                 f"{path}: the header names column '{dup}' twice; rename or drop one of them", kind=ErrorKind.FILE
             )
         for row in reader:
+            extra = row.pop(None, None)  # DictReader's restkey: the fields past the header's last column
+            if extra is not None:
+                raise UserError(
+                    f"{path}:{reader.line_num}: {len(columns) + len(extra)} fields, the header has {len(columns)}; "
+                    "quote a value that holds a comma, or name the extra column in the header",
+                    kind=ErrorKind.FILE,
+                )
             rows.append((reader.line_num, row))
     except csv.Error as e:
         raise UserError(
