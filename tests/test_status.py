@@ -107,6 +107,25 @@ def test_status_states_progress_and_warnings(tmp_path):
     assert "loss=b,seed=0" in text and "failed(killed)" in text and "3/10 (30%)" in text and "25% !" in text
 
 
+def test_runs_whose_trackers_were_left_behind_are_counted_with_the_command_that_sends_them(tmp_path):
+    make_sweep(tmp_path)
+    for rid in ("r0", "r1"):  # r0 ended: its trackers are behind; r1 runs: its own trackers will send it
+        track = RunDir.of(tmp_path, "demo", rid).path / "track"
+        track.mkdir(parents=True)
+        (track / "unsent.json").write_text('{"trackers": ["mlflow"], "state": "done"}')
+    st = {s.run_id: s for s in sweep_status(tmp_path, "demo")}
+    assert st["r0"].trackers_behind == ("mlflow",) and st["r1"].trackers_behind == ()
+    res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert f"trackers behind on 1 run(s) (mlflow): send what they lack with: ablate sync {tmp_path / 'demo'}" in (
+        " ".join(res.output.split())
+    )
+    res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path), "--json"])
+    got = json.loads(res.output)
+    assert got["summary"]["trackers_behind"] == 1
+    assert {r["run_id"]: r["trackers_behind"] for r in got["runs"]}["r0"] == ["mlflow"]
+
+
 def test_status_cli_json_and_errors(tmp_path, monkeypatch):
     make_sweep(tmp_path)
     res = CliRunner().invoke(app, ["status", "demo", "--root", str(tmp_path), "--json"])

@@ -172,7 +172,7 @@ def test_a_tracker_left_behind_is_recorded_and_sync_sends_it_the_rest(tmp_path, 
     assert runner.invoke(app, ["sync", str(rd.path)]).output.strip() == "nothing left unsent"
 
 
-def test_a_tracker_that_failed_is_recorded_and_a_tracker_still_behind_keeps_its_record(tmp_path, monkeypatch):
+def test_a_tracker_that_failed_is_recorded_and_a_tracker_still_behind_keeps_its_record(tmp_path, monkeypatch, capsys):
     config, rd = _run_dir(tmp_path)
 
     class Failing(_Recorder):
@@ -184,6 +184,8 @@ def test_a_tracker_that_failed_is_recorded_and_a_tracker_still_behind_keeps_its_
     fan.append({"step": 0})
     fan.close("preempted")
     assert fan.behind == ["mlflow"] and unsent(rd.path) == fanout.Unsent(("mlflow",), "preempted")
+    err = capsys.readouterr().err  # the failure's own warning, then at the end the command that sends the rest
+    assert "the server is down" in err and f"send it with: ablate sync {rd.path}" in err
     monkeypatch.setattr(fanout, "build", lambda names: [Failing("mlflow")])
     assert send_unsent(config, rd) == ["mlflow"]  # still failing: the record stays for a later try
     assert unsent(rd.path) == fanout.Unsent(("mlflow",), "preempted")

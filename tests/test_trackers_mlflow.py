@@ -383,7 +383,7 @@ def test_train_without_a_uri_keeps_its_store_in_the_run_directory(tmp_path):
     assert fit["run"] == "run" and fit["n_points"] == len(_steps(out)) - 1  # every evaluation but R0's at 0
 
 
-def test_train_with_the_server_down_warns_once_and_ends_done(tmp_path):
+def test_train_with_the_server_down_warns_once_ends_done_and_says_how_to_send_the_rest(tmp_path):
     out = tmp_path / "run"
     uri = f"http://127.0.0.1:{_free_port()}"  # closed
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
@@ -391,6 +391,7 @@ def test_train_with_the_server_down_warns_once_and_ends_done(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert store.read_json(out / "run.json")["status"] == "done" and _steps(out) == [0, 2, 4, 6]
     warned = [ln for ln in done.stderr.splitlines() if ln.startswith("warning:")]
-    assert len(warned) == 1 and "tracker mlflow failed to start" in warned[0], done.stderr[-3000:]
+    assert len(warned) == 2 and "tracker mlflow failed to start" in warned[0], done.stderr[-3000:]
+    assert warned[1].endswith(f"send it with: ablate sync {out}"), warned[1]  # at the end: the command to paste
     assert f"{uri}: [Errno 111] Connection refused; start the server" in warned[0]
     assert (out / "logs" / "train.log").read_text().count("tracker mlflow failed") == 1

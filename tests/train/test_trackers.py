@@ -160,7 +160,8 @@ def test_a_failing_tracker_warns_once_and_the_run_ends_done_with_the_others_mirr
     res = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, "online"), stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr[-2000:]
     warnings = [ln for ln in res.stderr.splitlines() if "tracker wandb" in ln]
-    assert len(warnings) == 1 and "no W&B API key" in warnings[0] and "track.wandb_mode=offline" in warnings[0]
+    assert len(warnings) == 2 and "no W&B API key" in warnings[0] and "track.wandb_mode=offline" in warnings[0]
+    assert warnings[1].endswith(f"send it with: ablate sync {out}")  # once there is a key
     assert "tracker wandb failed to start" in (out / "logs" / "train.log").read_text()
     assert store.read_json(out / "run.json")["status"] == "done"
     recs = store.read_jsonl(out / "metrics.jsonl")
@@ -212,7 +213,9 @@ def test_fanout_drops_a_failing_tracker_after_one_warning_and_feeds_the_others(t
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert lines == [
         "warning: tracker bad failed to log a metrics line (log refused: the server is down; start it); the run "
-        "goes on without it and metrics.jsonl keeps every line (docs/trackers.md)"
+        "goes on without it and metrics.jsonl keeps every line (docs/trackers.md)",
+        "warning: tracker bad stopped early (warned above); what it lacks is kept in metrics.jsonl and recorded in "
+        f"track/unsent.json: send it with: ablate sync {tmp_path}",
     ]
 
 

@@ -250,7 +250,10 @@ def show_dry_run(expanded: Any, sdir: Path, executor: str, flags: dict[str, bool
 
 
 def followed_end(ended: list[Any], shown: str) -> None:
-    """After --follow: exit status 1, and where to look, when a run followed did not finish (done or pruned)."""
+    """After --follow: exit status 1, and where to look, when a run followed did not finish (done or pruned); a
+    warning when runs' trackers were left behind."""
+    if behind := [s for s in ended if s.trackers_behind]:
+        typer.echo(f"warning: trackers behind on {len(behind)} run(s); {shown} says which, and how to send them")
     bad = [s for s in ended if str(s.state) not in ("done", "pruned")]
     if bad:
         states = ", ".join(f"{n} {st}" for st, n in Counter(str(s.state) for s in bad).items())

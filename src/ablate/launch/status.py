@@ -18,6 +18,7 @@ from ablate.storage.ledger import Ledger
 from ablate.storage.metricsfile import TRUNCATION_WARN
 from ablate.storage.rundir import RunDir, sweep_dir, sweep_run_dirs
 from ablate.text import safe
+from ablate.track.fanout import unsent
 
 COUNTED = (
     RunState.DONE,
@@ -56,6 +57,8 @@ class RunStatus:
     log: str | None
     reason: str | None = None
     """pruned / unstable: why the prune monitor stopped it."""
+    trackers_behind: tuple[str, ...] = ()
+    """The trackers this run's end left behind (ablate.track.fanout.UNSENT), until `ablate sync` sends them."""
 
     @property
     def progress(self) -> float | None:
@@ -84,7 +87,9 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
             state = RunState.LOST  # its submitter died before handing it over; `ablate sweep` resubmits it
         elif state in (RunState.SUBMITTING, RunState.QUEUED):
             state = RunState.PENDING
-        m = RunDir.of(root, name, rid).last_metrics() or {}
+        rd = RunDir.of(root, name, rid)
+        m = rd.last_metrics() or {}
+        behind = unsent(rd.path)
         trunc = store.finite_number(m.get("truncation_rate"))
         out.append(
             RunStatus(
@@ -105,6 +110,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
                 error=error,
                 log=r.log,
                 reason=r.reason,
+                trackers_behind=behind.trackers if behind and state in TERMINAL else (),
             )
         )
     return out
@@ -153,6 +159,7 @@ def summary(statuses: Sequence[RunStatus]) -> dict[str, Any]:
         **{str(k): counts.get(k, 0) for k in COUNTED},
         "gpu_hours": round(sum(s.gpu_hours or 0.0 for s in statuses), 4),
         "truncation_warnings": sum(s.truncation_warning for s in statuses),
+        "trackers_behind": sum(bool(s.trackers_behind) for s in statuses),
         "pruning": pruning_saved(statuses),
     }
 

@@ -127,8 +127,9 @@ def fast_table(name: str, rows: list[list[tuple[str, str | None]]]) -> Text:
     return out
 
 
-def sweeps_view(data: list[tuple[str, list[RunStatus]]]) -> Group:
-    """Each sweep's table and summary line, and why its failed or stopped runs ended."""
+def sweeps_view(data: list[tuple[str, list[RunStatus]]], root: Path) -> Group:
+    """Each sweep's table and summary line, why its failed or stopped runs ended, and the command that sends its
+    trackers what the runs' ends left unsent."""
     parts: list[Any] = []
     for n, sts in data:
         parts += [status_table(n, sts), Text(safe(summary_line(n, sts)))]
@@ -142,6 +143,12 @@ def sweeps_view(data: list[tuple[str, list[RunStatus]]]) -> Group:
                 parts.append(
                     Text(safe(f"  {s.label} ({s.run_id}) {s.state} at step {s.step}: {s.reason}"), style=STYLE[s.state])
                 )
+        if behind := [s for s in sts if s.trackers_behind]:
+            names = ", ".join(dict.fromkeys(t for s in behind for t in s.trackers_behind))
+            line = (
+                f"  trackers behind on {len(behind)} run(s) ({names}): send what they lack with: ablate sync {root / n}"
+            )
+            parts.append(Text(safe(line), style="yellow"))
     return Group(*parts)
 
 
@@ -170,14 +177,14 @@ def show_status(
         console = Console(width=max(console.width, 160))
     data = collect()
     if not watch:
-        console.print(sweeps_view(data))
+        console.print(sweeps_view(data, Path(root)))
         return
     try:
-        with Live(sweeps_view(data), console=console, refresh_per_second=4) as live:
+        with Live(sweeps_view(data, Path(root)), console=console, refresh_per_second=4) as live:
             while not all(s.ended for _, sts in data for s in sts):
                 time.sleep(interval)
                 data = collect()
-                live.update(sweeps_view(data))
+                live.update(sweeps_view(data, Path(root)))
     except KeyboardInterrupt:
         pass
 

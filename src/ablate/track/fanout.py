@@ -157,12 +157,15 @@ class FanOut:
         self.behind = behind = [*late, *(w.name for w in self._workers if w.failed and w.name not in late)]
         if behind:  # a tracker that failed (it warned then) lacks the rest of the run too
             _record_unsent(path, behind, state, sent=self.names)
+        where = self.ctx.sweep_dir or self.ctx.run_dir
+        keep = f"is kept in metrics.jsonl and recorded in {UNSENT}: send it with: ablate sync {where}"
         if late:
-            where = self.ctx.sweep_dir or self.ctx.run_dir
             warn(
-                f"tracker {', '.join(late)} still sending after {self.wait_s:.0f} s at the end of the run; what it "
-                f"has not sent is kept in metrics.jsonl and recorded in {UNSENT}: send it with: ablate sync {where}"
+                f"tracker {', '.join(late)} still sending after {self.wait_s:.0f} s at the end of the run; "
+                f"what it has not sent {keep}"
             )
+        if failed := [n for n in behind if n not in late]:
+            warn(f"tracker {', '.join(failed)} stopped early (warned above); what it lacks {keep}")
         if not behind and path.exists():  # an earlier attempt's tail, sent as this attempt's trackers started
             _record_unsent(path, [], state, sent=self.names)
 
