@@ -165,9 +165,13 @@ def test_killed_run_is_failed_killed_and_running_run_is_never_resubmitted(tmp_pa
     rec = Ledger(tmp_path / "toy").fold()["toy-a0"]
     os.kill(rec.pid, signal.SIGKILL)  # the OOM killer, say
     st = wait_for(tmp_path, "toy", ["toy-a0"], timeout=GUARD)["toy-a0"]
-    assert (st.state, st.cause) == ("failed", "killed") and "without" in st.error
+    assert (st.state, st.cause) == ("failed", "killed") and "without recording a result (killed" in st.error
     wait_runners(tmp_path, "toy")  # the runner records the death in run.json before it exits
     assert store.read_json(run_dir(tmp_path, "toy", "toy-a0") / "run.json")["status"] == "failed"  # not "running"
+    st = sweep_status(tmp_path, "toy")[0]
+    assert "without recording a result (killed" in st.error and "FINISHED" not in st.error  # submitit's word
+    again = launch_sweep(sw, root=tmp_path, executor="local", job=TOY_JOB, echo=None)
+    assert again.submit == [] and "1 failed left as they are: --retry-failed resubmits them" in again.summary()
 
 
 def test_debug_executor_runs_in_process(tmp_path):

@@ -164,7 +164,11 @@ def _finalize(ledger: Ledger, batch: str, run_id: str, job: Any) -> None:
             return
         state = job.state
         cause = "cancelled" if state == "INTERRUPTED" else "killed"
-        err = f"local job {job.job_id} ended ({state}) without recording a result"
+        err = {  # submitit's word for it: FINISHED is a process that exited, whatever killed the run inside it
+            "FINISHED": f"local job {job.job_id} ended without recording a result (killed: OOM killer, kill -9; "
+            "its log may say more)",
+            "INTERRUPTED": f"local job {job.job_id} was stopped by a signal before recording a result",
+        }.get(state, f"local job {job.job_id} ended ({state.lower()}) without recording a result")
         RunDir.of(ledger.dir.parent, ledger.dir.name, run_id).try_failed(cause, err)  # run.json first, as jobs do
         ledger.append(
             {

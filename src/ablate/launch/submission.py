@@ -44,6 +44,8 @@ class Submission:
                 parts.append(f"{n} {state}")
         parts.append(f"{len(self.new)} new")
         verb = f"submitting {len(self.submit)} via {self.executor}" if self.submit else "nothing to submit"
+        if left := [rid for rid in self.failed if rid not in self.submit]:
+            verb += f"; {len(left)} failed left as they are: --retry-failed resubmits them (from their checkpoints)"
         return f"{self.sweep}: " + ", ".join(parts) + f" -> {verb}"
 
 
