@@ -142,6 +142,39 @@ def test_sweep_says_where_the_copies_are_and_its_rank_commands_paste(mirrored, t
         assert {a["arm"]: a["verdict"] for a in json.loads(out)["arms"]} == own, cmd
 
 
+def test_each_mlflow_store_gets_a_rank_command_that_names_it(tmp_path, monkeypatch):
+    """A store given on the command line (track.mlflow_uri) is named by the command, which the shell's
+    MLFLOW_TRACKING_URI would not find; one from that variable is found as it is; credentials are not printed."""
+    from ablate.track.hints import copy_hints
+
+    def hint(uri):
+        return copy_hints([SimpleNamespace(to=["mlflow"], mlflow_uri=uri)], tmp_path / "loss", "loss")
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    db = tmp_path / "my store.db"
+    assert hint(f"sqlite:///{db}") == [
+        f"MLflow copy: browse it with: mlflow ui --backend-store-uri 'sqlite:///{db}'; rank it with: ablate rank '{db}'"
+    ]
+    assert hint("http://host:5000")[0].endswith(
+        "rank it with: MLFLOW_TRACKING_URI=http://host:5000 ablate rank mlflow:loss"
+    )
+    assert "secret" not in hint("http://me:secret@host:5000")[0]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://host:5000")
+    assert hint(None)[0].endswith("rank it with: ablate rank mlflow:loss")
+
+
+def test_a_sweep_that_submits_nothing_points_at_no_copy(tmp_path, monkeypatch):
+    """Its runs ended before, perhaps untracked: there are no copies to point at (W&B's offline files, say)."""
+    from ablate.compose.resources import RECIPES_DIR
+    from jobs import TOY_JOB
+
+    args = ["sweep", str(RECIPES_DIR / "loss.yaml"), "--root", str(tmp_path), "-e", "debug", "--job", TOY_JOB]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    res = CliRunner().invoke(app, [*args, "--track", "wandb", "track.wandb_mode=offline"])
+    assert res.exit_code == 0 and "nothing to submit" in res.output, res.output
+    assert "W&B copy" not in res.output and "wandb sync" not in res.output
+
+
 def test_a_bad_w_and_b_file_among_the_copies_is_one_line(tmp_path):
     """A run file without W&B's header (a run killed as it started) among several folders: one error line, exit 2,
     whichever path reads it first (the axis choice or the curves)."""

@@ -220,6 +220,19 @@ def test_the_default_store_is_a_sqlite_file_in_the_sweep_and_rank_reads_it(tmp_p
     assert sorted((a["group"], a["n_runs"]) for a in ranked["arms"]) == [("baseline", 3), ("loss=dapo", 3)]
 
 
+@pytest.mark.parametrize("given", ["file://{tmp}/mlruns", "{tmp}/mlruns"])
+def test_a_file_store_is_refused_with_one_line_naming_the_sqlite_store(tmp_path, monkeypatch, given):
+    uri = given.format(tmp=tmp_path)  # MLflow no longer writes file stores; its message runs over five sentences
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(RuntimeError) as got:
+        MlflowTracker().start(_ctx(tmp_path / "run"), None)
+    assert str(got.value) == (
+        f"{uri}: MLflow no longer writes a file store; give a SQLite store (sqlite:///PATH/mlflow.db) or a tracking "
+        "server (MLFLOW_TRACKING_URI or track.mlflow_uri)"
+    )
+    assert not (tmp_path / "mlruns").exists()
+
+
 def test_a_server_that_is_down_fails_the_start_with_one_line(tmp_path, monkeypatch):
     for var in ENVIRONMENT["mlflow"]:  # as a process that never tracked has it
         monkeypatch.delenv(var)

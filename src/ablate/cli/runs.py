@@ -225,7 +225,9 @@ def sweep(s: SweepSettings) -> None:
         **launch,
     )
     _send_unsent(s.root / expanded.name, [*submitted.submit, *submitted.running])
-    _copy_hints(expanded, s.root / expanded.name)
+    _copy_hints(
+        [r for r in expanded.runs if r.run_id in {*submitted.submit, *submitted.running}], s.root / expanded.name
+    )
     shown = f"ablate status {expanded.name}" + (f" --root {s.root}" if s.root != Path("sweeps") else "")
     if s.follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:
@@ -264,12 +266,13 @@ def followed_end(ended: list[Any], shown: str) -> None:
         raise typer.Exit(1)
 
 
-def _copy_hints(expanded: Any, sdir: Path) -> None:
-    """Where the runs' tracker copies are, and how to browse, upload and rank them (track.hints)."""
+def _copy_hints(runs: list[Any], sdir: Path) -> None:
+    """Where the tracker copies of the runs submitted or running are, and how to browse, upload and rank them
+    (track.hints); none for a sweep whose runs had all ended (they may have run untracked)."""
     from ablate.text import safe
     from ablate.track.hints import copy_hints
 
-    for line in copy_hints([r.config.track for r in expanded.runs], sdir, expanded.name):
+    for line in copy_hints([r.config.track for r in runs], sdir, sdir.name) if runs else []:
         typer.echo(safe(line))
 
 

@@ -58,10 +58,11 @@ def tracking_uri(ctx: TrackContext) -> str:
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///PATH` tracking URI, None for any other store."""
-    if not uri.startswith("sqlite:"):
+    """The database file of a `sqlite:///PATH` tracking URI (SQLAlchemy's form: PATH is what follows the third
+    slash, so `sqlite:////abs/x.db` is /abs/x.db and `sqlite:///x.db` is x.db here), None for any other store."""
+    if not uri.startswith("sqlite:///"):
         return None
-    path = unquote(urlparse(uri).path)
+    path = unquote(urlparse(uri).path[1:])
     return Path(path) if path else None
 
 
@@ -313,6 +314,9 @@ def said(uri: str, e: Exception, setting: str = "MLFLOW_TRACKING_URI or track.ml
     """MLflow's error in a few words, after the store: the socket's error and the fix when the server could not be
     reached (MLflow's message then runs over several lines of urllib3's), else its message's first line."""
     text = str(e)
+    if "filesystem tracking backend" in text:  # MLflow 3 refuses file stores (`file:`, a path) in five sentences
+        fix = f"give a SQLite store (sqlite:///PATH/mlflow.db) or a tracking server ({setting})"
+        return f"{uri}: MLflow no longer writes a file store; {fix}"
     socket = re.search(r"\[Errno -?\d+\][^'\")]*", text)
     if socket:
         fix = f"start the server or fix the URI ({setting})"
