@@ -76,6 +76,10 @@ class RunSummary:
     samples: float | None = None
     warnings: tuple[str, ...] = ()
     max_lag: int | None = None
+    val_step: int | None = None
+    """The step of the evaluation `val_pass_rate` is from (a run stopped between evaluations ends past it)."""
+    resumed_from: int | None = None
+    """The checkpoint's step this attempt resumed from (None: it started the run)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,10 +92,25 @@ class RunSummary:
             "samples": self.samples,
             "warnings": list(self.warnings),
             "max_lag": self.max_lag,
+            "val_step": self.val_step,
+            "resumed_from": self.resumed_from,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunSummary:
         """Read back what `to_json` wrote (a spawned worker 0 hands its summary over as JSON)."""
-        fields = {k: d.get(k) for k in ("step", "r0", "val_pass_rate", "reason", "gpu_hours", "samples", "max_lag")}
+        fields = {
+            k: d.get(k)
+            for k in (
+                "step",
+                "r0",
+                "val_pass_rate",
+                "reason",
+                "gpu_hours",
+                "samples",
+                "max_lag",
+                "val_step",
+                "resumed_from",
+            )
+        }
         return cls(status=RunState(d["status"]), warnings=tuple(d.get("warnings") or ()), **fields)

@@ -478,14 +478,14 @@ LONG = ["train.max_steps=1000000", "train.eval_every=2", "train.checkpoint_every
 
 
 def _signal_after(cmd: list[str], out: Path, n_lines: int, sig: int) -> tuple[int, str]:
-    """Start `cmd`, send `sig` once metrics.jsonl has `n_lines` lines; (exit status, stderr)."""
+    """Start `cmd`, send `sig` once metrics.jsonl has `n_lines` lines; (exit status, stdout and stderr)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     until(lambda: p.poll() is not None or len(_steps(out)) >= n_lines, f"{n_lines} metrics lines")
-    assert p.poll() is None, p.communicate()[1][-2000:]  # still running: it did not fail on the way
+    assert p.poll() is None, p.communicate()[0][-2000:]  # still running: it did not fail on the way
     p.send_signal(sig)
-    _, err = p.communicate(timeout=300)
-    return p.returncode, err
+    said, _ = p.communicate(timeout=300)
+    return p.returncode, said
 
 
 def test_ctrl_c_stops_ablate_train_with_130_and_says_how_to_resume(tmp_path):
@@ -506,6 +506,11 @@ def test_ctrl_c_stops_ablate_train_with_130_and_says_how_to_resume(tmp_path):
     assert rc == 143 and "stopped by SIGTERM" in err, err[-2000:]
     meta = store.read_json(out / "run.json")
     assert meta["status"] == "preempted" and meta["resumed_from"] == stopped, meta
+    # its last line says it resumed, and which step's evaluation its pass rate is
+    evaluated = max(_steps(out))
+    end = next(ln for ln in err.splitlines() if ln.startswith("preempted: step"))
+    assert end.startswith(f"preempted: step {meta['step']} (resumed from step {stopped}), R0 "), end
+    assert (f"(step {evaluated}'s evaluation)" in end) == (evaluated != meta["step"]), end
 
 
 class _CtrlCOnSleep:

@@ -85,9 +85,12 @@ def run_end(summary: RunSummary) -> str:
     def rate(v: Any) -> str:  # a pass rate to 4 decimals (a float32 read back prints 17 digits otherwise)
         return f"{v:.4f}" if isinstance(v, float) else str(v)
 
+    resumed = f" (resumed from step {summary.resumed_from})" if summary.resumed_from is not None else ""
+    at = summary.val_step
+    evaluated = f" (step {at}'s evaluation)" if at is not None and at != summary.step else ""
     return (
-        f"{summary.status}: step {summary.step}, R0 {rate(summary.r0)}, "
-        f"val_pass_rate {rate(summary.val_pass_rate)}" + (f" ({summary.reason})" if summary.reason else "")
+        f"{summary.status}: step {summary.step}{resumed}, R0 {rate(summary.r0)}, "
+        f"val_pass_rate {rate(summary.val_pass_rate)}{evaluated}" + (f" ({summary.reason})" if summary.reason else "")
     )
 
 
