@@ -426,11 +426,23 @@ def test_all_errors_of_all_runs_are_collected(tmp_recipes):
     with pytest.raises(ConfigErrors) as e:
         load_sweep(f)
     errs = e.value.errors
-    by_key = {m.partition(":")[0]: m for m in errs}  # one line a key (or arm): it first, then what is wrong
+    assert all(m.startswith(f"{f}: ") for m in errs)  # the file's keys: the file named first
+    by_key = {m.removeprefix(f"{f}: ").partition(":")[0]: m for m in errs}  # a key (or arm), then what is wrong
     assert ">= 1" in by_key["offpolicy.k"]  # shared by every arm: printed once
     assert "int" in by_key["batch.prompts"] and "'x'" in by_key["batch.prompts"]
     assert "aggregation=token" in by_key["arm loss=gspo"]
     assert len(errs) == 3 and str(e.value).count("\n") == 2 and e.value.kind is ErrorKind.RECIPE
+
+
+def test_a_mistyped_key_names_the_sweep_file_it_is_in_not_the_command_line(tmp_recipes):
+    f = tmp_recipes / "typo.yaml"
+    f.write_text("grid: {los: [grpo, gspo]}\n")
+    with pytest.raises(ConfigErrors) as e:
+        load_sweep(f)
+    assert e.value.errors == [f"{f}: los: unknown key (did you mean 'loss'?)"]
+    with pytest.raises(ConfigErrors) as e:  # typed on the command line: the user sees it where they typed it
+        load_sweep(tmp_recipes / "base.yaml", ["optim.lrr=1e-4"])
+    assert e.value.errors == ["optim.lrr: unknown key (did you mean 'optim.lr'?)"]
 
 
 def test_run_cells(loaded):

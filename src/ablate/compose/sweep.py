@@ -225,7 +225,7 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
             raise ConfigErrors([f"base recipe {spec.base!r}: {m}" for m in e.errors]) from None
         arms, errors, notes = _compose_arms(spec, hc)
     if errors:
-        raise ConfigErrors(errors)
+        raise ConfigErrors(_in_file(errors, where, {override_key(o) for o in parse_overrides(overrides, "overrides")}))
 
     labels = _distinct(where, arms)
     baseline = spec.baseline
@@ -271,6 +271,16 @@ def load_sweep(path: Path | str, overrides: Sequence[str] = ()) -> Sweep:
         notes=notes,
         diffs=diffs,
     )
+
+
+def _in_file(errors: list[str], where: str, cli_keys: set[str]) -> list[str]:
+    """The sweep file named before each error that is not about a key the command line set (those name their
+    key, which the user just typed)."""
+    out = []
+    for e in errors:
+        key = e.removeprefix("arm ").split(": ")[1 if e.startswith("arm ") else 0].split("=")[0]
+        out.append(e if key in cli_keys else f"{where}: {e}")
+    return out
 
 
 def _collate(errors: list[tuple[str, str]], n_arms: int) -> list[str]:
