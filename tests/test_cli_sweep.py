@@ -129,6 +129,28 @@ def test_show_errors():
     one_error(runner.invoke(app, ["show", "no/such.yaml"]), ErrorKind.FILE, "no/such.yaml")
 
 
+def test_show_prints_a_run_directorys_config_and_points_a_sweep_directory_to_status(tmp_path):
+    """A run directory (or its config.yaml) shows the config it ran with; a sweep's directory, and `status` given a
+    run's, name the command that does what was asked."""
+    from omegaconf import OmegaConf
+
+    gspo = next(r for r in load_sweep(LOSS).runs if r.arm_label == "loss=gspo")
+    run = tmp_path / "sweeps" / "loss" / "runs" / gspo.run_id
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"status": "done"}')
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(gspo.config.to_dict())))
+    for given in (run, run / "config.yaml"):
+        res = runner.invoke(app, ["show", str(given)])
+        assert res.exit_code == 0, res.output
+        head, ids, body = res.output.split("\n", 2)
+        assert head == f"# run directory: {run}" and f"run_id: {gspo.run_id}" in ids
+        assert yaml.safe_load(body) == gspo.config.to_dict()
+    one_error(runner.invoke(app, ["show", str(run), "loss=dapo"]), ErrorKind.USAGE, "loss=dapo", "drop the overrides")
+    sweep = tmp_path / "sweeps" / "loss"
+    one_error(runner.invoke(app, ["show", str(sweep)]), ErrorKind.FILE, f"ablate status {sweep}")
+    one_error(runner.invoke(app, ["status", str(run)]), ErrorKind.FILE, "a run directory", f"ablate fit {run}")
+
+
 @pytest.mark.parametrize("verb", ["sweep", "rank", "plan", "report", "status"])
 def test_help_shows_flags_without_a_value_placeholder(verb, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")

@@ -41,7 +41,8 @@ def show(s: ShowSettings) -> None:
     """Print the resolved, validated config of one run (YAML), headed by its run id and arm id.
 
     The first line names the recipe file read: recipes/X.yaml is yours when your folder has it, else ablate's
-    packaged one. --keys prints what each key means instead (ablate show --keys loss).
+    packaged one. Given a run directory (or its config.yaml), the config that run ran with. --keys prints what each
+    key means instead (ablate show --keys loss).
     Example: ablate show recipes/base.yaml loss=dapo aggregation=token
     """
     from ablate.compose.recipe import compose_run
@@ -66,9 +67,40 @@ def show(s: ShowSettings) -> None:
         raise UserError(
             "give a recipe (ablate show recipes/base.yaml), or --trainers for the support matrix", kind=ErrorKind.USAGE
         )
+    if run_dir := _a_run_or_sweep(Path(s.recipe), s.overrides):  # what a run was launched with, as it is
+        from ablate.storage.rundir import RunDir
+        from ablate.track.sync import run_config
+
+        typer.echo(f"# run directory: {safe(run_dir)}\n{config_yaml(run_config(RunDir(run_dir)))}", nl=False)
+        return
     config = config_yaml(compose_run(s.recipe, s.overrides or []))
     found, source = find_recipe(s.recipe)
     typer.echo(f"# recipe: {safe(found)} ({source})\n{config}", nl=False)
+
+
+def _a_run_or_sweep(path: Path, overrides: list[str] | None) -> Path | None:
+    """`ablate show` given a run directory (or its config.yaml): that directory. A sweep directory, or any other
+    folder, is refused naming what shows it; a recipe: None."""
+    if path.is_dir():
+        run_dir = path
+    elif path.name == "config.yaml" and (path.parent / "run.json").exists():
+        run_dir = path.parent
+    else:
+        return None
+    if (run_dir / "ledger.jsonl").exists() or (run_dir / "runs").is_dir():
+        raise UserError(
+            f"{path}: a sweep directory; `ablate status {path}` lists its runs, `ablate show {path}/runs/RUN` prints "
+            "one run's config",
+            kind=ErrorKind.FILE,
+        )
+    if not (run_dir / "config.yaml").exists():
+        raise UserError(f"{path}: a directory with no run's config.yaml; give a recipe file", kind=ErrorKind.FILE)
+    if overrides:
+        raise UserError(
+            f"{overrides[0]}: {path} is a run's config, as it ran: drop the overrides, or show its recipe with them",
+            kind=ErrorKind.USAGE,
+        )
+    return run_dir
 
 
 @dataclass(frozen=True, kw_only=True)

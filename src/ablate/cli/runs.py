@@ -49,6 +49,12 @@ def status(s: StatusSettings) -> None:
     here = sweep is not None and not (Path(root) / sweep).exists()  # a bare name that is only a folder here
     if sweep is not None and ("/" in sweep or here) and (Path(sweep) / "ledger.jsonl").exists():
         root, sweep = Path(sweep).resolve().parent, Path(sweep).resolve().name  # a sweep directory's path
+    elif sweep is not None and (Path(sweep) / "run.json").exists():
+        raise UserError(
+            f"{sweep}: a run directory, not a sweep; its run.json holds its state, `ablate show {sweep}` its config "
+            f"and `ablate fit {sweep}` fits its curve",
+            kind=ErrorKind.FILE,
+        )
     elif sweep is not None and "/" in sweep:
         raise UserError(
             f"{sweep}: not a sweep directory (no ledger.jsonl); give a sweep's name, or its directory (sweeps/NAME)",
