@@ -445,6 +445,14 @@ def test_a_mistyped_key_names_the_sweep_file_it_is_in_not_the_command_line(tmp_r
     assert e.value.errors == ["optim.lrr: unknown key (did you mean 'optim.lr'?)"]
 
 
+def test_an_option_of_the_same_name_with_other_values_is_an_override_vs_base(tmp_recipes):
+    wide = (tmp_recipes / "loss" / "cispo.yaml").read_text().replace("eps_max: 5.0", "eps_max: 8.0")
+    assert "eps_max: 8.0" in wide
+    (tmp_recipes / "loss" / "cispo_wide.yaml").write_text(wide)
+    (tmp_recipes / "wide.yaml").write_text("baseline: loss=cispo\ngrid: {loss: [cispo, cispo_wide]}\n")
+    assert [cells[3] for cells in run_cells(load_sweep(tmp_recipes / "wide.yaml"))] == ["(base)", "loss=cispo_wide"]
+
+
 def test_run_cells(loaded):
     rows = run_cells(loaded["loss"])
     assert [label for label, *_ in rows] == [

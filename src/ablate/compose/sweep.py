@@ -66,9 +66,8 @@ class Sweep:
 
 
 def _differs(cfg: dict[str, Any], base: dict[str, Any], key: str) -> bool:
-    """Whether the run's value at `key` differs from the base's (a group choice: whether the option does)."""
-    if key in schema.sections() and "name" in base.get(key, {}):
-        key += ".name"
+    """Whether the run's value at `key` differs from the base's (a group choice: whether any of the option's values
+    does, so that an option file of the same `name` with other values, `loss=cispo_wide`, counts)."""
     a: Any = cfg
     b: Any = base
     for part in key.split("."):
