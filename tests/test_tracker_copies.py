@@ -57,7 +57,7 @@ def mirrored(tmp_path_factory):
         arm: [synthetic_curve(a=a, b=1.9, c_mid=c_mid, c_max=16000, n_points=40, seed=10 * k + s) for s in range(3)]
         for k, (arm, (a, c_mid)) in enumerate(ARMS.items())
     }
-    sweep = write_sweep(root, "loss", arms, baseline=BASE)
+    sweep = write_sweep(root, "loss", arms, baseline=BASE, val_n=True)
     copy = root / "copy"
     mp = pytest.MonkeyPatch()
     mp.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -97,8 +97,11 @@ def test_the_w_and_b_and_mlflow_copies_rank_as_the_sweep(mirrored):
         assert (got["x"], got["baseline"]) == (own["x"], own["baseline"]), inputs[0]
         assert {a["arm"]: a["verdict"] for a in got["arms"]} == verdicts, inputs[0]
         assert {a["arm"]: a["seeds"] for a in got["arms"]} == {a["arm"]: a["seeds"] for a in own["arms"]}
-        for mine, theirs in zip(own["arms"], got["arms"]):  # the same points: the same fits
+        for mine, theirs in zip(own["arms"], got["arms"]):  # the same points and graded samples: the same fits
             assert theirs["A"] == pytest.approx(mine["A"], rel=1e-6), inputs[0]
+            assert theirs["A_ci"] == pytest.approx(mine["A_ci"], rel=1e-6), inputs[0]
+            assert [n["eval_sd"] for n in theirs["noise"]] == [n["eval_sd"] for n in mine["noise"]]  # val_n too
+            assert all(n["eval_sd"] for n in theirs["noise"]), inputs[0]
 
 
 def test_a_copy_without_tags_is_read_as_any_other_tools_log(mirrored, tmp_path):

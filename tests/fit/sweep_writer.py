@@ -19,8 +19,10 @@ def write_sweep(
     baseline: str | None = None,
     x: str = "gpu_hours",
     status: str = "done",
+    val_n: bool = False,
 ) -> Path:
-    """`<root>/<name>/runs/<id>/{run.json, metrics.jsonl}`, one run per curve, labelled `<arm>,seed=<i>`."""
+    """`<root>/<name>/runs/<id>/{run.json, metrics.jsonl}`, one run per curve, labelled `<arm>,seed=<i>`; with
+    `val_n`, each evaluation's graded samples (the curve's `n`) as ablate's runs log them."""
     for arm, curves in arms.items():
         arm_id = hashlib.sha256(arm.encode()).hexdigest()[:12]
         for seed, c in enumerate(curves):
@@ -45,6 +47,7 @@ def write_sweep(
                     "samples": i * 1280,
                     "flops": float(xi) * 1e15,
                     "truncation_rate": 0.0,
+                    **({"val_n": int(c.n[i])} if val_n and c.n is not None else {}),
                 }
                 for i, (xi, yi) in enumerate(zip(c.x, c.y))
             ]

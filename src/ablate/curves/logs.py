@@ -32,6 +32,7 @@ from ablate.curves.readers import (
     trainer_state_file,
     wandb_files,
 )
+from ablate.curves.tables import VAL_N
 from ablate.curves.tracked import Tracked, read_mlflow, read_wandb
 from ablate.errors import ErrorKind, UserError
 from ablate.fit.curve import Curve, RunFacts
@@ -161,6 +162,7 @@ def to_curves(
             )
         xs: list[float] = []
         ys: list[float] = []
+        ns: list[float] = []  # each pass rate's graded samples, as ablate's runs log them (val_n), else NaN
 
         def at(step: float, key: str, steps: dict = steps) -> float | None:  # a metric, or a column made from steps
             return step if key == "step" else step * per_step[key] if key in per_step else steps[step].get(key)
@@ -189,9 +191,12 @@ def to_curves(
                 )
             xs.append(vx)
             ys.append(vy)
+            vn = steps[step].get(VAL_N)
+            ns.append(vn if vn is not None and math.isfinite(vn) and vn > 0 else math.nan)
         if not xs:
             raise UserError(_no_points(source, name, steps, x, y, per_step), kind=ErrorKind.DATA)
-        curves.append(Curve(run=name, group=name, x=np.array(xs), y=np.array(ys)))
+        n = np.array(ns) if all(math.isfinite(v) for v in ns) else None  # as a sweep's run: all known, or estimated
+        curves.append(Curve(run=name, group=name, x=np.array(xs), y=np.array(ys), n=n))
     return _armed(curves, runs) if isinstance(runs, Tracked) else curves
 
 
