@@ -26,7 +26,7 @@ STATE_FILE = Path("track") / "wandb.json"
 
 NO_CREDENTIALS = (
     "no W&B API key (WANDB_API_KEY, or `wandb login`): set one, or log offline with track.wandb_mode=offline "
-    "(WANDB_MODE=offline) and upload later with `wandb sync`"
+    "(or WANDB_MODE=offline, which `ablate sync` takes too) and upload later with `wandb sync`"
 )
 
 
