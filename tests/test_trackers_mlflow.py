@@ -220,13 +220,18 @@ def test_the_default_store_is_a_sqlite_file_in_the_sweep_and_rank_reads_it(tmp_p
     assert sorted((a["group"], a["n_runs"]) for a in ranked["arms"]) == [("baseline", 3), ("loss=dapo", 3)]
 
 
+def _start_error(tmp_path: Path) -> str:
+    """The one line a tracker's failed start raises (the fan-out warns with it)."""
+    with pytest.raises(RuntimeError) as got:
+        MlflowTracker().start(_ctx(tmp_path / "run"), None)
+    return str(got.value)
+
+
 @pytest.mark.parametrize("given", ["file://{tmp}/mlruns", "{tmp}/mlruns"])
 def test_a_file_store_is_refused_with_one_line_naming_the_sqlite_store(tmp_path, monkeypatch, given):
     uri = given.format(tmp=tmp_path)  # MLflow no longer writes file stores; its message runs over five sentences
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    with pytest.raises(RuntimeError) as got:
-        MlflowTracker().start(_ctx(tmp_path / "run"), None)
-    assert str(got.value) == (
+    assert _start_error(tmp_path) == (
         f"{uri}: MLflow no longer writes a file store; give a SQLite store (sqlite:///PATH/mlflow.db) or a tracking "
         "server (MLFLOW_TRACKING_URI or track.mlflow_uri)"
     )
@@ -241,9 +246,7 @@ def test_a_server_that_is_down_fails_the_start_with_one_line(tmp_path, monkeypat
     set_environment(["wandb", "mlflow"])  # what open_fanout does on the main thread before the trackers start
     uri = f"http://127.0.0.1:{_free_port()}"  # closed: nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    with pytest.raises(RuntimeError) as got:
-        MlflowTracker().start(_ctx(tmp_path / "run"), None)
-    assert str(got.value) == (
+    assert _start_error(tmp_path) == (
         f"{uri}: [Errno 111] Connection refused; start the server or fix the URI (MLFLOW_TRACKING_URI or "
         "track.mlflow_uri)"
     )
