@@ -231,9 +231,8 @@ def sweep(s: SweepSettings) -> None:
         **launch,
     )
     _send_unsent(s.root / expanded.name, [*submitted.submit, *submitted.running])
-    _copy_hints(
-        [r for r in expanded.runs if r.run_id in {*submitted.submit, *submitted.running}], s.root / expanded.name
-    )
+    live = {*submitted.submit, *submitted.running}
+    _copy_hints([r for r in expanded.runs if r.run_id in live], s.root / expanded.name)
     shown = f"ablate status {expanded.name}" + (f" --root {s.root}" if s.root != Path("sweeps") else "")
     if s.follow and (submitted.submit or submitted.running):
         with ctrl_c() as interrupted:

@@ -89,7 +89,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
             state = RunState.PENDING
         rd = RunDir.of(root, name, rid)
         m = rd.last_metrics() or {}
-        behind = unsent(rd.path)
+        behind = unsent(rd.path) if state in TERMINAL else None  # a live run's own trackers send it
         trunc = store.finite_number(m.get("truncation_rate"))
         out.append(
             RunStatus(
@@ -110,7 +110,7 @@ def sweep_status(root: Path | str, name: str) -> list[RunStatus]:
                 error=error,
                 log=r.log,
                 reason=r.reason,
-                trackers_behind=behind.trackers if behind and state in TERMINAL else (),
+                trackers_behind=behind.trackers if behind else (),
             )
         )
     return out

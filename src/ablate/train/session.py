@@ -356,7 +356,7 @@ class RunSession:
     def run(self, trainer: Trainer) -> RunSummary:
         """Resume, train and end the run with `trainer`; how it ended."""
         resumed = self._resume(trainer)
-        self._resumed_from = self.step if resumed else None
+        resumed_from = self.step if resumed else None
         self._record_start(resumed, trainer)
         status = RunState.DONE
         try:
@@ -378,7 +378,7 @@ class RunSession:
             warnings=tuple(self.health.warnings),
             max_lag=trainer.max_lag,
             val_step=self.last_eval.get("step") if self.last_eval else None,
-            resumed_from=self._resumed_from,
+            resumed_from=resumed_from,
         )
         if self.lead:
             self.rd.ended(
