@@ -133,9 +133,13 @@ def test_warmup_is_cached_by_config_hash_and_built_once_under_a_lock(tmp_path, m
     assert all(torch.equal(a, b) for a, b in zip(pol.model.state_dict().values(), ref.state_dict().values()))
 
 
-def test_warmup_stops_at_the_target_pass_rate(tmp_path, monkeypatch):
+def test_warmup_stops_at_the_target_pass_rate_and_draws_no_progress_bar(tmp_path, monkeypatch, capfd):
+    from transformers.utils import logging as hf_logging
+
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
+    hf_logging.enable_progress_bar()  # as in a fresh process (another test may have turned the bars off)
     cfg = _warm_cfg(target_pass_rate=0.0)  # reached by the first check: no training step at all
     task = build_task(cfg.task, cfg.train.val_size, ">")
     info = warmup_info(warmed_up_folder(cfg, task))
     assert info["steps"] == 0
+    assert "Writing model shards" not in capfd.readouterr().err  # transformers' bar would fill a first run's output

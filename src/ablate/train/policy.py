@@ -211,12 +211,19 @@ def build_tiny_model(model_cfg: ModelConfig, vocab_size: int, seed: int):
     return model
 
 
+def no_progress_bars() -> None:
+    """Transformers' bars off: a tiny model's "Loading weights" or "Writing model shards" bar would fill a run's
+    output, which already says what it does."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_hf(path: str | Path):
     """(model, tokenizer) from a local Hugging Face folder; a UserError if it is missing or not loadable."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # a tiny model's "Loading weights" bar would fill the run's output
+    no_progress_bars()
     p = Path(path)
     if not (p / "config.json").is_file():
         raise UserError(

@@ -66,9 +66,9 @@ def quiet() -> None:
     are TRL's to fix, and would fill every run's log)."""
     import warnings
 
-    from transformers.utils import logging as hf_logging
+    from ablate.train.policy import no_progress_bars
 
-    hf_logging.disable_progress_bar()
+    no_progress_bars()
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 

@@ -53,7 +53,7 @@ import torch
 
 from ablate.config.sections import RolloutConfig
 from ablate.errors import ErrorKind, UserError
-from ablate.train.policy import Policy
+from ablate.train.policy import Policy, no_progress_bars
 
 log = logging.getLogger("ablate.train")
 
@@ -147,6 +147,7 @@ class Engine:
         )
         self.model_dir = src if reuse else self.dir / "model"
         if not reuse:
+            no_progress_bars()
             policy.model.save_pretrained(self.model_dir, safe_serialization=True)
             policy.tokenizer.save_pretrained(self.model_dir)
         cfg = policy.model.config

@@ -41,6 +41,7 @@ from ablate.train.policy import (
     build_tiny_model,
     char_vocab,
     load_hf,
+    no_progress_bars,
     tiny_shape,
 )
 from ablate.train.tasks import Task
@@ -146,6 +147,7 @@ def _build(cfg: RunConfig, task: Task, root: Path, key: str) -> None:
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}.tmp."))
     try:
         model, tok, info = warm_up(cfg, task)
+        no_progress_bars()
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         info["seconds"] = round(time.time() - t0, 1)
