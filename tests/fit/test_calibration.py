@@ -154,7 +154,8 @@ def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
         env={"COLUMNS": "200"},
     )
     assert res.exit_code == 0, res.output
-    assert "coverage" in res.output and "false equiv" in res.output and "cmid*1.15*" in res.output
+    assert "cover < 0.90" in res.output and "equiv" in res.output and "cmid*1.15*" in res.output
+    assert "trials 3" in res.output  # every cell's: said once, in the title
     rows = json.loads(out.read_text())["rows"]
     assert {(r["seeds"], r["floor"], r["effect"]) for r in rows} == {
         (s, f, e) for s, f in ((1, "own"), (1, "stored"), (2, "own")) for e in ("null", "cmid*1.15")
@@ -167,3 +168,41 @@ def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
     one_error(res, ErrorKind.SETTING, "--seeds '1,0'", "[1, 20]", stream="stderr")
     res = CliRunner().invoke(app, ["calibrate", "--n-boot", "10"])
     one_error(res, ErrorKind.SETTING, "--n-boot 10", ">= 50", stream="stderr")
+
+
+def test_the_table_marks_a_rate_off_target_in_plain_text_and_fits_a_terminal():
+    """Red alone is lost in a pipe or a log: an off-target rate also carries `!`. A cell's name is never clipped,
+    and what every row shares is said once, in the title, so the table fits 80 columns."""
+    from rich.console import Console
+
+    from ablate.render.fit import calibration_table
+
+    def row(shape: str, effect: str, false_calls: float | None) -> dict:
+        real = effect != "null"
+        return dict(
+            shape=shape,
+            noise="seeds",
+            seeds=3,
+            f=0.8,
+            effect=effect,
+            boundary=real,
+            trials=40,
+            coverage_A=0.95,
+            coverage_pred=0.875,
+            false_call_rate=false_calls,
+            power=0.9 if real else None,
+            ceiling_calls=0.0,
+            not_identified=0.15,
+            equivalent_rate=0.2,
+            false_equivalent_rate=0.1 if real else None,
+        )
+
+    rows = [row("scalerl-scout", "null", 0.075), row("embedded", "a+0.02@end", None), row("embedded", "null", 0.025)]
+    console = Console(width=80, no_color=True, record=True)
+    console.print(calibration_table(rows))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "scalerl-scout" in text and "a+0.02@end*" in text  # names whole
+    assert "noise seeds, seeds 3, floor own, f 0.80, trials 40" in text
+    assert text.count("0.88!") == 3 and text.count("0.07!") == 1 and text.count("0.10!") == 1  # cover, calls, equiv
+    assert "0.03!" not in text and "0.95!" not in text and "0.90!" not in text  # on target: unmarked

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -115,57 +116,49 @@ def sensitivity_table(results: Iterable[FitResult]) -> Table | None:
     return t
 
 
+_CELL_KEYS = ("shape", "noise", "seeds", "floor", "f", "effect", "trials")
+_RATES = (  # key, header (two short lines, so the table fits a terminal), the value that misses its target
+    ("coverage_A", "cover\nA", lambda v: v < 0.90),
+    ("coverage_pred", "cover\nR@to", lambda v: v < 0.90),
+    ("false_call_rate", "false\ncalls", lambda v: v > 0.05),
+    ("power", "power", None),
+    ("ceiling_calls", "ceil.\ncalls", None),
+    ("not_identified", "not\nident", None),
+    ("equivalent_rate", "shown\nequiv", None),
+    ("false_equivalent_rate", "false\nequiv", lambda v: v > 0.05),
+)
+
+
 def calibration_table(rows: list[dict[str, Any]]) -> Table:
     """`ablate calibrate`: one row per cell: coverage, false-call rate, power, ceiling calls, not identified, how
     often `equivalent` is found (the right answer on identical arms) and claimed falsely (on any real effect; at
-    the smallest effect that matters, effects marked *, it is the equivalence test's size)."""
-    t = Table(
-        title="calibration by simulation (targets: coverage >= 0.90, false calls <= 0.05, false equivalent <= 0.05)",
-        header_style="bold",
-    )
-    for col in (
-        "shape",
-        "noise",
-        "seeds",
-        "floor",
-        "f",
-        "effect",
-        "trials",
-        "cover A",
-        "cover R@to",
-        "false calls",
-        "power",
-        "ceiling calls",
-        "not identified",
-        "equivalent",
-        "false equiv",
-    ):
-        t.add_column(col, justify="left" if col in ("shape", "noise", "effect", "floor") else "right")
+    the smallest effect that matters, effects marked *, it is the equivalence test's size). A value off its target
+    is marked `!` (and red), which survives a pipe; what every cell shares goes in the title, not a column."""
 
-    def rate(v, bad=None) -> str:
+    def key(r: dict[str, Any], k: str) -> str:
+        v = r.get(k, "own") if k == "floor" else r[k]
+        if k == "f":
+            return f"{v:.2f}"
+        return f"{v}*" if k == "effect" and r.get("boundary") else str(v)
+
+    shared = {k: key(rows[0], k) for k in _CELL_KEYS if rows and len({key(r, k) for r in rows}) == 1}
+    columns = [k for k in _CELL_KEYS if k not in shared]
+    title = "calibration by simulation\n! off target: cover < 0.90, false calls or false equiv > 0.05"
+    if shared:
+        title += "\n" + ", ".join(f"{k} {v}" for k, v in shared.items())
+    t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
+    for k in columns:
+        t.add_column(k, justify="right" if k in ("seeds", "f", "trials") else "left", no_wrap=True)
+    for _, h, _ in _RATES:
+        t.add_column(h, justify="right", no_wrap=True, min_width=5)
+
+    def rate(v, bad) -> str:
         if v is None:
             return "—"
-        text = f"{v:.2f}"
-        return f"[red]{text}[/]" if bad is not None and bad(v) else text
+        return f"[red]{v:.2f}![/]" if bad is not None and bad(v) else f"{v:.2f}"
 
     for r in rows:
-        t.add_row(
-            r["shape"],
-            r["noise"],
-            str(r["seeds"]),
-            r.get("floor", "own"),
-            f"{r['f']:.2f}",
-            r["effect"] + ("*" if r.get("boundary") else ""),
-            str(r["trials"]),
-            rate(r["coverage_A"], lambda v: v < 0.90),
-            rate(r["coverage_pred"], lambda v: v < 0.90),
-            rate(r["false_call_rate"], lambda v: v > 0.05),
-            rate(r["power"]),
-            rate(r["ceiling_calls"]),
-            rate(r["not_identified"]),
-            rate(r.get("equivalent_rate")),
-            rate(r.get("false_equivalent_rate"), lambda v: v > 0.05),
-        )
+        t.add_row(*(key(r, k) for k in columns), *(rate(r.get(k), bad) for k, _, bad in _RATES))
     return t
 
 
