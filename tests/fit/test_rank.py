@@ -197,6 +197,10 @@ def test_baseline_naming_several_arms_or_a_run_is_not_guessed(tmp_path):
     assert named_arm_label("x.lr=2,loss=cispo", floats, "--arm") == "x.lr=2.0,loss=cispo"
     assert named_arm_label("x.on=1,x.s=1", floats) == "x.on=1,x.s=1"  # 1 is not true: no arm, left to refuse
     assert named_arm_label("x.on=true,x.s='1'", floats) == "x.on=true,x.s='1'"
+    # a key added with `+` (or `++`) is named without it, and the other way round: the arm's config is the same
+    added = [c("a", "+x.k=1.0,loss=cispo"), c("b", "+x.k=2.0,loss=cispo")]
+    assert named_arm_label("x.k=2,loss=cispo", added) == "+x.k=2.0,loss=cispo"
+    assert named_arm_label("++x.lr=2.0,loss=cispo", floats) == "x.lr=2.0,loss=cispo"
 
 
 @pytest.mark.parametrize(

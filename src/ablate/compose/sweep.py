@@ -161,7 +161,8 @@ def _split(label: str) -> frozenset[str]:
 def _label_parts(label: str, where: str) -> frozenset[str]:
     """An arm label (or a sweep file's baseline) as its set of parts, each `key=value` part in the form arm labels
     are written (`optim.lr=3e-4` is `optim.lr=0.0003`), a whole number as the float it equals (`optim.lr=1` is
-    `optim.lr=1.0`), so a baseline matches its arm by value, not by spelling."""
+    `optim.lr=1.0`), with no `+` or `++` before a key (`+x=1` is `x=1`: the arm's config has x=1 either way), so a
+    baseline matches its arm by value, not by spelling."""
     parts = []
     for part in _split(label):
         try:
@@ -171,7 +172,7 @@ def _label_parts(label: str, where: str) -> frozenset[str]:
         if o is None or o.is_sweep_override():
             parts.append(part)
             continue
-        parts.append(f"{o.get_key_element()}={_number_text(o)}")
+        parts.append(f"{o.get_key_element().lstrip('+')}={_number_text(o)}")  # `+k=v` sets k to v as `k=v` does
     return frozenset(parts)
 
 
