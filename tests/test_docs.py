@@ -20,6 +20,14 @@ def test_the_run_directory_page_names_every_metric_and_state():
         assert f"| `{state}` |" in text, state
 
 
+def test_the_trackers_page_names_the_mlflow_tags_the_code_sets():
+    from ablate.track.mlflow import STATE_TAG, TAGS
+
+    row = next(line for line in (ROOT / "docs" / "trackers.md").read_text().splitlines() if line.startswith("| tags |"))
+    documented = {"ablate." + name for name in re.findall(r"`([a-z_]+)`", row.split("|")[2])}
+    assert documented >= {*TAGS, STATE_TAG}, sorted({*TAGS, STATE_TAG} - documented)
+
+
 def test_no_file_points_outside_the_repository():
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],

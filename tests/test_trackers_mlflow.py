@@ -135,7 +135,7 @@ def test_a_resumed_attempt_continues_the_run_with_each_step_once(server, tmp_pat
         "ablate.arm_id": "id-loss=grpo",
         "ablate.arm": "loss=grpo",
         "ablate.run_id": "loss=grpo-0",
-        "ablate.compose.sweep": "sw",
+        "ablate.sweep": "sw",
         "ablate.baseline": "false",  # and no device tag: this context does not know it
     }
     assert run.data.params["train.lr"] == "0.001" and run.data.params["loss.name"] == "loss=grpo"

@@ -27,7 +27,7 @@ ARTIFACTS = "mlflow-artifacts"
 """Next to a SQLite store: the artifact root of the experiments ablate creates there (nothing is logged to it; MLflow
 would otherwise name ./mlruns in the working directory), and the directory locked while the store is created."""
 
-TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.compose.sweep", "ablate.baseline", "ablate.device")
+TAGS = ("ablate.arm_id", "ablate.arm", "ablate.run_id", "ablate.sweep", "ablate.baseline", "ablate.device")
 STATE_TAG = "ablate.state"
 ARM_TAG = "ablate.arm"
 ARM_ID_TAG = "ablate.arm_id"
