@@ -73,7 +73,7 @@ def test_decide_stops_the_settled_arm_and_carries_on_from_its_record(sweep_here)
     open_after_first = [a for a, v in first.items() if v["standing"] == "open"]
     expect_base = 6 if open_after_first else 3
     assert per_arm["loss=cispo"] == expect_base
-    assert "loss=dapo: ceiling_up at 3 seeds (settled)" in res.output
+    assert "loss=dapo: ceiling ↑ at 3 seeds (settled)" in res.output
     for arm, v in first.items():  # stopped arms (settled, undecidable) got no second wave; open ones did
         assert per_arm[arm] == (6 if v["standing"] == "open" else 3), (arm, v)
     if open_after_first:  # grown in two launches: rank says the looks were the decisions, and offers no more
@@ -110,6 +110,17 @@ def test_decide_refuses_what_it_cannot_honour(sweep_here, extra, culprits):
     res = runner.invoke(app, [*ARGS, *extra])
     one_error(res, ErrorKind.SETTING, *culprits)
     assert not (sweep_here / "runs").exists()
+
+
+def test_a_changed_config_is_refused_not_answered_from_the_record(sweep_here):
+    """The record's looks are about the runs it ranked: the same command with longer runs (what a too-short arm is
+    told to try) would replay them as its answer. It is refused, naming the change, as `ablate sweep` refuses it."""
+    assert runner.invoke(app, ARGS).exit_code == 0
+    ran, record = _executions(sweep_here), _record(sweep_here)
+    longer = [a if a != "train.max_steps=60" else "train.max_steps=80" for a in ARGS]
+    res = runner.invoke(app, longer)
+    one_error(res, ErrorKind.STATE, "train.max_steps 60 -> 80", "--root")
+    assert "looks made" not in res.output and _executions(sweep_here) == ran and _record(sweep_here) == record
 
 
 def test_budget_and_wave_flags_need_decide(sweep_here):
@@ -186,7 +197,7 @@ def test_an_arm_whose_runs_end_before_c_mid_stops_asking_for_longer_runs(sweep_h
     assert first["verdict"] == "not_identified" and first["standing"] == "too_short", first
     ran = [store.read_json(p.parent / "run.json")["label"] for p in sweep_here.glob("runs/*/executions.log")]
     assert sum(label.startswith("loss=grpo,") for label in ran) == 3  # one wave, no more
-    assert "loss=grpo: not_identified at 3 seeds (stopped: its runs, or the baseline's, end before C_mid" in (
+    assert "loss=grpo: not identified at 3 seeds (stopped: its runs, or the baseline's, end before C_mid" in (
         _closing(res.output).replace("\n", " ")
     )
     assert "larger train.max_steps" in res.output

@@ -418,3 +418,11 @@ def test_a_baseline_whose_a_is_not_measured_says_so_in_its_row(tmp_path):
         save_noise(ranking, tmp_path / "noise.json", None)
     assert "run longer" in str(e.value) and "seed=0,1,2" not in str(e.value), e.value
     assert not (tmp_path / "noise.json").exists()
+
+
+def test_a_verdict_code_is_printed_in_rank_s_words():
+    from ablate.fit.arms import verdict_words
+
+    assert verdict_words("ceiling_up") == "ceiling ↑" and verdict_words("not_identified") == "not identified"
+    assert verdict_words("not_identified_lower") == "not identified (R lower)"  # plan's running arms: the R call
+    assert verdict_words("not_fitted") == "not fitted"

@@ -103,6 +103,7 @@ def run_decide(
     from ablate.curves.inputs import curves_from_sweep
     from ablate.fit.sequential import Looks
     from ablate.fit.spread import MinEffect
+    from ablate.launch.mixing import recorded_states
     from ablate.launch.status import check_ledger
     from ablate.launch.submit import launch_sweep
     from ablate.prune import waves
@@ -115,11 +116,12 @@ def run_decide(
     seeds = ",".join(map(str, range(max_seeds)))
     expanded = _comparable(load_sweep(recipe, [*overrides, f"seed={seeds}"]))
     x, why = launch_axis(expanded.runs, executor, flag="--decide")
-    typer.echo(f"note: {why}")
     sdir = root / expanded.name
     check_writable_output(sdir, "--root", folder=True)
     check_ledger(sdir)
+    recorded_states(sdir, expanded.runs)  # runs of another config (train.max_steps changed) refused, not replayed
     ownership.check_owned_dir(sdir)  # a sweep folder others could change is refused, as `ablate sweep` refuses it
+    typer.echo(f"note: {why}")
     fs.make_dirs(sdir, fs.dir_mode(launch["group_read"]))  # as `ablate sweep` makes it, before its lock
     settings = waves.DecideSettings(
         planned, x, budget, min_effect=MinEffect(), baseline=expanded.baseline, arms=tuple(expanded.arms)

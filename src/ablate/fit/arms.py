@@ -44,6 +44,14 @@ VERDICT_TEXT = {
 PRACTICAL = ("material", "negligible", "unclear")
 
 
+def verdict_words(code: str) -> str:
+    """A verdict's code as `rank` prints it: `ceiling_up` is `ceiling ↑`; a not-identified arm's end-of-window call
+    (`not_identified_lower`) is `not identified (R lower)`; any other code with spaces for its underscores."""
+    if code.startswith("not_identified_"):
+        return f"not identified (R {code.removeprefix('not_identified_')})"
+    return VERDICT_TEXT.get(code, code.replace("_", " "))
+
+
 @dataclass(frozen=True)
 class EndSpread:
     """The end of the window every arm covers (`at`), and the seed spread of the fitted pass rate there, pooled over

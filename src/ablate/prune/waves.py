@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import ErrorKind, UserError
+from ablate.fit.arms import verdict_words
 from ablate.fit.sequential import Looks, futile_arm, settled
 from ablate.fit.spread import MinEffect
 from ablate.storage import fs, store
@@ -232,7 +233,7 @@ def decide(
             count = k + 1
             for a in sorted(open_arms):
                 s = arms[a]
-                echo(f"  {a}: {s.verdict} ({s.standing}) {s.effect}".rstrip())
+                echo(f"  {a}: {verdict_words(s.verdict)} ({SHORT[s.standing]}) {s.effect}".rstrip())
         stopped = "no arm is open" if all(s.stopped for s in arms.values()) else "no seeds left (--max-seeds)"
         return Outcome(arms, count, sum(used.values()), stopped)
 
@@ -302,7 +303,9 @@ def summary(outcome: Outcome, settings: DecideSettings) -> list[str]:
         f"error control: {settings.looks.describe()}",
     ]
     for s in outcome.arms.values():
-        lines.append(f"  {s.arm}: {s.verdict} at {s.seeds} seeds ({STANDING[s.standing]}) {s.effect}".rstrip())
+        lines.append(
+            f"  {s.arm}: {verdict_words(s.verdict)} at {s.seeds} seeds ({STANDING[s.standing]}) {s.effect}".rstrip()
+        )
         if s.standing != "settled" and s.needs:
             lines.append(f"    {s.needs}")
     return lines
@@ -313,5 +316,7 @@ STANDING = {
     "undecidable": "stopped: at the difference measured, --max-seeds could not settle it",
     "open": "open: more seeds could settle it",
     "too_short": "stopped: its runs, or the baseline's, end before C_mid, so A is not measured; seeds cannot change "
-    "that, longer runs can (a new sweep with a larger train.max_steps)",
+    "that, longer runs can (a new sweep with a larger train.max_steps, under another --root)",
 }
+SHORT = {"settled": "settled", "undecidable": "stopped: undecidable", "open": "open", "too_short": "stopped: too short"}
+"""A standing in a look's progress line (the closing summary says it whole: STANDING)."""

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ablate.fit.arms import verdict_words
 from ablate.prune.outlook import Standing
 from ablate.render import terminal
 from ablate.render.terminal import esc
@@ -129,7 +130,7 @@ def running_arms_table(result: PlanResult) -> Table:
         standing = a.advice.standing
         t.add_row(
             Text(safe(a.arm)),
-            a.verdict,
+            verdict_words(a.verdict),
             f"{a.compute_now:.4g}",
             f"{a.compute_end:.4g}",
             "" if a.p_change is None else f"{a.p_change:.0%}",
