@@ -149,6 +149,14 @@ def test_show_prints_a_run_directorys_config_and_points_a_sweep_directory_to_sta
     sweep = tmp_path / "sweeps" / "loss"
     one_error(runner.invoke(app, ["show", str(sweep)]), ErrorKind.FILE, f"ablate status {sweep}")
     one_error(runner.invoke(app, ["status", str(run)]), ErrorKind.FILE, "a run directory", f"ablate fit {run}")
+    # the other way round: a sweep's directory where a recipe goes, and a recipe where results go
+    one_error(runner.invoke(app, ["sweep", str(sweep)]), ErrorKind.FILE, "a sweep directory", f"ablate status {sweep}")
+    one_error(runner.invoke(app, ["sweep", str(run / "..")]), ErrorKind.FILE, "a directory, not a recipe")
+    (sweep / "ledger.jsonl").write_text("")
+    for verb in ("rank", "extrapolate", "fit"):
+        one_error(runner.invoke(app, [verb, "recipes/loss.yaml"]), ErrorKind.FILE, "recipes/loss.yaml", "sweeps/loss")
+    res = runner.invoke(app, ["rank", "recipes/base.yaml"])
+    one_error(res, ErrorKind.FILE, "ablate sweep recipes/base.yaml", "sweeps/base", stream="stderr")
 
 
 @pytest.mark.parametrize("verb", ["sweep", "rank", "plan", "report", "status"])

@@ -43,6 +43,15 @@ def find_recipe(path: Path | str) -> tuple[Path, str]:
     given = Path(path)
     if given.is_file():
         return given, PACKAGED if given.resolve().is_relative_to(RECIPES_DIR.resolve()) else YOUR_FOLDER
+    if given.is_dir():
+        sweep = (given / "ledger.jsonl").exists() or (given / "runs").is_dir()
+        raise UserError(
+            f"{given}: a sweep directory, not a recipe; `ablate status {given}` lists its runs, and a sweep is "
+            "launched from a recipe or sweep file (e.g. recipes/loss.yaml)"
+            if sweep
+            else f"{given}: a directory, not a recipe; give a recipe or sweep file (e.g. recipes/loss.yaml)",
+            kind=ErrorKind.FILE,
+        )
     if given.is_absolute():
         raise UserError(f"{given}: no such file; check the path", kind=ErrorKind.FILE)
     inside = Path(*given.parts[1:]) if given.parts[:1] == ("recipes",) else given

@@ -210,6 +210,7 @@ def load_inputs(
     curves: list[Curve] = []
     skipped: list[NotFitted] = []
     paths = [bare_sweep(Path(p)) for p in paths]
+    _refuse_recipes(paths)
     _check_present(paths)
     if len(paths) > 1 and fmt in ("auto", "wandb") and group is None and run == "run" and _wandb_copies(paths):
         try:
@@ -284,6 +285,22 @@ def _is_wandb(p: Path) -> bool:
 def _wandb_copies(paths: list[Path]) -> bool:
     """Every input is W&B run files (each run's wandb/ folder of a sweep, say)."""
     return all(_is_wandb(p) for p in paths)
+
+
+def _refuse_recipes(paths: list[Path]) -> None:
+    """One line for a recipe or sweep file given where results go (`ablate rank recipes/loss.yaml`), naming the
+    sweep folder its results go to (under ./sweeps, the default --root). No format of results is YAML."""
+    for p in paths:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            sweep = Path("sweeps") / p.stem
+            then = (
+                f"its results are in {sweep}: give that"
+                if (sweep / "ledger.jsonl").is_file()
+                else f"`ablate sweep {p}` launches it, and its results go to {sweep}"
+            )
+            raise UserError(
+                f"{p}: a recipe or sweep file, which says what to run, not results; {then}", kind=ErrorKind.FILE
+            )
 
 
 def _check_present(paths: list[Path]) -> None:
