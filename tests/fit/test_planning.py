@@ -226,6 +226,13 @@ def test_plan_command_from_curves_then_from_a_sweep_file_and_its_errors(tmp_path
     assert q["question"] == "efficiency" and q["best"] is not None and q["best"]["power"] >= 0.8
     assert {a["arm"] for a in out["arms"]} == {"base", "a1", "a2"} and all(a["state"] == "ended" for a in out["arms"])
     assert load_calibration(cal).arms == 3
+    renamed = tmp_path / "renamed.csv"  # another pass-rate column: named with --y, as rank takes it
+    renamed.write_text(csv.read_text().replace("val_pass_rate", "pass_rate"))
+    args = ["plan", str(renamed), "--group", "group", "--baseline", "base", *fast]
+    one_error(runner.invoke(app, args), ErrorKind.FILE, "'val_pass_rate'", "--y", stream="stderr")
+    res = runner.invoke(app, [*args, "--y", "pass_rate"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["questions"] == out["questions"]
     sweep_file = str(RECIPES_DIR / "loss.yaml")
     res = runner.invoke(app, ["plan", sweep_file, "--calibration", str(cal), *fast])
     assert res.exit_code == 0, res.output

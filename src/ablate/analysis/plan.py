@@ -50,6 +50,16 @@ def _median(values) -> float | None:
     return float(np.median(v)) if v else None
 
 
+def _ends(source: Path, curves: list[Any], x: str) -> dict[str, RunEnd]:
+    """Where each run is and will end: a sweep's runs from their ledger and max_steps; curves from elsewhere have
+    ended where they stop."""
+    if source.is_dir():
+        return run_ends(source, curves, x)
+    return {
+        c.run: RunEnd(c.run, c.group or c.run, float(c.x[-1]), float(c.x[-1]), None, None, None, True) for c in curves
+    }
+
+
 def plan_measured(
     source: Path,
     *,
@@ -69,21 +79,15 @@ def plan_measured(
     fmt: str = "auto",
     run: str | None = "run",
     group: str | None = None,
+    y: str = "val_pass_rate",
     engine: str = "fast",
     min_effect: MinEffect | None = None,
 ) -> PlanResult:
     """A plan from measured curves (a sweep directory or any input `rank` reads). `engine`: planning.ENGINES."""
     from ablate.curves.inputs import load_inputs
 
-    curves, skipped = load_inputs([source], x=x, fmt=fmt, run=run, group=group)
-    ends = (
-        run_ends(source, curves, x)
-        if source.is_dir()
-        else {
-            c.run: RunEnd(c.run, c.group or c.run, float(c.x[-1]), float(c.x[-1]), None, None, None, True)
-            for c in curves
-        }
-    )
+    curves, skipped = load_inputs([source], x=x, y=y, fmt=fmt, run=run, group=group)
+    ends = _ends(source, curves, x)
     budget = max(e.x_end for e in ends.values())
     target = to if to is not None else 2.0 * budget
     floor = None if noise is None else load_noise(noise)

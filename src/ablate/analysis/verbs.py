@@ -356,15 +356,14 @@ def plan_any(
     baseline: str | None,
     to: float | None,
     futures: int,
-    fmt: str,
-    run: str,
-    group: str | None,
+    reading: dict[str, Any],
     common: dict[str, Any],
     axis_line: Callable[[str], None] | None,
 ) -> PlanResult:
     """`ablate plan` on what SOURCE is: a sweep file (with overrides and --calibration) is planned before any run
     (ablate.analysis.plan.plan_from_file); a sweep directory or curves from what they measured (plan_measured), on the
-    axis `--x auto` picks (said through `axis_line` first, when it is not the paper's)."""
+    axis `--x auto` picks (said through `axis_line` first, when it is not the paper's). `reading`: how curves are
+    read (fmt, run, group, y: plan_measured's)."""
     from ablate.analysis import plan
     from ablate.compose.resources import find_recipe
 
@@ -393,6 +392,4 @@ def plan_any(
     x, axis_text = choose_axis([source], x)
     if axis_text and axis_line is not None:
         axis_line(axis_text)
-    return plan.plan_measured(
-        source, x=x, baseline=baseline, to=to, n_futures=futures, fmt=fmt, run=run, group=group, **common
-    )
+    return plan.plan_measured(source, x=x, baseline=baseline, to=to, n_futures=futures, **reading, **common)

@@ -253,6 +253,7 @@ class PlanSettings:
         callback=checked(questions),
     )
     x: str = shared(ReadingOptions, "x")
+    y: str = shared(ReadingOptions, "y")
     run: str = shared(ReadingOptions, "run")
     group: str | None = shared(ReadingOptions, "group")
     fmt: str = shared(ReadingOptions, "fmt")
@@ -355,9 +356,7 @@ def plan(s: PlanSettings) -> None:
         baseline=s.baseline,
         to=s.to,
         futures=s.futures,
-        fmt=fmt,
-        run=s.run,
-        group=s.group,
+        reading=dict(fmt=fmt, run=s.run, group=s.group, y=s.y),
         common=common,
         axis_line=axis_line,
     )

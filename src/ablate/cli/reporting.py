@@ -133,9 +133,7 @@ def default_plan(progress: Callable[[str], None]) -> Callable[[Path], PlanResult
             baseline=None,
             to=None,
             futures=d.futures,
-            fmt="auto",
-            run="run",
-            group=None,
+            reading=dict(fmt="auto", run="run", group=None),
             common=common,
             axis_line=None,
         )
