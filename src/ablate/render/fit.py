@@ -269,5 +269,11 @@ def print_extrapolation(
     if window:
         console.print(sensitivity_table([ex.fit]))
     print_notes(console, [ex.fit])
+    if report.by_rank and not ex.fit.identifiable:
+        console.print(
+            f"[yellow]note[/]: {esc(ex.subject)} leads on a predicted pass rate that rests on a ceiling its runs do "
+            "not measure (A not identified): its lead may not hold; project an identified arm with --arm, or run "
+            "longer"
+        )
     if plot is not None:
         console.print(f"figure: {esc(str(plot))}")
