@@ -123,6 +123,14 @@ def test_a_changed_config_is_refused_not_answered_from_the_record(sweep_here):
     assert "looks made" not in res.output and _executions(sweep_here) == ran and _record(sweep_here) == record
 
 
+def test_a_budget_the_first_wave_passes_stops_after_it_and_says_so(sweep_here):
+    res = runner.invoke(app, [*ARGS, "--budget", "1"])
+    assert res.exit_code == 0, res.output
+    assert len(_record(sweep_here)) == 2 and all(n == 1 for n in _executions(sweep_here).values())  # one look
+    closing = res.output[res.output.rindex("--decide: the next wave") :]
+    assert "would pass the budget" in closing and "spent of 1 (over the budget" in closing, closing
+
+
 def test_budget_and_wave_flags_need_decide(sweep_here):
     res = runner.invoke(app, ["sweep", LOSS, "--budget", "1000", "--dry-run"])
     one_error(res, ErrorKind.SETTING, "--budget", "add --decide")  # the fix ("--decide" alone is in the reason too)

@@ -164,6 +164,8 @@ def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
     assert all((r["false_equivalent_rate"] is None) == (r["effect"] == "null") for r in rows)
     res = CliRunner().invoke(app, ["calibrate", "--shapes", "nowhere"])
     one_error(res, ErrorKind.SETTING, "--shapes 'nowhere'", "scalerl-8b, scalerl-scout, embedded", stream="stderr")
+    res = CliRunner().invoke(app, ["calibrate", "--shapes", "embeded"])
+    one_error(res, ErrorKind.SETTING, "--shapes 'embeded'", "did you mean 'embedded'?", stream="stderr")
     res = CliRunner().invoke(app, ["calibrate", "--seeds", "1,0"])
     one_error(res, ErrorKind.SETTING, "--seeds '1,0'", "[1, 20]", stream="stderr")
     res = CliRunner().invoke(app, ["calibrate", "--n-boot", "10"])

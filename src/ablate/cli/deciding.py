@@ -35,7 +35,8 @@ class DecideOptions:
         "--budget",
         doc="--decide: the compute the sweep may spend, summed over its runs, in units of its compute axis (samples "
         "on CPU, gpu_hours on GPUs); after the first wave (which always runs: it measures a run's cost), no wave "
-        "starts that would pass it.",
+        "starts that would pass it. Default: none, only --max-seeds limits the sweep.",
+        show_default=False,
     )
 
 

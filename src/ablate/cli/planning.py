@@ -27,6 +27,7 @@ from ablate.cli.options import (
     output_and_input,
     writable,
 )
+from ablate.config.validation import closest
 from ablate.errors import ErrorKind, UserError
 
 
@@ -38,8 +39,9 @@ def names_of(flag: str, valid: Callable[[], Any]) -> Any:
         known = valid()
         bad = [g for g in got if g not in known]
         if bad or not got:
+            near = closest(bad[0], list(known)) if bad else ""
             raise UserError(
-                f"{flag} {text!r}: unknown {bad[0] if bad else 'empty'}; valid: {', '.join(known)}",
+                f"{flag} {text!r}: unknown {bad[0] if bad else 'empty'}; valid: {', '.join(known)}{near}",
                 kind=ErrorKind.SETTING,
             )
         return got

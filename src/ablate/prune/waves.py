@@ -299,7 +299,12 @@ def summary(outcome: Outcome, settings: DecideSettings) -> list[str]:
     """The closing lines: each arm's verdict and seeds, the compute spent, and what the open arms would need."""
     lines = [
         f"--decide: {outcome.stopped}; {outcome.looks_made} look(s), {outcome.spent:,.0f} {settings.x} spent"
-        + (f" of {settings.budget:,.0f}" if settings.budget else ""),
+        + (f" of {settings.budget:,.0f}" if settings.budget else "")
+        + (
+            " (over the budget: spent by the first wave, which always runs, or before the budget was lowered)"
+            if settings.budget and outcome.spent > settings.budget
+            else ""
+        ),
         f"error control: {settings.looks.describe()}",
     ]
     for s in outcome.arms.values():
