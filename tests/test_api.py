@@ -100,6 +100,27 @@ def test_bad_input_from_python_is_the_commands_one_line(tmp_path):
     assert res.stderr == f"error[setting]: {e.value.named(lambda s: '--' + s)}\n"  # the same refusal, as a line
 
 
+def test_a_refused_setting_is_named_by_its_keyword_from_python(tmp_path):
+    """From Python a refusal names the keyword at fault (`x`, `n_boot`, `arm`, `to`), never a flag, and says which in
+    `.settings`; the command line names the flag."""
+    import ablate
+
+    sweep = write_sweep(tmp_path, "s", {BASE: seeds(0.61, 2500, 0), "loss=gspo": seeds(0.68, 2500, 10)}, baseline=BASE)
+    cases = [
+        (lambda: ablate.rank(sweep, x="gpu_hourz"), ("x",), "x gpu_hourz: unknown compute axis"),
+        (lambda: ablate.rank(sweep, x="gpu_hours", n_boot=0), ("n_boot",), "give n_boot of 200"),
+        (lambda: ablate.extrapolate(sweep, x="gpu_hours", arm="nope"), ("arm",), "arm 'nope': no such arm"),
+        (lambda: ablate.extrapolate(sweep, x="gpu_hours", to=1e12), ("to", "x"), "pass to in the data's units"),
+        (lambda: ablate.rank(sweep, x="gpu_hours", to=1.0), ("to", "x"), "pass to in gpu_hours"),
+    ]
+    for call, settings, words in cases:
+        with pytest.raises(SettingError) as e:
+            call()
+        assert e.value.settings == settings and words in str(e.value) and "--" not in str(e.value), str(e.value)
+    res = CliRunner().invoke(app, ["extrapolate", str(sweep), "--x", "gpu_hours", "--to", "1e12"])
+    assert "pass --to in the data's units" in res.stderr and "another --x" in res.stderr, res.stderr
+
+
 def test_a_refusal_crosses_a_process_boundary_whole():
     """The fits share work over forked processes, which send an error back pickled: every kind of refusal arrives as
     raised, with its class, message, kind and fields (a required `kind` must not break the rebuild)."""

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.errors import ErrorKind, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.curve import Curve
 
 if TYPE_CHECKING:
@@ -94,11 +94,12 @@ def check_reach(curves: list[Curve], to: float, x: str, fit_until: float | None)
     top = fitted_top(curves, fit_until)
     if top > 0 and to > MAX_REACH * top:
         others = [a for a in COMPUTE_AXES if a != x]  # a run's axes; a curves file has its own columns
-        raise UserError(
-            f"--to {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
-            f"fit can tell; pass --to in the data's units (e.g. --to {2 * top:.3g}), or another --x "
+        raise SettingError(
+            f"{{to}} {to:g} is {to / top:,.0f}x the largest compute fitted ({top:g} {x}): far past what a "
+            f"fit can tell; pass {{to}} in the data's units (e.g. {{to}} {2 * top:.3g}), or another {{x}} "
             + (f"({', '.join(others)})" if x in COMPUTE_AXES else "(a compute column of the file)"),
-            kind=ErrorKind.SETTING,
+            "to",
+            "x",
         )
 
 
@@ -111,11 +112,12 @@ def with_target(
     target, text = choose_target(curves, x, to, fit_until)
     first = min((float(c.x[c.x > 0].min()) for c in curves if (c.x > 0).any()), default=0.0)
     if to is not None and to < first:  # e.g. GPU-hours given while --x auto chose samples for a CPU sweep
-        raise UserError(
-            f"--to {to:g} is below the first evaluation ({first:g} {x}): nothing has been learned there; "
-            f"pass --to in {x} (e.g. --to {2 * fitted_top(curves, fit_until):.3g}), or choose the axis "
-            "with --x (gpu_hours, flops, samples, step)",
-            kind=ErrorKind.SETTING,
+        raise SettingError(
+            f"{{to}} {to:g} is below the first evaluation ({first:g} {x}): nothing has been learned there; "
+            f"pass {{to}} in {x} (e.g. {{to}} {2 * fitted_top(curves, fit_until):.3g}), or choose the axis "
+            "with {x} (gpu_hours, flops, samples, step)",
+            "to",
+            "x",
         )
     if reach:
         check_reach(curves, target, x, fit_until)

@@ -17,7 +17,7 @@ from ablate.analysis.choices import (
     wall_clock_note,
     with_target,
 )
-from ablate.errors import ErrorKind, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 
 if TYPE_CHECKING:  # the fit stack imports scipy: imported when a command needs it
     from ablate.analysis.plan import PlanResult
@@ -152,9 +152,9 @@ def check_rank_settings(
     if save_noise is not None:
         check_writable_output(save_noise, "--save-noise")
     if n_boot == 0:
-        raise UserError(
-            "--n-boot 0: rank needs intervals (each arm's identifiability rests on them); give --n-boot of 200 or more",
-            kind=ErrorKind.SETTING,
+        raise SettingError(
+            "{n_boot} 0: rank needs intervals (each arm's identifiability rests on them); give {n_boot} of 200 or more",
+            "n_boot",
         )
     return RankSettings(baseline, margin, mode, floor, smallest, window)
 
@@ -318,8 +318,8 @@ def extrapolate_inputs(
     else:
         named = named_arm_label(arm, inputs.curves, "--arm")  # (3e-4 names the arm optim.lr=0.0003)
         if named is None or named not in arms:
-            raise UserError(
-                f"--arm {arm!r}: no such arm (or it names several); arms are: {', '.join(arms)}", kind=ErrorKind.SETTING
+            raise SettingError(
+                f"{{arm}} {arm!r}: no such arm (or it names several); arms are: {', '.join(arms)}", "arm"
             )
         arm = named
     target, target_text = choose_target(arms[arm], x, to, fit_until)

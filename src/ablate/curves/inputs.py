@@ -25,7 +25,7 @@ from ablate.config.validation import closest
 from ablate.curves import logs, readers, tracked
 from ablate.curves.sweeps import curve_from_run_dir
 from ablate.curves.tables import load_curves
-from ablate.errors import ErrorKind, UserError
+from ablate.errors import ErrorKind, SettingError, UserError
 from ablate.fit.curve import Curve, NotFitted
 from ablate.storage import reading
 from ablate.storage.metricsfile import COMPUTE_AXES
@@ -71,11 +71,7 @@ def curves_from_sweep(
     fitted, each a `NotFitted` with its reason (failed, diverged, no metrics yet, metric not logged).
     """
     sweep_dir = Path(sweep_dir)
-    if x not in COMPUTE_AXES:
-        raise UserError(
-            f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}{closest(x, COMPUTE_AXES)}",
-            kind=ErrorKind.SETTING,
-        )
+    check_axis(x)
     runs_dir = sweep_dir / "runs"
     if not sweep_dir.is_dir():
         raise UserError(
@@ -256,11 +252,7 @@ def _read_one(
     if kind == "sweep":
         return curves_from_sweep(p, x=x, y=y)
     if kind == "run":
-        if x not in COMPUTE_AXES:
-            raise UserError(
-                f"--x {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}{closest(x, COMPUTE_AXES)}",
-                kind=ErrorKind.SETTING,
-            )
+        check_axis(x)
         got = curve_from_run_dir(RunDir(p).check_links(), x=x, y=y)  # a linked run file: refused
         if isinstance(got, NotFitted):
             raise UserError(f"{p}: {got.reason}", kind=ErrorKind.FILE)
@@ -285,6 +277,14 @@ def _is_wandb(p: Path) -> bool:
 def _wandb_copies(paths: list[Path]) -> bool:
     """Every input is W&B run files (each run's wandb/ folder of a sweep, say)."""
     return all(_is_wandb(p) for p in paths)
+
+
+def check_axis(x: str) -> None:
+    """A run's compute axis is one its metrics log (COMPUTE_AXES); refused in one line naming the setting."""
+    if x not in COMPUTE_AXES:
+        raise SettingError(
+            f"{{x}} {x}: unknown compute axis; valid: {', '.join(COMPUTE_AXES)}{closest(x, COMPUTE_AXES)}", "x"
+        )
 
 
 def _refuse_recipes(paths: list[Path]) -> None:
