@@ -364,7 +364,11 @@ def test_undecided_arms_say_what_would_decide_them(tmp_path, monkeypatch):
     page = (tmp_path / "report-slow.html").read_text(encoding="utf-8")
     assert dom(page).verdicts == ["baseline", "not_identified"]
     decide = page.split('id="decide"', 1)[1].split("</section>", 1)[0]
-    assert "loss=slow" in decide and "more compute per run" in decide
+    assert (
+        "loss=slow" in decide
+        and "more compute per run would measure it" in decide
+        and "larger train.max_steps" in decide
+    )
     assert "task model" in decide and "━" not in decide and "│" not in decide  # a table, not terminal text
     plan = decide.split('<table id="plan">', 1)[1].split("</table>", 1)[0]
     assert "<th>seeds per arm</th>" in plan and "what a sweep of 2 arms needs" in plan

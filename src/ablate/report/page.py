@@ -86,7 +86,10 @@ def _not_identified_advice(a: ArmResult, ranking: Ranking) -> str:
     fit, whose = (a.fit, "its") if not a.fit.identifiable or base is None else (base.fit, "the baseline's")
     text = f"{whose} ceiling A is not measured ({safe(joined('; ', fit.why_not_identified)) or 'see the reasoning'})"
     if fit.gain_fraction < 0.5 or (fit.f_ci is not None and fit.f_ci[0] < 0.5):  # the window may end before C_mid
-        return f"more compute per run: {text}; ablate plan simulates how much"
+        return (
+            f"{text}: more compute per run would measure it (a new sweep with a larger train.max_steps, under "
+            "another --root; ablate plan simulates how much)"
+        )
     return text
 
 
