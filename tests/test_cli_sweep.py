@@ -155,6 +155,7 @@ def test_show_prints_a_run_directorys_config_and_points_a_sweep_directory_to_sta
     (sweep / "ledger.jsonl").write_text("")
     for verb in ("rank", "extrapolate", "fit"):
         one_error(runner.invoke(app, [verb, "recipes/loss.yaml"]), ErrorKind.FILE, "recipes/loss.yaml", "sweeps/loss")
+    one_error(runner.invoke(app, ["rank", str(run / "config.yaml")]), ErrorKind.FILE, f"give its run directory, {run}")
     res = runner.invoke(app, ["rank", "recipes/base.yaml"])
     one_error(res, ErrorKind.FILE, "ablate sweep recipes/base.yaml", "sweeps/base", stream="stderr")
 

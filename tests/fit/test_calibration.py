@@ -154,7 +154,7 @@ def test_the_calibrate_verb_prints_a_table_and_writes_json(tmp_path):
         env={"COLUMNS": "200"},
     )
     assert res.exit_code == 0, res.output
-    assert "cover < 0.90" in res.output and "equiv" in res.output and "cmid*1.15*" in res.output
+    assert "cover < 0.90" in res.output and "shown" in res.output and "cmid*1.15*" in res.output
     assert "trials 3" in res.output  # every cell's: said once, in the title
     rows = json.loads(out.read_text())["rows"]
     assert {(r["seeds"], r["floor"], r["effect"]) for r in rows} == {
@@ -200,11 +200,13 @@ def test_the_table_marks_a_rate_off_target_in_plain_text_and_fits_a_terminal():
         )
 
     rows = [row("scalerl-scout", "null", 0.075), row("embedded", "a+0.02@end", None), row("embedded", "null", 0.025)]
+    rows.append({**row("embedded", "null", 0.0504), "coverage_A": 0.899})  # on target as printed: 0.05, 0.90
     console = Console(width=80, no_color=True, record=True)
     console.print(calibration_table(rows))
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "scalerl-scout" in text and "a+0.02@end*" in text  # names whole
     assert "noise seeds, seeds 3, floor own, f 0.80, trials 40" in text
-    assert text.count("0.88!") == 3 and text.count("0.07!") == 1 and text.count("0.10!") == 1  # cover, calls, equiv
+    assert text.count("0.88!") == 4 and text.count("0.07!") == 1 and text.count("0.10!") == 1  # cover, calls, equiv
     assert "0.03!" not in text and "0.95!" not in text and "0.90!" not in text  # on target: unmarked
+    assert "0.05!" not in text and "0.90 " in text

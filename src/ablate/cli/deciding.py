@@ -120,8 +120,8 @@ def run_decide(
     sdir = root / expanded.name
     check_writable_output(sdir, "--root", folder=True)
     check_ledger(sdir)
-    recorded_states(sdir, expanded.runs)  # runs of another config (train.max_steps changed) refused, not replayed
     ownership.check_owned_dir(sdir)  # a sweep folder others could change is refused, as `ablate sweep` refuses it
+    recorded_states(sdir, expanded.runs)  # runs of another config (train.max_steps changed) refused, not replayed
     typer.echo(f"note: {why}")
     fs.make_dirs(sdir, fs.dir_mode(launch["group_read"]))  # as `ablate sweep` makes it, before its lock
     settings = waves.DecideSettings(

@@ -289,14 +289,20 @@ def check_axis(x: str) -> None:
 
 def _refuse_recipes(paths: list[Path]) -> None:
     """One line for a recipe or sweep file given where results go (`ablate rank recipes/loss.yaml`), naming the
-    sweep folder its results go to (under ./sweeps, the default --root). No format of results is YAML."""
+    sweep folder its results go to (under ./sweeps, the default --root), and for a run's config.yaml, its run
+    directory. No format of results is YAML."""
     for p in paths:
+        if p.name == "config.yaml" and (p.parent / "run.json").exists():
+            raise UserError(
+                f"{p}: a run's config, not its results; give its run directory, {p.parent}", kind=ErrorKind.FILE
+            )
         if p.suffix.lower() in (".yaml", ".yml"):
             sweep = Path("sweeps") / p.stem
             then = (
                 f"its results are in {sweep}: give that"
                 if (sweep / "ledger.jsonl").is_file()
-                else f"`ablate sweep {p}` launches it, and its results go to {sweep}"
+                else f"`ablate sweep {p}` launches it, and its results go to {sweep} (under --root, sweeps/ unless "
+                "given)"
             )
             raise UserError(
                 f"{p}: a recipe or sweep file, which says what to run, not results; {then}", kind=ErrorKind.FILE

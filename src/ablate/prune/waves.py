@@ -298,10 +298,11 @@ def restricted(sweep: Any, runs: list[Any]) -> Any:
 def summary(outcome: Outcome, settings: DecideSettings) -> list[str]:
     """The closing lines: each arm's verdict and seeds, the compute spent, and what the open arms would need."""
     lines = [
-        f"--decide: {outcome.stopped}; {outcome.looks_made} look(s), {outcome.spent:,.0f} {settings.x} spent"
-        + (f" of {settings.budget:,.0f}" if settings.budget else "")
+        f"--decide: {outcome.stopped}; {outcome.looks_made} look(s), {_amount(outcome.spent)} {settings.x} spent"
+        + (f" of {_amount(settings.budget)}" if settings.budget else "")
         + (
-            " (over the budget: spent by the first wave, which always runs, or before the budget was lowered)"
+            " (over the budget: the first wave always runs, and a later one is priced at the mean cost of the runs "
+            "before it)"
             if settings.budget and outcome.spent > settings.budget
             else ""
         ),
@@ -323,5 +324,12 @@ STANDING = {
     "too_short": "stopped: its runs, or the baseline's, end before C_mid, so A is not measured; seeds cannot change "
     "that, longer runs can (a new sweep with a larger train.max_steps, under another --root)",
 }
+
+
+def _amount(v: float) -> str:
+    """Compute as said in the summary: whole samples with thousands marked, a small number (GPU-hours) to 3 digits."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 SHORT = {"settled": "settled", "undecidable": "stopped: undecidable", "open": "open", "too_short": "stopped: too short"}
 """A standing in a look's progress line (the closing summary says it whole: STANDING)."""

@@ -155,7 +155,8 @@ def calibration_table(rows: list[dict[str, Any]]) -> Table:
     def rate(v, bad) -> str:
         if v is None:
             return "—"
-        return f"[red]{v:.2f}![/]" if bad is not None and bad(v) else f"{v:.2f}"
+        shown = round(v, 2)  # judged as printed: 0.899 is 0.90, on target
+        return f"[red]{shown:.2f}![/]" if bad is not None and bad(shown) else f"{shown:.2f}"
 
     for r in rows:
         t.add_row(*(key(r, k) for k in columns), *(rate(r.get(k), bad) for k, _, bad in _RATES))
