@@ -6,7 +6,7 @@ means: docs/run-directory.md, "Run states".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
@@ -99,18 +99,5 @@ class RunSummary:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunSummary:
         """Read back what `to_json` wrote (a spawned worker 0 hands its summary over as JSON)."""
-        fields = {
-            k: d.get(k)
-            for k in (
-                "step",
-                "r0",
-                "val_pass_rate",
-                "reason",
-                "gpu_hours",
-                "samples",
-                "max_lag",
-                "val_step",
-                "resumed_from",
-            )
-        }
-        return cls(status=RunState(d["status"]), warnings=tuple(d.get("warnings") or ()), **fields)
+        plain = {f.name: d.get(f.name) for f in fields(cls) if f.name not in ("status", "warnings")}
+        return cls(status=RunState(d["status"]), warnings=tuple(d.get("warnings") or ()), **plain)

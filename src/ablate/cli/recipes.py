@@ -81,13 +81,15 @@ def show(s: ShowSettings) -> None:
 def _a_run_or_sweep(path: Path, overrides: list[str] | None) -> Path | None:
     """`ablate show` given a run directory (or its config.yaml): that directory. A sweep directory, or any other
     folder, is refused naming what shows it; a recipe: None."""
+    from ablate.storage.rundir import holds_sweep
+
     if path.is_dir():
         run_dir = path
     elif path.name == "config.yaml" and (path.parent / "run.json").exists():
         run_dir = path.parent
     else:
         return None
-    if (run_dir / "ledger.jsonl").exists() or (run_dir / "runs").is_dir():
+    if holds_sweep(run_dir):
         raise UserError(
             f"{path}: a sweep directory; `ablate status {path}` lists its runs, `ablate show {path}/runs/RUN` prints "
             "one run's config",

@@ -44,11 +44,12 @@ def find_recipe(path: Path | str) -> tuple[Path, str]:
     if given.is_file():
         return given, PACKAGED if given.resolve().is_relative_to(RECIPES_DIR.resolve()) else YOUR_FOLDER
     if given.is_dir():
-        sweep = (given / "ledger.jsonl").exists() or (given / "runs").is_dir()
+        from ablate.storage.rundir import holds_sweep
+
         raise UserError(
             f"{given}: a sweep directory, not a recipe; `ablate status {given}` lists its runs, and a sweep is "
             "launched from a recipe or sweep file (e.g. recipes/loss.yaml)"
-            if sweep
+            if holds_sweep(given)
             else f"{given}: a directory, not a recipe; give a recipe or sweep file (e.g. recipes/loss.yaml)",
             kind=ErrorKind.FILE,
         )

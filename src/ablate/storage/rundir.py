@@ -44,6 +44,11 @@ class DirectoryGone(UserError):
         super().__init__(message, kind=ErrorKind.STATE)
 
 
+def holds_sweep(path: Path) -> bool:
+    """Whether a folder given where a recipe or a run goes is a sweep's instead: it has a ledger or a runs/ folder."""
+    return (path / "ledger.jsonl").exists() or (path / "runs").is_dir()
+
+
 def sweep_dir(root: Path | str, sweep: str) -> Path:
     """`<root>/<sweep>`; the name must be a plain path component (see identity.check_name)."""
     return Path(root) / check_name(sweep, "sweep name", "rename the sweep file")
